@@ -1,0 +1,65 @@
+"""C = A @ B for n x n float32 matrices: the naive kernel and the shared-memory tiled one.
+
+Both use one thread per element of C, with threadIdx.x along columns and threadIdx.y along rows.
+The tiled kernel is built for one tile size at a time, because a shared-memory array's shape
+must be a compile-time constant.
+"""
+
+from functools import cache
+
+from numba import cuda, float32
+
+from kernels.probes import jit_pair, trace_begin, trace_end, trace_tile
+
+A_TILE, B_TILE = 0, 1  # operand slots in the tiles buffer
+
+
+def matmul_naive(A, B, C, n, trace, active):
+    t0 = trace_begin()
+    col, row = cuda.grid(2)
+    if row < n and col < n:
+        acc = float32(0.0)
+        for k in range(n):  # each thread reads a whole row of A and column of B from global memory
+            acc += A[row, k] * B[k, col]
+        C[row, col] = acc
+    trace_end(trace, active, t0, row < n and col < n)
+
+
+matmul_naive_traced, matmul_naive_clean = jit_pair(matmul_naive)
+
+
+@cache
+def matmul_tiled_kernels(tile):
+    """(instrumented, clean) tiled matmul for TILE x TILE blocks."""
+    TILE = tile
+
+    def matmul_tiled(A, B, C, n, trace, active, tiles):
+        t0 = trace_begin()
+        sA = cuda.shared.array((TILE, TILE), float32)
+        sB = cuda.shared.array((TILE, TILE), float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row = cuda.blockIdx.y * TILE + ty
+        col = cuda.blockIdx.x * TILE + tx
+        acc = float32(0.0)
+        steps = (n + TILE - 1) // TILE
+        for step in range(steps):
+            # Each thread stages one element of the A tile and one of the B tile;
+            # past the edge of the matrix it stages 0 so the partial last tile adds nothing.
+            a_col = step * TILE + tx
+            b_row = step * TILE + ty
+            sA[ty, tx] = A[row, a_col] if row < n and a_col < n else float32(0.0)
+            sB[ty, tx] = B[b_row, col] if b_row < n and col < n else float32(0.0)
+            cuda.syncthreads()  # the whole tile must be in shared memory before anyone reads it
+            r0 = cuda.blockIdx.y * TILE
+            c0 = cuda.blockIdx.x * TILE
+            trace_tile(tiles, step, A_TILE, r0, step * TILE, min(TILE, n - r0), min(TILE, n - step * TILE))
+            trace_tile(tiles, step, B_TILE, step * TILE, c0, min(TILE, n - step * TILE), min(TILE, n - c0))
+            for k in range(TILE):
+                acc += sA[ty, k] * sB[k, tx]
+            cuda.syncthreads()  # nobody may overwrite the tile while others still read it
+        if row < n and col < n:
+            C[row, col] = acc
+        trace_end(trace, active, t0, row < n and col < n)
+
+    return jit_pair(matmul_tiled)

@@ -1,0 +1,106 @@
+"""The CLI as a script would use it: listing, capturing a bundle, and one-line errors with exit 2."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+
+def run(*args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "visualizer", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_kernels_lists_every_kernel_with_defaults():
+    res = run("kernels", "--json")
+    assert res.returncode == 0
+    listed = json.loads(res.stdout)
+    for name in ("vector_add", "matmul_naive", "matmul_tiled", "reduction", "reduction_race"):
+        assert name in listed
+    assert listed["vector_add"]["params"] == {"n": 1000, "block": 128}
+    assert "reduction_race" in run("kernels").stdout
+
+
+def test_capture_writes_bundle(tmp_path):
+    res = run(
+        "capture",
+        "matmul_tiled",
+        "--backend",
+        "sim",
+        "--param",
+        "n=18",
+        "--param",
+        "tile=8",
+        "--out",
+        str(tmp_path),
+    )
+    assert res.returncode == 0, res.stderr
+    threads = pd.read_parquet(tmp_path / "threads.parquet")
+    tiles = pd.read_parquet(tmp_path / "tiles.parquet")
+    launch = json.loads((tmp_path / "launch.json").read_text())
+    timing = json.loads((tmp_path / "timing.json").read_text())
+    arrays = np.load(tmp_path / "arrays.npz")
+    assert len(threads) == 9 * 64 and threads["active"].sum() == 18 * 18
+    assert set(tiles["operand"]) == {"A", "B"}
+    assert launch["grid"] == [3, 3, 1] and launch["block"] == [8, 8, 1] and launch["backend"] == "sim"
+    assert launch["static_smem_bytes"] == 512 and launch["check"]["correct"]
+    assert {"host_steps_ns", "instrumented_ms", "clean_ms"} <= timing.keys()
+    assert set(timing["host_steps_ns"]) == {"allocate", "copy_in", "kernel", "copy_out", "free"}
+    np.testing.assert_allclose(
+        arrays["C"], arrays["A"].astype(np.float64) @ arrays["B"], rtol=1e-4, atol=1e-4
+    )
+
+
+def test_race_demo_exits_zero_and_says_so(tmp_path):
+    res = run(
+        "capture",
+        "reduction_race",
+        "--backend",
+        "sim",
+        "--param",
+        "n=512",
+        "--param",
+        "block=256",
+        "--out",
+        str(tmp_path),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "race demo" in res.stdout or "matches" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["capture", "vector_add", "--param", "block=0"], "at least 1"),
+        (["capture", "vector_add", "--param", "block=2048"], "1024"),
+        (["capture", "vector_add", "--param", "n=0"], "out of range"),
+        (["capture", "vector_add", "--param", "n=-5"], "out of range"),
+        (["capture", "vector_add", "--param", "n=4000000"], "simulator"),
+        (["capture", "vector_add", "--param", "colour=3"], "no parameter"),
+        (["capture", "vector_add", "--param", "n"], "NAME=VALUE"),
+        (["capture", "nope"], "unknown kernel"),
+        (["capture", "matmul_tiled", "--param", "tile=64"], "1024"),
+        (["frobnicate"], "unknown command"),
+    ],
+)
+def test_bad_input_one_line_exit_2(tmp_path, args, words):
+    res = run(*args, "--backend", "sim", "--out", str(tmp_path)) if args[0] == "capture" else run(*args)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_too_much_shared_memory_is_refused():
+    from visualizer.catalog import DeviceLimits, Launch, LaunchError, check_launch
+
+    launch = Launch(grid=(1, 1, 1), block=(128, 1, 1), scalars={}, static_smem=64 * 1024)
+    with pytest.raises(LaunchError, match="static shared memory"):
+        check_launch(launch, DeviceLimits(), "gpu")
+    launch = Launch(grid=(1, 1, 1), block=(128, 1, 1), scalars={}, dynamic_smem=240 * 1024)
+    with pytest.raises(LaunchError, match="232448"):
+        check_launch(launch, DeviceLimits(), "gpu")

@@ -1,0 +1,1 @@
+"""Interactive GPU execution visualizer: host side (runner, trace tables, CLI, app)."""

@@ -1,0 +1,3 @@
+"""FlashAttention and naive attention kernel specs (filled in by the FlashAttention work)."""
+
+SPECS = ()

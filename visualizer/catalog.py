@@ -1,0 +1,395 @@
+"""The kernels the visualizer can run: their parameters, launch geometry, inputs and references.
+
+Host side only (numpy, no numba): the CLI lists kernels and validates launches without starting a
+worker. Each kernel's device code lives in ``kernels/``; the worker compiles it from ``build``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class LaunchError(ValueError):
+    """A launch that cannot or must not run; its message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: int
+    lo: int
+    hi: int
+    help: str
+    choices: tuple[int, ...] = ()  # when set, only these values are allowed
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What a launch is checked against. Defaults are the H200's (what the simulator models)."""
+
+    name: str = "NVIDIA H200 (modelled)"
+    max_threads_per_block: int = 1024
+    max_grid: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    smem_per_block: int = 48 * 1024  # static shared memory, and dynamic without opt-in
+    smem_per_block_optin: int = 232448
+    num_sms: int = 132
+
+
+# The simulator runs one OS thread per CUDA thread (~0.1 ms each, blocks one after another).
+SIM_MAX_THREADS = 65536
+
+
+@dataclass
+class Launch:
+    """Everything the worker needs to launch a kernel once, derived from the parameters."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    scalars: dict[str, int | float]  # non-array kernel arguments by name
+    static_smem: int = 0  # bytes of shared memory the kernel declares
+    dynamic_smem: int = 0
+    tile_steps: int = 0  # size of the tiles buffer's step axis (kernels with tiles)
+    row_state: tuple[int, int, int] | None = None  # (blocks recorded, steps, rows) of the rows buffer
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def threads(self) -> int:
+        return self.blocks * self.threads_per_block
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    title: str
+    summary: str
+    params: tuple[Param, ...]
+    args: tuple[str, ...]  # the kernel's arguments in order: arrays, scalars and trace buffers
+    outputs: tuple[str, ...]
+    plan: Callable[[dict], Launch]
+    make_inputs: Callable[[dict, np.random.Generator], dict[str, np.ndarray]]
+    reference: Callable[[dict, dict], dict[str, np.ndarray]]
+    build: tuple[str, str]  # (module in kernels/, function returning (instrumented, clean))
+    build_args: tuple[str, ...] = ()  # parameters that select a compile-time specialisation
+    tile_operands: tuple[str, ...] = ()
+    row_table: tuple[str, tuple[str, ...]] | None = None  # (table name, value column names)
+    work: Callable[[dict], tuple[float, float]] = lambda p: (0.0, 0.0)  # (bytes moved, flops)
+    deliberately_wrong: bool = False  # a demo whose wrong answer is the point
+    fault_demo: bool = False  # a demo that faults on purpose
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    extra: dict = field(default_factory=dict)
+
+    def defaults(self) -> dict[str, int]:
+        return {p.name: p.default for p in self.params}
+
+    def resolve(self, given: dict[str, object] | None) -> dict[str, int]:
+        """Defaults overridden by ``given``; unknown names or values out of range raise LaunchError."""
+        values = self.defaults()
+        for name, raw in (given or {}).items():
+            param = next((p for p in self.params if p.name == name), None)
+            if param is None:
+                known = ", ".join(p.name for p in self.params)
+                raise LaunchError(f"{self.name} has no parameter {name!r} (it takes: {known})")
+            try:
+                value = int(str(raw).strip())
+            except ValueError:
+                raise LaunchError(f"{name} must be an integer, got {raw!r}") from None
+            if param.choices and value not in param.choices:
+                raise LaunchError(f"{name}={value} is not allowed; choose one of {list(param.choices)}")
+            if not param.lo <= value <= param.hi:
+                raise LaunchError(f"{name}={value} is out of range [{param.lo}, {param.hi}]")
+            values[name] = value
+        return values
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_launch(launch: Launch, limits: DeviceLimits, backend: str) -> None:
+    """Refuse launches the device (or the simulator) cannot run, with a one-line reason."""
+    tpb = launch.threads_per_block
+    if min(launch.block) < 1 or tpb < 1:
+        raise LaunchError(f"block size must be at least 1 thread, got {launch.block}")
+    if tpb > limits.max_threads_per_block:
+        raise LaunchError(
+            f"block of {tpb} threads exceeds the limit of {limits.max_threads_per_block} threads per block"
+        )
+    if min(launch.grid) < 1:
+        raise LaunchError(f"grid must have at least 1 block in each dimension, got {launch.grid}")
+    for axis, (g, lim) in enumerate(zip(launch.grid, limits.max_grid, strict=True)):
+        if g > lim:
+            raise LaunchError(f"grid dimension {'xyz'[axis]}={g} exceeds the device limit {lim}")
+    if launch.static_smem > limits.smem_per_block:
+        raise LaunchError(
+            f"{launch.static_smem} bytes of static shared memory exceed the {limits.smem_per_block}-byte "
+            "per-block limit"
+        )
+    total = launch.static_smem + launch.dynamic_smem
+    if total > limits.smem_per_block_optin:
+        raise LaunchError(
+            f"{total} bytes of shared memory per block exceed the device's {limits.smem_per_block_optin}-byte limit"
+        )
+    if backend == "sim" and launch.threads > SIM_MAX_THREADS:
+        raise LaunchError(
+            f"{launch.threads} threads is too many for the CUDA simulator (limit {SIM_MAX_THREADS} threads: "
+            "it runs one OS thread per CUDA thread); use a smaller launch or the GPU backend"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# vector_add
+
+
+def _vector_add_plan(p: dict) -> Launch:
+    return Launch(grid=(ceil_div(p["n"], p["block"]), 1, 1), block=(p["block"], 1, 1), scalars={"n": p["n"]})
+
+
+def _vector_add_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = p["n"]
+    return {
+        "a": rng.standard_normal(n, dtype=np.float32),
+        "b": rng.standard_normal(n, dtype=np.float32),
+        "c": np.zeros(n, np.float32),
+    }
+
+
+VECTOR_ADD = KernelSpec(
+    name="vector_add",
+    title="Vector add",
+    summary="c[i] = a[i] + b[i], one thread per element; threads past n idle.",
+    params=(
+        Param("n", 1000, 1, 2**30, "number of elements"),
+        Param("block", 128, 0, 2048, "threads per block"),  # range admits 0/2048 so checks say why
+    ),
+    args=("a", "b", "c", "n", "trace", "active"),
+    outputs=("c",),
+    plan=_vector_add_plan,
+    make_inputs=_vector_add_inputs,
+    reference=lambda x, p: {"c": x["a"] + x["b"]},
+    build=("kernels.vector_add", "vector_add"),
+    work=lambda p: (12.0 * p["n"], float(p["n"])),
+    atol=0.0,
+    rtol=0.0,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul
+
+
+def _matmul_plan(p: dict) -> Launch:
+    n, tile = p["n"], p["tile"]
+    g = ceil_div(n, tile)
+    return Launch(grid=(g, g, 1), block=(tile, tile, 1), scalars={"n": n})
+
+
+def _matmul_tiled_plan(p: dict) -> Launch:
+    launch = _matmul_plan(p)
+    launch.static_smem = 2 * p["tile"] * p["tile"] * 4  # sA and sB, float32
+    launch.tile_steps = ceil_div(p["n"], p["tile"])
+    return launch
+
+
+def _matmul_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = p["n"]
+    return {
+        "A": rng.standard_normal((n, n), dtype=np.float32),
+        "B": rng.standard_normal((n, n), dtype=np.float32),
+        "C": np.zeros((n, n), np.float32),
+    }
+
+
+def _matmul_reference(x: dict, p: dict) -> dict[str, np.ndarray]:
+    return {"C": (x["A"].astype(np.float64) @ x["B"].astype(np.float64)).astype(np.float32)}
+
+
+_MATMUL_PARAMS = (
+    Param("n", 48, 1, 16384, "matrix size (n x n)"),
+    Param("tile", 16, 0, 64, "tile edge: blocks are tile x tile threads"),
+)
+
+MATMUL_NAIVE = KernelSpec(
+    name="matmul_naive",
+    title="Matrix multiply (naive)",
+    summary="C = A @ B, one thread per element of C, every operand read from global memory.",
+    params=_MATMUL_PARAMS,
+    args=("A", "B", "C", "n", "trace", "active"),
+    outputs=("C",),
+    plan=_matmul_plan,
+    make_inputs=_matmul_inputs,
+    reference=_matmul_reference,
+    build=("kernels.matmul", "matmul_naive"),
+    work=lambda p: (12.0 * p["n"] ** 2, 2.0 * p["n"] ** 3),
+    rtol=1e-4,
+    atol=1e-4,
+)
+
+MATMUL_TILED = KernelSpec(
+    name="matmul_tiled",
+    title="Matrix multiply (shared-memory tiles)",
+    summary="C = A @ B; each block stages tile x tile pieces of A and B in shared memory, "
+    "with syncthreads before and after using them.",
+    params=_MATMUL_PARAMS,
+    args=("A", "B", "C", "n", "trace", "active", "tiles"),
+    outputs=("C",),
+    plan=_matmul_tiled_plan,
+    make_inputs=_matmul_inputs,
+    reference=_matmul_reference,
+    build=("kernels.matmul", "matmul_tiled_kernels"),
+    build_args=("tile",),
+    tile_operands=("A", "B"),
+    work=lambda p: (12.0 * p["n"] ** 2, 2.0 * p["n"] ** 3),
+    rtol=1e-4,
+    atol=1e-4,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# reduction
+
+TREE_BLOCKS_RECORDED = 16  # blocks whose every tree level is recorded (keeps the buffer small)
+
+
+def _reduction_plan(p: dict) -> Launch:
+    n, block = p["n"], p["block"]
+    if block < 1 or block & (block - 1):
+        raise LaunchError(f"block={block} must be a power of two for the tree reduction")
+    blocks = ceil_div(n, block)
+    levels = int(math.log2(block)) + 1
+    return Launch(
+        grid=(blocks, 1, 1),
+        block=(block, 1, 1),
+        scalars={"n": n},
+        static_smem=4 * block,
+        row_state=(min(blocks, TREE_BLOCKS_RECORDED), levels, block),
+    )
+
+
+def _reduction_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    # small integers: every partial sum is exact in float32, so any difference is a real error
+    x = rng.integers(0, 10, p["n"]).astype(np.float32)
+    return {"x": x, "partial": np.zeros(ceil_div(p["n"], p["block"]), np.float32)}
+
+
+def _reduction_reference(x: dict, p: dict) -> dict[str, np.ndarray]:
+    n, block = p["n"], p["block"]
+    padded = np.zeros(ceil_div(n, block) * block, np.float64)
+    padded[:n] = x["x"]
+    return {"partial": padded.reshape(-1, block).sum(axis=1).astype(np.float32)}
+
+
+_REDUCTION_PARAMS = (
+    Param("n", 1000, 1, 2**30, "number of elements"),
+    Param("block", 128, 0, 2048, "threads per block (a power of two)"),
+)
+
+REDUCTION = KernelSpec(
+    name="reduction",
+    title="Reduction (shared-memory tree)",
+    summary="Each block sums its slice in shared memory, halving the active threads each level, "
+    "with syncthreads between levels; out: one partial sum per block.",
+    params=_REDUCTION_PARAMS,
+    args=("x", "partial", "n", "trace", "active", "rows"),
+    outputs=("partial",),
+    plan=_reduction_plan,
+    make_inputs=_reduction_inputs,
+    reference=_reduction_reference,
+    build=("kernels.reduction", "reduction_kernels"),
+    build_args=("block",),
+    row_table=("reduction_tree", ("value",)),
+    work=lambda p: (4.0 * p["n"], float(p["n"])),
+    rtol=0.0,
+    atol=0.0,
+)
+
+REDUCTION_RACE = KernelSpec(
+    name="reduction_race",
+    title="Reduction without the barrier (race demo)",
+    summary="DELIBERATE RACE: the same tree reduction with the syncthreads between levels removed, "
+    "so threads read partial sums before they are written. Its wrong answer is the lesson.",
+    params=_REDUCTION_PARAMS,
+    args=REDUCTION.args,
+    outputs=REDUCTION.outputs,
+    plan=_reduction_plan,
+    make_inputs=_reduction_inputs,
+    reference=_reduction_reference,
+    build=("kernels.reduction", "reduction_race_kernels"),
+    build_args=("block",),
+    row_table=REDUCTION.row_table,
+    work=REDUCTION.work,
+    deliberately_wrong=True,
+    rtol=0.0,
+    atol=0.0,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# a kernel that faults on purpose (the runner must survive it)
+
+
+OUT_OF_BOUNDS_WRITE = KernelSpec(
+    name="out_of_bounds_write",
+    title="Out-of-bounds write (fault demo)",
+    summary="FAULTS ON PURPOSE: every thread writes 2^36 elements past its array. "
+    "The GPU reports an illegal address; the runner recovers for the next launch.",
+    params=(Param("n", 256, 1, 65536, "threads"), Param("block", 128, 0, 2048, "threads per block")),
+    args=("c", "offset", "trace", "active"),
+    outputs=("c",),
+    plan=lambda p: Launch(
+        grid=(ceil_div(p["n"], p["block"]), 1, 1), block=(p["block"], 1, 1), scalars={"offset": 2**36}
+    ),
+    make_inputs=lambda p, rng: {"c": np.zeros(p["n"], np.float32)},
+    reference=lambda x, p: {"c": np.ones(p["n"], np.float32)},
+    build=("kernels.faults", "out_of_bounds_write"),
+    fault_demo=True,
+)
+
+
+KERNELS: dict[str, KernelSpec] = {
+    k.name: k
+    for k in (VECTOR_ADD, MATMUL_NAIVE, MATMUL_TILED, REDUCTION, REDUCTION_RACE, OUT_OF_BOUNDS_WRITE)
+}
+
+
+def register(spec: KernelSpec) -> None:
+    KERNELS[spec.name] = spec
+
+
+def get(name: str) -> KernelSpec:
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise LaunchError(f"unknown kernel {name!r}; known kernels: {', '.join(KERNELS)}") from None
+
+
+def plan_launch(
+    name: str, params: dict | None, backend: str = "sim", limits: DeviceLimits | None = None
+) -> tuple[KernelSpec, dict[str, int], Launch]:
+    """Resolve parameters and check the launch; raises LaunchError with a one-line message."""
+    spec = get(name)
+    values = spec.resolve(params)
+    for size in ("block", "tile"):
+        if size in values and values[size] < 1:
+            raise LaunchError(f"{size} must be at least 1 thread, got {values[size]}")
+    launch = spec.plan(values)
+    check_launch(launch, limits or DeviceLimits(), backend)
+    return spec, values, launch
+
+
+# Kernels defined in their own host modules register here (imported last: they use the classes above).
+from visualizer.attention_specs import SPECS as _ATTENTION_SPECS  # noqa: E402
+
+for _spec in _ATTENTION_SPECS:
+    register(_spec)
