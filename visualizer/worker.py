@@ -337,7 +337,10 @@ def serve(conn, backend_name: str) -> None:
             detail = traceback.format_exc(limit=-3)
             conn.send(("fatal" if fatal else "error", one_line(exc), detail))
             if fatal:
-                return  # a faulted CUDA context is unusable: exit so the runner starts a fresh one
+                # A faulted CUDA context is unusable, and freeing its memory at exit only repeats the
+                # error: leave at once so the runner starts a fresh worker.
+                conn.close()
+                os._exit(3)
 
 
 def is_fatal_cuda_error(exc: BaseException) -> bool:
