@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
+from multiprocessing.connection import Connection
+from pathlib import Path
 
 from visualizer.catalog import LaunchError, plan_launch
 from visualizer.trace import Capture, build_capture
@@ -49,10 +54,7 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def _worker_main(conn, backend):  # runs in the child process
-    from visualizer.worker import serve
-
-    serve(conn, backend)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Runner:
@@ -69,14 +71,22 @@ class Runner:
 
     # --- process management ----------------------------------------------------------------
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(
-            target=_worker_main, args=(child, self.backend), daemon=True, name=f"kernel-{self.backend}"
+        # A fresh interpreter (not fork: never copy a process that may hold a CUDA context; not
+        # multiprocessing's spawn: it re-imports the caller's __main__, e.g. a test or app script).
+        parent, child = socket.socketpair()
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "visualizer.worker", str(child.fileno()), self.backend],
+            pass_fds=[child.fileno()],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
         )
-        proc.start()
         child.close()
-        self._proc, self._conn = proc, parent
+        self._proc, self._conn = proc, Connection(parent.detach())
         kind, *payload = self._receive(START_TIMEOUT_S, None, "starting the worker")
         if kind != "ready":
             self._stop()
@@ -89,10 +99,12 @@ class Runner:
                 self._conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
-            self._proc.join(timeout=2)
-            if self._proc.is_alive():
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
                 self._proc.kill()
-                self._proc.join(timeout=5)
+                self._proc.wait(timeout=5)
+            self._conn.close()
         self._proc = self._conn = None
 
     def _receive(self, timeout: float, progress, what: str):
@@ -110,7 +122,7 @@ class Runner:
             except (EOFError, OSError):
                 ready = True
             if not ready:
-                if not self._proc.is_alive():
+                if self._proc.poll() is not None:
                     return self._died(what)
                 continue
             try:
@@ -128,7 +140,7 @@ class Runner:
             return msg
 
     def _died(self, what: str):
-        code = self._proc.exitcode if self._proc is not None else None
+        code = self._proc.poll() if self._proc is not None else None
         self._stop()
         self.restarts += 1
         raise KernelError(
@@ -148,7 +160,7 @@ class Runner:
     # --- the one thing callers do ------------------------------------------------------------
     def info(self) -> dict:
         with self._lock:
-            if self._proc is None or not self._proc.is_alive():
+            if self._proc is None or self._proc.poll() is not None:
                 self._start()
             return dict(self.device_info)
 
@@ -174,7 +186,7 @@ class Runner:
         if self.backend == "sim":
             plan_launch(kernel, params, "sim")  # refuse bad input before starting a worker
         with self._lock:
-            if self._proc is None or not self._proc.is_alive():
+            if self._proc is None or self._proc.poll() is not None:
                 self._start()
             self._conn.send(request)
             reply = self._receive(timeout or self.run_timeout, progress, f"running {kernel}")

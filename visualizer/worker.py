@@ -353,3 +353,9 @@ def is_fatal_cuda_error(exc: BaseException) -> bool:
 def one_line(exc: BaseException) -> str:
     msg = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {msg}"[:500]
+
+
+if __name__ == "__main__":
+    from multiprocessing.connection import Connection
+
+    serve(Connection(int(sys.argv[1])), sys.argv[2])

@@ -1,0 +1,29 @@
+"""Entry point: ``streamlit run visualizer/app.py``. Navigation, the sidebar, and the timing panel."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # streamlit puts only this file's folder on sys.path
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from visualizer.ui.sidebar import sidebar  # noqa: E402
+from visualizer.ui.timing import timing_panel  # noqa: E402
+
+st.set_page_config(page_title="GPU execution visualizer", page_icon="🟩", layout="wide")
+
+PAGES = [
+    st.Page("app_pages/overview.py", title="Overview", icon="🏠", default=True),
+    st.Page("app_pages/grid.py", title="Grid layout", icon="🧱"),
+    st.Page("app_pages/scheduling.py", title="Warp & SM scheduling", icon="⏱️"),
+    st.Page("app_pages/shared_memory.py", title="Shared memory", icon="🧩"),
+    st.Page("app_pages/memory_flow.py", title="Memory flow", icon="🔁"),
+    st.Page("app_pages/occupancy.py", title="Occupancy", icon="📈"),
+    st.Page("app_pages/flash_attention.py", title="FlashAttention", icon="⚡"),
+]
+page = st.navigation(PAGES)
+sidebar()
+timing_panel()
+page.run()

@@ -1,0 +1,1 @@
+"""Pure Plotly figure builders: DataFrame in, go.Figure out. No Streamlit in here."""

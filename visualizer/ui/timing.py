@@ -1,0 +1,77 @@
+"""Live timing beside every page, in a fragment so refreshing it never restarts an animation."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import streamlit as st
+
+from visualizer import catalog
+from visualizer.runner import KernelError
+from visualizer.ui.session import runner_for
+
+
+def numpy_baseline_ms(cap) -> float:
+    """The kernel's numpy reference on this CPU, median of 3 (a baseline, not the kernel)."""
+    spec = catalog.get(cap.launch["kernel"])
+    inputs = {**cap.inputs, **{k: np.zeros_like(v) for k, v in cap.outputs.items()}}
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        spec.reference(inputs, cap.launch["params"])
+        times.append((time.perf_counter() - t) * 1e3)
+    return float(np.median(times))
+
+
+def _fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "–"
+    return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.2f} ms"
+
+
+@st.fragment
+def timing_panel() -> None:
+    cap = st.session_state.get("capture")
+    with st.sidebar:
+        st.markdown("### Timing")
+        if cap is None:
+            st.caption("Run a kernel to time it.")
+            return
+        if st.button(
+            "Time again", key="retime", help="Re-launch and re-time this kernel; the page does not rerun"
+        ):
+            try:
+                fresh = runner_for(cap.launch["backend"]).capture(cap.launch["kernel"], cap.launch["params"])
+                st.session_state.setdefault("timing_history", []).append(fresh.timing)
+                cap.timing.update(fresh.timing)
+            except (catalog.LaunchError, KernelError) as exc:
+                st.error(str(exc))
+        t = cap.timing
+        if cap.measured:
+            st.caption("Measured on the GPU with CUDA events (median after warm-up).")
+            c1, c2 = st.columns(2)
+            c1.metric("clean kernel", _fmt_ms(t.get("clean_ms")))
+            c2.metric(
+                "instrumented",
+                _fmt_ms(t.get("instrumented_ms")),
+                delta=f"×{t['overhead_ratio']:.2f}" if t.get("overhead_ratio") else None,
+                delta_color="off",
+            )
+            peak = cap.launch.get("peak_bandwidth_gbs")
+            if t.get("clean_gbs"):
+                share = f" ({t['clean_gbs'] / peak:.0%} of {peak:,.0f} GB/s peak)" if peak else ""
+                st.caption(f"effective {t['clean_gbs']:,.1f} GB/s{share} · {t['clean_gflops']:,.1f} GFLOP/s")
+            if t.get("torch_ms"):
+                st.caption(f"torch on this GPU: {_fmt_ms(t['torch_ms'])} ({t.get('torch_op', '')})")
+        else:
+            st.caption(
+                "Simulator wall time on the CPU: not GPU time; the ratio only shows the probes' cost here."
+            )
+            c1, c2 = st.columns(2)
+            c1.metric("simulated (clean)", _fmt_ms(t.get("clean_ms")))
+            c2.metric("simulated (instrumented)", _fmt_ms(t.get("instrumented_ms")))
+        st.caption(f"numpy on the CPU (baseline): {_fmt_ms(numpy_baseline_ms(cap))}")
+        history = st.session_state.get("timing_history", [])
+        if history:
+            st.caption("re-timed: " + ", ".join(_fmt_ms(h.get("clean_ms")) for h in history[-5:]))
