@@ -7,6 +7,8 @@ integers checked against each kernel's declared ranges before any launch.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import streamlit as st
@@ -64,9 +66,50 @@ def runner_for(backend: str):
     return get_runner(backend)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def cached_capture(kernel: str, params: tuple, backend: str, seed: int, _progress=None) -> Capture:
-    return runner_for(backend).capture(kernel, dict(params), seed=seed, progress=_progress)
+class CaptureCache:
+    """Captures shared by every browser session, least recently used dropped first.
+
+    Not st.cache_data: a miss must drive a progress bar while the simulator runs, and cache_data
+    cannot replay Streamlit elements created outside the cached function. Captures are read-only.
+    """
+
+    def __init__(self, max_entries: int = 48):
+        self.max_entries = max_entries
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        return None
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_entries:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+@st.cache_resource(show_spinner=False)
+def capture_cache() -> CaptureCache:
+    return CaptureCache()
+
+
+def cached_capture(kernel: str, params: tuple, backend: str, seed: int = 0, progress=None) -> Capture:
+    """The capture of (kernel, params, backend, seed), launched only the first time it is asked for."""
+    key = (kernel, tuple(sorted(params)), backend, seed)
+    cap = capture_cache().get(key)
+    if cap is None:
+        cap = runner_for(backend).capture(kernel, dict(params), seed=seed, progress=progress)
+        capture_cache().put(key, cap)
+    return cap
 
 
 def backend_badge(cap: Capture) -> str:
@@ -95,7 +138,7 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
             def progress(done, total):
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks simulated")
 
-            cap = cached_capture(config.kernel, config.params, backend, seed, _progress=progress)
+            cap = cached_capture(config.kernel, config.params, backend, seed, progress=progress)
             status.update(label=f"Ran {config.kernel} on {cap.launch['device_name']}", state="complete")
         return cap, None
     except (LaunchError, KernelError) as exc:

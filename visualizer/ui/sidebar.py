@@ -88,6 +88,7 @@ def sidebar() -> None:
             st.session_state.run_error = error
             if cap is not None:
                 st.session_state.capture = cap
+                st.session_state.timing_history = []
 
         if st.session_state.get("url_error"):
             st.error(st.session_state.url_error)

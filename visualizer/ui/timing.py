@@ -44,10 +44,10 @@ def timing_panel() -> None:
             try:
                 fresh = runner_for(cap.launch["backend"]).capture(cap.launch["kernel"], cap.launch["params"])
                 st.session_state.setdefault("timing_history", []).append(fresh.timing)
-                cap.timing.update(fresh.timing)
             except (catalog.LaunchError, KernelError) as exc:
                 st.error(str(exc))
-        t = cap.timing
+        history = st.session_state.get("timing_history", [])
+        t = history[-1] if history else cap.timing  # captures are shared: never modify them
         if cap.measured:
             st.caption("Measured on the GPU with CUDA events (median after warm-up).")
             c1, c2 = st.columns(2)
@@ -72,6 +72,5 @@ def timing_panel() -> None:
             c1.metric("simulated (clean)", _fmt_ms(t.get("clean_ms")))
             c2.metric("simulated (instrumented)", _fmt_ms(t.get("instrumented_ms")))
         st.caption(f"numpy on the CPU (baseline): {_fmt_ms(numpy_baseline_ms(cap))}")
-        history = st.session_state.get("timing_history", [])
         if history:
             st.caption("re-timed: " + ", ".join(_fmt_ms(h.get("clean_ms")) for h in history[-5:]))

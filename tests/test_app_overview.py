@@ -1,0 +1,49 @@
+"""The app through its entrypoint: first visit runs the URL's kernel; bad links and launches say why."""
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+
+
+def _app(**query):
+    at = AppTest.from_file(ENTRY, default_timeout=120)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at
+
+
+def test_first_visit_runs_and_badges_the_backend():
+    at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
+    assert not at.exception, [e.value for e in at.exception]
+    badges = " ".join(m.value for m in at.sidebar.markdown)
+    assert "CUDA simulator on CPU" in badges
+    assert any("matches the numpy reference" in s.value for s in at.success)
+    assert at.query_params["kernel"] == ["vector_add"] or at.query_params["kernel"] == "vector_add"
+
+
+def test_malformed_link_falls_back_with_error():
+    at = _app(kernel="vector_add", backend="sim", block="banana").run()
+    assert not at.exception
+    assert any("Bad link" in e.value and "integer" in e.value for e in at.sidebar.error)
+    at = _app(kernel="no_such_kernel").run()
+    assert not at.exception
+    assert any("unknown kernel" in e.value for e in at.sidebar.error)
+
+
+def test_impossible_launch_shows_error_not_traceback():
+    at = _app(kernel="vector_add", backend="sim", n="100", block="0").run()
+    assert not at.exception
+    assert any("at least 1" in e.value for e in at.sidebar.error)
+    at = _app(kernel="vector_add", backend="sim", n="5000000", block="256").run()
+    assert not at.exception
+    assert any("simulator" in e.value for e in at.sidebar.error)
+
+
+def test_run_button_relaunches_with_new_params():
+    at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
+    at.number_input(key="param_vector_add_n").set_value(70)  # inside the Run form: applies on submit
+    at.sidebar.button[0].click().run()
+    assert not at.exception
+    assert at.session_state.capture.launch["params"]["n"] == 70
