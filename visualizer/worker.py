@@ -46,6 +46,9 @@ class Backend:
         self.progress = progress
         self.simulator = name == "sim"
         if self.simulator:
+            from visualizer import fastsim
+
+            fastsim.install()  # event-driven syncthreads instead of a busy-polling manager
             self._install_progress_hook()
         elif not cuda.is_available():
             raise RuntimeError("no CUDA GPU is available to numba-cuda on this machine")
