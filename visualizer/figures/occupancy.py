@@ -1,0 +1,503 @@
+"""Occupancy figures: the calculator's sweeps and limits (modelled) and active warps over time.
+
+Builders are pure (numbers or DataFrames in, ``go.Figure`` out). The data helpers turn a threads
+table into active warps per SM over time with an event sweep (measured on a GPU), or model the same
+for the CUDA simulator, whose blocks run one at a time and so say nothing about occupancy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from visualizer.occupancy import (
+    LIMIT_NAMES,
+    WARP_SIZE,
+    Arch,
+    Occupancy,
+    get_arch,
+    occupancy,
+    sweep_registers,
+    sweep_shared_memory,
+    sweep_threads,
+)
+
+KB = 1024
+LINE_COLOUR = "#1f77b4"
+CURRENT_COLOUR = "#d62728"
+LIMITER_COLOUR = "#d62728"
+OTHER_COLOUR = "#9aa5b1"
+ACHIEVED_COLOUR = "#2ca02c"
+BUILD_COLOURS = {"instrumented": "#ff7f0e", "clean": "#2ca02c"}
+LIMIT_LABELS = {
+    "warps": "warps",
+    "registers": "registers",
+    "shared_memory": "shared memory",
+    "blocks": "block slots",
+    "barriers": "barriers",
+}
+IMPACT_TITLES = (
+    "Impact of varying block size",
+    "Impact of varying register count per thread",
+    "Impact of varying shared memory usage per block",
+)
+CURRENT_NAME = "this configuration"
+SIM_ACHIEVED_SOURCE = (
+    "modelled (simulator: blocks run one at a time, achieved occupancy is not meaningful; "
+    "here blocks fill the SMs in waves of SMs × blocks/SM, each lasting one block-time)"
+)
+
+
+def modelled_label(arch: str | Arch) -> str:
+    return f"modelled (CUDA occupancy formula, {get_arch(arch).label})"
+
+
+def max_dynamic_smem_optin(arch: str | Arch, smem_static: int) -> int:
+    """Largest dynamic shared memory a kernel can opt in to; the what-if charts assume it did."""
+    return max(0, get_arch(arch).smem_per_block_optin - smem_static)
+
+
+def occupancy_opted_in(
+    arch: str | Arch, threads: int, regs: int, smem_dynamic: int = 0, smem_static: int = 0
+) -> Occupancy:
+    """:func:`occupancy` for a kernel that raised its dynamic shared-memory maximum to the opt-in limit.
+
+    Below the 48 KB default this gives the same block count as the default; above it, it is what a
+    kernel that calls cudaFuncSetAttribute gets.
+    """
+    return occupancy(
+        arch,
+        threads,
+        regs,
+        smem_dynamic,
+        smem_static,
+        max_dynamic_smem=max_dynamic_smem_optin(arch, smem_static),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Calculator figures (modelled)
+
+
+def _hover(points: list[tuple[int, Occupancy]]) -> np.ndarray:
+    return np.array([[r.blocks_per_sm, 100 * r.occupancy] for _, r in points])
+
+
+def impact_figure(
+    arch: str | Arch,
+    threads: int,
+    regs: int,
+    smem_dynamic: int = 0,
+    smem_static: int = 0,
+    kernel_regs: dict[str, int] | None = None,
+) -> go.Figure:
+    """Three step charts as in Nsight Compute's occupancy section: warps per SM as one input varies.
+
+    The current configuration is a red marker in each panel; ``kernel_regs`` ({"instrumented": 40,
+    "clean": 22}) draws the compiled builds' register counts as vertical lines.
+    """
+    spec = get_arch(arch)
+    optin = max_dynamic_smem_optin(spec, smem_static)
+    current = occupancy_opted_in(spec, threads, regs, smem_dynamic, smem_static)
+    panels = [
+        (
+            sweep_threads(spec, regs, smem_dynamic, smem_static, current=threads, max_dynamic_smem=optin),
+            threads,
+            1,
+            "threads per block",
+            [0, spec.max_threads_per_block + WARP_SIZE],
+        ),
+        (
+            sweep_registers(spec, threads, smem_dynamic, smem_static, max_dynamic_smem=optin),
+            regs,
+            1,
+            "registers per thread",
+            [0, spec.max_regs_per_thread + 1],
+        ),
+        (
+            sweep_shared_memory(
+                spec, threads, regs, smem_static, current=smem_dynamic, max_dynamic_smem=optin
+            ),
+            smem_dynamic,
+            KB,
+            "dynamic shared memory per block (KB)",
+            [0, max(optin, smem_dynamic) / KB * 1.02 + 1],
+        ),
+    ]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=IMPACT_TITLES, horizontal_spacing=0.07)
+    y_top = spec.max_warps_per_sm * 1.1
+    for col, (points, x_now, unit, x_title, x_range) in enumerate(panels, start=1):
+        fig.add_trace(
+            go.Scatter(
+                x=[x / unit for x, _ in points],
+                y=[r.warps_per_sm for _, r in points],
+                customdata=_hover(points),
+                mode="lines",
+                line={"shape": "hv", "color": LINE_COLOUR, "width": 2},
+                name="warps per SM",
+                legendgroup="sweep",
+                showlegend=col == 1,
+                hovertemplate=f"{x_title} %{{x}}<br>%{{y}} warps/SM = %{{customdata[0]}} blocks"
+                "<br>occupancy %{customdata[1]:.1f}%<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[x_now / unit],
+                y=[current.warps_per_sm],
+                mode="markers",
+                marker={"size": 13, "color": CURRENT_COLOUR, "line": {"width": 2, "color": "white"}},
+                name=CURRENT_NAME,
+                legendgroup="current",
+                showlegend=col == 1,
+                hovertemplate=f"{CURRENT_NAME}: {x_title} %{{x}}<br>%{{y}} warps/SM "
+                f"({100 * current.occupancy:.1f}%)<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.update_xaxes(title_text=x_title, range=x_range, autorange=False, row=1, col=col)
+        fig.update_yaxes(range=[0, y_top], autorange=False, row=1, col=col)
+    for build, count in (kernel_regs or {}).items():
+        fig.add_trace(
+            go.Scatter(
+                x=[count, count],
+                y=[0, spec.max_warps_per_sm],
+                mode="lines",
+                line={"dash": "dot", "width": 2, "color": BUILD_COLOURS.get(build, "#7f7f7f")},
+                name=f"{build} build: {count} regs/thread",
+                hovertemplate=f"the {build} build compiled to {count} registers per thread<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    fig.update_yaxes(title_text="active warps per SM", row=1, col=1)
+    fig.update_layout(
+        title={"text": f"Theoretical occupancy — {modelled_label(spec)}"},
+        height=380,
+        margin={"t": 90, "b": 50, "l": 60, "r": 20},
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return fig
+
+
+def limits_figure(result: Occupancy) -> go.Figure:
+    """Blocks per SM each limit allows; the limiter(s) in red, the resulting count as a dashed line.
+
+    Limits far above the hardware's block slots (e.g. 228 blocks of 1 KB shared memory) would flatten
+    the chart, so bars are cut at twice the block-slot limit and say so in their text.
+    """
+    names = list(LIMIT_NAMES)
+    values = [result.limits[n] for n in names]
+    cap = 2 * result.arch.max_blocks_per_sm
+    texts, heights, cut = [], [], []
+    for name, value in zip(names, values, strict=True):
+        heights.append(min(value or 0, cap))
+        cut.append(value is not None and value > cap)
+        if value is None:
+            texts.append("not in the formula before sm_90" if name == "barriers" else "no limit")
+        else:
+            texts.append(f"{value} (bar cut)" if value > cap else str(value))
+    fig = go.Figure(
+        go.Bar(
+            x=[LIMIT_LABELS[n] for n in names],
+            y=heights,
+            text=texts,
+            textposition="outside",
+            cliponaxis=False,
+            marker={
+                "color": [LIMITER_COLOUR if n in result.limiters else OTHER_COLOUR for n in names],
+                "pattern": {"shape": ["/" if c else "" for c in cut]},
+            },
+            customdata=names,
+            hovertemplate="%{x}: %{text} blocks per SM<extra></extra>",
+            name="blocks per SM allowed",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[LIMIT_LABELS[names[0]], LIMIT_LABELS[names[-1]]],
+            y=[result.blocks_per_sm] * 2,
+            mode="lines",
+            line={"dash": "dash", "color": "black", "width": 1},
+            name=f"active blocks per SM = {result.blocks_per_sm}",
+        )
+    )
+    limiter_text = " and ".join(LIMIT_LABELS[n] for n in result.limiters)
+    fig.update_layout(
+        title={
+            "text": f"Blocks per SM allowed by each limit (limiter: {limiter_text})"
+            f"<br><sup>{modelled_label(result.arch)}</sup>"
+        },
+        yaxis={"title": "blocks per SM", "range": [0, cap * 1.2], "autorange": False},
+        height=380,
+        showlegend=True,
+        legend={"orientation": "h", "y": -0.2},
+        margin={"t": 80, "b": 50},
+    )
+    return fig
+
+
+def measured_points_figure(
+    history: list[dict], arch: str | Arch, regs: int, smem_static: int = 0, smem_dynamic: int = 0
+) -> go.Figure:
+    """The predicted occupancy-vs-block-size curve with each run's achieved occupancy as a point.
+
+    ``history`` rows: threads, achieved and theoretical (fractions 0..1), kernel, source.
+    """
+    spec = get_arch(arch)
+    points = sweep_threads(
+        spec, regs, smem_dynamic, smem_static, max_dynamic_smem=max_dynamic_smem_optin(spec, smem_static)
+    )
+    fig = go.Figure(
+        go.Scatter(
+            x=[x for x, _ in points],
+            y=[100 * r.occupancy for _, r in points],
+            mode="lines",
+            line={"shape": "hv", "color": LINE_COLOUR, "width": 2},
+            name=f"predicted, {regs} regs/thread, {smem_static + smem_dynamic} B shared memory",
+            hovertemplate="%{x} threads/block: %{y:.1f}% predicted<extra></extra>",
+        )
+    )
+    if history:
+        threads = [h["threads"] for h in history]
+        labels = [f"{h.get('kernel', '')} {h.get('params', '')}<br>{h.get('source', '')}" for h in history]
+        fig.add_trace(
+            go.Scatter(
+                x=threads,
+                y=[100 * h["theoretical"] for h in history],
+                mode="markers",
+                marker={"symbol": "circle-open", "size": 13, "color": CURRENT_COLOUR, "line": {"width": 2}},
+                name="theoretical for that run",
+                text=labels,
+                hovertemplate="%{x} threads/block: %{y:.1f}% theoretical<br>%{text}<extra></extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=threads,
+                y=[100 * h["achieved"] for h in history],
+                mode="markers+text",
+                marker={"size": 11, "color": ACHIEVED_COLOUR},
+                text=[str(i + 1) for i in range(len(history))],
+                textposition="top center",
+                customdata=labels,
+                name="achieved in that run",
+                hovertemplate="run %{text}: %{x} threads/block, %{y:.1f}% achieved<br>%{customdata}"
+                "<extra></extra>",
+            )
+        )
+    sources = sorted({h.get("source", "") for h in history} - {""})
+    runs = f"runs: {'; '.join(sources)}" if sources else "no runs yet"
+    fig.update_layout(
+        title={
+            "text": f"Occupancy vs block size<br><sup>curve: {modelled_label(spec)}; {runs}</sup>",
+        },
+        xaxis={"title": "threads per block", "range": [0, spec.max_threads_per_block + WARP_SIZE]},
+        yaxis={"title": "occupancy (% of max warps per SM)", "range": [0, 110], "autorange": False},
+        height=400,
+        legend={"orientation": "h", "y": -0.2},
+        margin={"t": 80},
+    )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------
+# Achieved occupancy: active warps per SM over time
+
+
+def _sweep(sm: np.ndarray, start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> pd.DataFrame:
+    """Active warps per SM after each event time: +weight at each start, -weight at each end."""
+    times = np.concatenate([start, end]).astype(np.float64)
+    deltas = np.concatenate([weight, -weight]).astype(np.int64)
+    sms = np.concatenate([sm, sm]).astype(np.int64)
+    order = np.lexsort((deltas, times, sms))  # per SM by time; at equal times ends count first
+    # Each SM's deltas sum to zero, so one running sum over the SM-sorted events restarts per SM.
+    events = pd.DataFrame(
+        {"sm": sms[order], "t": times[order], "active_warps": np.cumsum(deltas[order])},
+    )
+    return events.drop_duplicates(["sm", "t"], keep="last").reset_index(drop=True)
+
+
+def active_warps_over_time(threads: pd.DataFrame, launch: dict) -> pd.DataFrame:
+    """Active warps per SM over time from a measured threads table (columns sm, t, active_warps).
+
+    Each (block, warp) is active from its first thread's start to its last thread's end on its SM;
+    ``active_warps`` holds from ``t`` until the SM's next row.
+    """
+    warps = threads.groupby(["block", "warp"], sort=False, observed=True).agg(
+        sm=("sm", "first"), start=("t_start_ns", "min"), end=("t_end_ns", "max")
+    )
+    ones = np.ones(len(warps), np.int64)
+    events = _sweep(warps["sm"].to_numpy(), warps["start"].to_numpy(), warps["end"].to_numpy(), ones)
+    events.attrs.update(
+        source=launch["source"],
+        time_unit="ns",
+        num_sms=int(launch["num_sms"]),
+        blocks=int(launch["blocks"]),
+        warps_per_block=-(-int(launch["threads_per_block"]) // WARP_SIZE),
+        # The tail: after the last block has started no SM gets new work, so they drain.
+        tail_start=float(warps.groupby(level="block")["start"].min().max()) if len(warps) else 0.0,
+    )
+    return events
+
+
+def modelled_active_warps(launch: dict, blocks_per_sm: int) -> pd.DataFrame:
+    """Active warps per SM if blocks filled the SMs in waves, each block lasting one block-time.
+
+    For the simulator, whose recorded times are one block after another: block i runs on SM
+    ``i % num_sms`` during wave ``i // (num_sms * blocks_per_sm)``. Same columns as
+    :func:`active_warps_over_time`; time is in block-times.
+    """
+    num_sms, blocks = int(launch["num_sms"]), int(launch["blocks"])
+    warps_per_block = -(-int(launch["threads_per_block"]) // WARP_SIZE)
+    ids = np.arange(blocks if blocks_per_sm > 0 else 0, dtype=np.int64)
+    per_wave = max(1, num_sms * blocks_per_sm)
+    wave = ids // per_wave
+    weight = np.full(len(ids), warps_per_block, np.int64)
+    events = _sweep(ids % num_sms, wave, wave + 1, weight)
+    events.attrs.update(
+        source=SIM_ACHIEVED_SOURCE,
+        time_unit="block-times",
+        num_sms=num_sms,
+        blocks=blocks,
+        warps_per_block=warps_per_block,
+        # Only a partial last wave after full ones is a tail; a single partial wave is the whole run.
+        tail_start=float(wave[-1]) if len(wave) and wave[-1] > 0 and blocks % per_wave else None,
+    )
+    return events
+
+
+def _sm_areas(active: pd.DataFrame):
+    """Per SM: event times and the cumulative warp-time (area under its step curve) at each."""
+    for sm, group in active.groupby("sm", sort=True):
+        t = group["t"].to_numpy()
+        warps = group["active_warps"].to_numpy()
+        area = np.concatenate([[0.0], np.cumsum(warps[:-1] * np.diff(t))])
+        yield sm, t, warps, area
+
+
+def achieved_warps_per_sm(active: pd.DataFrame) -> float:
+    """Time-average of active warps per SM over the time each SM had any warp (as Nsight's achieved)."""
+    warp_time = busy_time = 0.0
+    for _, t, warps, area in _sm_areas(active):
+        warp_time += area[-1]
+        busy_time += float(np.sum(np.diff(t)[warps[:-1] > 0]))
+    return warp_time / busy_time if busy_time > 0 else 0.0
+
+
+def _binned(active: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
+    """Mean active warps of each SM in each time bin (rows: SMs that ran warps)."""
+    rows = [np.diff(np.interp(edges, t, area)) / np.diff(edges) for _, t, _, area in _sm_areas(active)]
+    return np.array(rows) if rows else np.zeros((0, len(edges) - 1))
+
+
+def achieved_figure(
+    active: pd.DataFrame, theoretical_warps: float, source: str, bins: int = 300, per_sm_lines: int = 8
+) -> go.Figure:
+    """Active warps per SM over time: mean over the SMs that ran blocks, with their spread.
+
+    Up to ``per_sm_lines`` SMs are drawn one line each, otherwise as a min–max band. The time-average
+    (achieved) and the theoretical value are horizontal lines; the first wave and the tail are annotated.
+    """
+    attrs = active.attrs
+    unit = attrs.get("time_unit", "ns")
+    fig = go.Figure()
+    if active.empty:
+        fig.add_annotation(text="no warps ran: nothing to show", showarrow=False, x=0.5, y=0.5, xref="paper")
+        fig.update_layout(title={"text": f"Active warps per SM over time — {source}"})
+        return fig
+    t_end = float(active["t"].max())
+    edges = np.linspace(0.0, t_end if t_end > 0 else 1.0, bins + 1)
+    per_sm = _binned(active, edges)
+    achieved = achieved_warps_per_sm(active)
+    used = per_sm.shape[0]
+    x = edges[:-1]
+    step = {"shape": "hv"}
+    if used <= per_sm_lines:
+        for sm, row in zip(sorted(active["sm"].unique()), per_sm, strict=True):
+            fig.add_trace(
+                go.Scatter(x=x, y=row, mode="lines", line={**step, "width": 1}, opacity=0.5, name=f"SM {sm}")
+            )
+    else:
+        fig.add_trace(
+            go.Scatter(x=x, y=per_sm.min(axis=0), mode="lines", line={**step, "width": 0}, showlegend=False)
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=per_sm.max(axis=0),
+                mode="lines",
+                line={**step, "width": 0},
+                fill="tonexty",
+                fillcolor="rgba(31,119,180,0.2)",
+                name=f"min–max over the {used} SMs",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=per_sm.mean(axis=0),
+            mode="lines",
+            line={**step, "color": LINE_COLOUR, "width": 2},
+            name=f"mean over the {used} SMs that ran blocks",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[0, t_end],
+            y=[theoretical_warps] * 2,
+            mode="lines",
+            line={"dash": "dash", "color": CURRENT_COLOUR},
+            name=f"theoretical: {theoretical_warps:g} warps/SM",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[0, t_end],
+            y=[achieved] * 2,
+            mode="lines",
+            line={"color": ACHIEVED_COLOUR, "width": 2},
+            name=f"achieved (time-average while busy): {achieved:.1f} warps/SM",
+        )
+    )
+    tail_start = attrs.get("tail_start")
+    if tail_start is not None and tail_start < t_end:
+        fig.add_vrect(
+            x0=tail_start,
+            x1=t_end,
+            fillcolor="gray",
+            opacity=0.12,
+            line_width=0,
+            annotation_text="tail: all blocks started",
+            annotation_position="top left",
+        )
+    warps_per_block = attrs.get("warps_per_block", 1)
+    blocks_per_sm = int(theoretical_warps // warps_per_block) if warps_per_block else 0
+    if blocks_per_sm and attrs.get("num_sms"):
+        wave = attrs["num_sms"] * blocks_per_sm
+        fig.add_annotation(
+            text=f"first wave: {attrs['num_sms']} SMs × {blocks_per_sm} blocks/SM = {wave:,} blocks; "
+            f"this launch has {attrs['blocks']:,} blocks = {attrs['blocks'] / wave:.2f} waves",
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=1.0,
+            xanchor="left",
+            yanchor="bottom",
+            showarrow=False,
+        )
+    y_top = max(theoretical_warps, float(per_sm.max())) * 1.2 + 1
+    fig.update_layout(
+        title={"text": f"Active warps per SM over time<br><sup>{source}</sup>"},
+        xaxis={"title": f"time since kernel start ({unit})", "range": [0, t_end], "autorange": False},
+        yaxis={"title": "active warps per SM", "range": [0, y_top], "autorange": False},
+        height=420,
+        legend={"orientation": "h", "y": -0.2},
+        margin={"t": 100},
+    )
+    return fig
