@@ -1,0 +1,577 @@
+"""Shared-memory figures: matmul_tiled's tile loop, the reduction tree, and the race demo beside it.
+
+Pure builders (DataFrame/arrays in, ``go.Figure`` out). Every number drawn comes from the tables a
+kernel recorded (``tiles``, ``reduction_tree``) or its outputs; every title names that source.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+FRAME_MS = 900
+MAX_BLOCKS_SHOWN = 2048  # race comparison: beyond this, show the first blocks and count the rest
+
+# tile colours: this step's tile, tiles earlier steps loaded, the C tile being accumulated
+CURRENT = "rgba(255, 140, 0, 0.85)"
+DONE = "rgba(100, 149, 237, 0.35)"
+C_RGB = "46, 139, 87"
+GRID = "rgba(128, 128, 128, 0.35)"
+
+ACTIVE = "#ff8c00"  # thread tid < stride: writes s[tid]
+READ = "#1f77b4"  # slot s[tid + stride]: read by an active thread
+IDLE = "#c8c8c8"
+MISMATCH = "#d62728"
+
+
+def source_of(df: pd.DataFrame) -> str:
+    """The data-source label a trace table carries (its ``source`` column, else ``attrs``)."""
+    if "source" in df.columns and len(df):
+        return str(df["source"].iloc[0])
+    return str(df.attrs.get("source", "unknown source"))
+
+
+def _titled(text: str, source: str) -> dict:
+    return {"text": f"{text}<br><sup>{source}</sup>", "x": 0.01, "xanchor": "left"}
+
+
+def _play_pause(frame_ms: int) -> list[dict]:
+    play = {
+        "frame": {"duration": frame_ms, "redraw": True},
+        "fromcurrent": True,
+        "transition": {"duration": 0},
+    }
+    pause = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
+    return [
+        {
+            "type": "buttons",
+            "direction": "left",
+            "x": 0.0,
+            "y": -0.12,
+            "xanchor": "left",
+            "yanchor": "top",
+            "showactive": False,
+            "buttons": [
+                {"label": "Play", "method": "animate", "args": [None, play]},
+                {"label": "Pause", "method": "animate", "args": [[None], pause]},
+            ],
+        }
+    ]
+
+
+def _slider(names: list[str], labels: list[str], prefix: str) -> list[dict]:
+    step_args = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
+    return [
+        {
+            "active": 0,
+            "x": 0.16,
+            "y": -0.08,
+            "len": 0.84,
+            "xanchor": "left",
+            "yanchor": "top",
+            "currentvalue": {"prefix": prefix},
+            "steps": [
+                {"label": label, "method": "animate", "args": [[name], step_args]}
+                for name, label in zip(names, labels, strict=True)
+            ],
+        }
+    ]
+
+
+def _rects(boxes: list[tuple[int, int, int, int]]) -> tuple[list, list]:
+    """Closed outlines of (row0, col0, rows, cols) boxes in matrix coordinates, gaps between them."""
+    xs: list = []
+    ys: list = []
+    for row0, col0, rows, cols in boxes:
+        xs += [col0, col0 + cols, col0 + cols, col0, col0, None]
+        ys += [row0, row0, row0 + rows, row0 + rows, row0, None]
+    return xs, ys
+
+
+def _union(boxes: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+    """The bounding box (row0, col0, rows, cols) of some boxes."""
+    r0 = min(b[0] for b in boxes)
+    c0 = min(b[1] for b in boxes)
+    r1 = max(b[0] + b[2] for b in boxes)
+    c1 = max(b[1] + b[3] for b in boxes)
+    return r0, c0, r1 - r0, c1 - c0
+
+
+def _tile_grid(n: int, tile: int) -> tuple[list, list]:
+    """Lines at every tile boundary of an n x n matrix (one trace, gaps between lines)."""
+    cuts = [*range(0, n, tile), n]
+    xs: list = []
+    ys: list = []
+    for c in cuts:
+        xs += [c, c, None, 0, n, None]
+        ys += [0, n, None, c, c, None]
+    return xs, ys
+
+
+def _count(k: int, noun: str) -> str:
+    return f"{k} {noun}" if k == 1 else f"{k} {noun}s"
+
+
+def _fmt_ns(t: int) -> str:
+    return f"{t:,} ns"
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul_tiled: the tile loop of one block
+
+
+def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y: int) -> go.Figure:
+    """The tile loop of ``matmul_tiled`` for block (block_x, block_y), two frames per step.
+
+    Frame "load" is the moment after the first syncthreads (the A and B tiles the block recorded
+    are in shared memory); frame "multiply" is after the second (the block has added their product
+    into its C tile). Tile positions and sizes are the recorded row0/col0/rows/cols, so partial
+    edge tiles show their true size.
+    """
+    n, tile = int(launch["params"]["n"]), int(launch["params"]["tile"])
+    source = launch["source"]
+    measured = launch["backend"] == "gpu"
+    mine = tiles[(tiles["block_x"] == block_x) & (tiles["block_y"] == block_y)]
+    if mine.empty:
+        raise ValueError(f"block ({block_x}, {block_y}) has no recorded tiles")
+    a_tiles = mine[mine["operand"] == "A"].sort_values("step")
+    b_tiles = mine[mine["operand"] == "B"].sort_values("step")
+    steps = len(a_tiles)
+    a_boxes = [tuple(int(v) for v in r) for r in a_tiles[["row0", "col0", "rows", "cols"]].to_numpy()]
+    b_boxes = [tuple(int(v) for v in r) for r in b_tiles[["row0", "col0", "rows", "cols"]].to_numpy()]
+    a_t = a_tiles["t_ns"].to_numpy(np.int64)
+    b_t = b_tiles["t_ns"].to_numpy(np.int64)
+    t_first = int(min(a_t.min(), b_t.min()))
+    # C tile: the rows of the block's A tiles by the columns of its B tiles
+    c_box = (a_boxes[0][0], b_boxes[0][1], a_boxes[0][2], b_boxes[0][3])
+    clock = (
+        "measured with %globaltimer"
+        if measured
+        else "simulator host clock: gives the simulator's order, not GPU time"
+    )
+
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=(f"A ({n}×{n})", f"B ({n}×{n})", f"C = A·B ({n}×{n})"),
+        horizontal_spacing=0.05,
+    )
+    grid_x, grid_y = _tile_grid(n, tile)
+    for col in (1, 2, 3):
+        fig.add_trace(
+            go.Scatter(
+                x=grid_x,
+                y=grid_y,
+                mode="lines",
+                line={"color": GRID, "width": 1},
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
+    # animated traces: A done, A current, B done, B current, C tile, C label (indices 3..8)
+    animated = list(range(3, 9))
+
+    def frame_traces(step: int, multiplied: bool) -> list[go.Scatter]:
+        done_a, done_b = a_boxes[:step], b_boxes[:step]
+        steps_done = step + 1 if multiplied else step
+        alpha = 0.1 + 0.75 * steps_done / steps
+        traces = []
+        for boxes, current, t_ns, name in (
+            (done_a, a_boxes[step], a_t[step], "A"),
+            (done_b, b_boxes[step], b_t[step], "B"),
+        ):
+            # earlier tiles are contiguous along the block's band, so one outline of their union
+            # keeps each frame O(1) however many steps there are (the tile grid shows the seams)
+            dx, dy = _rects([_union(boxes)] if boxes else [])
+            traces.append(
+                go.Scatter(
+                    x=dx or [None],
+                    y=dy or [None],
+                    fill="toself",
+                    fillcolor=DONE,
+                    mode="lines",
+                    line={"color": "rgba(100, 149, 237, 0.9)", "width": 1},
+                    name=f"{name} tiles of earlier steps",
+                    hoverinfo="skip",
+                )
+            )
+            cx, cy = _rects([current])
+            r0, c0, rows, cols = current
+            traces.append(
+                go.Scatter(
+                    x=cx,
+                    y=cy,
+                    fill="toself",
+                    fillcolor=CURRENT,
+                    mode="lines",
+                    line={"color": "black", "width": 2},
+                    name=f"{name} tile in shared memory",
+                    text=f"{name}[{r0}:{r0 + rows}, {c0}:{c0 + cols}] · {rows}×{cols}"
+                    + (" (partial edge tile)" if (rows, cols) != (tile, tile) else "")
+                    + f"<br>recorded at t = {_fmt_ns(int(t_ns))}",
+                    hoveron="fills",
+                    hoverinfo="text",
+                )
+            )
+        ccx, ccy = _rects([c_box])
+        traces.append(
+            go.Scatter(
+                x=ccx,
+                y=ccy,
+                fill="toself",
+                fillcolor=f"rgba({C_RGB}, {alpha:.3f})",
+                mode="lines",
+                line={"color": f"rgb({C_RGB})", "width": 2},
+                name="C tile (accumulating)",
+                text=f"C tile: {steps_done} of {steps} tile products accumulated",
+                hoveron="fills",
+                hoverinfo="text",
+            )
+        )
+        traces.append(
+            go.Scatter(
+                x=[c_box[1] + c_box[3] / 2],
+                y=[c_box[0] + c_box[2] / 2],
+                mode="text",
+                text=[f"{steps_done}/{steps}"],
+                textfont={"size": 14, "color": "black"},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+        return traces
+
+    def frame_title(step: int, multiplied: bool) -> dict:
+        ra0, ca0, ra, ca = a_boxes[step]
+        rb0, cb0, rb, cb = b_boxes[step]
+        head = f"block ({block_x}, {block_y}) · step {step + 1} of {steps}: "
+        if multiplied:
+            text = (
+                f"{head}multiplied sA·sB into the C tile → 2nd syncthreads"
+                f"<br>C tile holds {step + 1} of {steps} tile products; now the tiles may be overwritten"
+            )
+        else:
+            text = (
+                f"{head}loaded A[{ra0}:{ra0 + ra}, {ca0}:{ca0 + ca}] "
+                f"and B[{rb0}:{rb0 + rb}, {cb0}:{cb0 + cb}] "
+                f"→ 1st syncthreads<br>recorded at +{_fmt_ns(int(a_t[step]) - t_first)} (A), "
+                f"+{_fmt_ns(int(b_t[step]) - t_first)} (B) after this block's first load ({clock})"
+            )
+        return _titled(text, source)
+
+    names, labels = [], []
+    frames = []
+    for step in range(steps):
+        for multiplied in (False, True):
+            name = f"{step}-{'mul' if multiplied else 'load'}"
+            names.append(name)
+            labels.append(f"{step + 1}·{'multiply' if multiplied else 'load'}")
+            frames.append(
+                go.Frame(
+                    name=name,
+                    data=frame_traces(step, multiplied),
+                    traces=animated,
+                    layout={"title": frame_title(step, multiplied)},
+                )
+            )
+    first = frame_traces(0, False)
+    for trace, col in zip(first, (1, 1, 2, 2, 3, 3), strict=True):
+        fig.add_trace(trace, row=1, col=col)
+    fig.frames = frames
+
+    for i in (1, 2, 3):
+        suffix = "" if i == 1 else str(i)
+        fig.layout[f"xaxis{suffix}"].update(range=[0, n], autorange=False, constrain="domain", title="column")
+        fig.layout[f"yaxis{suffix}"].update(
+            range=[n, 0], autorange=False, scaleanchor=f"x{suffix}", constrain="domain", title="row"
+        )
+    fig.update_layout(
+        title=frame_title(0, False),
+        height=600,
+        margin={"t": 130, "b": 190},
+        legend={"orientation": "h", "y": -0.5},
+        updatemenus=_play_pause(FRAME_MS),
+        sliders=_slider(names, labels, "step "),
+        hovermode="closest",
+    )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# reduction: the tree of one block
+
+
+def _block_tree(tree: pd.DataFrame, block: int, block_size: int) -> np.ndarray:
+    """values[level, slot] for one block, NaN where nothing was recorded."""
+    mine = tree[tree["block"] == block]
+    if mine.empty:
+        raise ValueError(f"block {block} has no recorded reduction tree")
+    levels = int(np.log2(block_size)) + 1
+    values = np.full((levels, block_size), np.nan)
+    values[mine["step"].to_numpy(), mine["row"].to_numpy()] = mine["value"].to_numpy()
+    return values
+
+
+def _arcs(stride: int) -> tuple[list, list]:
+    """Arcs from slot tid + stride down into slot tid for every active tid (y in [0, 1])."""
+    xs: list = []
+    ys: list = []
+    u = np.linspace(0.0, 1.0, 9)
+    for tid in range(stride):
+        src, dst = tid + stride, tid
+        xs += [*(src + (dst - src) * u), None]
+        ys += [*(0.1 + 0.8 * np.sin(np.pi * u)), None]
+    return xs, ys
+
+
+def reduction_tree_figure(
+    tree: pd.DataFrame, block: int, block_size: int, kernel: str = "reduction"
+) -> go.Figure:
+    """The shared-memory tree of one block, one frame per level (0 = the values each thread loaded).
+
+    Top: which thread adds which slot at that level (arcs from s[tid + stride] into s[tid]).
+    Bottom: every slot's recorded value after the level. The last frame compares s[0] with the sum
+    of the values the block loaded (what s[0] must end up holding).
+    """
+    source = source_of(tree)
+    values = _block_tree(tree, block, block_size)
+    levels = values.shape[0]
+    expected = float(np.nansum(values[0]))
+    barrier = kernel != "reduction_race"
+    slots = np.arange(block_size)
+    finite = values[np.isfinite(values)]
+    lo = min(0.0, float(finite.min()) if finite.size else 0.0, expected)
+    hi = max(float(finite.max()) if finite.size else 1.0, expected, 1.0)
+    pad = 0.08 * (hi - lo)
+
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.28, 0.72], vertical_spacing=0.04)
+
+    def colours(level: int) -> list[str]:
+        if level == 0:
+            return [ACTIVE] * block_size
+        stride = block_size >> level
+        return [ACTIVE if s < stride else READ if s < 2 * stride else IDLE for s in range(block_size)]
+
+    def frame_traces(level: int) -> list:
+        stride = block_size >> level if level else 0
+        ax, ay = _arcs(stride)
+        last = level == levels - 1
+        return [
+            go.Scatter(
+                x=ax or [None],
+                y=ay or [None],
+                mode="lines",
+                line={"color": ACTIVE, "width": 1.5},
+                hoverinfo="skip",
+                name="s[tid] += s[tid + stride]",
+            ),
+            go.Scatter(
+                x=list(range(stride)) or [None],
+                y=[0.1] * stride or [None],
+                mode="markers",
+                marker={"symbol": "triangle-down", "size": 8, "color": ACTIVE},
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            go.Bar(
+                x=slots,
+                y=values[level],
+                marker={"color": colours(level)},
+                customdata=slots,
+                hovertemplate="s[%{customdata}] = %{y}<extra></extra>",
+                name="shared-memory slot value",
+                showlegend=False,
+            ),
+            go.Scatter(
+                x=[-0.5, block_size - 0.5] if last else [None],
+                y=[expected, expected] if last else [None],
+                mode="lines",
+                line={"color": MISMATCH, "dash": "dash", "width": 2},
+                name=f"expected block sum {expected:g}",
+                hoverinfo="skip",
+            ),
+        ]
+
+    def frame_title(level: int) -> dict:
+        after = "after syncthreads" if barrier else "NO syncthreads (race)"
+        if level == 0:
+            text = f"block {block} · level 0: each thread loads one element into s[tid] → syncthreads"
+        else:
+            stride = block_size >> level
+            who = "thread 0 adds" if stride == 1 else f"threads 0–{stride - 1} add"
+            text = (
+                f"block {block} · level {level} of {levels - 1}: stride {stride}, {who} "
+                f"s[tid + {stride}] into s[tid] → {after}"
+            )
+            if not barrier:
+                text += "<br>each bar: what its thread saw in its own slot right after its add"
+        if level == levels - 1:
+            got = values[level, 0]
+            verdict = "✓ equals" if got == expected else "✗ differs from"
+            text += f"<br>s[0] = {got:g} {verdict} the expected block sum {expected:g}"
+        return _titled(text, source)
+
+    for trace, row in zip(frame_traces(0), (1, 1, 2, 2), strict=True):
+        fig.add_trace(trace, row=row, col=1)
+    for colour, label in (
+        (ACTIVE, "tid < stride: adds into its slot"),
+        (READ, "slot read by tid − stride"),
+        (IDLE, "idle this level"),
+    ):
+        fig.add_trace(
+            go.Bar(x=[None], y=[None], marker={"color": colour}, name=label, hoverinfo="skip"), row=2, col=1
+        )
+    names = [str(level) for level in range(levels)]
+    fig.frames = [
+        go.Frame(
+            name=name, data=frame_traces(level), traces=[0, 1, 2, 3], layout={"title": frame_title(level)}
+        )
+        for level, name in enumerate(names)
+    ]
+    fig.update_layout(
+        title=frame_title(0),
+        height=620,
+        margin={"t": 120, "b": 190},
+        bargap=0.1,
+        legend={"orientation": "h", "y": -0.45},
+        updatemenus=_play_pause(FRAME_MS),
+        sliders=_slider(names, [f"level {n}" for n in names], ""),
+        xaxis={"range": [-0.5, block_size - 0.5], "autorange": False, "showticklabels": False},
+        yaxis={"range": [0, 1], "autorange": False, "visible": False},
+        xaxis2={
+            "range": [-0.5, block_size - 0.5],
+            "autorange": False,
+            "title": "shared-memory slot = thread tid",
+        },
+        yaxis2={"range": [lo - (pad if lo < 0 else 0), hi + pad], "autorange": False, "title": "value"},
+    )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# the race demo beside the correct reduction
+
+
+def race_comparison_figure(
+    correct_partial: np.ndarray, race_partial: np.ndarray, expected: np.ndarray, source: str
+) -> go.Figure:
+    """Per-block partial sums: numpy's expected value, ``reduction`` and ``reduction_race``.
+
+    Blocks where a kernel's sum differs from the expected one are marked in red.
+    """
+    correct = np.asarray(correct_partial, np.float64)
+    race = np.asarray(race_partial, np.float64)
+    want = np.asarray(expected, np.float64)
+    nblocks = len(want)
+    bad_correct = correct != want
+    bad_race = race != want
+    shown = min(nblocks, MAX_BLOCKS_SHOWN)
+    blocks = np.arange(shown)
+    fig = go.Figure()
+    for name, vals, bad, colour in (
+        ("expected (numpy)", want, np.zeros(nblocks, bool), "#7f7f7f"),
+        ("reduction (with syncthreads)", correct, bad_correct, "#2ca02c"),
+        ("reduction_race (no syncthreads)", race, bad_race, "#ff7f0e"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=blocks,
+                y=vals[:shown].astype(np.float32),
+                name=name,
+                marker={
+                    "color": colour,
+                    "line": {"color": np.where(bad[:shown], MISMATCH, colour).tolist(), "width": 2},
+                },
+                hovertemplate=f"{name}<br>block %{{x}}: %{{y}}<extra></extra>",
+            )
+        )
+    wrong = np.flatnonzero(bad_race[:shown])
+    if wrong.size:
+        fig.add_trace(
+            go.Scatter(
+                x=wrong,
+                y=np.maximum(want, race)[wrong] * 1.04 + 0.5,
+                mode="markers",
+                marker={"symbol": "x", "color": MISMATCH, "size": 9},
+                name="race result ≠ expected",
+                hoverinfo="skip",
+            )
+        )
+    summary = (
+        f"reduction: {int(bad_correct.sum())} of {nblocks} blocks wrong · "
+        f"reduction_race: {int(bad_race.sum())} of {nblocks} blocks wrong"
+    )
+    if shown < nblocks:
+        summary += f" (first {shown} blocks shown)"
+    fig.update_layout(
+        title=_titled(f"Per-block partial sums — {summary}", source),
+        barmode="group",
+        xaxis={"title": "block", "tickformat": "d", **({"dtick": 1} if shown <= 32 else {})},
+        yaxis_title="partial sum",
+        height=420,
+        margin={"t": 90},
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return fig
+
+
+def race_tree_diff_figure(tree_ok: pd.DataFrame, tree_race: pd.DataFrame, block: int) -> go.Figure:
+    """Where the racy tree departs from the correct one: race − correct per level and slot.
+
+    Both kernels loaded the same inputs, so level 0 agrees; the first level with a non-zero cell
+    is where a thread read a partner's slot before the partner had added into it.
+    """
+    source = source_of(tree_race)
+    block_size = int(max(tree_ok["row"].max(), tree_race["row"].max())) + 1
+    ok = _block_tree(tree_ok, block, block_size)
+    race = _block_tree(tree_race, block, block_size)
+    diff = race - ok
+    levels = diff.shape[0]
+    differs = np.nan_to_num(np.abs(diff)) > 0
+    bad_levels = np.flatnonzero(differs.any(axis=1))
+    if bad_levels.size:
+        first = int(bad_levels[0])
+        headline = (
+            f"block {block}: the race first diverges at level {first} "
+            f"({_count(int(differs[first].sum()), 'slot')}), "
+            f"{_count(int(differs.sum()), 'differing slot value')} in all"
+        )
+    else:
+        headline = f"block {block}: no divergence — this run's race happened to read every slot in time"
+    # saturate the colours at the 90th percentile of the differences, so small early errors stay
+    # visible beside the large ones they grow into (hover shows the exact values)
+    nonzero = np.abs(diff[differs])
+    span = max(float(np.percentile(nonzero, 90)) if nonzero.size else 0.0, 1.0)
+    fig = go.Figure(
+        go.Heatmap(
+            z=diff.astype(np.float32),
+            x=np.arange(block_size),
+            y=np.arange(levels),
+            zmin=-span,
+            zmax=span,
+            colorscale="RdBu",
+            reversescale=True,
+            colorbar={"title": f"race − correct<br>(colours capped at ±{span:g})"},
+            customdata=np.stack([ok, race], axis=-1).astype(np.float32),
+            hovertemplate="level %{y}, slot %{x}<br>correct %{customdata[0]}<br>race %{customdata[1]}"
+            "<extra></extra>",
+            xgap=1 if block_size <= 128 else 0,
+            ygap=1,
+        )
+    )
+    fig.update_layout(
+        title=_titled(headline, source),
+        xaxis={
+            "title": "shared-memory slot = thread tid",
+            "range": [-0.5, block_size - 0.5],
+            "autorange": False,
+        },
+        yaxis={"title": "level", "range": [levels - 0.5, -0.5], "autorange": False, "dtick": 1},
+        height=360,
+        margin={"t": 90},
+    )
+    return fig
