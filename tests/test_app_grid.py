@@ -1,0 +1,93 @@
+"""The Grid layout and Memory flow pages through the app's entrypoint, on the simulator."""
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from visualizer.figures.grid import IDLE, NOT_STARTED, SIM_ORDER_LABEL
+from visualizer.figures.memory_flow import SIM_CLOCK_LABEL
+
+ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+
+
+def _page(page: str, **query) -> AppTest:
+    at = AppTest.from_file(ENTRY, default_timeout=120)
+    for k, v in {"backend": "sim", **query}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.switch_page(f"app_pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _figure(at: AppTest, i: int = 0) -> dict:
+    return json.loads(at.get("plotly_chart")[i].proto.spec)
+
+
+def _array(value) -> np.ndarray:
+    """A figure array as sent to the browser: a plain list, or plotly's typed {dtype, bdata, shape}."""
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = [int(s) for s in str(value.get("shape", len(data))).split(",")]
+        return data.reshape(shape)
+    return np.asarray(value)
+
+
+def test_grid_page_shows_idle_threads_and_simulator_order():
+    at = _page("grid", kernel="vector_add", n="200", block="48")
+    fig = _figure(at)
+    assert len(fig["frames"]) > 1 and fig["layout"]["sliders"][0]["active"] == 0
+    assert (_array(fig["frames"][0]["data"][0]["z"]) == NOT_STARTED).any()
+    z = _array(fig["frames"][-1]["data"][0]["z"])  # the last frame: every thread has started
+    assert z.shape == (5, 48)  # ceil(200 / 48) = 5 blocks, one row each
+    assert (z == IDLE).sum() == 40 and (z[4, 8:] == IDLE).all()  # threads 200..239 did no work
+    assert fig["layout"]["sliders"][0]["currentvalue"]["prefix"].startswith(SIM_ORDER_LABEL)
+    assert "simulated" in fig["layout"]["title"]["text"]
+    assert fig["layout"]["xaxis"]["autorange"] is False
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["idle"] == "40" and metrics["warps per block"] == "2"
+
+
+def test_colour_by_widget_changes_the_figure():
+    at = _page("grid", kernel="vector_add", n="200", block="48")
+    before = _figure(at)
+    at.radio(key="grid_color_by").set_value("lane").run()
+    assert not at.exception
+    after = _figure(at)
+    assert "coloured by lane" in after["layout"]["title"]["text"]
+    assert not np.array_equal(_array(before["data"][0]["z"]), _array(after["data"][0]["z"]))
+    at.toggle(key="grid_animate").set_value(False).run()
+    assert not at.exception and not _figure(at).get("frames")
+    assert (_array(_figure(at)["data"][0]["z"]) == IDLE).sum() == 40  # the finished grid, no frames
+
+
+def test_matmul_tiled_renders_in_2d():
+    at = _page("grid", kernel="matmul_tiled", n="20", tile="8")
+    fig = _figure(at)
+    z = _array(fig["frames"][-1]["data"][0]["z"])
+    assert z.shape == (24, 24)  # 3 x 3 blocks of 8 x 8 threads at their global positions
+    assert (z[20:, :] == IDLE).all() and (z[:, 20:] == IDLE).all() and (z[:20, :20] != IDLE).all()
+    assert fig["layout"]["xaxis"]["title"]["text"].startswith("global x")
+    assert any(t.get("name") == "block border" for t in fig["data"])
+    assert len(fig["frames"]) > 1
+
+
+def test_memory_flow_page_shows_five_steps():
+    at = _page("memory_flow", kernel="vector_add", n="200", block="48")
+    fig = _figure(at)
+    bar = fig["data"][0]
+    assert len(bar["y"]) == 5
+    assert "cudaMalloc" in bar["y"][0] and "cudaFree" in bar["y"][4]
+    assert "vector_add<<<5, 48>>>" in bar["y"][2]
+    assert "1.6 kB" in bar["y"][1] and "800 B" in bar["y"][3]  # a, b in; c out (200 float32 each)
+    assert SIM_CLOCK_LABEL in fig["layout"]["title"]["text"]
+    assert any("not in the flow" in a["text"] for a in fig["layout"]["annotations"])
+    assert len(at.dataframe[0].value) == 5
+    at.radio(key="flow_view").set_value("log").run()
+    assert not at.exception and _figure(at)["layout"]["xaxis"]["type"] == "log"
+    at.toggle(key="flow_animate").set_value(True).run()
+    assert not at.exception and len(_figure(at)["frames"]) == 5
