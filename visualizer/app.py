@@ -12,16 +12,16 @@ import streamlit as st  # noqa: E402
 from visualizer.ui.sidebar import sidebar  # noqa: E402
 from visualizer.ui.timing import timing_panel  # noqa: E402
 
-st.set_page_config(page_title="GPU execution visualizer", page_icon="🟩", layout="wide")
+st.set_page_config(page_title="GPU execution visualizer", page_icon=":material/developer_board:", layout="wide")
 
 PAGES = [
-    st.Page("app_pages/overview.py", title="Overview", icon="🏠", default=True),
-    st.Page("app_pages/grid.py", title="Grid layout", icon="🧱"),
-    st.Page("app_pages/scheduling.py", title="Warp & SM scheduling", icon="⏱️"),
-    st.Page("app_pages/shared_memory.py", title="Shared memory", icon="🧩"),
-    st.Page("app_pages/memory_flow.py", title="Memory flow", icon="🔁"),
-    st.Page("app_pages/occupancy.py", title="Occupancy", icon="📈"),
-    st.Page("app_pages/flash_attention.py", title="FlashAttention", icon="⚡"),
+    st.Page("app_pages/overview.py", title="Overview", icon=":material/home:", default=True),
+    st.Page("app_pages/grid.py", title="Grid layout", icon=":material/grid_on:"),
+    st.Page("app_pages/scheduling.py", title="Warp & SM scheduling", icon=":material/timeline:"),
+    st.Page("app_pages/shared_memory.py", title="Shared memory", icon=":material/memory:"),
+    st.Page("app_pages/memory_flow.py", title="Memory flow", icon=":material/swap_horiz:"),
+    st.Page("app_pages/occupancy.py", title="Occupancy", icon=":material/speed:"),
+    st.Page("app_pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
 ]
 page = st.navigation(PAGES)
 sidebar()
