@@ -23,16 +23,35 @@ def configure_backend(backend: str) -> None:
     """Must run before numba is imported: the simulator is chosen by an environment variable."""
     if backend == "sim":
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-        # The simulator's barrier is a busy-polling manager thread fighting the GIL: one CPU and a
-        # short switch interval make it several times faster (notes: numba-cuda §2 timings).
+        # The simulator runs one Python thread per CUDA thread. On one CPU they never fight over
+        # the GIL across cores, and with fastsim's sleeping barrier a long switch interval means
+        # fewer forced switches (measured: about 4x faster than stock cudasim; docs/benchmarks.md).
         try:
-            os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+            os.sched_setaffinity(0, {idlest_cpu()})
         except (AttributeError, OSError):
             pass
-        sys.setswitchinterval(5e-4)
+        sys.setswitchinterval(0.02)
     else:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+
+
+def idlest_cpu(sample_s: float = 0.05) -> int:
+    """The allowed CPU that was idle the most over a short sample (pinning to a busy one hurts)."""
+    allowed = sorted(os.sched_getaffinity(0))
+
+    def idle_times():
+        with open("/proc/stat") as f:
+            rows = [line.split() for line in f if line.startswith("cpu") and line[3].isdigit()]
+        return {int(r[0][3:]): int(r[4]) + int(r[5]) for r in rows}
+
+    try:
+        before = idle_times()
+        time.sleep(sample_s)
+        after = idle_times()
+    except (OSError, ValueError, IndexError):
+        return allowed[0]
+    return max(allowed, key=lambda cpu: after.get(cpu, 0) - before.get(cpu, 0))
 
 
 class Backend:
