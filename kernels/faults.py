@@ -10,7 +10,7 @@ from kernels.probes import jit_pair, trace_begin, trace_end
 
 
 def out_of_bounds_write(c, offset, trace, active):
-    t0 = trace_begin()
+    t0 = trace_begin(trace)
     i = cuda.grid(1)
     c[i + offset] = 1.0  # no bounds check: offset puts this far outside the allocation
     trace_end(trace, active, t0, True)

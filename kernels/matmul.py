@@ -15,7 +15,7 @@ A_TILE, B_TILE = 0, 1  # operand slots in the tiles buffer
 
 
 def matmul_naive(A, B, C, n, trace, active):
-    t0 = trace_begin()
+    t0 = trace_begin(trace)
     col, row = cuda.grid(2)
     if row < n and col < n:
         acc = float32(0.0)
@@ -34,7 +34,7 @@ def matmul_tiled_kernels(tile):
     TILE = tile
 
     def matmul_tiled(A, B, C, n, trace, active, tiles):
-        t0 = trace_begin()
+        t0 = trace_begin(trace)
         sA = cuda.shared.array((TILE, TILE), float32)
         sB = cuda.shared.array((TILE, TILE), float32)
         tx = cuda.threadIdx.x

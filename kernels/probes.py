@@ -25,7 +25,7 @@ probe swapped for a no-op that the compiler removes), so the cost of recording c
 import os
 import types
 
-from numba import cuda
+from numba import cuda, uint64
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 MODEL_SMS = 132  # the simulator models an H200's 132 SMs
@@ -89,9 +89,24 @@ def linear_ids():
 
 
 @cuda.jit(device=True)
-def trace_begin():
-    """Timestamp at the start of the thread's work."""
-    return globaltimer()
+def record_slot(trace):
+    """This thread's row in ``trace``, or -1 if its warp's lane 0 records for it (per-warp mode)."""
+    block, thread, tpb = linear_ids()
+    nblocks = cuda.gridDim.x * cuda.gridDim.y * cuda.gridDim.z
+    if trace.shape[0] == nblocks * tpb:
+        return block * tpb + thread
+    if thread % 32 != 0:
+        return -1
+    return block * ((tpb + 31) // 32) + thread // 32
+
+
+@cuda.jit(device=True)
+def trace_begin(trace):
+    """Timestamp at the start of the thread's work; only threads that record read the clock
+    (reading %globaltimer is slow enough that 31 needless reads per warp doubled a vector add)."""
+    if record_slot(trace) < 0:
+        return uint64(0)
+    return uint64(globaltimer())
 
 
 @cuda.jit(device=True)
@@ -99,13 +114,9 @@ def trace_end(trace, active, t0, did_work):
     """Record this thread (or its warp, if trace has one slot per warp) at the end of its work."""
     block, thread, tpb = linear_ids()
     active[block * tpb + thread] = 1 if did_work else 0
-    nblocks = cuda.gridDim.x * cuda.gridDim.y * cuda.gridDim.z
-    if trace.shape[0] == nblocks * tpb:
-        slot = block * tpb + thread
-    else:
-        if thread % 32 != 0:
-            return
-        slot = block * ((tpb + 31) // 32) + thread // 32
+    slot = record_slot(trace)
+    if slot < 0:
+        return
     trace[slot, 0] = smid()
     trace[slot, 1] = t0
     trace[slot, 2] = globaltimer()
@@ -139,8 +150,8 @@ def trace_row_state(state, step, row, m, l):  # noqa: E741 - l is the softmax ro
 
 
 @cuda.jit(device=True)
-def _begin_off():
-    return 0
+def _begin_off(trace):
+    return uint64(0)
 
 
 @cuda.jit(device=True)

@@ -18,7 +18,7 @@ def reduction_kernels(block):
     BLOCK = block
 
     def reduction(x, partial, n, trace, active, tree):
-        t0 = trace_begin()
+        t0 = trace_begin(trace)
         s = cuda.shared.array(BLOCK, float32)
         tid = cuda.threadIdx.x
         i = cuda.grid(1)
@@ -47,7 +47,7 @@ def reduction_race_kernels(block):
     BLOCK = block
 
     def reduction_race(x, partial, n, trace, active, tree):
-        t0 = trace_begin()
+        t0 = trace_begin(trace)
         s = cuda.shared.array(BLOCK, float32)
         tid = cuda.threadIdx.x
         i = cuda.grid(1)

@@ -6,7 +6,7 @@ from kernels.probes import jit_pair, trace_begin, trace_end
 
 
 def vector_add(a, b, c, n, trace, active):
-    t0 = trace_begin()
+    t0 = trace_begin(trace)
     i = cuda.grid(1)  # blockIdx.x * blockDim.x + threadIdx.x
     if i < n:  # the last block may have threads past the end of the data
         c[i] = a[i] + b[i]

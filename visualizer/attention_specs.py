@@ -1,3 +1,200 @@
-"""FlashAttention and naive attention kernel specs (filled in by the FlashAttention work)."""
+"""FlashAttention and naive attention: parameters, launch geometry, inputs, reference and work.
 
-SPECS = ()
+Host side only (numpy, no numba). The device code is ``kernels/attention.py``; the shared-memory
+formula below must match the arrays its flash kernel declares (a GPU test compares it with the
+compiled kernel's static shared memory).
+
+catalog.py imports this module at its end (and registers SPECS), so only names it has already
+defined are imported from it. When this module is imported first, catalog's import of it sees the
+empty placeholder below; the specs then register themselves at the bottom instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SPECS: tuple = ()  # placeholder for catalog's import while this module is only half loaded
+
+from visualizer.catalog import KernelSpec, Launch, LaunchError, Param, ceil_div, register  # noqa: E402
+
+ROW_STATE_BLOCKS = 64  # blocks whose per-step softmax state (m, l) is recorded
+MICRO = 4  # kernels/attention.py: each flash thread owns 4 query rows x 4 keys of an S tile
+PAD = 4  # kernels/attention.py: floats of padding per row of sQ and sKP
+
+
+def flash_smem_bytes(tile: int, head_dim: int) -> int:
+    """Static shared memory of one flash_attention block (kernels/attention.py:flash_smem_floats).
+
+    sQ (tile x (head_dim+4)) + sKP (tile x (max(head_dim, tile)+4), the K tile then P) +
+    sV (tile x head_dim) + sMax and sSum (tile/4 x tile each), float32.
+    """
+    t, d = tile, head_dim
+    return 4 * (t * (d + PAD) + t * (max(d, t) + PAD) + t * d + 2 * (t // MICRO) * t)
+
+
+def kv_tiles(q_tile: int, seq_len: int, tile: int, causal: bool) -> int:
+    """K/V tiles a Q tile visits: all of them, or (causal) those up to the diagonal."""
+    n = ceil_div(seq_len, tile)
+    return min(n, q_tile + 1) if causal else n
+
+
+_PARAMS = (
+    Param("batch", 1, 1, 64, "batch size (grid z)"),
+    Param("heads", 2, 1, 128, "attention heads (grid y)"),
+    Param("seq_len", 80, 1, 32768, "sequence length: rows of Q, K and V"),
+    Param("head_dim", 32, 16, 128, "features per head", choices=(16, 32, 64, 128)),
+    Param(
+        "tile", 16, 8, 64, "tile edge: query rows per block and keys per K/V step", choices=(8, 16, 32, 64)
+    ),
+    Param("causal", 0, 0, 1, "1: query i attends only to keys <= i", choices=(0, 1)),
+)
+
+
+def _flash_plan(p: dict) -> Launch:
+    seq_len, tile, head_dim = p["seq_len"], p["tile"], p["head_dim"]
+    q_tiles = ceil_div(seq_len, tile)
+    side = tile // MICRO
+    grid = (q_tiles, p["heads"], p["batch"])
+    blocks = grid[0] * grid[1] * grid[2]
+    steps = q_tiles  # K/V tiles of the longest Q tile (Q is recorded in step 0's Q slot)
+    return Launch(
+        grid=grid,
+        block=(side, side, 1),
+        scalars={"seq_len": seq_len, "causal": p["causal"]},
+        static_smem=flash_smem_bytes(tile, head_dim),
+        tile_steps=steps,
+        row_state=(min(blocks, ROW_STATE_BLOCKS), steps, tile),
+    )
+
+
+def _naive_plan(p: dict) -> Launch:
+    rows = p["tile"]  # one thread per query row, tile rows per block
+    return Launch(
+        grid=(ceil_div(p["seq_len"], rows), p["heads"], p["batch"]),
+        block=(rows, 1, 1),
+        scalars={"seq_len": p["seq_len"], "causal": p["causal"]},
+    )
+
+
+def _shape(p: dict) -> tuple[int, int, int, int]:
+    return (p["batch"], p["heads"], p["seq_len"], p["head_dim"])
+
+
+def _flash_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    shape = _shape(p)
+    q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+    return {"q": q, "k": k, "v": v, "o": np.zeros(shape, np.float32)}
+
+
+def _naive_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    x = _flash_inputs(p, rng)
+    x["s"] = np.zeros((p["batch"], p["heads"], p["seq_len"], p["seq_len"]), np.float32)
+    return x
+
+
+def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    """softmax(q kᵀ / sqrt(d)) v in float64, one (batch, head) and a block of rows at a time."""
+    batch, heads, seq_len, head_dim = q.shape
+    out = np.empty(q.shape, np.float64)
+    chunk = max(1, (1 << 24) // max(seq_len, 1))  # rows per step: S chunk of at most 16 Mi doubles
+    for b in range(batch):
+        for h in range(heads):
+            kk = k[b, h].astype(np.float64)
+            vv = v[b, h].astype(np.float64)
+            for r0 in range(0, seq_len, chunk):
+                qq = q[b, h, r0 : r0 + chunk].astype(np.float64)
+                s = qq @ kk.T / math.sqrt(head_dim)
+                if causal:
+                    rows = np.arange(r0, r0 + len(qq))[:, None]
+                    s = np.where(np.arange(seq_len)[None, :] <= rows, s, -np.inf)
+                s -= s.max(axis=1, keepdims=True)
+                w = np.exp(s)
+                out[b, h, r0 : r0 + len(qq)] = (w @ vv) / w.sum(axis=1, keepdims=True)
+    return out.astype(np.float32)
+
+
+def _reference(x: dict, p: dict) -> dict[str, np.ndarray]:
+    return {"o": attention_reference(x["q"], x["k"], x["v"], bool(p["causal"]))}
+
+
+def useful_flops(p: dict) -> float:
+    """4 * d flops per (query, key) pair that is not masked: 2d for q.k, 2d for p*v."""
+    seq_len = p["seq_len"]
+    pairs = seq_len * (seq_len + 1) / 2 if p["causal"] else float(seq_len) ** 2
+    return 4.0 * p["batch"] * p["heads"] * p["head_dim"] * pairs
+
+
+def _flash_work(p: dict) -> tuple[float, float]:
+    """Bytes the flash kernel requests from global memory: Q read once, O written once, and
+    each Q tile reads every K and V tile it visits (the same K/V is re-read once per Q tile)."""
+    seq_len, tile, d = p["seq_len"], p["tile"], p["head_dim"]
+    q_tiles = ceil_div(seq_len, tile)
+    kv_rows = 0
+    for qt in range(q_tiles):
+        n = kv_tiles(qt, seq_len, tile, bool(p["causal"]))
+        kv_rows += min(n * tile, seq_len)
+    per_head = 4.0 * d * (2 * seq_len + 2 * kv_rows)
+    return p["batch"] * p["heads"] * per_head, useful_flops(p)
+
+
+def _naive_work(p: dict) -> tuple[float, float]:
+    """Q read and O written once; K and V read once per block of rows (the threads of a block
+    walk the same keys together); S written twice (scores, then probabilities) and read twice."""
+    seq_len, rows, d = p["seq_len"], p["tile"], p["head_dim"]
+    pairs = seq_len * (seq_len + 1) / 2 if p["causal"] else float(seq_len) ** 2
+    blocks = ceil_div(seq_len, rows)
+    per_head = 4.0 * (2 * seq_len * d + 2 * blocks * seq_len * d + 4 * pairs)
+    return p["batch"] * p["heads"] * per_head, useful_flops(p)
+
+
+def _check_flash(p: dict) -> Launch:
+    if p["tile"] % MICRO:
+        raise LaunchError(f"tile={p['tile']} must be a multiple of {MICRO}")
+    return _flash_plan(p)
+
+
+FLASH_ATTENTION = KernelSpec(
+    name="flash_attention",
+    title="FlashAttention forward (tiled, online softmax)",
+    summary="softmax(Q Kᵀ/√d) V without ever storing S: each block keeps one Q tile in shared memory, "
+    "streams K/V tiles through it, and keeps a running row max m and sum l, rescaling O by "
+    "exp(m_old − m_new) whenever m grows. Causal launches skip the K/V tiles right of the diagonal.",
+    params=_PARAMS,
+    args=("q", "k", "v", "o", "seq_len", "causal", "trace", "active", "tiles", "rows"),
+    outputs=("o",),
+    plan=_check_flash,
+    make_inputs=_flash_inputs,
+    reference=_reference,
+    build=("kernels.attention", "flash_attention_kernels"),
+    build_args=("tile", "head_dim"),
+    tile_operands=("Q", "K", "V"),
+    row_table=("softmax_state", ("m", "l")),
+    work=_flash_work,
+    rtol=1e-4,
+    atol=1e-4,
+)
+
+NAIVE_ATTENTION = KernelSpec(
+    name="naive_attention",
+    title="Attention, naive (S in global memory)",
+    summary="One thread per query row writes its whole row of S = Q Kᵀ/√d to global memory, reads it "
+    "back to make probabilities, and reads it again to weight V: the seq_len² traffic FlashAttention avoids. "
+    "Here tile is the number of query rows (threads) per block.",
+    params=_PARAMS,
+    args=("q", "k", "v", "s", "o", "seq_len", "causal", "trace", "active"),
+    outputs=("o",),
+    plan=_naive_plan,
+    make_inputs=_naive_inputs,
+    reference=_reference,
+    build=("kernels.attention", "naive_attention_kernels"),
+    build_args=("head_dim",),
+    work=_naive_work,
+    rtol=1e-4,
+    atol=1e-4,
+)
+
+SPECS = (FLASH_ATTENTION, NAIVE_ATTENTION)
+for _spec in SPECS:  # idempotent: catalog registers them too when it is imported first
+    register(_spec)

@@ -152,10 +152,11 @@ def row_state_table(launch: dict, rows: np.ndarray) -> pd.DataFrame:
 def check_outputs(spec: catalog.KernelSpec, params: dict, inputs: dict, outputs: dict) -> dict:
     """Compare every output with the numpy reference."""
     expected = spec.reference(inputs, params)
-    result = {"correct": True, "outputs": {}}
+    atol = spec.atol(params) if callable(spec.atol) else spec.atol
+    result = {"correct": True, "outputs": {}, "rtol": spec.rtol, "atol": atol}
     for name, want in expected.items():
         got = outputs[name]
-        close = np.isclose(got, want, rtol=spec.rtol, atol=spec.atol)
+        close = np.isclose(got, want, rtol=spec.rtol, atol=atol)
         bad = int((~close).sum())
         result["outputs"][name] = {
             "mismatches": bad,

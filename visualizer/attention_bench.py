@@ -1,0 +1,344 @@
+"""GPU timings of the attention kernels against PyTorch and numpy (run on a GPU, not in tests).
+
+    python -m visualizer.attention_bench [--seq-lens 512,1024,...] [--tile 32] [--causal]
+
+For each sequence length: the median CUDA-event time (after a warm-up that includes compiling)
+of our clean and instrumented FlashAttention kernels and the naive kernel, PyTorch fp32
+(``scaled_dot_product_attention`` with the math backend, and plain softmax(q kᵀ·scale) v with
+TF32 off) when torch is importable, and numpy on the CPU at the smallest length only.
+All GPU inputs live on the device before timing starts. Errors are max |ours - torch| (or
+against a float64 numpy reference on a few rows when torch is absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+
+import numpy as np
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+NAIVE_BLOCK = 128
+NUMPY_MAX_SEQ_LEN = 2048  # the CPU reference runs only at the smallest length, and only up to this  # threads (query rows) per block of the naive kernel
+
+
+def _flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool) -> float:
+    f = 4.0 * batch * heads * seq_len * seq_len * head_dim
+    return f / 2 if causal else f
+
+
+def _numba_ms(cuda, launch, repeats: int) -> list[float]:
+    launch()  # warm-up: compiles on first use
+    cuda.synchronize()
+    e0, e1 = cuda.event(), cuda.event()
+    times = []
+    for _ in range(repeats):
+        e0.record()
+        launch()
+        e1.record()
+        e1.synchronize()
+        times.append(cuda.event_elapsed_time(e0, e1))
+    return times
+
+
+def _torch_ms(torch, fn, repeats: int) -> tuple[list[float], object]:
+    out = fn()  # warm-up
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        e0.record()
+        out = fn()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1))
+    return times, out
+
+
+def _resources(dispatcher) -> dict:
+    try:
+        (_, kernel), *_ = dispatcher.overloads.items()
+        return {
+            "registers": int(kernel.regs_per_thread),
+            "smem_bytes": int(kernel.shared_mem_per_block),
+            "local_bytes": int(kernel.local_mem_per_thread),
+        }
+    except Exception:  # resources are informative only
+        return {}
+
+
+def _reference_rows(q, k, v, causal: bool, rows: np.ndarray) -> np.ndarray:
+    """float64 attention for the given query rows only (batch, heads, len(rows), head_dim)."""
+    head_dim = q.shape[-1]
+    qq = q[:, :, rows].astype(np.float64)
+    s = np.einsum("bhrd,bhkd->bhrk", qq, k.astype(np.float64)) / math.sqrt(head_dim)
+    if causal:
+        s = np.where(np.arange(k.shape[2])[None, :] <= rows[:, None], s, -np.inf)
+    s -= s.max(axis=-1, keepdims=True)
+    w = np.exp(s)
+    return np.einsum("bhrk,bhkd->bhrd", w, v.astype(np.float64)) / w.sum(axis=-1)[..., None]
+
+
+def attention_timings(
+    seq_lens=(512, 1024, 2048, 4096, 8192),
+    batch: int = 1,
+    heads: int = 8,
+    head_dim: int = 64,
+    tile: int = 32,
+    repeats: int = 10,
+    causal: bool = False,
+    naive_max_seq_len: int = 8192,
+    seed: int = 0,
+    reg_budget: int | None = None,
+    torch_too: bool = True,
+) -> list[dict]:
+    """One dict per (seq_len, implementation): seq_len, impl, ms (median), tflops, peak_mb,
+    max_abs_err, and registers/smem_bytes/local_bytes for our kernels."""
+    rng = np.random.default_rng(seed)
+    rows: list[dict] = []
+    for seq_len in seq_lens:
+        shape = (batch, heads, seq_len, head_dim)
+        q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+        rows += _one_length(
+            q, k, v, tile, causal, repeats, seq_len <= naive_max_seq_len, reg_budget, torch_too
+        )
+        if seq_len == min(seq_lens) and seq_len <= NUMPY_MAX_SEQ_LEN:
+            rows += _numpy_cpu(q, k, v, causal, rows)
+    return rows
+
+
+def _row(q, causal, impl, times, peak_bytes, err, **extra) -> dict:
+    batch, heads, seq_len, head_dim = q.shape
+    ms = statistics.median(times)
+    return {
+        "seq_len": seq_len,
+        "impl": impl,
+        "ms": ms,
+        "tflops": _flops(batch, heads, seq_len, head_dim, causal) / (ms * 1e-3) / 1e12,
+        "peak_mb": peak_bytes / 2**20,
+        "max_abs_err": err,
+        **extra,
+    }
+
+
+def _check_rows(seq_len: int) -> np.ndarray:
+    return np.unique(np.linspace(0, seq_len - 1, 16).astype(int))
+
+
+def _torch_impls(q, k, v, causal: bool, repeats: int) -> tuple[list[dict], np.ndarray | None]:
+    """Rows for PyTorch fp32 (plain, and SDPA's math backend) and plain's output; ([], None) without torch."""
+    try:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return [], None
+    if not torch.cuda.is_available():
+        return [], None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    seq_len, head_dim = q.shape[2], q.shape[3]
+    scale = 1.0 / math.sqrt(head_dim)
+    tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+
+    def plain():
+        s = torch.matmul(tq, tk.transpose(-1, -2)) * scale
+        if causal:
+            mask = torch.ones(seq_len, seq_len, dtype=torch.bool, device="cuda").triu(1)
+            s = s.masked_fill(mask, float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), tv)
+
+    def sdpa():
+        with sdpa_kernel(SDPBackend.MATH):
+            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+
+    rows, want = [], None
+    rs = _check_rows(seq_len)
+    for impl, fn in (("torch plain fp32", plain), ("torch sdpa math fp32", sdpa)):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        times, out = _torch_ms(torch, fn, repeats)
+        peak = torch.cuda.max_memory_allocated()  # inputs + output + intermediates
+        got = out.cpu().numpy()
+        if want is None:
+            want = got
+        err = float(np.abs(got[:, :, rs] - want[:, :, rs]).max())
+        rows.append(_row(q, causal, impl, times, peak, err))
+        del out
+    return rows, want
+
+
+def _one_length(
+    q, k, v, tile: int, causal: bool, repeats: int, with_naive: bool, reg_budget=None, torch_too=True
+) -> list[dict]:
+    from numba import cuda
+
+    from kernels.attention import flash_attention_kernels, naive_attention_kernels
+    from visualizer.catalog import plan_launch
+    from visualizer.worker import record_buffers
+
+    batch, heads, seq_len, head_dim = q.shape
+    c = int(causal)
+    rows, want = _torch_impls(q, k, v, causal, repeats) if torch_too else ([], None)
+    rs = _check_rows(seq_len)
+    # ours are checked against torch's plain fp32 output, or float64 numpy on a few rows
+    want_rows = want[:, :, rs] if want is not None else _reference_rows(q, k, v, causal, rs)
+
+    def error(out) -> float:
+        return float(np.abs(out[:, :, rs] - want_rows).max())
+
+    dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+    do = cuda.device_array(q.shape, np.float32)
+    base = 4 * q.nbytes  # q, k, v, o
+
+    params = {
+        "batch": batch,
+        "heads": heads,
+        "seq_len": seq_len,
+        "head_dim": head_dim,
+        "tile": tile,
+        "causal": c,
+    }
+    spec, _, launch = plan_launch("flash_attention", params, backend="gpu")
+    cfg = (launch.grid, launch.block)
+    # the instrumented build writes the record buffers the app reads; the clean build ignores
+    # its own (same-typed, one-element) ones
+    full = record_buffers(spec, launch)
+    tiny = {n: np.zeros((1,) * (b.ndim - 1) + (b.shape[-1],), b.dtype) for n, b in full.items()}
+    traced, clean = flash_attention_kernels(tile, head_dim)
+    for impl, kern, bufs in (
+        ("ours flash (clean)", clean, tiny),
+        ("ours flash (instrumented)", traced, full),
+    ):
+        dev = {n: cuda.to_device(b) for n, b in bufs.items()}
+        args = (dq, dk, dv, do, seq_len, c, dev["trace"], dev["active"], dev["tiles"], dev["rows"])
+        times = _numba_ms(cuda, lambda kern=kern, args=args: kern[cfg](*args), repeats)
+        rec = sum(b.nbytes for b in bufs.values()) if bufs is full else 0
+        rows.append(_row(q, causal, impl, times, base + rec, error(do.copy_to_host()), **_resources(kern)))
+        del dev
+
+    if with_naive:
+        _, naive = naive_attention_kernels(head_dim)
+        ds = cuda.device_array((batch, heads, seq_len, seq_len), np.float32)
+        grid = (-(-seq_len // NAIVE_BLOCK), heads, batch)
+        tr, act = cuda.device_array((1, 3), np.int64), cuda.device_array(1, np.uint8)  # unused (clean)
+        times = _numba_ms(
+            cuda,
+            lambda: naive[grid, (NAIVE_BLOCK, 1, 1)](dq, dk, dv, ds, do, seq_len, c, tr, act),
+            max(1, min(repeats, 3)),  # slow at long lengths
+        )
+        err = error(do.copy_to_host())
+        rows.append(_row(q, causal, "ours naive (clean)", times, base + ds.nbytes, err, **_resources(naive)))
+    return rows
+
+
+def _numpy_cpu(q, k, v, causal: bool, rows: list[dict]) -> list[dict]:
+    from visualizer.attention_specs import attention_reference
+
+    t = time.perf_counter()
+    got = attention_reference(q, k, v, causal)  # float64 numpy on the CPU: the catalog's reference
+    ms = (time.perf_counter() - t) * 1e3
+    rs = _check_rows(q.shape[2])
+    err = float(np.abs(got[:, :, rs] - _reference_rows(q, k, v, causal, rs)).max())
+    return [_row(q, causal, "numpy float64 (CPU)", [ms], 5 * q.nbytes, err)]
+
+
+def correctness_sweep(seq_len: int = 77, batch: int = 2, heads: int = 3, seed: int = 1) -> list[dict]:
+    """Launch every (tile, head_dim, causal) the catalog accepts once, plus the naive kernel for each
+    head_dim, and compare with the float64 reference: compiles each specialisation on this backend."""
+    import itertools
+
+    from numba import cuda
+
+    from kernels.attention import flash_attention_kernels, naive_attention_kernels
+    from visualizer.attention_specs import attention_reference
+    from visualizer.catalog import LaunchError, plan_launch
+    from visualizer.worker import record_buffers
+
+    rng = np.random.default_rng(seed)
+    out = []
+    cases = [
+        ("flash_attention", t, d, c)
+        for t, d, c in itertools.product((8, 16, 32, 64), (16, 32, 64, 128), (0, 1))
+    ]
+    cases += [("naive_attention", 16, d, 1) for d in (16, 32, 64, 128)]
+    for name, tile, head_dim, causal in cases:
+        p = {
+            "batch": batch,
+            "heads": heads,
+            "seq_len": seq_len,
+            "head_dim": head_dim,
+            "tile": tile,
+            "causal": causal,
+        }
+        case = {"kernel": name, "tile": tile, "head_dim": head_dim, "causal": causal}
+        try:
+            spec, values, launch = plan_launch(name, p, backend="sim" if SIMULATED else "gpu")
+        except LaunchError as exc:
+            out.append({**case, "refused": str(exc)})
+            continue
+        x = spec.make_inputs(values, rng)
+        bufs = record_buffers(spec, launch)
+        if name == "flash_attention":
+            traced, _ = flash_attention_kernels(tile, head_dim)
+        else:
+            traced, _ = naive_attention_kernels(head_dim)
+        args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
+        t = time.perf_counter()
+        traced[launch.grid, launch.block](*args)
+        cuda.synchronize()
+        err = float(np.abs(x["o"] - attention_reference(x["q"], x["k"], x["v"], bool(causal))).max())
+        out.append({**case, "max_abs_err": err, "s": time.perf_counter() - t, **_resources(traced)})
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    head = "| seq_len | implementation | ms | TFLOP/s | peak MB | max abs err | regs | smem B |\n"
+    head += "|---:|---|---:|---:|---:|---:|---:|---:|\n"
+    lines = [
+        f"| {r['seq_len']} | {r['impl']} | {r['ms']:.3f} | {r['tflops']:.2f} | {r['peak_mb']:.0f} | "
+        f"{r['max_abs_err']:.2e} | {r.get('registers', '')} | {r.get('smem_bytes', '')} |"
+        for r in rows
+    ]
+    return head + "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq-lens", default="512,1024,2048,4096,8192")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--tile", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--naive-max", type=int, default=8192, help="skip the naive kernel above this length")
+    ap.add_argument("--reg-budget", type=int, default=None, help="flash kernel's register budget (0: none)")
+    ap.add_argument("--sweep", action="store_true", help="only check every tile/head_dim combination")
+    a = ap.parse_args(argv)
+    if a.sweep:
+        for r in correctness_sweep():
+            print(r)
+        return
+    rows = attention_timings(
+        tuple(int(x) for x in a.seq_lens.split(",")),
+        a.batch,
+        a.heads,
+        a.head_dim,
+        a.tile,
+        a.repeats,
+        a.causal,
+        a.naive_max,
+        reg_budget=a.reg_budget,
+    )
+    print(
+        f"batch {a.batch}, heads {a.heads}, head_dim {a.head_dim}, tile {a.tile}, causal {a.causal}, "
+        f"fp32; median of {a.repeats} CUDA-event timings after warm-up"
+    )
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,406 @@
+"""FlashAttention figures: the recorded tile loop, one row's online softmax, loop orders, shared memory.
+
+Pure builders (DataFrames in, ``go.Figure`` out, no Streamlit). ``flash_loop_figure`` and
+``row_state_figure`` draw only what the kernel recorded (the ``tiles`` and ``softmax_state``
+tables); ``loop_order_figure`` is a model and says so; every title names its source.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+FRAME_MS = 700
+
+# states of an S tile in the loop figure (heatmap values) and their colours
+OTHER, TODO, DONE, CURRENT, SKIPPED = 0, 1, 2, 3, 4
+STATE_LABELS = (
+    "other blocks' Q tiles",
+    "not reached yet",
+    "done",
+    "K/V in shared memory now",
+    "skipped (causal)",
+)
+STATE_COLOURS = ("#f2f2f2", "#dbe7f5", "#6495ed", "#ff8c00", "#9e9e9e")
+M_COLOUR, L_COLOUR, ALPHA_COLOUR = "#1f77b4", "#2ca02c", "#d62728"
+
+
+def _source(df: pd.DataFrame) -> str:
+    if "source" in df.columns and len(df):
+        return str(df["source"].iloc[0])
+    return str(df.attrs.get("source", "unknown source"))
+
+
+def _title(text: str, source: str) -> dict:
+    return {"text": f"{text}<br><sup>{source}</sup>", "x": 0.01, "xanchor": "left"}
+
+
+def _discrete_colourscale(colours) -> list:
+    n = len(colours)
+    scale = []
+    for i, c in enumerate(colours):
+        scale += [[i / n, c], [(i + 1) / n, c]]
+    return scale
+
+
+def _animation_controls(names: list[str], labels: list[str], prefix: str) -> tuple[list, list]:
+    play = {
+        "frame": {"duration": FRAME_MS, "redraw": True},
+        "fromcurrent": True,
+        "transition": {"duration": 0},
+    }
+    still = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
+    buttons = [
+        {
+            "type": "buttons",
+            "direction": "left",
+            "x": 0.0,
+            "y": -0.1,
+            "xanchor": "left",
+            "yanchor": "top",
+            "showactive": False,
+            "buttons": [
+                {"label": "Play", "method": "animate", "args": [None, play]},
+                {"label": "Pause", "method": "animate", "args": [[None], still]},
+            ],
+        }
+    ]
+    sliders = [
+        {
+            "active": 0,
+            "x": 0.18,
+            "y": -0.06,
+            "len": 0.82,
+            "xanchor": "left",
+            "yanchor": "top",
+            "currentvalue": {"prefix": prefix},
+            "steps": [
+                {"label": lab, "method": "animate", "args": [[name], still]}
+                for name, lab in zip(names, labels, strict=True)
+            ],
+        }
+    ]
+    return buttons, sliders
+
+
+def _one_block(df: pd.DataFrame, q_tile: int, head: int, batch: int) -> pd.DataFrame:
+    """Rows of one flash block: grid (q_tiles, heads, batch), so block_x is the Q tile."""
+    return df[(df["block_x"] == q_tile) & (df["block_y"] == head) & (df["block_z"] == batch)]
+
+
+def flash_loop_figure(
+    tiles: pd.DataFrame,
+    softmax_state: pd.DataFrame,
+    q_tile: int,
+    seq_len: int,
+    tile: int,
+    causal: bool,
+    source: str,
+    loop_order: str = "fa2",
+    head: int = 0,
+    batch: int = 0,
+) -> go.Figure:
+    """Animation over the K/V steps one flash block (Q tile ``q_tile``) recorded.
+
+    The seq_len x seq_len attention matrix is drawn as tile x tile S tiles (the last row and column
+    of tiles are partial when tile does not divide seq_len). Each frame is one recorded step: the
+    K/V tile then in shared memory, the S tiles of this Q tile already done, those not reached, and
+    (causal) the tiles right of the diagonal the kernel skipped. Only recorded steps become frames.
+    """
+    if loop_order != "fa2":
+        raise ValueError(
+            f"recorded traces come from the FA2-order kernel, not {loop_order!r}; "
+            "loop_order_figure models the FA1 order"
+        )
+    mine = _one_block(tiles, q_tile, head, batch)
+    kv = mine[mine["operand"].astype(str) == "K"].sort_values("step")
+    vrec = mine[mine["operand"].astype(str) == "V"].set_index("step")
+    q_rec = mine[mine["operand"].astype(str) == "Q"]
+    if kv.empty:
+        raise ValueError(f"no K/V tiles were recorded for Q tile {q_tile} (head {head}, batch {batch})")
+    n = math.ceil(seq_len / tile)
+    edges = [min(i * tile, seq_len) for i in range(n + 1)]  # the last tile may be partial
+    q_rows = int(q_rec["rows"].iloc[0]) if len(q_rec) else min(tile, seq_len - q_tile * tile)
+
+    rows_state = _one_block(softmax_state, q_tile, head, batch) if softmax_state is not None else None
+
+    def grid_at(step_kt: int | None, done: set[int]) -> np.ndarray:
+        z = np.full((n, n), OTHER, dtype=float)
+        for kt in range(n):
+            if causal and kt > q_tile:
+                z[q_tile, kt] = SKIPPED
+            elif kt == step_kt:
+                z[q_tile, kt] = CURRENT
+            elif kt in done:
+                z[q_tile, kt] = DONE
+            else:
+                z[q_tile, kt] = TODO
+        return z
+
+    hover = np.empty((n, n), dtype=object)
+    for i in range(n):
+        for kt in range(n):
+            hover[i, kt] = (
+                f"S tile (Q {i}, K/V {kt})<br>queries {edges[i]}–{edges[i + 1] - 1}, "
+                f"keys {edges[kt]}–{edges[kt + 1] - 1}"
+            )
+
+    def heatmap(z: np.ndarray) -> go.Heatmap:
+        return go.Heatmap(
+            z=z,
+            x=edges,
+            y=edges,
+            zmin=-0.5,
+            zmax=len(STATE_LABELS) - 0.5,
+            colorscale=_discrete_colourscale(STATE_COLOURS),
+            xgap=1,
+            ygap=1,
+            text=hover,
+            hovertemplate="%{text}<extra></extra>",
+            colorbar={
+                "tickvals": list(range(len(STATE_LABELS))),
+                "ticktext": list(STATE_LABELS),
+                "title": {"text": "S tile"},
+            },
+        )
+
+    frames, names, labels = [], [], []
+    done: set[int] = set()
+    for _, rec in kv.iterrows():
+        step = int(rec["step"])
+        k0, krows = int(rec["row0"]), int(rec["rows"])
+        kt = k0 // tile
+        z = grid_at(kt, done)
+        note = (
+            f"step {step}: K/V rows {k0}–{k0 + krows - 1} in shared memory "
+            f"({krows} x {int(rec['cols'])}{', partial tile' if krows < tile else ''}); "
+            f"K staged at {int(rec['t_ns'])} ns"
+        )
+        if step in vrec.index:
+            note += f", V at {int(vrec.loc[step, 't_ns'])} ns"
+        if causal and kt == q_tile:
+            note += "; diagonal tile: keys after each query masked"
+        if rows_state is not None and len(rows_state):
+            now = rows_state[rows_state["step"] == step].set_index("row")["m"]
+            before = rows_state[rows_state["step"] == step - 1].set_index("row")["m"]
+            if step > 0 and len(now) and len(before):
+                grew = int((now.reindex(before.index) > before).sum())
+                note += f"<br>row max m grew in {grew} of {len(before)} rows: their O and l were rescaled"
+        name = f"step {step}"
+        frames.append(
+            go.Frame(
+                name=name,
+                data=[heatmap(z)],
+                layout={"annotations": [_note(note)]},
+            )
+        )
+        names.append(name)
+        labels.append(str(step))
+        done.add(kt)
+
+    skipped = f"; {n - q_tile - 1} K/V tiles skipped (causal)" if causal and q_tile < n - 1 else ""
+    fig = go.Figure(data=frames[0].data, frames=frames)
+    buttons, sliders = _animation_controls(names, labels, "K/V step ")
+    fig.update_layout(
+        title=_title(
+            f"FlashAttention (FA2 order), Q tile {q_tile} (queries {edges[q_tile]}–{edges[q_tile] + q_rows - 1}, "
+            f"head {head}, batch {batch}): {len(frames)} recorded K/V steps{skipped}",
+            f"data: {source}; tile {tile}, seq_len {seq_len}",
+        ),
+        xaxis={"title": "key (K/V row)", "range": [0, seq_len], "autorange": False, "side": "top"},
+        yaxis={"title": "query (Q row)", "range": [seq_len, 0], "autorange": False, "scaleanchor": "x"},
+        annotations=list(frames[0].layout.annotations),
+        updatemenus=buttons,
+        sliders=sliders,
+        margin={"t": 110, "b": 110},
+        height=640,
+    )
+    return fig
+
+
+def _note(text: str) -> dict:
+    return {
+        "text": text,
+        "xref": "paper",
+        "yref": "paper",
+        "x": 0.0,
+        "y": -0.2,
+        "xanchor": "left",
+        "yanchor": "top",
+        "showarrow": False,
+        "align": "left",
+    }
+
+
+def row_state_figure(
+    softmax_state: pd.DataFrame, q_tile: int, row: int, head: int = 0, batch: int = 0
+) -> go.Figure:
+    """Running max m, running sum l and the rescale factor exp(m_prev - m_new) of one query row.
+
+    ``row`` is the row within the Q tile (0 .. tile-1). m is in units of the scaled score
+    q·k/sqrt(d). At step 0 there is nothing to rescale yet (O is empty), so its factor is 0.
+    """
+    mine = _one_block(softmax_state, q_tile, head, batch)
+    mine = mine[mine["row"] == row].sort_values("step")
+    if mine.empty:
+        raise ValueError(
+            f"no softmax state recorded for Q tile {q_tile}, row {row} (only the first blocks record it)"
+        )
+    steps = mine["step"].to_numpy()
+    m = mine["m"].to_numpy(dtype=np.float64)
+    l = mine["l"].to_numpy(dtype=np.float64)  # noqa: E741 - the softmax row sum's usual name
+    alpha = np.exp(np.concatenate([[-np.inf], m[:-1]]) - m)
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=(
+            "running row max m",
+            "running row sum l of exp(s − m)",
+            "rescale factor exp(m_prev − m_new) applied to O and l",
+        ),
+    )
+    fig.add_trace(go.Scatter(x=steps, y=m, mode="lines+markers", name="m", line={"color": M_COLOUR}), 1, 1)
+    fig.add_trace(go.Scatter(x=steps, y=l, mode="lines+markers", name="l", line={"color": L_COLOUR}), 2, 1)
+    fig.add_trace(
+        go.Bar(x=steps, y=alpha, name="exp(m_prev − m_new)", marker={"color": ALPHA_COLOUR}),
+        3,
+        1,
+    )
+    fig.update_yaxes(range=[0, 1.05], row=3, col=1)
+    fig.update_xaxes(title_text="K/V step", dtick=1, row=3, col=1)
+    fig.update_layout(
+        title=_title(
+            f"Online softmax of query row {row} of Q tile {q_tile} (head {head}, batch {batch})",
+            f"data: {_source(softmax_state)}",
+        ),
+        showlegend=False,
+        height=620,
+        margin={"t": 100},
+    )
+    return fig
+
+
+def _visit_order(n: int, q_tile_first: bool, causal: bool) -> np.ndarray:
+    """Order in which one head's S tiles are computed: FA2 = Q outer, K/V inner; FA1 the reverse."""
+    order = np.full((n, n), np.nan)
+    k = 0
+    outer = range(n)
+    for a in outer:
+        for b in range(n):
+            qt, kt = (a, b) if q_tile_first else (b, a)
+            if causal and kt > qt:
+                continue
+            order[qt, kt] = k
+            k += 1
+    return order
+
+
+def loop_order_model(seq_len: int, tile: int, causal: bool) -> dict[str, dict[str, float]]:
+    """Modelled tile traffic between global and shared memory for one head, in tiles of tile x d.
+
+    FA1 (K/V outer, Q inner): each K/V tile is loaded once; every visit loads the Q tile and reads
+    and writes the partial O tile (and its m, l). FA2 (Q outer per block, K/V inner): each Q tile
+    is loaded once and O written once; every visit loads a K and a V tile.
+    """
+    n = math.ceil(seq_len / tile)
+    visits = n * (n + 1) // 2 if causal else n * n
+    return {
+        "FA1": {"visits": visits, "Q loads": visits, "K/V loads": 2 * n, "O reads+writes": 2 * visits},
+        "FA2": {"visits": visits, "Q loads": n, "K/V loads": 2 * visits, "O reads+writes": n},
+    }
+
+
+def loop_order_figure(seq_len: int, tile: int, causal: bool, order: str = "both") -> go.Figure:
+    """MODELLED comparison of the FA1 and FA2 loop orders over one head's S tiles (not measured).
+
+    Each S tile shows its position in the sequence one head's work visits them: FA1 sweeps K/V
+    tiles in the outer loop (so every Q/O tile is revisited), FA2 gives each Q tile to a block
+    that sweeps the K/V tiles (so O stays in registers and blocks are independent).
+    """
+    orders = {"fa1": ["FA1"], "fa2": ["FA2"], "both": ["FA1", "FA2"]}
+    if order not in orders:
+        raise ValueError(f"order must be one of {list(orders)}, got {order!r}")
+    shown = orders[order]
+    n = math.ceil(seq_len / tile)
+    edges = [min(i * tile, seq_len) for i in range(n + 1)]
+    model = loop_order_model(seq_len, tile, causal)
+    titles = []
+    for name in shown:
+        t = model[name]
+        titles.append(
+            f"{name}: {'K/V outer, Q inner' if name == 'FA1' else 'Q outer (one block each), K/V inner'}<br>"
+            f"<sup>loads: Q {t['Q loads']}, K+V {t['K/V loads']}; O reads+writes {t['O reads+writes']} tiles</sup>"
+        )
+    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=titles, horizontal_spacing=0.12)
+    for c, name in enumerate(shown, start=1):
+        z = _visit_order(n, q_tile_first=name == "FA2", causal=causal)
+        text = np.where(np.isnan(z), "skipped", np.nan_to_num(z).astype(int).astype(str))
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=edges,
+                y=edges,
+                colorscale="Viridis",
+                showscale=c == len(shown),
+                colorbar={"title": {"text": "visit #"}},
+                xgap=1,
+                ygap=1,
+                text=text,
+                texttemplate="%{text}" if n <= 16 else None,
+                hovertemplate="queries from %{y}, keys from %{x}: visit %{text}<extra></extra>",
+            ),
+            1,
+            c,
+        )
+        fig.update_xaxes(title_text="key", range=[0, seq_len], row=1, col=c)
+        fig.update_yaxes(title_text="query", range=[seq_len, 0], row=1, col=c)
+    fig.update_layout(
+        title=_title(
+            f"Loop orders over the S tiles of one head (seq_len {seq_len}, tile {tile}"
+            f"{', causal' if causal else ''})",
+            "modelled: the visiting order and tile traffic follow from the loop nests, not from a run",
+        ),
+        height=520,
+        margin={"t": 130},
+    )
+    return fig
+
+
+def smem_gauge_figure(bytes_needed: int, limit_bytes: int, arch_label: str) -> go.Figure:
+    """Static shared memory one block declares against the per-block limit."""
+    over = bytes_needed > limit_bytes
+    top = max(bytes_needed, limit_bytes) * 1.15 / 1024
+    fig = go.Figure(
+        go.Indicator(
+            mode="gauge+number+delta",
+            value=bytes_needed / 1024,
+            number={"suffix": " KB", "valueformat": ".1f"},
+            delta={"reference": limit_bytes / 1024, "valueformat": ".1f", "suffix": " KB vs limit"},
+            gauge={
+                "axis": {"range": [0, top]},
+                "bar": {"color": "#d62728" if over else "#2ca02c"},
+                "threshold": {
+                    "line": {"color": "black", "width": 3},
+                    "thickness": 0.9,
+                    "value": limit_bytes / 1024,
+                },
+                "steps": [{"range": [limit_bytes / 1024, top], "color": "#f8d0d0"}],
+            },
+        )
+    )
+    verdict = "does NOT fit: the launch is refused" if over else "fits"
+    fig.update_layout(
+        title=_title(
+            f"Shared memory per block: {bytes_needed:,} of {limit_bytes:,} bytes ({verdict})",
+            arch_label,
+        ),
+        height=300,
+        margin={"t": 90, "b": 20},
+    )
+    return fig
