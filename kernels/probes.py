@@ -10,8 +10,10 @@ One kernel source runs on both backends:
 
 Trace buffers are plain device arrays passed as kernel arguments:
 
-* ``trace``  int64 (records, 3): sm, t_start, t_end. One record per thread, or one per warp
-  (written by lane 0) when the host allocates fewer records than threads.
+* ``trace``  int64 (3, records): rows sm, t_start, t_end. One record per thread, or one per warp
+  (written by lane 0) when the host allocates fewer records than threads. Column-major on
+  purpose: neighbouring warps write neighbouring words, so their partial writes can merge in L2
+  (with row-major records, one 8-byte store per warp took 0.6 ms of a 1.1 ms vector add).
 * ``active`` uint8 (threads,): 1 where the thread did work, 0 where it idled (e.g. i >= n).
 * ``tiles``  int64 (blocks, steps, operands, 5): row0, col0, rows, cols, t of every tile a
   block staged in shared memory; written by thread 0 of the block.
@@ -93,7 +95,7 @@ def record_slot(trace):
     """This thread's row in ``trace``, or -1 if its warp's lane 0 records for it (per-warp mode)."""
     block, thread, tpb = linear_ids()
     nblocks = cuda.gridDim.x * cuda.gridDim.y * cuda.gridDim.z
-    if trace.shape[0] == nblocks * tpb:
+    if trace.shape[1] == nblocks * tpb:
         return block * tpb + thread
     if thread % 32 != 0:
         return -1
@@ -117,9 +119,9 @@ def trace_end(trace, active, t0, did_work):
     slot = record_slot(trace)
     if slot < 0:
         return
-    trace[slot, 0] = smid()
-    trace[slot, 1] = t0
-    trace[slot, 2] = globaltimer()
+    trace[0, slot] = smid()
+    trace[1, slot] = t0
+    trace[2, slot] = globaltimer()
 
 
 @cuda.jit(device=True)

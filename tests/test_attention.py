@@ -201,7 +201,7 @@ def causal_tables():
     params = {"batch": 1, "heads": 1, "seq_len": 37, "head_dim": 16, "tile": 16, "causal": 1}
     _, bufs, launch, values = run_sim("flash_attention", params, seed=3)
     info = launch_info(launch)
-    t0 = int(bufs["trace"][:, 1].min())
+    t0 = int(bufs["trace"][1].min())
     return trace.tiles_table(info, bufs["tiles"], t0), trace.row_state_table(info, bufs["rows"]), values
 
 

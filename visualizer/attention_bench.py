@@ -223,7 +223,7 @@ def _one_length(
         _, naive = naive_attention_kernels(head_dim)
         ds = cuda.device_array((batch, heads, seq_len, seq_len), np.float32)
         grid = (-(-seq_len // NAIVE_BLOCK), heads, batch)
-        tr, act = cuda.device_array((1, 3), np.int64), cuda.device_array(1, np.uint8)  # unused (clean)
+        tr, act = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)  # unused (clean)
         times = _numba_ms(
             cuda,
             lambda: naive[grid, (NAIVE_BLOCK, 1, 1)](dq, dk, dv, ds, do, seq_len, c, tr, act),

@@ -35,7 +35,7 @@ def driver_sweep(
     n = 64
     vec = [cuda.to_device(np.zeros(n, np.float32)) for _ in range(3)]
     mat = [cuda.to_device(np.zeros((16, 16), np.float32)) for _ in range(3)]
-    trace = cuda.to_device(np.zeros((n, 3), np.int64))
+    trace = cuda.to_device(np.zeros((3, n), np.int64))
     active = cuda.to_device(np.zeros(n, np.uint8))
     tiles = cuda.to_device(np.zeros((1, 1, 2, 5), np.int64))
     tiled_fn = matmul_tiled_kernels(16)[0].py_func

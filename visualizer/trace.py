@@ -66,6 +66,7 @@ def block_coords(block: np.ndarray, grid) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def threads_table(launch: dict, trace: np.ndarray, active: np.ndarray) -> pd.DataFrame:
+    """``trace``: one (sm, t_start, t_end) record per row, per thread or per warp."""
     grid, blk = launch["grid"], launch["block"]
     tpb = launch["threads_per_block"]
     g = np.arange(launch["threads"], dtype=np.int64)
@@ -171,10 +172,11 @@ def check_outputs(spec: catalog.KernelSpec, params: dict, inputs: dict, outputs:
 def build_capture(reply: dict) -> Capture:
     launch, timing, arrays, inputs = reply["launch"], reply["timing"], reply["arrays"], reply["inputs"]
     spec = catalog.get(launch["kernel"])
-    t0 = int(arrays["trace"][:, 1].min()) if len(arrays["trace"]) else 0
-    threads = threads_table(launch, arrays["trace"], arrays["active"])
-    if len(arrays["trace"]):
-        timing["kernel_span_ns"] = int(arrays["trace"][:, 2].max() - t0)  # from in-kernel timestamps
+    records = arrays["trace"].T  # the kernel writes (3, records); tables read one record per row
+    t0 = int(records[:, 1].min()) if len(records) else 0
+    threads = threads_table(launch, records, arrays["active"])
+    if len(records):
+        timing["kernel_span_ns"] = int(records[:, 2].max() - t0)  # from in-kernel timestamps
     tiles = tiles_table(launch, arrays["tiles"], t0) if "tiles" in arrays else None
     row_state = row_state_table(launch, arrays["rows"]) if "rows" in arrays else None
     data_args = [a for a in spec.args if a in inputs]

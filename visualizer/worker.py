@@ -167,7 +167,7 @@ def record_buffers(spec, launch) -> dict[str, np.ndarray]:
     per_warp = threads > PER_WARP_ABOVE
     records = launch.blocks * ((tpb + 31) // 32) if per_warp else threads
     bufs = {
-        "trace": np.zeros((records, 3), np.int64),
+        "trace": np.zeros((3, records), np.int64),
         "active": np.zeros(threads, np.uint8),
         "tiles": np.full(
             (launch.blocks, max(launch.tile_steps, 1), max(len(spec.tile_operands), 1), 5), -1, np.int64
