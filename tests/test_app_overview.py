@@ -47,3 +47,12 @@ def test_run_button_relaunches_with_new_params():
     at.sidebar.button[0].click().run()
     assert not at.exception
     assert at.session_state.capture.launch["params"]["n"] == 70
+
+
+def test_exports_tables_and_figures():
+    at = _app(kernel="matmul_tiled", backend="sim", n="20", tile="8").run()
+    labels = [b.label for b in at.get("download_button")]
+    assert {"threads.csv", "threads.parquet", "tiles.csv", "tiles.parquet"} <= set(labels), labels
+    at.switch_page("app_pages/grid.py").run()
+    assert not at.exception
+    assert "Download figure (HTML)" in [b.label for b in at.get("download_button")]

@@ -292,7 +292,7 @@ def app_bench(quick: bool) -> dict:
         n = 1 << 20
         launch = {
             "grid": [n // 256, 1, 1], "block": [256, 1, 1], "threads_per_block": 256, "threads": n, "blocks": n // 256,
-            "recorded_per": "warp", "source": "synthetic (benchmark input)", "backend": "gpu",
+            "recorded_per": "warp", "source": "synthetic (benchmark input)", "backend": "gpu", "kernel": "vector_add",
         }  # fmt: skip
         warps = n // 32
         rng = np.random.default_rng(0)
@@ -310,15 +310,16 @@ def app_bench(quick: bool) -> dict:
         from streamlit.testing.v1 import AppTest
 
         at = AppTest.from_file(str(ROOT / "visualizer" / "app.py"), default_timeout=300)
-        for k, v in {"kernel": "vector_add", "backend": "sim", "n": "2000", "block": "64"}.items():
+        for k, v in {"kernel": "vector_add", "backend": "sim", "n": "60000", "block": "256"}.items():
             at.query_params[k] = v
         at.run()
         at.switch_page("app_pages/grid.py").run()
-        colour = next(s for s in at.selectbox if s.key and "color" in s.key) if at.selectbox else None
-        if colour is None:
-            colour = next(r for r in at.radio if r.key and "color" in r.key)
+        colour = at.radio(key="grid_color_by")
         times = []
-        for value in (colour.options * 2)[: 4 if quick else 8]:
+        from visualizer.figures.grid import available_colorings
+
+        options = available_colorings(at.session_state.capture.launch)
+        for value in (options * 4)[: 4 if quick else 8]:
             t = time.perf_counter()
             colour.set_value(value).run()
             times.append(time.perf_counter() - t)

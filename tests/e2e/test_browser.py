@@ -41,3 +41,15 @@ def test_play_advances_grid_animation(open_app):
         timeout=20_000,
     )
     assert page.get_by_test_id("stException").count() == 0
+
+
+def test_figure_downloads_as_standalone_html(open_app, tmp_path):
+    page = open_app("grid", QUERY)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    with page.expect_download(timeout=60_000) as info:
+        page.get_by_role("button", name="Download figure (HTML)").first.click()
+    path = tmp_path / "grid.html"
+    info.value.save_as(path)
+    html = path.read_text()
+    assert "<html>" in html[:200].lower() and "plotly" in html.lower()
+    assert len(html) > 1_000_000  # plotly.js is inlined: the file works offline

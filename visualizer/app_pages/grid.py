@@ -13,6 +13,7 @@ from visualizer.figures.grid import (
     grid_figure,
     is_two_d,
 )
+from visualizer.ui.charts import chart
 from visualizer.ui.session import require_capture
 
 st.title("Grid layout")
@@ -55,7 +56,7 @@ try:
 except (ValueError, KeyError) as exc:
     st.error(f"Cannot draw this grid: {exc}")
     st.stop()
-st.plotly_chart(fig, key="grid_chart", config={"displaylogo": False})
+chart(fig, key="grid_chart")
 
 notes = []
 level = cell_level(launch)

@@ -11,6 +11,7 @@ from visualizer.figures.memory_flow import (
     fmt_us,
     memory_flow_figure,
 )
+from visualizer.ui.charts import chart
 from visualizer.ui.session import require_capture
 
 st.title("Memory flow")
@@ -48,7 +49,7 @@ c4.metric(
     fmt_us(float(timing.get("compile_ns", 0)) / 1e3),
     help=compile_label(launch) + "; paid once per kernel build, so it is kept out of the flow",
 )
-st.plotly_chart(fig, key="flow_chart", config={"displaylogo": False})
+chart(fig, key="flow_chart")
 
 table = pd.DataFrame(
     {

@@ -19,6 +19,7 @@ from visualizer.figures.occupancy import (
     occupancy_opted_in,
 )
 from visualizer.occupancy import ARCHS, KB, WARP_SIZE, occupancy
+from visualizer.ui.charts import chart
 from visualizer.ui.session import RunConfig, current_capture
 
 SIM_REGS = 32  # the simulator compiles nothing, so the register count is an assumption
@@ -204,8 +205,8 @@ st.caption(
     "Modelled with the CUDA occupancy formula (cuda_occupancy.h): pure Python, nothing is launched. "
     "Dynamic shared memory above 48 KB assumes the kernel opted in (cudaFuncSetAttribute)."
 )
-st.plotly_chart(impact_figure(arch, threads, regs, smem_dynamic, static, _kernel_regs(cap)), key="occ_impact")
-st.plotly_chart(limits_figure(result), key="occ_limits")
+chart(impact_figure(arch, threads, regs, smem_dynamic, static, _kernel_regs(cap)), key="occ_impact")
+chart(limits_figure(result), key="occ_limits")
 
 if cap is None:
     st.info("Run a kernel from the sidebar to compare with a real launch and see its achieved occupancy.")
@@ -254,7 +255,7 @@ a2.metric(
     help="time-average of active warps per SM while the SM had work",
 )
 a3.metric("SMs used", f"{active['sm'].nunique()} of {launch['num_sms']}")
-st.plotly_chart(achieved_figure(active, theoretical_warps, source), key="occ_achieved")
+chart(achieved_figure(active, theoretical_warps, source), key="occ_achieved")
 
 history = st.session_state.setdefault("occupancy_history", [])
 if run_key not in [h["key"] for h in history]:
@@ -283,7 +284,7 @@ st.button(
 if note:
     st.caption(note)
 runs = [h for h in history if h["kernel"] == launch["kernel"]]
-st.plotly_chart(
+chart(
     measured_points_figure(
         runs,
         _arch_of(cap)[0],

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from visualizer.ui.charts import table_downloads
 from visualizer.ui.session import require_capture
 
 st.title("GPU execution visualizer")
@@ -30,7 +31,8 @@ for name, res in cap.check["outputs"].items():
         )
     else:
         st.error(f"`{name}`: {res['mismatches']:,} of {res['elements']:,} differ from numpy.")
-with st.expander("Trace tables"):
+with st.expander("Trace tables: preview and export"):
     for name, df in cap.tables().items():
-        st.markdown(f"**{name}** — {len(df):,} rows")
+        st.markdown(f"**{name}** — {len(df):,} rows · {df.attrs.get('source', cap.source)}")
         st.dataframe(df.head(200), height=200)
+        table_downloads(name, df, key=f"export_{name}")

@@ -5,6 +5,7 @@ import streamlit as st
 from visualizer import schedule
 from visualizer.figures import scheduling as figs
 from visualizer.occupancy import ARCHS, WARP_SIZE, occupancy
+from visualizer.ui.charts import chart
 from visualizer.ui.session import require_capture
 
 MODEL_GPUS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}
@@ -109,7 +110,7 @@ else:
             "round-robin stand-in and its times are the host clock: the blocks never overlap, as below. "
             "The charts above the expander use the occupancy calculator's limits instead."
         )
-        st.plotly_chart(
+        chart(
             figs.sm_timeline_figure(schedule.assign_waves(captured_blocks), cap.source),
             key="sched_simulated_timeline",
         )
@@ -144,7 +145,7 @@ else:
     )
 
 st.subheader("Blocks on SMs")
-st.plotly_chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")
+chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")
 
 st.subheader("One SM's warps")
 if st.session_state.get("sm", 0) > num_sms - 1:  # a smaller modelled GPU was picked
@@ -159,7 +160,7 @@ sm = int(
         help="Which SM's warps to show (kept in the URL).",
     )
 )
-st.plotly_chart(figs.warp_timeline_figure(warps, sm, source), key="sched_warp_timeline")
+chart(figs.warp_timeline_figure(warps, sm, source), key="sched_warp_timeline")
 
 st.subheader("Resident warps and achieved occupancy")
 o1, o2, o3 = st.columns(3)
@@ -188,7 +189,7 @@ st.caption(
     f"Over the whole kernel and all {num_sms} SMs (idle ones as zero): "
     f"{achieved.avg_warps_kernel:.1f} active warps per SM ({achieved.achieved_kernel:.0%})."
 )
-st.plotly_chart(
+chart(
     figs.concurrency_figure(
         achieved.timeline, theoretical_warps, num_sms=num_sms, device=achieved.device, source=source
     ),
@@ -197,4 +198,4 @@ st.plotly_chart(
 
 st.subheader("Waves")
 st.caption("Press Play: each frame is one wave of blocks taking the SMs' resident slots.")
-st.plotly_chart(figs.waves_animation_figure(scheduled, num_sms, source), key="sched_waves")
+chart(figs.waves_animation_figure(scheduled, num_sms, source), key="sched_waves")

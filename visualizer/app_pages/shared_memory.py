@@ -16,6 +16,7 @@ from visualizer.figures.shared_memory import (
 )
 from visualizer.runner import KernelError
 from visualizer.trace import Capture
+from visualizer.ui.charts import chart
 from visualizer.ui.session import RunConfig, cached_capture, require_capture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +80,7 @@ def matmul_section(cap: Capture) -> None:
     except ValueError as exc:
         st.error(str(exc))
         return
-    st.plotly_chart(fig, key="smem_tiles_chart")
+    chart(fig, key="smem_tiles_chart")
     left, right = st.columns([3, 2])
     with left:
         st.markdown("**The kernel's tile loop** (`kernels/matmul.py`)")
@@ -116,7 +117,7 @@ def reduction_section(cap: Capture) -> None:
                 else ""
             )
         )
-    st.plotly_chart(reduction_tree_figure(tree, block, block_size, kernel), key="smem_tree_chart")
+    chart(reduction_tree_figure(tree, block, block_size, kernel), key="smem_tree_chart")
 
     other = "reduction_race" if kernel == "reduction" else "reduction"
     st.subheader("With and without the barrier")
@@ -137,11 +138,11 @@ def reduction_section(cap: Capture) -> None:
         return
     correct, race = (cap, companion) if kernel == "reduction" else (companion, cap)
     expected = catalog.get("reduction").reference(cap.inputs, cap.launch["params"])["partial"]
-    st.plotly_chart(
+    chart(
         race_comparison_figure(correct.outputs["partial"], race.outputs["partial"], expected, cap.source),
         key="smem_race_chart",
     )
-    st.plotly_chart(
+    chart(
         race_tree_diff_figure(correct.row_state, race.row_state, block), key="smem_race_diff_chart"
     )
     st.markdown(
