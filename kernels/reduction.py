@@ -1,7 +1,7 @@
 """Sum of a float32 vector: each block reduces its slice in shared memory as a tree.
 
-``reduction`` is correct. ``reduction_race`` is the same code without the barrier inside the
-tree loop: a thread may read a partner's slot before the partner has added into it, so its
+``reduction`` is correct. ``reduction_race`` is the same source built without the barrier inside
+the tree loop: a thread may read a partner's slot before the partner has added into it, so its
 result is wrong on a GPU. It exists to show why that ``syncthreads`` is needed.
 """
 
@@ -13,9 +13,13 @@ from kernels.probes import jit_pair, trace_begin, trace_end, trace_row_state
 
 
 @cache
-def reduction_kernels(block):
-    """(instrumented, clean) tree reduction for blocks of BLOCK threads (a power of two)."""
+def reduction_kernels(block, barrier=True):
+    """(instrumented, clean) tree reduction for blocks of BLOCK threads (a power of two).
+
+    barrier=False leaves out the syncthreads between tree levels: the race demo.
+    """
     BLOCK = block
+    BARRIER = barrier  # a compile-time constant: the branch below is resolved when compiling
 
     def reduction(x, partial, n, trace, active, tree):
         t0 = trace_begin(trace)
@@ -29,8 +33,9 @@ def reduction_kernels(block):
         level = 1
         while stride > 0:
             if tid < stride:
-                s[tid] += s[tid + stride]
-            cuda.syncthreads()  # every pair of this level is summed before the next level reads it
+                s[tid] += s[tid + stride]  # without the barrier: s[tid + stride] may not be summed yet
+            if BARRIER:
+                cuda.syncthreads()  # every pair of this level is summed before the next level reads it
             trace_row_state(tree, level, tid, s[tid], 0.0)
             stride //= 2
             level += 1
@@ -41,29 +46,6 @@ def reduction_kernels(block):
     return jit_pair(reduction)
 
 
-@cache
 def reduction_race_kernels(block):
     """(instrumented, clean) DELIBERATELY RACY reduction: the tree loop has no barrier."""
-    BLOCK = block
-
-    def reduction_race(x, partial, n, trace, active, tree):
-        t0 = trace_begin(trace)
-        s = cuda.shared.array(BLOCK, float32)
-        tid = cuda.threadIdx.x
-        i = cuda.grid(1)
-        s[tid] = x[i] if i < n else float32(0.0)
-        cuda.syncthreads()
-        trace_row_state(tree, 0, tid, s[tid], 0.0)
-        stride = BLOCK // 2
-        level = 1
-        while stride > 0:
-            if tid < stride:
-                s[tid] += s[tid + stride]  # RACE: s[tid + stride] may not hold its partial sum yet
-            trace_row_state(tree, level, tid, s[tid], 0.0)
-            stride //= 2
-            level += 1
-        if tid == 0:
-            partial[cuda.blockIdx.x] = s[0]
-        trace_end(trace, active, t0, i < n)
-
-    return jit_pair(reduction_race)
+    return reduction_kernels(block, barrier=False)
