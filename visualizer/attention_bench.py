@@ -20,42 +20,16 @@ import time
 
 import numpy as np
 
+from visualizer.gpu_timing import numba_event_ms, torch_event_ms
+
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
-NAIVE_BLOCK = 128
-NUMPY_MAX_SEQ_LEN = 2048  # the CPU reference runs only at the smallest length, and only up to this  # threads (query rows) per block of the naive kernel
+NAIVE_BLOCK = 128  # threads (query rows) per block of the naive kernel
+NUMPY_MAX_SEQ_LEN = 2048  # the CPU reference runs only at the smallest length, and only up to this
 
 
 def _flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool) -> float:
     f = 4.0 * batch * heads * seq_len * seq_len * head_dim
     return f / 2 if causal else f
-
-
-def _numba_ms(cuda, launch, repeats: int) -> list[float]:
-    launch()  # warm-up: compiles on first use
-    cuda.synchronize()
-    e0, e1 = cuda.event(), cuda.event()
-    times = []
-    for _ in range(repeats):
-        e0.record()
-        launch()
-        e1.record()
-        e1.synchronize()
-        times.append(cuda.event_elapsed_time(e0, e1))
-    return times
-
-
-def _torch_ms(torch, fn, repeats: int) -> tuple[list[float], object]:
-    out = fn()  # warm-up
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeats):
-        e0.record()
-        out = fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return times, out
 
 
 def _resources(dispatcher) -> dict:
@@ -159,7 +133,7 @@ def _torch_impls(q, k, v, causal: bool, repeats: int) -> tuple[list[dict], np.nd
     for impl, fn in (("torch plain fp32", plain), ("torch sdpa math fp32", sdpa)):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        times, out = _torch_ms(torch, fn, repeats)
+        times, out = torch_event_ms(torch, fn, repeats)
         peak = torch.cuda.max_memory_allocated()  # inputs + output + intermediates
         got = out.cpu().numpy()
         if want is None:
@@ -214,7 +188,7 @@ def _one_length(
     ):
         dev = {n: cuda.to_device(b) for n, b in bufs.items()}
         args = (dq, dk, dv, do, seq_len, c, dev["trace"], dev["active"], dev["tiles"], dev["rows"])
-        times = _numba_ms(cuda, lambda kern=kern, args=args: kern[cfg](*args), repeats)
+        times = numba_event_ms(cuda, lambda kern=kern, args=args: kern[cfg](*args), repeats)
         rec = sum(b.nbytes for b in bufs.values()) if bufs is full else 0
         rows.append(_row(q, causal, impl, times, base + rec, error(do.copy_to_host()), **_resources(kern)))
         del dev
@@ -224,7 +198,7 @@ def _one_length(
         ds = cuda.device_array((batch, heads, seq_len, seq_len), np.float32)
         grid = (-(-seq_len // NAIVE_BLOCK), heads, batch)
         tr, act = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)  # unused (clean)
-        times = _numba_ms(
+        times = numba_event_ms(
             cuda,
             lambda: naive[grid, (NAIVE_BLOCK, 1, 1)](dq, dk, dv, ds, do, seq_len, c, tr, act),
             max(1, min(repeats, 3)),  # slow at long lengths

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from visualizer.gpu_timing import numba_event_ms, torch_event_ms
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # FP32 lanes per SM by compute capability (for the FP32 peak: lanes x 2 flops x clock x SMs)
@@ -55,34 +57,8 @@ def versions() -> dict:
 # ---------------------------------------------------------------------------------------------- GPU
 
 
-def _event_ms(cuda, fn, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    cuda.synchronize()
-    e0, e1 = cuda.event(), cuda.event()
-    times = []
-    for _ in range(repeats):
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(cuda.event_elapsed_time(e0, e1))
-    return statistics.median(times)
-
-
-def _torch_ms(torch, fn, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
+def _median_ms(cuda, fn, repeats: int) -> float:
+    return statistics.median(numba_event_ms(cuda, fn, repeats, warmup=3))
 
 
 def _buffers(cuda, np, spec, launch):
@@ -120,7 +96,7 @@ def gpu_bench(quick: bool) -> dict:
     def copy_bandwidth_gbs(nbytes: int) -> float:
         src = cuda.device_array(nbytes // 4, np.float32)
         dst = cuda.device_array(nbytes // 4, np.float32)
-        return 2 * nbytes / _event_ms(cuda, lambda: dst.copy_to_device(src), reps) / 1e6
+        return 2 * nbytes / _median_ms(cuda, lambda: dst.copy_to_device(src), reps) / 1e6
 
     copy_gbs = copy_bandwidth_gbs((1 << 26 if quick else 1 << 28) * 4)
     res["copy_bandwidth_gbs"] = copy_gbs
@@ -134,8 +110,8 @@ def gpu_bench(quick: bool) -> dict:
         args = [dev_arrays[a] if a in dev_arrays else launch.scalars[a] for a in spec.args]
         traced, clean = build_kernels(spec, values)
         cfg = (launch.grid, launch.block)
-        clean_ms = _event_ms(cuda, lambda: clean[cfg](*args), reps)
-        traced_ms = _event_ms(cuda, lambda: traced[cfg](*args), reps)
+        clean_ms = _median_ms(cuda, lambda: clean[cfg](*args), reps)
+        traced_ms = _median_ms(cuda, lambda: traced[cfg](*args), reps)
         got = {k: dev_arrays[k].copy_to_host() for k in spec.outputs}
         from visualizer.trace import check_outputs
 
@@ -155,7 +131,7 @@ def gpu_bench(quick: bool) -> dict:
             t_args = {k: torch.as_tensor(dev_arrays[k], device="cuda") for k in inputs}
             fn = torch_fn(t_args)
             row["torch_op"] = torch_label
-            row["torch_ms"] = _torch_ms(torch, fn, reps)
+            row["torch_ms"] = statistics.median(torch_event_ms(torch, fn, reps, warmup=3)[0])
             row["vs_torch"] = row["torch_ms"] / clean_ms  # > 1: ours is faster
         rows.append(row)
         return row

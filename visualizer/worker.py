@@ -140,17 +140,10 @@ class Backend:
         return out, time.perf_counter_ns() - t
 
     def kernel_ms(self, launch_fn, repeats: int) -> list[float]:
-        """CUDA-event milliseconds of each of ``repeats`` launches (GPU only)."""
-        cuda = self.cuda
-        e0, e1 = cuda.event(), cuda.event()
-        times = []
-        for _ in range(repeats):
-            e0.record()
-            launch_fn()
-            e1.record()
-            e1.synchronize()
-            times.append(cuda.event_elapsed_time(e0, e1))
-        return times
+        """CUDA-event milliseconds of each of ``repeats`` launches (GPU only; already warmed up)."""
+        from visualizer.gpu_timing import numba_event_ms
+
+        return numba_event_ms(self.cuda, launch_fn, repeats, warmup=0)
 
 
 def build_kernels(spec, values):
