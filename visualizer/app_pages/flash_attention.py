@@ -1,4 +1,337 @@
+"""FlashAttention: one block's recorded K/V loop, one row's online softmax, shared memory, H200 timings."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
 import streamlit as st
 
-st.title("flash_attention")
-st.info("This page is being built.")
+from visualizer import catalog
+from visualizer.attention_specs import flash_smem_bytes
+from visualizer.figures.attention import (
+    TIMING_STYLES,
+    attention_timing_figure,
+    flash_loop_figure,
+    loop_order_figure,
+    loop_order_model,
+    row_state_figure,
+    smem_gauge_figure,
+    timing_source,
+)
+from visualizer.occupancy import ARCHS, KB
+from visualizer.trace import Capture
+from visualizer.ui.charts import chart
+from visualizer.ui.session import RunConfig, require_capture
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMINGS_FILE = ROOT / "docs" / "attention_h200.json"
+EXAMPLE = (("batch", 1), ("causal", 1), ("head_dim", 32), ("heads", 1), ("seq_len", 80), ("tile", 16))
+ATTENTION_KERNELS = ("flash_attention", "naive_attention")
+DEFAULT_ARCH = "sm_90"
+
+
+def _load_example() -> None:
+    """Button callback: hand the sidebar a new run (it launches on the rerun this click starts)."""
+    st.session_state.config = RunConfig("flash_attention", st.session_state.config.backend, EXAMPLE)
+    st.session_state.pending_run = True
+    # the sidebar's kernel selectbox keeps its own state; dropping it lets the selectbox start from
+    # the new config instead of switching straight back to the old kernel
+    st.session_state.pop("kernel_pick", None)
+
+
+def _index_input(label: str, key: str, hi: int, default: int, help_text: str, url: bool = False) -> int:
+    """A number input over 0..hi that falls back to its default when a new launch shrinks the grid.
+
+    ``url``: the value is kept in the link (keys q_tile and row, which the sidebar ignores).
+    """
+    if st.session_state.get(key, 0) > hi:
+        del st.session_state[key]  # the widget starts again from its default
+    extra = {"bind": "query-params"} if url else {}
+    return int(
+        st.number_input(
+            label, min_value=0, max_value=hi, value=min(default, hi), step=1, key=key, help=help_text, **extra
+        )
+    )
+
+
+def _arch_of(cap: Capture) -> str:
+    """The captured GPU's generation when the calculator knows it; the H200's otherwise."""
+    if not cap.measured:
+        return DEFAULT_ARCH
+    name = "sm_" + str(cap.launch["compute_capability"]).replace(".", "")
+    return name if name in ARCHS else DEFAULT_ARCH
+
+
+def numerical_check(cap: Capture) -> None:
+    res = cap.check["outputs"]["o"]
+    tol = f"rtol {cap.check['rtol']:g}, atol {cap.check['atol']:g}"
+    if res["mismatches"] == 0:
+        st.success(
+            f"Output O matches the float64 numpy reference: max |error| {res['max_abs_error']:.2e} over "
+            f"{res['elements']:,} elements ({tol}). S was never stored, yet the answer is the same."
+        )
+    else:
+        st.error(
+            f"Output O: {res['mismatches']:,} of {res['elements']:,} elements differ from the numpy reference "
+            f"(max |error| {res['max_abs_error']:.2e}, {tol})."
+        )
+
+
+def loop_section(cap: Capture) -> None:
+    p = cap.launch["params"]
+    seq_len, tile, head_dim, causal = p["seq_len"], p["tile"], p["head_dim"], bool(p["causal"])
+    gx, gy, gz = cap.launch["grid"]
+    st.subheader(
+        f"One block's K/V loop — seq_len {seq_len}, tile {tile}, head_dim {head_dim}"
+        f"{', causal' if causal else ''}: {gx} Q tiles × {gy} heads × {gz} batch"
+    )
+    c1, c2, c3, c4 = st.columns(4)
+    with c1:
+        q_tile = _index_input(
+            "Q tile (blockIdx.x)",
+            "q_tile",
+            gx - 1,
+            gx // 2,
+            "which block of query rows (kept in the URL)",
+            True,
+        )
+    with c2:
+        head = _index_input("head (blockIdx.y)", "fa_head", gy - 1, 0, "which attention head")
+    with c3:
+        batch = _index_input("batch (blockIdx.z)", "fa_batch", gz - 1, 0, "which batch element")
+    q0 = q_tile * tile
+    rows_here = min(tile, seq_len - q0)
+    with c4:
+        row = _index_input(
+            "row within the tile",
+            "row",
+            rows_here - 1,
+            0,
+            f"query row q0 + row; this tile holds queries {q0}–{q0 + rows_here - 1} (kept in the URL)",
+            True,
+        )
+    mine = cap.tiles[
+        (cap.tiles["block_x"] == q_tile) & (cap.tiles["block_y"] == head) & (cap.tiles["block_z"] == batch)
+    ]
+    visited = int((mine["operand"].astype(str) == "K").sum())  # K/V steps this block recorded
+    st.caption(
+        f"Block ({q_tile}, {head}, {batch}) keeps queries {q0}–{q0 + rows_here - 1} in shared memory and "
+        f"streams {visited} K/V tile{'s' if visited != 1 else ''} past them"
+        + (
+            f"; the {-(-seq_len // tile) - visited} tiles right of the diagonal are skipped (causal)."
+            if causal and visited < -(-seq_len // tile)
+            else "."
+        )
+        + " Press Play, or drag the slider, to step through the recorded K/V steps."
+    )
+    try:
+        loop_fig = flash_loop_figure(
+            cap.tiles, cap.row_state, q_tile, seq_len, tile, causal, cap.source, head=head, batch=batch
+        )
+    except ValueError as exc:
+        st.error(str(exc))
+    else:
+        chart(loop_fig, key="fa_loop_chart")
+
+    left, right = st.columns([3, 2])
+    try:
+        row_fig = row_state_figure(cap.row_state, q_tile, row, head=head, batch=batch)
+    except ValueError:
+        recorded = int(cap.row_state["block"].max()) + 1 if len(cap.row_state) else 0
+        left.info(
+            f"The kernel records the running m and l of its first {recorded} blocks only; block "
+            f"({q_tile}, {head}, {batch}) is not among them. Pick head 0, batch 0 or a lower Q tile."
+        )
+    else:
+        with left:
+            chart(row_fig, key="fa_row_chart")
+    right.markdown(
+        f"**Query {q0 + row}** (row {row} of Q tile {q_tile}). After each K/V step the kernel recorded:\n\n"
+        "- **m**, the largest scaled score q·k/√d seen so far;\n"
+        "- **l**, the sum of exp(s − m) over the keys seen so far;\n"
+        "- the **rescale factor** exp(m_prev − m_new): when a tile raises m it drops below 1, and the O "
+        "row and l accumulated so far are multiplied by it (1 means m did not grow).\n\n"
+        "At the end O is divided by l: the same result as a softmax over the whole row, without ever "
+        "holding the row."
+    )
+
+    if st.toggle("Compare with the FA1 loop order (modelled)", key="fa_fa1"):
+        chart(loop_order_figure(seq_len, tile, causal, "both"), key="fa_loop_order_chart")
+        model = pd.DataFrame(loop_order_model(seq_len, tile, causal)).T
+        st.dataframe(model, width="content")
+        st.caption(
+            "Modelled from the two loop nests (tile loads between global and shared memory for one head), "
+            "not measured. FA1 keeps each K/V tile once and revisits every Q/O tile; FA2, which this kernel "
+            "runs, gives each Q tile to one block that keeps its O row in registers, so blocks are independent."
+        )
+
+
+def smem_section(cap: Capture) -> None:
+    p = cap.launch["params"]
+    spec = catalog.get("flash_attention")
+    choices = {prm.name: list(prm.choices) for prm in spec.params if prm.choices}
+    st.subheader("Shared memory per block")
+    run_key = (cap.launch["backend"], tuple(sorted(p.items())))
+    if st.session_state.get("fa_smem_run") != run_key:  # a new run: start the what-if from it
+        st.session_state.fa_smem_run = run_key
+        st.session_state.fa_arch = _arch_of(cap)
+        st.session_state.fa_smem_tile = p["tile"]
+        st.session_state.fa_smem_head_dim = p["head_dim"]
+    c1, c2, c3 = st.columns([2, 2, 2])
+    arch = c1.selectbox("GPU generation", list(ARCHS), format_func=lambda a: ARCHS[a].label, key="fa_arch")
+    tile = c2.select_slider("tile", choices["tile"], key="fa_smem_tile")
+    head_dim = c3.select_slider("head_dim", choices["head_dim"], key="fa_smem_head_dim")
+    limits = ARCHS[arch]
+    if cap.measured and (tile, head_dim) == (p["tile"], p["head_dim"]):
+        needed = int(cap.launch["static_smem_bytes"])
+        where = f"measured (GPU): the compiled kernel's static shared memory on {cap.launch['device_name']}"
+    else:
+        needed = flash_smem_bytes(tile, head_dim)
+        where = "modelled: sQ + sKP + sV + sMax + sSum as the kernel declares them (flash_smem_bytes)"
+    chart(
+        smem_gauge_figure(
+            needed,
+            limits.smem_per_block,
+            f"{where}; limits of {limits.label}",
+            optin_bytes=limits.smem_per_block_optin,
+        ),
+        key="fa_smem_chart",
+    )
+    st.caption(
+        f"The kernel declares its shared arrays statically, so {limits.smem_per_block // KB} KB per block is "
+        f"its limit on {limits.label}; {limits.smem_per_block_optin // KB} KB is reachable only with dynamic "
+        "shared memory and an explicit opt-in. Try tile 64 with head_dim 128."
+    )
+
+
+def other_kernel(cap: Capture) -> None:
+    kernel = cap.launch["kernel"]
+    why = (
+        "is the baseline this page compares against: it writes the whole score matrix S to global memory and "
+        "records no tiles or softmax state"
+        if kernel == "naive_attention"
+        else "is not FlashAttention"
+    )
+    st.info(
+        f"`{kernel}` {why}. The tile loop and the online softmax need a **flash_attention** run: pick it in "
+        "the sidebar, or load an example (seq_len 80, tile 16, causal) here. The recorded H200 timings are below."
+    )
+    st.button("Load FlashAttention example", key="fa_load_example", on_click=_load_example)
+
+
+def _read_timings() -> dict | None:
+    try:
+        doc = json.loads(TIMINGS_FILE.read_text())
+        if not doc["rows"]:
+            raise ValueError("no rows")
+        return doc
+    except (OSError, ValueError, KeyError) as exc:
+        st.error(f"Cannot read the recorded timings {TIMINGS_FILE.name}: {exc}")
+        return None
+
+
+def _fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "–"
+    return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.2f} ms"
+
+
+def session_timing(cap: Capture) -> None:
+    """This session's own GPU run of an attention kernel, next to the recorded table."""
+    t = cap.timing
+    st.markdown(
+        f"**This session's run** — measured (GPU) on {cap.launch['device_name']}: `{cap.launch['kernel']}` "
+        f"{cap.launch['params']} (CUDA events, median after warm-up)."
+    )
+    c1, c2, c3 = st.columns(3)
+    c1.metric("clean kernel", _fmt_ms(t.get("clean_ms")))
+    c2.metric(
+        "instrumented kernel",
+        _fmt_ms(t.get("instrumented_ms")),
+        delta=f"×{t['overhead_ratio']:.2f}" if t.get("overhead_ratio") else None,
+        delta_color="off",
+    )
+    c3.metric("clean TFLOP/s", f"{t['clean_gflops'] / 1e3:.2f}" if t.get("clean_gflops") else "–")
+
+
+def timing_section(cap: Capture) -> None:
+    st.subheader("Timing: FlashAttention vs naive vs PyTorch vs numpy")
+    if cap.measured:
+        if cap.launch["kernel"] in ATTENTION_KERNELS:
+            session_timing(cap)
+        st.caption("The chart and table below are a recorded H200 run, not this session's run.")
+    else:
+        st.warning(
+            "This session runs on the CUDA simulator: **nothing on this page is GPU time.** The simulator's "
+            "times are CPU wall time of Python threads. The chart and table below are recorded results of a "
+            "real NVIDIA H200 run, not this session's run."
+        )
+    doc = _read_timings()
+    if doc is None:
+        return
+    cfg = doc["config"]
+    note = (
+        f"batch {cfg['batch']}, {cfg['heads']} heads, head_dim {cfg['head_dim']}, tile {cfg['tile']}, "
+        f"{cfg['dtype']}, {'causal' if cfg['causal'] else 'non-causal'}"
+    )
+    try:
+        fig = attention_timing_figure(doc["rows"], timing_source(doc), note)
+    except (ValueError, KeyError) as exc:
+        st.error(f"Cannot draw the recorded timings: {exc}")
+        return
+    chart(fig, key="fa_timing_chart")
+    rows = pd.DataFrame(doc["rows"])
+    longest = rows[rows["seq_len"] == rows["seq_len"].max()].set_index("impl")
+    if {"ours flash (clean)", "ours naive (clean)"} <= set(longest.index):
+        flash, naive = longest.loc["ours flash (clean)"], longest.loc["ours naive (clean)"]
+        st.markdown(
+            f"At seq_len {int(rows['seq_len'].max())} the flash kernel takes {flash['ms']:.2f} ms and "
+            f"{flash['peak_mb']:,.0f} MB; the naive kernel, which moves S through global memory, takes "
+            f"{naive['ms']:.2f} ms ({naive['ms'] / flash['ms']:.1f}× longer) and {naive['peak_mb']:,.0f} MB."
+        )
+    by_length = rows.pivot(index="seq_len", columns="impl", values="ms")
+    by_length = by_length[[c for c in TIMING_STYLES if c in by_length.columns]]
+    st.markdown("**Milliseconds per forward pass** (median; None: not timed at that length)")
+    st.dataframe(
+        by_length, column_config={c: st.column_config.NumberColumn(format="%.4g") for c in by_length}
+    )
+    with st.expander("All recorded rows: time, TFLOP/s, peak memory, error"):
+        table = rows.rename(
+            columns={
+                "impl": "implementation",
+                "ms": "ms (median)",
+                "tflops": "TFLOP/s",
+                "peak_mb": "peak MB",
+                "max_abs_err": "max |error|",
+            }
+        )
+        st.dataframe(
+            table,
+            hide_index=True,
+            column_config={"max |error|": st.column_config.NumberColumn(format="%.2e")},
+        )
+    versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
+    st.caption(
+        f"{timing_source(doc)}; {note}. {cfg['timing']}. Peak memory: {cfg['peak_mb']}. "
+        f"Errors: {cfg['max_abs_err']}. Versions: {versions}. "
+        "Recorded with `python -m visualizer.attention_bench` (docs/attention_h200.json)."
+    )
+
+
+st.title("FlashAttention")
+st.markdown(
+    "FlashAttention computes softmax(QKᵀ/√d)·V one tile at a time: each block keeps its Q tile in shared "
+    "memory and streams K and V tiles past it, so the seq_len × seq_len score matrix S never goes to global "
+    "memory. An *online* softmax keeps a running row max m and sum l, and rescales the output O whenever m "
+    "grows. **Try:** set `causal=1` and watch the skipped tiles right of the diagonal; pick a row and watch "
+    "m and l change from step to step."
+)
+capture = require_capture()
+st.caption(f"Data source: {capture.source}")
+if capture.launch["kernel"] == "flash_attention":
+    loop_section(capture)
+    numerical_check(capture)
+    smem_section(capture)
+else:
+    other_kernel(capture)
+timing_section(capture)

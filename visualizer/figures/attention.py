@@ -211,14 +211,22 @@ def flash_loop_figure(
             f"head {head}, batch {batch}): {len(frames)} recorded K/V steps{skipped}",
             f"data: {source}; tile {tile}, seq_len {seq_len}",
         ),
-        xaxis={"title": "key (K/V row)", "range": [0, seq_len], "autorange": False, "side": "top"},
+        # constrain="domain": a wide chart narrows the square plot instead of widening the key range
+        xaxis={
+            "title": "key (K/V row)",
+            "range": [0, seq_len],
+            "autorange": False,
+            "side": "top",
+            "constrain": "domain",
+        },
         yaxis={"title": "query (Q row)", "range": [seq_len, 0], "autorange": False, "scaleanchor": "x"},
         annotations=list(frames[0].layout.annotations),
         updatemenus=buttons,
         sliders=sliders,
-        margin={"t": 110, "b": 110},
-        height=640,
+        margin={"t": 150, "b": 175},
+        height=700,
     )
+    fig.update_layout(title={"y": 0.98, "yanchor": "top", "yref": "container"})
     return fig
 
 
@@ -228,7 +236,7 @@ def _note(text: str) -> dict:
         "xref": "paper",
         "yref": "paper",
         "x": 0.0,
-        "y": -0.2,
+        "y": -0.33,  # under the slider and its step labels
         "xanchor": "left",
         "yanchor": "top",
         "showarrow": False,
@@ -372,16 +380,35 @@ def loop_order_figure(seq_len: int, tile: int, causal: bool, order: str = "both"
     return fig
 
 
-def smem_gauge_figure(bytes_needed: int, limit_bytes: int, arch_label: str) -> go.Figure:
-    """Static shared memory one block declares against the per-block limit."""
+def smem_gauge_figure(
+    bytes_needed: int, limit_bytes: int, arch_label: str, optin_bytes: int | None = None
+) -> go.Figure:
+    """Static shared memory one block declares against the per-block limit.
+
+    ``optin_bytes`` (optional) is the larger per-block maximum a kernel can opt in to with
+    *dynamic* shared memory (cudaFuncSetAttribute); it is drawn as a band above the static limit.
+    """
     over = bytes_needed > limit_bytes
-    top = max(bytes_needed, limit_bytes) * 1.15 / 1024
+    top = max(bytes_needed, limit_bytes, optin_bytes or 0) * 1.15 / 1024
+    steps = [{"range": [limit_bytes / 1024, top], "color": "#f8d0d0"}]
+    if optin_bytes and optin_bytes > limit_bytes:
+        steps = [
+            {"range": [limit_bytes / 1024, optin_bytes / 1024], "color": "#fdf1c7"},
+            {"range": [optin_bytes / 1024, top], "color": "#f8d0d0"},
+        ]
     fig = go.Figure(
         go.Indicator(
             mode="gauge+number+delta",
             value=bytes_needed / 1024,
             number={"suffix": " KB", "valueformat": ".1f"},
-            delta={"reference": limit_bytes / 1024, "valueformat": ".1f", "suffix": " KB vs limit"},
+            delta={
+                "reference": limit_bytes / 1024,
+                "valueformat": ".1f",
+                "suffix": " KB vs limit",
+                # under the limit is good news: green going down, red going up
+                "increasing": {"color": "#d62728"},
+                "decreasing": {"color": "#2ca02c"},
+            },
             gauge={
                 "axis": {"range": [0, top]},
                 "bar": {"color": "#d62728" if over else "#2ca02c"},
@@ -390,11 +417,15 @@ def smem_gauge_figure(bytes_needed: int, limit_bytes: int, arch_label: str) -> g
                     "thickness": 0.9,
                     "value": limit_bytes / 1024,
                 },
-                "steps": [{"range": [limit_bytes / 1024, top], "color": "#f8d0d0"}],
+                "steps": steps,
             },
         )
     )
     verdict = "does NOT fit: the launch is refused" if over else "fits"
+    if optin_bytes and over and bytes_needed <= optin_bytes:
+        verdict += f"; as dynamic shared memory it would fit the {optin_bytes / 1024:.0f} KB opt-in"
+    if optin_bytes and optin_bytes > limit_bytes:
+        arch_label += f"; yellow: up to the {optin_bytes / 1024:.0f} KB opt-in maximum (dynamic smem only)"
     fig.update_layout(
         title=_title(
             f"Shared memory per block: {bytes_needed:,} of {limit_bytes:,} bytes ({verdict})",
@@ -402,5 +433,82 @@ def smem_gauge_figure(bytes_needed: int, limit_bytes: int, arch_label: str) -> g
         ),
         height=300,
         margin={"t": 90, "b": 20},
+    )
+    return fig
+
+
+# implementations of visualizer.attention_bench, in legend order, with their colour and dash
+TIMING_STYLES = {
+    "ours flash (clean)": ("#ff8c00", "solid"),
+    "ours flash (instrumented)": ("#ff8c00", "dot"),
+    "ours naive (clean)": ("#8c564b", "solid"),
+    "torch sdpa math fp32": ("#1f77b4", "solid"),
+    "torch plain fp32": ("#17becf", "dash"),
+    "numpy float64 (CPU)": ("#7f7f7f", "solid"),
+}
+TIMING_PANELS = (
+    ("ms", "time per forward (ms, log)", "log"),
+    ("tflops", "throughput (TFLOP/s)", "linear"),
+    ("peak_mb", "peak memory (MB, log)", "log"),
+)
+
+
+def timing_source(header: dict) -> str:
+    """The source label of a recorded timing file (docs/attention_h200.json): where and when."""
+    return f"measured (GPU): {header['measured_on']}, {header['date']}"
+
+
+def attention_timing_figure(rows, source: str, note: str = "") -> go.Figure:
+    """Time, TFLOP/s and peak memory against seq_len, one line per implementation.
+
+    ``rows`` are ``visualizer.attention_bench.attention_timings`` rows (dicts or a DataFrame with
+    seq_len, impl, ms, tflops, peak_mb); ``source`` says where they were measured (timing_source);
+    ``note`` (the configuration) goes under it. An implementation timed at one length (numpy) is
+    a single marker.
+    """
+    df = pd.DataFrame(rows)
+    missing = {"seq_len", "impl", "ms", "tflops", "peak_mb"} - set(df.columns)
+    if missing or df.empty:
+        raise ValueError(f"timing rows need seq_len, impl, ms, tflops and peak_mb; missing {sorted(missing)}")
+    impls = [i for i in TIMING_STYLES if i in set(df["impl"])]
+    impls += sorted(set(df["impl"]) - set(impls))
+    seq_lens = sorted(int(s) for s in df["seq_len"].unique())
+    fig = make_subplots(
+        rows=1,
+        cols=len(TIMING_PANELS),
+        subplot_titles=[t for _, t, _ in TIMING_PANELS],
+        horizontal_spacing=0.07,
+    )
+    for impl in impls:
+        mine = df[df["impl"] == impl].sort_values("seq_len")
+        colour, dash = TIMING_STYLES.get(impl, (None, "solid"))
+        for c, (column, _, _) in enumerate(TIMING_PANELS, start=1):
+            fig.add_trace(
+                go.Scatter(
+                    x=mine["seq_len"],
+                    y=mine[column],
+                    mode="lines+markers",
+                    name=impl,
+                    legendgroup=impl,
+                    showlegend=c == 1,
+                    line={"color": colour, "dash": dash},
+                    marker={"size": 8 if len(mine) == 1 else 6},
+                    hovertemplate=f"{impl}<br>seq_len %{{x}}: %{{y:.4g}}<extra></extra>",
+                ),
+                1,
+                c,
+            )
+    for c, (_, _, axis_type) in enumerate(TIMING_PANELS, start=1):
+        # log axes: one tick per decade (plotly's default labels 2 and 5 of every decade as well)
+        fig.update_yaxes(type=axis_type, dtick=1 if axis_type == "log" else None, row=1, col=c)
+        fig.update_xaxes(type="log", tickvals=seq_lens, ticktext=[str(s) for s in seq_lens], row=1, col=c)
+        fig.update_xaxes(title_text="seq_len", row=1, col=c)
+    fig.update_layout(
+        title=_title(
+            "Attention forward vs seq_len: time, throughput, memory", f"{source}; {note}" if note else source
+        ),
+        legend={"orientation": "h", "y": -0.22, "x": 0.0, "xanchor": "left"},
+        height=470,
+        margin={"t": 110, "b": 120},
     )
     return fig
