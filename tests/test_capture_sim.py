@@ -107,3 +107,10 @@ def test_timeout_kills_and_restarts_worker():
         assert runner.restarts == 1
         cap = runner.capture("vector_add", {"n": 32, "block": 32})
         assert cap.check["correct"]
+
+
+def test_vector_add_x4_covers_every_element(sim_runner):
+    cap = sim_runner.capture("vector_add_x4", {"n": 1000, "block": 64})  # 4 blocks x 64 threads x 4
+    assert cap.check["correct"], cap.check
+    assert cap.launch["threads"] == 256
+    np.testing.assert_array_equal(cap.outputs["c"], cap.inputs["a"] + cap.inputs["b"])

@@ -143,6 +143,12 @@ def gpu_bench(quick: bool) -> dict:
         lambda t: lambda: torch.add(t["a"], t["b"], out=t["c"]),
         "torch.add(a, b, out=c)",
     )
+    run_kernel(
+        "vector_add_x4",
+        {"n": n_vec, "block": 256},
+        lambda t: lambda: torch.add(t["a"], t["b"], out=t["c"]),
+        "torch.add(a, b, out=c)",
+    )
     n_mm = 1024 if quick else 4096
     run_kernel(
         "matmul_tiled",

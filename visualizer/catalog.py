@@ -185,6 +185,26 @@ VECTOR_ADD = KernelSpec(
 )
 
 
+VECTOR_ADD_X4 = KernelSpec(
+    name="vector_add_x4",
+    title="Vector add, 4 elements per thread",
+    summary="c = a + b with each thread adding 4 elements a whole grid apart: a quarter of the threads, "
+    "4 independent loads in flight per thread, still coalesced.",
+    params=VECTOR_ADD.params,
+    args=VECTOR_ADD.args,
+    outputs=("c",),
+    plan=lambda p: Launch(
+        grid=(ceil_div(p["n"], 4 * p["block"]), 1, 1), block=(p["block"], 1, 1), scalars={"n": p["n"]}
+    ),
+    make_inputs=_vector_add_inputs,
+    reference=VECTOR_ADD.reference,
+    build=("kernels.vector_add", "vector_add_x4"),
+    work=VECTOR_ADD.work,
+    atol=0.0,
+    rtol=0.0,
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # matmul
 
@@ -359,7 +379,15 @@ OUT_OF_BOUNDS_WRITE = KernelSpec(
 
 KERNELS: dict[str, KernelSpec] = {
     k.name: k
-    for k in (VECTOR_ADD, MATMUL_NAIVE, MATMUL_TILED, REDUCTION, REDUCTION_RACE, OUT_OF_BOUNDS_WRITE)
+    for k in (
+        VECTOR_ADD,
+        VECTOR_ADD_X4,
+        MATMUL_NAIVE,
+        MATMUL_TILED,
+        REDUCTION,
+        REDUCTION_RACE,
+        OUT_OF_BOUNDS_WRITE,
+    )
 }
 
 
