@@ -218,7 +218,7 @@ def test_flash_loop_figure_frames_are_recorded_steps(causal_tables):
             assert z.shape == (3, 3) and list(frame.data[0].x) == [0, 16, 32, 37]  # partial last tile
         assert SOURCE in fig.layout.title.text
         assert fig.layout.sliders[0].steps[0].args[1]["frame"]["redraw"] is True
-        assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["Play", "Pause"]
+        assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["▶ Play", "❚❚ Pause"]
         last = np.asarray(fig.frames[-1].data[0].z)
         assert (last[q_tile, q_tile + 1 :] == 4).all()  # skipped (causal)
         assert last[q_tile, q_tile] == 3 and (last[q_tile, :q_tile] == 2).all()

@@ -209,7 +209,7 @@ def test_waves_animation_one_frame_per_wave_on_fixed_axes():
     assert "Wave 3 of 3: 128 blocks" in fig.frames[-1].layout.title.text
     assert all("modelled" in f.layout.title.text for f in fig.frames)
     buttons = fig.layout.updatemenus[0].buttons
-    assert [b.label for b in buttons] == ["Play", "Pause"]
+    assert [b.label for b in buttons] == ["▶ Play", "❚❚ Pause"]
     assert buttons[0].args[1]["frame"]["redraw"] is True
     assert len(fig.layout.sliders[0].steps) == 4
 

@@ -52,7 +52,7 @@ def test_matmul_two_frames_per_step_with_syncthreads_labels(matmul):
         f"{k}·{what}" for k in range(1, steps + 1) for what in ("load", "multiply")
     ]
     buttons = fig.layout.updatemenus[0].buttons
-    assert [b.label for b in buttons] == ["Play", "Pause"]
+    assert [b.label for b in buttons] == ["▶ Play", "❚❚ Pause"]
     assert buttons[0].args[1]["frame"]["redraw"] is True
 
 

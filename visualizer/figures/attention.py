@@ -14,6 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from visualizer.figures.common import animation_controls, source_of, titled
+
 FRAME_MS = 700
 
 # states of an S tile in the loop figure (heatmap values) and their colours
@@ -29,62 +31,12 @@ STATE_COLOURS = ("#f2f2f2", "#dbe7f5", "#6495ed", "#ff8c00", "#9e9e9e")
 M_COLOUR, L_COLOUR, ALPHA_COLOUR = "#1f77b4", "#2ca02c", "#d62728"
 
 
-def _source(df: pd.DataFrame) -> str:
-    if "source" in df.columns and len(df):
-        return str(df["source"].iloc[0])
-    return str(df.attrs.get("source", "unknown source"))
-
-
-def _title(text: str, source: str) -> dict:
-    return {"text": f"{text}<br><sup>{source}</sup>", "x": 0.01, "xanchor": "left"}
-
-
 def _discrete_colourscale(colours) -> list:
     n = len(colours)
     scale = []
     for i, c in enumerate(colours):
         scale += [[i / n, c], [(i + 1) / n, c]]
     return scale
-
-
-def _animation_controls(names: list[str], labels: list[str], prefix: str) -> tuple[list, list]:
-    play = {
-        "frame": {"duration": FRAME_MS, "redraw": True},
-        "fromcurrent": True,
-        "transition": {"duration": 0},
-    }
-    still = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
-    buttons = [
-        {
-            "type": "buttons",
-            "direction": "left",
-            "x": 0.0,
-            "y": -0.1,
-            "xanchor": "left",
-            "yanchor": "top",
-            "showactive": False,
-            "buttons": [
-                {"label": "Play", "method": "animate", "args": [None, play]},
-                {"label": "Pause", "method": "animate", "args": [[None], still]},
-            ],
-        }
-    ]
-    sliders = [
-        {
-            "active": 0,
-            "x": 0.18,
-            "y": -0.06,
-            "len": 0.82,
-            "xanchor": "left",
-            "yanchor": "top",
-            "currentvalue": {"prefix": prefix},
-            "steps": [
-                {"label": lab, "method": "animate", "args": [[name], still]}
-                for name, lab in zip(names, labels, strict=True)
-            ],
-        }
-    ]
-    return buttons, sliders
 
 
 def _one_block(df: pd.DataFrame, q_tile: int, head: int, batch: int) -> pd.DataFrame:
@@ -204,9 +156,9 @@ def flash_loop_figure(
 
     skipped = f"; {n - q_tile - 1} K/V tiles skipped (causal)" if causal and q_tile < n - 1 else ""
     fig = go.Figure(data=frames[0].data, frames=frames)
-    buttons, sliders = _animation_controls(names, labels, "K/V step ")
+    buttons, sliders = animation_controls(names, labels, "K/V step ", -0.1, FRAME_MS)
     fig.update_layout(
-        title=_title(
+        title=titled(
             f"FlashAttention (FA2 order), Q tile {q_tile} (queries {edges[q_tile]}–{edges[q_tile] + q_rows - 1}, "
             f"head {head}, batch {batch}): {len(frames)} recorded K/V steps{skipped}",
             f"data: {source}; tile {tile}, seq_len {seq_len}",
@@ -283,9 +235,9 @@ def row_state_figure(
     fig.update_yaxes(range=[0, 1.05], row=3, col=1)
     fig.update_xaxes(title_text="K/V step", dtick=1, row=3, col=1)
     fig.update_layout(
-        title=_title(
+        title=titled(
             f"Online softmax of query row {row} of Q tile {q_tile} (head {head}, batch {batch})",
-            f"data: {_source(softmax_state)}",
+            f"data: {source_of(softmax_state)}",
         ),
         showlegend=False,
         height=620,
@@ -369,7 +321,7 @@ def loop_order_figure(seq_len: int, tile: int, causal: bool, order: str = "both"
         fig.update_xaxes(title_text="key", range=[0, seq_len], row=1, col=c)
         fig.update_yaxes(title_text="query", range=[seq_len, 0], row=1, col=c)
     fig.update_layout(
-        title=_title(
+        title=titled(
             f"Loop orders over the S tiles of one head (seq_len {seq_len}, tile {tile}"
             f"{', causal' if causal else ''})",
             "modelled: the visiting order and tile traffic follow from the loop nests, not from a run",
@@ -427,7 +379,7 @@ def smem_gauge_figure(
     if optin_bytes and optin_bytes > limit_bytes:
         arch_label += f"; yellow: up to the {optin_bytes / 1024:.0f} KB opt-in maximum (dynamic smem only)"
     fig.update_layout(
-        title=_title(
+        title=titled(
             f"Shared memory per block: {bytes_needed:,} of {limit_bytes:,} bytes ({verdict})",
             arch_label,
         ),
@@ -504,7 +456,7 @@ def attention_timing_figure(rows, source: str, note: str = "") -> go.Figure:
         fig.update_xaxes(type="log", tickvals=seq_lens, ticktext=[str(s) for s in seq_lens], row=1, col=c)
         fig.update_xaxes(title_text="seq_len", row=1, col=c)
     fig.update_layout(
-        title=_title(
+        title=titled(
             "Attention forward vs seq_len: time, throughput, memory", f"{source}; {note}" if note else source
         ),
         legend={"orientation": "h", "y": -0.22, "x": 0.0, "xanchor": "left"},

@@ -23,6 +23,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative, sample_colorscale
 
+from visualizer.figures.common import frame_slider, frame_step, play_pause
+
 AGGREGATE_ABOVE = 50_000  # threads: above this, one cell per warp (1-D) or per block (2-D)
 MAX_CELLS = 32_768  # cells in an aggregated view: a 1M-thread launch of 128-thread blocks is 8192 x 4 warps
 MAX_FRAMES = 30
@@ -439,34 +441,5 @@ def _add_animation(fig: go.Figure, z, start, cells: _Cells, measured: bool, max_
         sliders=[
             frame_slider(steps, f"{what}: started by " if measured else f"{what}: started ", controls_y[0])
         ],
-        updatemenus=[play_pause(controls_y[1], frame_ms=350)],
+        updatemenus=[play_pause(controls_y[1], frame_ms=350, from_current=False)],
     )
-
-
-def play_pause(y: float, frame_ms: int) -> dict:
-    """Play (all frames from the first) and Pause buttons, left-aligned at paper height y."""
-    play = {"frame": {"duration": frame_ms, "redraw": True}, "fromcurrent": False,
-            "transition": {"duration": 0}, "mode": "immediate"}  # fmt: skip
-    pause = {"frame": {"duration": 0, "redraw": False}, "mode": "immediate", "transition": {"duration": 0}}
-    return {
-        "type": "buttons", "direction": "left", "x": 0, "y": y, "xanchor": "left", "yanchor": "top",
-        "pad": {"t": 0, "r": 10}, "showactive": False,
-        "buttons": [
-            {"label": "▶ Play", "method": "animate", "args": [None, play]},
-            {"label": "❚❚ Pause", "method": "animate", "args": [[None], pause]},
-        ],
-    }  # fmt: skip
-
-
-def frame_slider(steps: list[dict], prefix: str, y: float, active: int = 0) -> dict:
-    """A full-width slider over the frames."""
-    return {
-        "active": active, "x": 0, "len": 1, "y": y, "yanchor": "top", "pad": {"t": 10},
-        "currentvalue": {"prefix": prefix, "font": {"size": 13}}, "steps": steps,
-    }  # fmt: skip
-
-
-def frame_step(name: str, label: str) -> dict:
-    """A slider step that jumps to frame ``name``."""
-    go_to = {"mode": "immediate", "frame": {"duration": 0, "redraw": True}, "transition": {"duration": 0}}
-    return {"label": label, "method": "animate", "args": [[name], go_to]}

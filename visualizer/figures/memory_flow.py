@@ -10,7 +10,7 @@ import math
 
 import plotly.graph_objects as go
 
-from visualizer.figures.grid import frame_slider, frame_step, play_pause
+from visualizer.figures.common import frame_slider, frame_step, play_pause
 
 # (key in host_steps_ns, label, CUDA runtime call, what the worker calls in Numba)
 STEPS = (

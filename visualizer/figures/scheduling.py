@@ -14,6 +14,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from visualizer import schedule
+from visualizer.figures.common import animation_controls
 
 MAX_BARS = 5000  # above this many intervals, draw WebGL line segments instead of SVG bars
 MAX_SEGMENTS = 80_000  # SM timeline: beyond this many blocks show the first SMs' rows only (payload)
@@ -333,48 +334,6 @@ def _device_from(conc: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"t_ns": steps.index.to_numpy(), "warps": steps.to_numpy()})
 
 
-def _play_pause(frame_ms: int) -> list[dict]:
-    play = {
-        "frame": {"duration": frame_ms, "redraw": True},
-        "fromcurrent": True,
-        "transition": {"duration": 0},
-    }
-    pause = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
-    return [
-        {
-            "type": "buttons",
-            "direction": "left",
-            "x": 0.0,
-            "y": -0.16,
-            "xanchor": "left",
-            "yanchor": "top",
-            "showactive": False,
-            "buttons": [
-                {"label": "Play", "method": "animate", "args": [None, play]},
-                {"label": "Pause", "method": "animate", "args": [[None], pause]},
-            ],
-        }
-    ]
-
-
-def _slider(names: list[str], labels: list[str]) -> list[dict]:
-    step_args = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
-    return [
-        {
-            "active": 0,
-            "x": 0.16,
-            "len": 0.84,
-            "y": -0.1,
-            "yanchor": "top",
-            "currentvalue": {"prefix": "wave "},
-            "steps": [
-                {"label": label, "method": "animate", "args": [[name], step_args]}
-                for name, label in zip(names, labels, strict=True)
-            ],
-        }
-    ]
-
-
 def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | None = None) -> go.Figure:
     """Blocks arriving on the SMs wave by wave: x = SM, y = resident slot (the block's position in its
     SM's wave). Each frame is one wave: dark cells hold that wave's blocks, light cells held a block in
@@ -437,6 +396,8 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
                 layout={"title": _title(text, source)},
             )
         )
+    wave_names = [str(int(w)) for w in shown]
+    menus, sliders = animation_controls(wave_names, wave_names, "wave ", -0.14, FRAME_MS)
     fig = go.Figure(data=[base], frames=frames)
     fig.update_layout(
         title=_title(text0, source),
@@ -446,8 +407,8 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
             "range": [-0.5, slots - 0.5],
             "autorange": False,
         },
-        updatemenus=_play_pause(FRAME_MS),
-        sliders=_slider([str(int(w)) for w in shown], [str(int(w)) for w in shown]),
+        updatemenus=menus,
+        sliders=sliders,
         height=int(np.clip(300 + 14 * slots, 460, 820)),
         margin={"t": 110, "b": 140},
         annotations=[

@@ -11,6 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from visualizer.figures.common import animation_controls, source_of, titled
+
 FRAME_MS = 900
 MAX_BLOCKS_SHOWN = 2048  # race comparison: beyond this, show the first blocks and count the rest
 
@@ -24,60 +26,6 @@ ACTIVE = "#ff8c00"  # thread tid < stride: writes s[tid]
 READ = "#1f77b4"  # slot s[tid + stride]: read by an active thread
 IDLE = "#c8c8c8"
 MISMATCH = "#d62728"
-
-
-def source_of(df: pd.DataFrame) -> str:
-    """The data-source label a trace table carries (its ``source`` column, else ``attrs``)."""
-    if "source" in df.columns and len(df):
-        return str(df["source"].iloc[0])
-    return str(df.attrs.get("source", "unknown source"))
-
-
-def _titled(text: str, source: str) -> dict:
-    return {"text": f"{text}<br><sup>{source}</sup>", "x": 0.01, "xanchor": "left"}
-
-
-def _play_pause(frame_ms: int) -> list[dict]:
-    play = {
-        "frame": {"duration": frame_ms, "redraw": True},
-        "fromcurrent": True,
-        "transition": {"duration": 0},
-    }
-    pause = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
-    return [
-        {
-            "type": "buttons",
-            "direction": "left",
-            "x": 0.0,
-            "y": -0.12,
-            "xanchor": "left",
-            "yanchor": "top",
-            "showactive": False,
-            "buttons": [
-                {"label": "Play", "method": "animate", "args": [None, play]},
-                {"label": "Pause", "method": "animate", "args": [[None], pause]},
-            ],
-        }
-    ]
-
-
-def _slider(names: list[str], labels: list[str], prefix: str) -> list[dict]:
-    step_args = {"frame": {"duration": 0, "redraw": True}, "mode": "immediate", "transition": {"duration": 0}}
-    return [
-        {
-            "active": 0,
-            "x": 0.16,
-            "y": -0.08,
-            "len": 0.84,
-            "xanchor": "left",
-            "yanchor": "top",
-            "currentvalue": {"prefix": prefix},
-            "steps": [
-                {"label": label, "method": "animate", "args": [[name], step_args]}
-                for name, label in zip(names, labels, strict=True)
-            ],
-        }
-    ]
 
 
 def _rects(boxes: list[tuple[int, int, int, int]]) -> tuple[list, list]:
@@ -261,7 +209,7 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
                 f"→ 1st syncthreads<br>recorded at +{_fmt_ns(int(a_t[step]) - t_first)} (A), "
                 f"+{_fmt_ns(int(b_t[step]) - t_first)} (B) after this block's first load ({clock})"
             )
-        return _titled(text, source)
+        return titled(text, source)
 
     names, labels = [], []
     frames = []
@@ -289,13 +237,14 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
         fig.layout[f"yaxis{suffix}"].update(
             range=[n, 0], autorange=False, scaleanchor=f"x{suffix}", constrain="domain", title="row"
         )
+    menus, sliders = animation_controls(names, labels, "step ", -0.12, FRAME_MS)
     fig.update_layout(
         title=frame_title(0, False),
         height=600,
         margin={"t": 130, "b": 190},
         legend={"orientation": "h", "y": -0.5},
-        updatemenus=_play_pause(FRAME_MS),
-        sliders=_slider(names, labels, "step "),
+        updatemenus=menus,
+        sliders=sliders,
         hovermode="closest",
     )
     return fig
@@ -413,7 +362,7 @@ def reduction_tree_figure(
             got = values[level, 0]
             verdict = "✓ equals" if got == expected else "✗ differs from"
             text += f"<br>s[0] = {got:g} {verdict} the expected block sum {expected:g}"
-        return _titled(text, source)
+        return titled(text, source)
 
     for trace, row in zip(frame_traces(0), (1, 1, 2, 2), strict=True):
         fig.add_trace(trace, row=row, col=1)
@@ -432,14 +381,15 @@ def reduction_tree_figure(
         )
         for level, name in enumerate(names)
     ]
+    menus, sliders = animation_controls(names, [f"level {n}" for n in names], "", -0.12, FRAME_MS)
     fig.update_layout(
         title=frame_title(0),
         height=620,
         margin={"t": 120, "b": 190},
         bargap=0.1,
         legend={"orientation": "h", "y": -0.45},
-        updatemenus=_play_pause(FRAME_MS),
-        sliders=_slider(names, [f"level {n}" for n in names], ""),
+        updatemenus=menus,
+        sliders=sliders,
         xaxis={"range": [-0.5, block_size - 0.5], "autorange": False, "showticklabels": False},
         yaxis={"range": [0, 1], "autorange": False, "visible": False},
         xaxis2={
@@ -508,7 +458,7 @@ def race_comparison_figure(
     if shown < nblocks:
         summary += f" (first {shown} blocks shown)"
     fig.update_layout(
-        title=_titled(f"Per-block partial sums — {summary}", source),
+        title=titled(f"Per-block partial sums — {summary}", source),
         barmode="group",
         xaxis={"title": "block", "tickformat": "d", **({"dtick": 1} if shown <= 32 else {})},
         yaxis_title="partial sum",
@@ -564,7 +514,7 @@ def race_tree_diff_figure(tree_ok: pd.DataFrame, tree_race: pd.DataFrame, block:
         )
     )
     fig.update_layout(
-        title=_titled(headline, source),
+        title=titled(headline, source),
         xaxis={
             "title": "shared-memory slot = thread tid",
             "range": [-0.5, block_size - 0.5],
