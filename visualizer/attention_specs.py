@@ -149,6 +149,22 @@ def _naive_work(p: dict) -> tuple[float, float]:
     return p["batch"] * p["heads"] * per_head, useful_flops(p)
 
 
+def _torch_attention(torch, t, p):
+    """Unfused PyTorch fp32 attention: S = q kᵀ/√d materialised, softmax, then P v."""
+    q, k, v = t["q"], t["k"], t["v"]
+    scale = 1.0 / math.sqrt(p["head_dim"])
+    n = p["seq_len"]
+    mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) if p["causal"] else None
+
+    def run():
+        s = torch.matmul(q, k.transpose(-1, -2)) * scale
+        if mask is not None:
+            s = s.masked_fill(mask, float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    return "unfused torch fp32: softmax(q kᵀ/√d) v", run
+
+
 def _check_flash(p: dict) -> Launch:
     if p["tile"] % MICRO:
         raise LaunchError(f"tile={p['tile']} must be a multiple of {MICRO}")
@@ -174,6 +190,7 @@ FLASH_ATTENTION = KernelSpec(
     work=_flash_work,
     rtol=1e-4,
     atol=1e-4,
+    torch_op=_torch_attention,
 )
 
 NAIVE_ATTENTION = KernelSpec(
@@ -193,6 +210,7 @@ NAIVE_ATTENTION = KernelSpec(
     work=_naive_work,
     rtol=1e-4,
     atol=1e-4,
+    torch_op=_torch_attention,
 )
 
 SPECS = (FLASH_ATTENTION, NAIVE_ATTENTION)

@@ -102,7 +102,7 @@ def gpu_bench(quick: bool) -> dict:
     res["copy_bandwidth_gbs"] = copy_gbs
     res["fp32_peak_tflops"] = peak_fp32 / 1e12
 
-    def run_kernel(kernel, params, torch_fn=None, torch_label=""):
+    def run_kernel(kernel, params):
         spec, values, launch = catalog.plan_launch(kernel, params, "gpu")
         inputs = spec.make_inputs(values, np.random.default_rng(0))
         dev_arrays = {k: cuda.to_device(v) for k, v in inputs.items()}
@@ -127,53 +127,22 @@ def gpu_bench(quick: bool) -> dict:
             "gflops": flops / clean_ms / 1e6,
             "correct": ok,
         }
-        if torch is not None and torch_fn is not None:
+        if torch is not None and spec.torch_op is not None:
             t_args = {k: torch.as_tensor(dev_arrays[k], device="cuda") for k in inputs}
-            fn = torch_fn(t_args)
-            row["torch_op"] = torch_label
+            row["torch_op"], fn = spec.torch_op(torch, t_args, values)
             row["torch_ms"] = statistics.median(torch_event_ms(torch, fn, reps, warmup=3)[0])
             row["vs_torch"] = row["torch_ms"] / clean_ms  # > 1: ours is faster
         rows.append(row)
         return row
 
     n_vec = 1 << (24 if quick else 28)
-    vec = run_kernel(
-        "vector_add",
-        {"n": n_vec, "block": 256},
-        lambda t: lambda: torch.add(t["a"], t["b"], out=t["c"]),
-        "torch.add(a, b, out=c)",
-    )
-    run_kernel(
-        "vector_add_x4",
-        {"n": n_vec, "block": 256},
-        lambda t: lambda: torch.add(t["a"], t["b"], out=t["c"]),
-        "torch.add(a, b, out=c)",
-    )
     n_mm = 1024 if quick else 4096
-    run_kernel(
-        "matmul_tiled",
-        {"n": n_mm, "tile": 16},
-        lambda t: lambda: torch.matmul(t["A"], t["B"], out=t["C"]),
-        "torch.matmul fp32, TF32 off",
-    )
-    run_kernel(
-        "matmul_tiled",
-        {"n": n_mm, "tile": 32},
-        lambda t: lambda: torch.matmul(t["A"], t["B"], out=t["C"]),
-        "torch.matmul fp32, TF32 off",
-    )
-    run_kernel(
-        "matmul_naive",
-        {"n": n_mm // 2, "tile": 16},
-        lambda t: lambda: torch.matmul(t["A"], t["B"], out=t["C"]),
-        "torch.matmul fp32, TF32 off",
-    )
-    run_kernel(
-        "reduction",
-        {"n": n_vec, "block": 256},
-        lambda t: lambda: torch.sum(t["x"]),
-        "torch.sum(x) (full sum; ours: per-block partials)",
-    )
+    vec = run_kernel("vector_add", {"n": n_vec, "block": 256})
+    run_kernel("vector_add_x4", {"n": n_vec, "block": 256})
+    run_kernel("matmul_tiled", {"n": n_mm, "tile": 16})
+    run_kernel("matmul_tiled", {"n": n_mm, "tile": 32})
+    run_kernel("matmul_naive", {"n": n_mm // 2, "tile": 16})
+    run_kernel("reduction", {"n": n_vec, "block": 256})
     res["kernels"] = rows
     res["vector_add_vs_torch"] = (
         (vec["gbs"] / (12 * n_vec / vec["torch_ms"] / 1e6)) if "torch_ms" in vec else None

@@ -84,6 +84,9 @@ class KernelSpec:
     tile_operands: tuple[str, ...] = ()
     row_table: tuple[str, tuple[str, ...]] | None = None  # (table name, value column names)
     work: Callable[[dict], tuple[float, float]] = lambda p: (0.0, 0.0)  # (bytes moved, flops)
+    # (torch, tensors by argument name, params) -> (label, zero-argument call): the same work in
+    # PyTorch, timed beside the kernel on a GPU when torch is installed
+    torch_op: Callable | None = None
     deliberately_wrong: bool = False  # a demo whose wrong answer is the point
     fault_demo: bool = False  # a demo that faults on purpose
     rtol: float = 1e-5
@@ -149,6 +152,22 @@ def check_launch(launch: Launch, limits: DeviceLimits, backend: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# PyTorch equivalents (torch is imported by the GPU worker, never here)
+
+
+def _torch_add(torch, t, p):
+    return "torch.add(a, b, out=c)", lambda: torch.add(t["a"], t["b"], out=t["c"])
+
+
+def _torch_matmul(torch, t, p):
+    return "torch.matmul fp32, TF32 off", lambda: torch.matmul(t["A"], t["B"], out=t["C"])
+
+
+def _torch_sum(torch, t, p):
+    return "torch.sum(x) (one total; the kernel writes per-block partials)", lambda: torch.sum(t["x"])
+
+
+# ---------------------------------------------------------------------------------------------
 # vector_add
 
 
@@ -182,6 +201,7 @@ VECTOR_ADD = KernelSpec(
     work=lambda p: (12.0 * p["n"], float(p["n"])),
     atol=0.0,
     rtol=0.0,
+    torch_op=_torch_add,
 )
 
 
@@ -202,6 +222,7 @@ VECTOR_ADD_X4 = KernelSpec(
     work=VECTOR_ADD.work,
     atol=0.0,
     rtol=0.0,
+    torch_op=_torch_add,
 )
 
 
@@ -254,6 +275,7 @@ MATMUL_NAIVE = KernelSpec(
     work=lambda p: (12.0 * p["n"] ** 2, 2.0 * p["n"] ** 3),
     rtol=1e-4,
     atol=lambda p: 2e-6 * p["n"],  # float32 rounding of an n-term dot product of N(0,1) values
+    torch_op=_torch_matmul,
 )
 
 MATMUL_TILED = KernelSpec(
@@ -273,6 +295,7 @@ MATMUL_TILED = KernelSpec(
     work=lambda p: (12.0 * p["n"] ** 2, 2.0 * p["n"] ** 3),
     rtol=1e-4,
     atol=lambda p: 2e-6 * p["n"],  # float32 rounding of an n-term dot product of N(0,1) values
+    torch_op=_torch_matmul,
 )
 
 
@@ -332,6 +355,7 @@ REDUCTION = KernelSpec(
     work=lambda p: (4.0 * p["n"], float(p["n"])),
     rtol=0.0,
     atol=0.0,
+    torch_op=_torch_sum,
 )
 
 REDUCTION_RACE = KernelSpec(
@@ -352,6 +376,7 @@ REDUCTION_RACE = KernelSpec(
     deliberately_wrong=True,
     rtol=0.0,
     atol=0.0,
+    torch_op=_torch_sum,
 )
 
 

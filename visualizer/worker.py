@@ -170,6 +170,26 @@ def record_buffers(spec, launch) -> dict[str, np.ndarray]:
     return bufs
 
 
+def torch_baseline(spec, values, inputs, device, repeats: int) -> dict:
+    """The kernel's work done by PyTorch on the same device arrays, timed the same way (if torch is there)."""
+    if spec.torch_op is None:
+        return {}
+    try:
+        import torch
+    except ImportError:
+        return {}
+    try:
+        from visualizer.gpu_timing import torch_event_ms
+
+        torch.backends.cuda.matmul.allow_tf32 = False  # compare fp32 with fp32
+        tensors = {k: torch.as_tensor(device[k], device="cuda") for k in inputs}
+        label, call = spec.torch_op(torch, tensors, values)
+        times, _ = torch_event_ms(torch, call, repeats, warmup=2)
+        return {"torch_ms": statistics.median(times), "torch_op": label}
+    except Exception as exc:  # a baseline must never cost the capture
+        return {"torch_error": one_line(exc)}
+
+
 def resources(backend: Backend, dispatcher, launch) -> dict:
     """Registers, static shared memory and the driver's occupancy answer for one compiled build."""
     if backend.simulator:
@@ -271,6 +291,8 @@ def capture(backend: Backend, request: dict) -> dict:
             instrumented_ms_all=inst,
             clean_ms_all=cln,
         )
+        if request.get("torch", True):
+            timing.update(torch_baseline(spec, values, inputs, device, repeats))
     if "clean_ms" in timing and timing["clean_ms"] > 0:
         timing["overhead_ratio"] = timing["instrumented_ms"] / timing["clean_ms"]
     nbytes, flops = spec.work(values)
