@@ -12,7 +12,9 @@ import streamlit as st  # noqa: E402
 from visualizer.ui.sidebar import sidebar  # noqa: E402
 from visualizer.ui.timing import timing_panel  # noqa: E402
 
-st.set_page_config(page_title="GPU execution visualizer", page_icon=":material/developer_board:", layout="wide")
+st.set_page_config(
+    page_title="GPU execution visualizer", page_icon=":material/developer_board:", layout="wide"
+)
 
 PAGES = [
     st.Page("app_pages/overview.py", title="Overview", icon=":material/home:", default=True),

@@ -22,6 +22,7 @@ from visualizer.occupancy import ARCHS, KB
 from visualizer.trace import Capture
 from visualizer.ui.charts import chart
 from visualizer.ui.session import RunConfig, require_capture
+from visualizer.ui.timing import kernel_time_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMINGS_FILE = ROOT / "docs" / "attention_h200.json"
@@ -230,12 +231,6 @@ def _read_timings() -> dict | None:
         return None
 
 
-def _fmt_ms(ms: float | None) -> str:
-    if ms is None:
-        return "–"
-    return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.2f} ms"
-
-
 def session_timing(cap: Capture) -> None:
     """This session's own GPU run of an attention kernel, next to the recorded table."""
     t = cap.timing
@@ -244,13 +239,7 @@ def session_timing(cap: Capture) -> None:
         f"{cap.launch['params']} (CUDA events, median after warm-up)."
     )
     c1, c2, c3 = st.columns(3)
-    c1.metric("clean kernel", _fmt_ms(t.get("clean_ms")))
-    c2.metric(
-        "instrumented kernel",
-        _fmt_ms(t.get("instrumented_ms")),
-        delta=f"×{t['overhead_ratio']:.2f}" if t.get("overhead_ratio") else None,
-        delta_color="off",
-    )
+    kernel_time_metrics(c1, c2, t, "instrumented kernel")
     c3.metric("clean TFLOP/s", f"{t['clean_gflops'] / 1e3:.2f}" if t.get("clean_gflops") else "–")
 
 

@@ -142,9 +142,7 @@ def reduction_section(cap: Capture) -> None:
         race_comparison_figure(correct.outputs["partial"], race.outputs["partial"], expected, cap.source),
         key="smem_race_chart",
     )
-    chart(
-        race_tree_diff_figure(correct.row_state, race.row_state, block), key="smem_race_diff_chart"
-    )
+    chart(race_tree_diff_figure(correct.row_state, race.row_state, block), key="smem_race_diff_chart")
     st.markdown(
         "**Why the missing barrier breaks it.** At level k + 1, thread `tid` reads `s[tid + stride]`, "
         "which thread `tid + stride` wrote at level k. The `cuda.syncthreads()` after each level is the "

@@ -24,10 +24,21 @@ def numpy_baseline_ms(cap) -> float:
     return float(np.median(times))
 
 
-def _fmt_ms(ms: float | None) -> str:
+def fmt_ms(ms: float | None) -> str:
     if ms is None:
         return "–"
     return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.2f} ms"
+
+
+def kernel_time_metrics(left, right, timing: dict, instrumented_label: str = "instrumented") -> None:
+    """Clean and instrumented kernel time side by side; the instrumentation's cost as the delta."""
+    left.metric("clean kernel", fmt_ms(timing.get("clean_ms")))
+    right.metric(
+        instrumented_label,
+        fmt_ms(timing.get("instrumented_ms")),
+        delta=f"×{timing['overhead_ratio']:.2f}" if timing.get("overhead_ratio") else None,
+        delta_color="off",
+    )
 
 
 @st.fragment
@@ -50,27 +61,20 @@ def timing_panel() -> None:
         t = history[-1] if history else cap.timing  # captures are shared: never modify them
         if cap.measured:
             st.caption("Measured on the GPU with CUDA events (median after warm-up).")
-            c1, c2 = st.columns(2)
-            c1.metric("clean kernel", _fmt_ms(t.get("clean_ms")))
-            c2.metric(
-                "instrumented",
-                _fmt_ms(t.get("instrumented_ms")),
-                delta=f"×{t['overhead_ratio']:.2f}" if t.get("overhead_ratio") else None,
-                delta_color="off",
-            )
+            kernel_time_metrics(*st.columns(2), t)
             peak = cap.launch.get("peak_bandwidth_gbs")
             if t.get("clean_gbs"):
                 share = f" ({t['clean_gbs'] / peak:.0%} of {peak:,.0f} GB/s peak)" if peak else ""
                 st.caption(f"effective {t['clean_gbs']:,.1f} GB/s{share} · {t['clean_gflops']:,.1f} GFLOP/s")
             if t.get("torch_ms"):
-                st.caption(f"torch on this GPU: {_fmt_ms(t['torch_ms'])} ({t.get('torch_op', '')})")
+                st.caption(f"torch on this GPU: {fmt_ms(t['torch_ms'])} ({t.get('torch_op', '')})")
         else:
             st.caption(
                 "Simulator wall time on the CPU: not GPU time; the ratio only shows the probes' cost here."
             )
             c1, c2 = st.columns(2)
-            c1.metric("simulated (clean)", _fmt_ms(t.get("clean_ms")))
-            c2.metric("simulated (instrumented)", _fmt_ms(t.get("instrumented_ms")))
-        st.caption(f"numpy on the CPU (baseline): {_fmt_ms(numpy_baseline_ms(cap))}")
+            c1.metric("simulated (clean)", fmt_ms(t.get("clean_ms")))
+            c2.metric("simulated (instrumented)", fmt_ms(t.get("instrumented_ms")))
+        st.caption(f"numpy on the CPU (baseline): {fmt_ms(numpy_baseline_ms(cap))}")
         if history:
-            st.caption("re-timed: " + ", ".join(_fmt_ms(h.get("clean_ms")) for h in history[-5:]))
+            st.caption("re-timed: " + ", ".join(fmt_ms(h.get("clean_ms")) for h in history[-5:]))
