@@ -118,7 +118,7 @@ def backend_badge(cap: Capture) -> str:
         return (
             f":green-badge[GPU: {launch['device_name']} · sm_{launch['compute_capability'].replace('.', '')}]"
         )
-    return ":orange-badge[CUDA simulator on CPU · SM ids and times modelled]"
+    return ":orange-badge[CUDA simulator on CPU]\n\nSM ids and times are modelled, not measured."
 
 
 def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str | None]:

@@ -61,7 +61,7 @@ def timing_panel() -> None:
         t = history[-1] if history else cap.timing  # captures are shared: never modify them
         if cap.measured:
             st.caption("Measured on the GPU with CUDA events (median after warm-up).")
-            kernel_time_metrics(*st.columns(2), t)
+            kernel_time_metrics(st, st, t)  # stacked: the sidebar is too narrow for two columns
             peak = cap.launch.get("peak_bandwidth_gbs")
             if t.get("clean_gbs"):
                 share = f" ({t['clean_gbs'] / peak:.0%} of {peak:,.0f} GB/s peak)" if peak else ""
@@ -72,9 +72,8 @@ def timing_panel() -> None:
             st.caption(
                 "Simulator wall time on the CPU: not GPU time; the ratio only shows the probes' cost here."
             )
-            c1, c2 = st.columns(2)
-            c1.metric("simulated (clean)", fmt_ms(t.get("clean_ms")))
-            c2.metric("simulated (instrumented)", fmt_ms(t.get("instrumented_ms")))
+            st.metric("simulated, clean", fmt_ms(t.get("clean_ms")))
+            st.metric("simulated, instrumented", fmt_ms(t.get("instrumented_ms")))
         st.caption(f"numpy on the CPU (baseline): {fmt_ms(numpy_baseline_ms(cap))}")
         if history:
             st.caption("re-timed: " + ", ".join(fmt_ms(h.get("clean_ms")) for h in history[-5:]))
