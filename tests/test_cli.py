@@ -85,6 +85,8 @@ def test_race_demo_exits_zero_and_says_so(tmp_path):
         (["capture", "nope"], "unknown kernel"),
         (["capture", "matmul_tiled", "--param", "tile=64"], "1024"),
         (["frobnicate"], "unknown command"),
+        (["bench", "--backend", "xyz", "--out", "x.json"], "invalid choice"),
+        (["bench", "--quick"], "--out"),
     ],
 )
 def test_bad_input_one_line_exit_2(tmp_path, args, words):

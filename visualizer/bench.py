@@ -6,7 +6,6 @@ measured in the same run. Speed is measured here, never asserted in tests.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -363,15 +362,14 @@ def _fmt(v) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m visualizer bench")
+    from visualizer.cli import OneLineParser
+
+    p = OneLineParser(prog="python -m visualizer bench")
     p.add_argument("--backend", choices=("gpu", "sim"), default=None, help="default: gpu if present, and sim")
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     p.add_argument("--out", required=True, help="JSON file for the results")
     p.add_argument("--no-app", action="store_true", help="skip the app measurements")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = p.parse_args(argv)
     from visualizer.runner import gpu_present
 
     results = {

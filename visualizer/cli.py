@@ -24,14 +24,14 @@ class CliError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse's default prints usage too)
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
 
 
 def cmd_kernels(argv: list[str]) -> int:
-    p = _Parser(prog="python -m visualizer kernels", description="List the kernels and their parameters.")
+    p = OneLineParser(prog="python -m visualizer kernels", description="List the kernels and their parameters.")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from visualizer.catalog import KERNELS
@@ -59,7 +59,7 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_capture(argv: list[str]) -> int:
-    p = _Parser(
+    p = OneLineParser(
         prog="python -m visualizer capture", description="Run one kernel instrumented; write its trace."
     )
     p.add_argument("kernel")
