@@ -189,15 +189,17 @@ def max_concurrent(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> dic
     """Most intervals any one group held at once (half-open intervals)."""
     if not len(group):
         return {}
-    steps = _sweep(group, start, end, np.ones(len(group), np.int64))
+    steps = step_sweep(group, start, end, np.ones(len(group), np.int64))
     return steps.groupby("key")["value"].max().astype(int).to_dict()
 
 
-def _sweep(key: np.ndarray, start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> pd.DataFrame:
+def step_sweep(key: np.ndarray, start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> pd.DataFrame:
     """Step function per key: after all events at time t, ``value`` intervals' weight is resident."""
     k = np.r_[key, key]
     t = np.r_[start, end]
     w = np.r_[weight, -weight]
+    if not len(k):
+        return pd.DataFrame({"key": k, "t_ns": t, "value": w})
     order = np.lexsort((t, k))
     k, t, w = k[order], t[order], w[order]
     # Each key's events sum to zero, so one running sum over the key-sorted events restarts per key.

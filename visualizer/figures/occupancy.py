@@ -23,6 +23,7 @@ from visualizer.occupancy import (
     sweep_shared_memory,
     sweep_threads,
 )
+from visualizer.schedule import step_sweep
 
 KB = 1024
 LINE_COLOUR = "#1f77b4"
@@ -311,16 +312,10 @@ def measured_points_figure(
 
 
 def _sweep(sm: np.ndarray, start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> pd.DataFrame:
-    """Active warps per SM after each event time: +weight at each start, -weight at each end."""
-    times = np.concatenate([start, end]).astype(np.float64)
-    deltas = np.concatenate([weight, -weight]).astype(np.int64)
-    sms = np.concatenate([sm, sm]).astype(np.int64)
-    order = np.lexsort((deltas, times, sms))  # per SM by time; at equal times ends count first
-    # Each SM's deltas sum to zero, so one running sum over the SM-sorted events restarts per SM.
-    events = pd.DataFrame(
-        {"sm": sms[order], "t": times[order], "active_warps": np.cumsum(deltas[order])},
-    )
-    return events.drop_duplicates(["sm", "t"], keep="last").reset_index(drop=True)
+    """Active warps per SM after each event time (schedule.step_sweep, in this module's column names)."""
+    events = step_sweep(np.asarray(sm, np.int64), start, end, np.asarray(weight, np.int64))
+    events = events.rename(columns={"key": "sm", "t_ns": "t", "value": "active_warps"})
+    return events.astype({"t": np.float64}).reset_index(drop=True)
 
 
 def active_warps_over_time(threads: pd.DataFrame, launch: dict) -> pd.DataFrame:
