@@ -95,7 +95,7 @@ def test_relaunch_with_slider_block_size_adds_a_point():
     at.button(key="occ_relaunch").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state.capture.launch["params"] == {"n": 512, "block": 256}
-    assert at.number_input(key="param_vector_add_block").value == 256  # the sidebar follows
+    assert at.slider(key="param_vector_add_block").value == 256  # the sidebar follows
     history = at.session_state.occupancy_history
     assert [h["threads"] for h in history] == [128, 256]
     points = _charts(at)[3]

@@ -56,3 +56,14 @@ def test_exports_tables_and_figures():
     at.switch_page("app_pages/grid.py").run()
     assert not at.exception
     assert "Download figure (HTML)" in [b.label for b in at.get("download_button")]
+
+
+def test_block_is_a_slider_and_a_link_past_its_range_still_explains_itself():
+    at = _app(kernel="vector_add", backend="sim", n="100", block="48").run()
+    assert at.slider(key="param_vector_add_block").value == 48
+    at.slider(key="param_vector_add_block").set_value(64)
+    at.sidebar.button[0].click().run()
+    assert at.session_state.capture.launch["params"]["block"] == 64
+    at = _app(kernel="vector_add", backend="sim", n="100", block="2048").run()
+    assert not at.exception
+    assert any("1024" in e.value for e in at.sidebar.error)

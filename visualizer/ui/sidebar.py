@@ -13,6 +13,7 @@ from visualizer.ui.session import (
     visible_kernels,
 )
 
+MAX_BLOCK_SLIDER = 1024  # CUDA's limit on threads per block
 BACKEND_LABELS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
 
 
@@ -25,6 +26,10 @@ def _param_widget(spec: catalog.KernelSpec, prm: catalog.Param, value: int) -> i
         )
     if prm.hi - prm.lo <= 64:
         return st.slider(prm.name, prm.lo, prm.hi, value, help=prm.help, key=key)
+    if prm.name == "block" and 0 <= value <= MAX_BLOCK_SLIDER:
+        # a slider to drag (0 is there on purpose: it shows the error a zero-thread block gets);
+        # a value beyond it (only from a link) falls back to the number box below
+        return st.slider(prm.name, 0, MAX_BLOCK_SLIDER, value, help=prm.help, key=key)
     return int(st.number_input(prm.name, prm.lo, prm.hi, value, help=prm.help, key=key))
 
 
