@@ -23,7 +23,7 @@ from visualizer.occupancy import (
     sweep_shared_memory,
     sweep_threads,
 )
-from visualizer.schedule import step_sweep
+from visualizer.schedule import step_sweep, warp_intervals
 
 KB = 1024
 LINE_COLOUR = "#1f77b4"
@@ -324,11 +324,11 @@ def active_warps_over_time(threads: pd.DataFrame, launch: dict) -> pd.DataFrame:
     Each (block, warp) is active from its first thread's start to its last thread's end on its SM;
     ``active_warps`` holds from ``t`` until the SM's next row.
     """
-    warps = threads.groupby(["block", "warp"], sort=False, observed=True).agg(
-        sm=("sm", "first"), start=("t_start_ns", "min"), end=("t_end_ns", "max")
-    )
+    warps = warp_intervals(threads)
     ones = np.ones(len(warps), np.int64)
-    events = _sweep(warps["sm"].to_numpy(), warps["start"].to_numpy(), warps["end"].to_numpy(), ones)
+    events = _sweep(
+        warps["sm"].to_numpy(), warps["t_start_ns"].to_numpy(), warps["t_end_ns"].to_numpy(), ones
+    )
     events.attrs.update(
         source=launch["source"],
         time_unit="ns",
@@ -336,7 +336,7 @@ def active_warps_over_time(threads: pd.DataFrame, launch: dict) -> pd.DataFrame:
         blocks=int(launch["blocks"]),
         warps_per_block=-(-int(launch["threads_per_block"]) // WARP_SIZE),
         # The tail: after the last block has started no SM gets new work, so they drain.
-        tail_start=float(warps.groupby(level="block")["start"].min().max()) if len(warps) else 0.0,
+        tail_start=float(warps.groupby("block")["t_start_ns"].min().max()) if len(warps) else 0.0,
     )
     return events
 
