@@ -25,7 +25,7 @@ def configure_backend(backend: str) -> None:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         # The simulator runs one Python thread per CUDA thread. On one CPU they never fight over
         # the GIL across cores, and with fastsim's sleeping barrier a long switch interval means
-        # fewer forced switches (measured: about 4x faster than stock cudasim; docs/benchmarks.md).
+        # fewer forced switches (measured: 3-6x faster than stock cudasim; docs/benchmarks.md).
         try:
             os.sched_setaffinity(0, {idlest_cpu()})
         except (AttributeError, OSError):
@@ -321,7 +321,7 @@ def capture(backend: Backend, request: dict) -> dict:
         "threads_per_block": launch.threads_per_block,
         "static_smem_bytes": launch.static_smem,
         "dynamic_smem_bytes": launch.dynamic_smem,
-        "recorded_per": "warp" if launch.threads > PER_WARP_ABOVE else "thread",
+        "recorded_per": "warp" if host["trace"].shape[1] < launch.threads else "thread",
         "tile_operands": list(spec.tile_operands),
         "row_table": list(spec.row_table) if spec.row_table else None,
         "source": "measured (GPU)"
