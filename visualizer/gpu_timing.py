@@ -69,6 +69,17 @@ def wants_l2_flush(nbytes: float, flops: float) -> bool:
     return nbytes > 0 and flops / nbytes < FLOPS_PER_BYTE_FLUSH
 
 
+def l2_flush_reason(nbytes: float, flops: float) -> str:
+    """Why the L2 was (or was not) flushed between repeats, for timing.json and the panel."""
+    intensity = flops / nbytes if nbytes > 0 else float("inf")
+    if wants_l2_flush(nbytes, flops):
+        return (
+            f"memory-bound ({intensity:.2f} FLOP/byte): L2 flushed before each repeat, so each reads its "
+            "data from DRAM as a first run would"
+        )
+    return f"compute-bound ({intensity:.3g} FLOP/byte): L2 not flushed"
+
+
 def plan_spin_ns(repeats: int, per_item_ns: float) -> int:
     """Spin long enough for the host to queue ``repeats`` items of ``per_item_ns`` each, twice over."""
     want = 2 * repeats * per_item_ns + SPIN_MARGIN_NS

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -140,10 +139,10 @@ class Backend:
         return out, time.perf_counter_ns() - t
 
     def kernel_ms(self, launch_fn, repeats: int) -> list[float]:
-        """CUDA-event milliseconds of each of ``repeats`` launches (GPU only; already warmed up)."""
-        from visualizer.gpu_timing import numba_event_ms
+        """Device milliseconds of ``repeats`` launches queued behind a spin kernel (GPU only)."""
+        from visualizer import gpu_timing
 
-        return numba_event_ms(self.cuda, launch_fn, repeats, warmup=0)
+        return gpu_timing.measure(gpu_timing.NumbaOps(self.cuda), launch_fn, repeats).device_ms
 
 
 def build_kernels(spec, values):
@@ -170,8 +169,9 @@ def record_buffers(spec, launch) -> dict[str, np.ndarray]:
     return bufs
 
 
-def torch_baseline(spec, values, inputs, device, repeats: int) -> dict:
-    """The kernel's work done by PyTorch on the same device arrays, timed the same way (if torch is there)."""
+def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = False) -> dict:
+    """The kernel's work done by PyTorch on the same device arrays, timed the same way as ours (device
+    time behind a spin on torch's stream, and launch overhead), if torch is there."""
     if spec.torch_op is None:
         return {}
     try:
@@ -179,13 +179,15 @@ def torch_baseline(spec, values, inputs, device, repeats: int) -> dict:
     except ImportError:
         return {}
     try:
-        from visualizer.gpu_timing import torch_event_ms
+        from numba import cuda
+
+        from visualizer import gpu_timing
 
         torch.backends.cuda.matmul.allow_tf32 = False  # compare fp32 with fp32
         tensors = {k: torch.as_tensor(device[k], device="cuda") for k in inputs}
         label, call = spec.torch_op(torch, tensors, values)
-        times, _ = torch_event_ms(torch, call, repeats, warmup=2)
-        return {"torch_ms": statistics.median(times), "torch_op": label}
+        m = gpu_timing.measure(gpu_timing.TorchOps(torch, cuda), call, repeats, warmup=3, flush=flush)
+        return gpu_timing.torch_fields(label, m)
     except Exception as exc:  # a baseline must never cost the capture
         return {"torch_error": one_line(exc)}
 
@@ -276,23 +278,28 @@ def capture(backend: Backend, request: dict) -> dict:
     repeats = int(request.get("repeats", 20))
     if backend.simulator:
         timing["clock"] = "simulator wall time on the CPU (not GPU time)"
+        timing["method"] = {
+            "device_time": "none: the simulator has no GPU clock; times are CPU wall time of one "
+            "simulated launch, and SM placement and in-kernel times are modelled"
+        }
         timing["instrumented_ms"] = steps["kernel"] / 1e6
         if request.get("time_clean", True):
             _, clean_ns = backend.timed(lambda: clean[config](*args))
             timing["clean_ms"] = clean_ns / 1e6
     else:
-        timing["clock"] = "CUDA events on the GPU, median after warm-up"
-        inst = backend.kernel_ms(lambda: traced[config](*args), repeats)
-        cln = backend.kernel_ms(lambda: clean[config](*args), repeats)
-        timing.update(
-            repeats=repeats,
-            instrumented_ms=statistics.median(inst),
-            clean_ms=statistics.median(cln),
-            instrumented_ms_all=inst,
-            clean_ms_all=cln,
-        )
+        # device time queued behind a spin kernel, launch overhead beside it (visualizer/gpu_timing.py)
+        from visualizer import gpu_timing
+
+        nbytes, flops = spec.work(values)
+        flush = gpu_timing.wants_l2_flush(nbytes, flops)
+        ops = gpu_timing.NumbaOps(cuda)
+        cln = gpu_timing.measure(ops, lambda: clean[config](*args), repeats, flush=flush)
+        inst = gpu_timing.measure(ops, lambda: traced[config](*args), repeats, flush=flush)
+        one = gpu_timing.one_launch_event_ms(ops, lambda: clean[config](*args), min(repeats, 5))
+        timing.update(gpu_timing.timing_fields(cln, inst, one))
+        timing["method"]["l2_flush_why"] = gpu_timing.l2_flush_reason(nbytes, flops)
         if request.get("torch", True):
-            timing.update(torch_baseline(spec, values, inputs, device, repeats))
+            timing.update(torch_baseline(spec, values, inputs, device, repeats, flush))
     if "clean_ms" in timing and timing["clean_ms"] > 0:
         timing["overhead_ratio"] = timing["instrumented_ms"] / timing["clean_ms"]
     nbytes, flops = spec.work(values)

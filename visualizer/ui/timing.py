@@ -30,15 +30,61 @@ def fmt_ms(ms: float | None) -> str:
     return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.2f} ms"
 
 
+def fmt_us(us: float | None) -> str:
+    return "–" if us is None else fmt_ms(us / 1e3)
+
+
+DEVICE_TIME_HELP = (
+    "GPU time of the kernel alone: CUDA events around each launch, all queued behind a short spin "
+    "kernel so the GPU never waits for Python between them (NVIDIA nvbench's method). Median of the repeats."
+)
+LAUNCH_HELP = (
+    "Host time for Python and Numba's dispatcher to queue one launch (a loop of launches, not "
+    "synchronised). A real cost of every call: for small kernels it is far more than the GPU time."
+)
+
+
 def kernel_time_metrics(left, right, timing: dict, instrumented_label: str = "instrumented") -> None:
     """Clean and instrumented kernel time side by side; the instrumentation's cost as the delta."""
-    left.metric("clean kernel", fmt_ms(timing.get("clean_ms")))
+    measured = "method" in timing and "launch_overhead_us" in timing  # GPU device time
+    left.metric("clean kernel", fmt_ms(timing.get("clean_ms")), help=DEVICE_TIME_HELP if measured else None)
     right.metric(
         instrumented_label,
         fmt_ms(timing.get("instrumented_ms")),
         delta=f"×{timing['overhead_ratio']:.2f}" if timing.get("overhead_ratio") else None,
         delta_color="off",
+        help=DEVICE_TIME_HELP if measured else None,
     )
+
+
+def gpu_timing_notes(t: dict) -> list[str]:
+    """Captions under the GPU metrics: the cross-checks and the comparison, from timing.json fields."""
+    notes = []
+    if t.get("kernel_span_ns") is not None:
+        notes.append(
+            f"recorded span (the instrumented launch's own %globaltimer, last end − first start): "
+            f"{fmt_ms(t['kernel_span_ns'] / 1e6)}"
+        )
+    if t.get("one_launch_event_ms") is not None:
+        notes.append(
+            f"events around one launch (the naive way, includes the dispatch): {fmt_ms(t['one_launch_event_ms'])}"
+        )
+    if t.get("torch_ms") is not None:
+        line = f"torch ({t.get('torch_op', '')}): device {fmt_ms(t['torch_ms'])}"
+        if t.get("torch_launch_overhead_us") is not None:
+            line += f" · launch {fmt_us(t['torch_launch_overhead_us'])}"
+        notes.append(line)
+    elif t.get("torch_error"):
+        notes.append(f"torch baseline failed: {t['torch_error']}")
+    method = t.get("method") or {}
+    if method.get("l2_flush_why"):
+        notes.append(method["l2_flush_why"])
+    if method.get("repeats"):
+        notes.append(
+            f"median of {method['repeats']} behind a {method.get('spin_us', 0):,.0f} µs spin "
+            f"({method.get('warmup', 0)} warm-up launches first)"
+        )
+    return notes
 
 
 @st.fragment
@@ -60,17 +106,31 @@ def timing_panel() -> None:
         history = st.session_state.get("timing_history", [])
         t = history[-1] if history else cap.timing  # captures are shared: never modify them
         if cap.measured:
-            st.caption("Measured on the GPU with CUDA events (median after warm-up).")
+            if "launch_overhead_us" in t:
+                st.caption(
+                    "Measured on the GPU: device time (CUDA events queued behind a spin kernel, "
+                    "as nvbench does) and, separately, the host's launch overhead."
+                )
+            else:  # a capture recorded before device time was measured this way
+                st.caption("Measured on the GPU with CUDA events around single launches (includes dispatch).")
             kernel_time_metrics(st, st, t)  # stacked: the sidebar is too narrow for two columns
+            if t.get("launch_overhead_us") is not None:
+                st.metric("launch overhead (host)", fmt_us(t["launch_overhead_us"]), help=LAUNCH_HELP)
+            if t.get("queue_covered") is False:
+                st.warning(
+                    "The GPU waited for Python during timing (the spin kernel did not cover the queued "
+                    "launches): these device times may include host dispatch."
+                )
             peak = cap.launch.get("peak_bandwidth_gbs")
             if t.get("clean_gbs"):
                 share = f" ({t['clean_gbs'] / peak:.0%} of {peak:,.0f} GB/s peak)" if peak else ""
                 st.caption(f"effective {t['clean_gbs']:,.1f} GB/s{share} · {t['clean_gflops']:,.1f} GFLOP/s")
-            if t.get("torch_ms"):
-                st.caption(f"torch on this GPU: {fmt_ms(t['torch_ms'])} ({t.get('torch_op', '')})")
+            for note in gpu_timing_notes(t):
+                st.caption(note)
         else:
             st.caption(
-                "Simulator wall time on the CPU: not GPU time; the ratio only shows the probes' cost here."
+                "Simulator wall time on the CPU: not GPU time; the ratio only shows the probes' cost here. "
+                "No device time or launch overhead is measured without a GPU."
             )
             st.metric("simulated, clean", fmt_ms(t.get("clean_ms")))
             st.metric("simulated, instrumented", fmt_ms(t.get("instrumented_ms")))
