@@ -2,10 +2,12 @@
 
     python -m visualizer.attention_bench [--seq-lens 512,1024,...] [--tile 32] [--causal]
 
-For each sequence length: the median CUDA-event time (after a warm-up that includes compiling)
-of our clean and instrumented FlashAttention kernels and the naive kernel, PyTorch fp32
-(``scaled_dot_product_attention`` with the math backend, and plain softmax(q kᵀ·scale) v with
-TF32 off) when torch is importable, and numpy on the CPU at the smallest length only.
+For each sequence length: the median device time (CUDA events queued behind a spin kernel, after a
+warm-up that includes compiling; visualizer/gpu_timing.py) and the host launch overhead of our
+clean and instrumented FlashAttention kernels and the naive kernel; PyTorch fp32 when torch is
+importable: ``scaled_dot_product_attention`` as a user calls it (default backend selection; which
+backend it picked is recorded), SDPA's math backend, and the unfused softmax(q kᵀ·scale) v, TF32
+off; and numpy on the CPU at the smallest length only.
 All GPU inputs live on the device before timing starts. Errors are max |ours - torch| (or
 against a float64 numpy reference on a few rows when torch is absent).
 """
@@ -20,7 +22,7 @@ import time
 
 import numpy as np
 
-from visualizer.gpu_timing import numba_event_ms, torch_event_ms
+from visualizer import gpu_timing
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 NAIVE_BLOCK = 128  # threads (query rows) per block of the naive kernel
@@ -85,11 +87,20 @@ def attention_timings(
 
 
 def _row(q, causal, impl, times, peak_bytes, err, **extra) -> dict:
+    """``times``: a gpu_timing.Measurement (device time and launch overhead) or CPU milliseconds."""
     batch, heads, seq_len, head_dim = q.shape
+    if isinstance(times, gpu_timing.Measurement):
+        extra = {
+            "launch_us": times.launch_median_us,
+            "queue_covered": times.queue_covered,
+            **extra,
+        }
+        times = times.device_ms
     ms = statistics.median(times)
     return {
         "seq_len": seq_len,
         "impl": impl,
+        "causal": bool(causal),
         "ms": ms,
         "tflops": _flops(batch, heads, seq_len, head_dim, causal) / (ms * 1e-3) / 1e12,
         "peak_mb": peak_bytes / 2**20,
@@ -102,8 +113,27 @@ def _check_rows(seq_len: int) -> np.ndarray:
     return np.unique(np.linspace(0, seq_len - 1, 16).astype(int))
 
 
+def _sdpa_backend_picked(torch, sdpa, default_out) -> str:
+    """Which backend SDPA's default selection ran: the one whose output is bit-identical to it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for backend in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
+        kind = getattr(SDPBackend, backend, None)
+        if kind is None:
+            continue
+        try:
+            with sdpa_kernel(kind):
+                out = sdpa()
+        except RuntimeError:  # not available for these inputs (e.g. flash needs fp16/bf16)
+            continue
+        if torch.equal(out, default_out):
+            return backend.lower()
+    return "unknown"
+
+
 def _torch_impls(q, k, v, causal: bool, repeats: int) -> tuple[list[dict], np.ndarray | None]:
-    """Rows for PyTorch fp32 (plain, and SDPA's math backend) and plain's output; ([], None) without torch."""
+    """Rows for PyTorch fp32 (SDPA as a user calls it, SDPA's math backend, and the unfused form) and
+    the unfused form's output; ([], None) without torch."""
     try:
         import torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -111,11 +141,14 @@ def _torch_impls(q, k, v, causal: bool, repeats: int) -> tuple[list[dict], np.nd
         return [], None
     if not torch.cuda.is_available():
         return [], None
+    from numba import cuda
+
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     seq_len, head_dim = q.shape[2], q.shape[3]
     scale = 1.0 / math.sqrt(head_dim)
     tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+    ops = gpu_timing.TorchOps(torch, cuda)
 
     def plain():
         s = torch.matmul(tq, tk.transpose(-1, -2)) * scale
@@ -125,21 +158,30 @@ def _torch_impls(q, k, v, causal: bool, repeats: int) -> tuple[list[dict], np.nd
         return torch.matmul(torch.softmax(s, dim=-1), tv)
 
     def sdpa():
+        return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+
+    def sdpa_math():
         with sdpa_kernel(SDPBackend.MATH):
-            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+            return sdpa()
 
     rows, want = [], None
     rs = _check_rows(seq_len)
-    for impl, fn in (("torch plain fp32", plain), ("torch sdpa math fp32", sdpa)):
+    for impl, fn in (
+        ("torch plain fp32", plain),
+        ("torch sdpa default fp32", sdpa),
+        ("torch sdpa math fp32", sdpa_math),
+    ):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        times, out = torch_event_ms(torch, fn, repeats)
+        m = gpu_timing.measure(ops, fn, repeats, warmup=2)
         peak = torch.cuda.max_memory_allocated()  # inputs + output + intermediates
+        out = fn()
         got = out.cpu().numpy()
         if want is None:
             want = got
         err = float(np.abs(got[:, :, rs] - want[:, :, rs]).max())
-        rows.append(_row(q, causal, impl, times, peak, err))
+        extra = {"backend": _sdpa_backend_picked(torch, sdpa, out)} if fn is sdpa else {}
+        rows.append(_row(q, causal, impl, m, peak, err, **extra))
         del out
     return rows, want
 
@@ -165,6 +207,7 @@ def _one_length(
 
     dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
     do = cuda.device_array(q.shape, np.float32)
+    ops = gpu_timing.NumbaOps(cuda)
     base = 4 * q.nbytes  # q, k, v, o
 
     params = {
@@ -188,7 +231,7 @@ def _one_length(
     ):
         dev = {n: cuda.to_device(b) for n, b in bufs.items()}
         args = (dq, dk, dv, do, seq_len, c, dev["trace"], dev["active"], dev["tiles"], dev["rows"])
-        times = numba_event_ms(cuda, lambda kern=kern, args=args: kern[cfg](*args), repeats)
+        times = gpu_timing.measure(ops, lambda kern=kern, args=args: kern[cfg](*args), repeats, warmup=2)
         rec = sum(b.nbytes for b in bufs.values()) if bufs is full else 0
         rows.append(_row(q, causal, impl, times, base + rec, error(do.copy_to_host()), **_resources(kern)))
         del dev
@@ -198,10 +241,11 @@ def _one_length(
         ds = cuda.device_array((batch, heads, seq_len, seq_len), np.float32)
         grid = (-(-seq_len // NAIVE_BLOCK), heads, batch)
         tr, act = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)  # unused (clean)
-        times = numba_event_ms(
-            cuda,
+        times = gpu_timing.measure(
+            ops,
             lambda: naive[grid, (NAIVE_BLOCK, 1, 1)](dq, dk, dv, ds, do, seq_len, c, tr, act),
             max(1, min(repeats, 3)),  # slow at long lengths
+            warmup=1,
         )
         err = error(do.copy_to_host())
         rows.append(_row(q, causal, "ours naive (clean)", times, base + ds.nbytes, err, **_resources(naive)))
@@ -269,14 +313,23 @@ def correctness_sweep(seq_len: int = 77, batch: int = 2, heads: int = 3, seed: i
 
 
 def markdown(rows: list[dict]) -> str:
-    head = "| seq_len | implementation | ms | TFLOP/s | peak MB | max abs err | regs | smem B |\n"
-    head += "|---:|---|---:|---:|---:|---:|---:|---:|\n"
+    head = "| seq_len | causal | implementation | ms | launch µs | TFLOP/s | peak MB | max abs err | regs | smem B |\n"
+    head += "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
     lines = [
-        f"| {r['seq_len']} | {r['impl']} | {r['ms']:.3f} | {r['tflops']:.2f} | {r['peak_mb']:.0f} | "
+        f"| {r['seq_len']} | {r.get('causal', '')} | {r['impl']}{_backend(r)} | {r['ms']:.3f} | "
+        f"{_num(r.get('launch_us'), '.1f')} | {r['tflops']:.2f} | {r['peak_mb']:.0f} | "
         f"{r['max_abs_err']:.2e} | {r.get('registers', '')} | {r.get('smem_bytes', '')} |"
         for r in rows
     ]
     return head + "\n".join(lines)
+
+
+def _backend(row: dict) -> str:
+    return f" (picked: {row['backend']})" if row.get("backend") else ""
+
+
+def _num(value, spec: str) -> str:
+    return "" if value is None else format(value, spec)
 
 
 def main(argv=None) -> None:
@@ -309,7 +362,7 @@ def main(argv=None) -> None:
     )
     print(
         f"batch {a.batch}, heads {a.heads}, head_dim {a.head_dim}, tile {a.tile}, causal {a.causal}, "
-        f"fp32; median of {a.repeats} CUDA-event timings after warm-up"
+        f"fp32; median device time of {a.repeats} launches queued behind a spin kernel, after warm-up"
     )
     print(markdown(rows))
 

@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-from visualizer.gpu_timing import numba_event_ms, torch_event_ms
-
 ROOT = Path(__file__).resolve().parents[1]
 
 # FP32 lanes per SM by compute capability (for the FP32 peak: lanes x 2 flops x clock x SMs)
@@ -54,16 +52,131 @@ def versions() -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- GPU
+# Device time is measured as nvbench does (launches queued behind a spin kernel; gpu_timing.py) and
+# the host's launch overhead beside it; torch the same way on the same (legacy default) stream.
 
-
-def _median_ms(cuda, fn, repeats: int) -> float:
-    return statistics.median(numba_event_ms(cuda, fn, repeats, warmup=3))
+METHODS_SIZES = (1000, 1 << 20, 1 << 24)  # the issue's table: where dispatch hides the kernel, and not
 
 
 def _buffers(cuda, np, spec, launch):
     from visualizer.worker import record_buffers
 
     return {k: cuda.to_device(v) for k, v in record_buffers(spec, launch).items() if k in spec.args}
+
+
+def _timed(ops, fn, reps: int, flush: bool = False, warmup: int = 3) -> dict:
+    """Device time and launch overhead of ``fn`` as one row's numbers."""
+    from visualizer import gpu_timing
+
+    m = gpu_timing.measure(ops, fn, reps, warmup=warmup, flush=flush)
+    return {
+        "ms": m.device_median_ms,
+        "launch_us": m.launch_median_us,
+        "queue_covered": m.queue_covered,
+        "spin_us": m.spin_ns / 1e3,
+    }
+
+
+def launch_methods(cuda, torch, reps: int, sizes=METHODS_SIZES) -> list[dict]:
+    """Vector add (block 256) and torch's add at each size, every way of timing them: CUDA events around
+    one launch (the old way), device time behind a spin (warm L2, and L2 flushed before each repeat),
+    the host launch loop, and the instrumented build's own recorded span."""
+    from visualizer import gpu_timing
+
+    nops = gpu_timing.NumbaOps(cuda)
+    tops = gpu_timing.TorchOps(torch, cuda) if torch is not None else None
+    return [_methods_row(cuda, torch, nops, tops, n, reps) for n in sizes]
+
+
+def _methods_row(cuda, torch, nops, tops, n: int, reps: int) -> dict:
+    import numpy as np
+
+    from kernels.vector_add import vector_add_clean, vector_add_traced
+    from visualizer import gpu_timing
+
+    rng = np.random.default_rng(n)
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32)
+    blocks = -(-n // 256)
+    per_warp = n > (1 << 16)  # as the worker records (worker.PER_WARP_ABOVE)
+    trace = cuda.device_array((3, blocks * 8 if per_warp else blocks * 256), np.int64)
+    active = cuda.device_array(blocks * 256, np.uint8)
+
+    def clean():
+        vector_add_clean[blocks, 256](da, db, dc, n, trace, active)
+
+    def traced():
+        vector_add_traced[blocks, 256](da, db, dc, n, trace, active)
+
+    warm = gpu_timing.measure(nops, clean, reps)
+    cold = gpu_timing.measure(nops, clean, reps, flush=True)
+    inst = gpu_timing.measure(nops, traced, reps, flush=True)
+    traced()
+    rec = trace.copy_to_host()
+    row = {
+        "n": n,
+        "ours_one_launch_events_us": gpu_timing.median(gpu_timing.one_launch_event_ms(nops, clean, reps))
+        * 1e3,
+        "ours_device_warm_us": warm.device_median_ms * 1e3,
+        "ours_device_cold_us": cold.device_median_ms * 1e3,
+        "ours_launch_us": warm.launch_median_us,
+        "ours_instrumented_device_us": inst.device_median_ms * 1e3,
+        "ours_recorded_span_us": float(rec[2].max() - rec[1].min()) / 1e3,
+        "ours_queue_covered": warm.queue_covered and cold.queue_covered and inst.queue_covered,
+        "spin_us": warm.spin_ns / 1e3,
+        "spin_ran_us": warm.spun_ns / 1e3,
+        "correct": bool(np.array_equal(dc.copy_to_host(), a + b)),
+    }
+    if tops is not None:
+        ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (da, db, dc))
+
+        def add():
+            return torch.add(ta, tb, out=tc)
+
+        twarm = gpu_timing.measure(tops, add, reps)
+        tcold = gpu_timing.measure(tops, add, reps, flush=True)
+        row.update(
+            torch_one_launch_events_us=gpu_timing.median(gpu_timing.torch_event_ms(torch, add, reps)[0])
+            * 1e3,
+            torch_device_warm_us=twarm.device_median_ms * 1e3,
+            torch_device_cold_us=tcold.device_median_ms * 1e3,
+            torch_launch_us=twarm.launch_median_us,
+            torch_queue_covered=twarm.queue_covered and tcold.queue_covered,
+        )
+    return row
+
+
+def reduction_full_sum(cuda, torch, n: int, block: int, reps: int) -> dict:
+    """Like with like for the reduction: a full sum on both sides. Ours is the partials kernel run
+    again on its own partials until one value is left (ceil(log_block n) launches, all timed);
+    torch's is ``torch.sum(x)``."""
+    import numpy as np
+
+    from kernels.reduction import reduction_kernels
+    from visualizer import gpu_timing
+
+    _, clean = reduction_kernels(block)
+    x = np.random.default_rng(0).integers(0, 10, n).astype(np.float32)  # exact in float32
+    sizes = [n]
+    while sizes[-1] > 1:
+        sizes.append(-(-sizes[-1] // block))
+    bufs = [cuda.to_device(x)] + [cuda.device_array(m, np.float32) for m in sizes[1:]]
+    trace, active = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)  # unused
+    rows_buf = cuda.device_array((1, 1, 1), np.float32)
+
+    def ours():
+        for i in range(len(sizes) - 1):
+            clean[sizes[i + 1], block](bufs[i], bufs[i + 1], sizes[i], trace, active, rows_buf)
+
+    nops = gpu_timing.NumbaOps(cuda)
+    row = {"n": n, "block": block, "launches": len(sizes) - 1, "ours": _timed(nops, ours, reps, flush=True)}
+    ours()
+    row["ours_correct"] = float(bufs[-1].copy_to_host()[0]) == float(x.astype(np.float64).sum())
+    if torch is not None:
+        tx = torch.as_tensor(bufs[0], device="cuda")
+        row["torch"] = _timed(gpu_timing.TorchOps(torch, cuda), lambda: torch.sum(tx), reps, flush=True)
+        row["torch_op"] = "torch.sum(x)"
+    return row
 
 
 def gpu_bench(quick: bool) -> dict:
@@ -73,7 +186,7 @@ def gpu_bench(quick: bool) -> dict:
     from numba import cuda
 
     import kernels.probes  # noqa: F401  (numpy 2.5 shim before any compile)
-    from visualizer import catalog
+    from visualizer import catalog, gpu_timing
     from visualizer.worker import build_kernels
 
     try:
@@ -90,16 +203,28 @@ def gpu_bench(quick: bool) -> dict:
     peak_fp32 = sms * FP32_LANES.get(cc, 128) * 2 * dev.CLOCK_RATE * 1e3
     reps = 10 if quick else 30
     rows, res = [], {"device": f"{name} (sm_{cc[0]}{cc[1]}, {sms} SMs)"}
+    res["method"] = {
+        "device_time": gpu_timing.DEVICE_TIME_METHOD,
+        "launch_overhead": gpu_timing.LAUNCH_OVERHEAD_METHOD,
+        "l2_flush": "before each repeat for memory-bound kernels (under 1 FLOP/byte: vector_add, "
+        "vector_add_x4, reduction, the copy) and their torch baselines; not for matmul or attention",
+        "repeats": reps,
+    }
+    nops = gpu_timing.NumbaOps(cuda)
+    tops = gpu_timing.TorchOps(torch, cuda) if torch is not None else None
 
-    # device copy bandwidth: the practical ceiling for memory-bound kernels
+    # device copy bandwidth: the practical ceiling for memory-bound kernels (an async copy on the
+    # default stream, so it queues behind the spin like everything else)
     def copy_bandwidth_gbs(nbytes: int) -> float:
         src = cuda.device_array(nbytes // 4, np.float32)
         dst = cuda.device_array(nbytes // 4, np.float32)
-        return 2 * nbytes / _median_ms(cuda, lambda: dst.copy_to_device(src), reps) / 1e6
+        t = _timed(nops, lambda: dst.copy_to_device(src, stream=nops.stream), reps, flush=True)
+        return 2 * nbytes / t["ms"] / 1e6
 
     copy_gbs = copy_bandwidth_gbs((1 << 26 if quick else 1 << 28) * 4)
     res["copy_bandwidth_gbs"] = copy_gbs
     res["fp32_peak_tflops"] = peak_fp32 / 1e12
+    res["launch_methods"] = launch_methods(cuda, torch, reps)
 
     def run_kernel(kernel, params):
         spec, values, launch = catalog.plan_launch(kernel, params, "gpu")
@@ -109,27 +234,36 @@ def gpu_bench(quick: bool) -> dict:
         args = [dev_arrays[a] if a in dev_arrays else launch.scalars[a] for a in spec.args]
         traced, clean = build_kernels(spec, values)
         cfg = (launch.grid, launch.block)
-        clean_ms = _median_ms(cuda, lambda: clean[cfg](*args), reps)
-        traced_ms = _median_ms(cuda, lambda: traced[cfg](*args), reps)
+        nbytes, flops = spec.work(values)
+        flush = gpu_timing.wants_l2_flush(nbytes, flops)
+        traced[cfg](*args)  # the checked output comes from the instrumented build
         got = {k: dev_arrays[k].copy_to_host() for k in spec.outputs}
+        clean_t = _timed(nops, lambda: clean[cfg](*args), reps, flush)
+        traced_t = _timed(nops, lambda: traced[cfg](*args), reps, flush)
+        clean_ms, traced_ms = clean_t["ms"], traced_t["ms"]
         from visualizer.trace import check_outputs
 
         ok = check_outputs(spec, values, inputs, got)["correct"]
-        nbytes, flops = spec.work(values)
         row = {
             "kernel": kernel,
             "params": values,
             "clean_ms": clean_ms,
             "instrumented_ms": traced_ms,
             "overhead": traced_ms / clean_ms,
+            "launch_us": clean_t["launch_us"],
+            "l2_flush": flush,
+            "queue_covered": clean_t["queue_covered"] and traced_t["queue_covered"],
             "gbs": nbytes / clean_ms / 1e6,
             "gflops": flops / clean_ms / 1e6,
             "correct": ok,
         }
-        if torch is not None and spec.torch_op is not None:
+        if tops is not None and spec.torch_op is not None:
             t_args = {k: torch.as_tensor(dev_arrays[k], device="cuda") for k in inputs}
             row["torch_op"], fn = spec.torch_op(torch, t_args, values)
-            row["torch_ms"] = statistics.median(torch_event_ms(torch, fn, reps, warmup=3)[0])
+            tt = _timed(tops, fn, reps, flush)
+            row.update(
+                torch_ms=tt["ms"], torch_launch_us=tt["launch_us"], torch_queue_covered=tt["queue_covered"]
+            )
             row["vs_torch"] = row["torch_ms"] / clean_ms  # > 1: ours is faster
         rows.append(row)
         return row
@@ -143,6 +277,7 @@ def gpu_bench(quick: bool) -> dict:
     run_kernel("matmul_naive", {"n": n_mm // 2, "tile": 16})
     run_kernel("reduction", {"n": n_vec, "block": 256})
     res["kernels"] = rows
+    res["reduction_full_sum"] = reduction_full_sum(cuda, torch, n_vec, 256, reps)
     res["vector_add_vs_torch"] = (
         (vec["gbs"] / (12 * n_vec / vec["torch_ms"] / 1e6)) if "torch_ms" in vec else None
     )
@@ -156,6 +291,7 @@ def gpu_bench(quick: bool) -> dict:
 
         seqs = (1024, 4096) if quick else (512, 1024, 2048, 4096, 8192)
         res["attention"] = attention_timings(seq_lens=seqs)
+        res["attention"] += attention_timings(seq_lens=(4096,) if quick else (4096, 8192), causal=True)
     except ImportError as exc:
         res["attention_error"] = str(exc)
 
@@ -318,25 +454,7 @@ def markdown(results: dict) -> str:
     lines = [f"Run {results['date']} on {results['machine']}; versions: {results['versions']}", ""]
     gpu = results.get("gpu")
     if gpu:
-        lines += [
-            f"GPU: {gpu['device']}; device copy bandwidth {gpu['copy_bandwidth_gbs']:,.0f} GB/s; "
-            f"FP32 peak {gpu['fp32_peak_tflops']:.1f} TFLOP/s",
-            "",
-            "| kernel | params | clean ms | instrumented ms | overhead | GB/s | GFLOP/s | torch ms | torch / ours | of copy BW | of FP32 peak | correct |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in gpu["kernels"]:
-            lines.append(
-                f"| {r['kernel']} | {r['params']} | {r['clean_ms']:.4f} | {r['instrumented_ms']:.4f} | "
-                f"×{r['overhead']:.2f} | {r['gbs']:,.0f} | {r['gflops']:,.0f} | {r.get('torch_ms', float('nan')):.4f} | "
-                f"{r.get('vs_torch', float('nan')):.2f} | {r['fraction_of_copy_bw']:.0%} | {r['fraction_of_fp32_peak']:.1%} | {r['correct']} |"
-            )
-        if gpu.get("attention"):
-            keys = [k for k in gpu["attention"][0] if k not in ("batch", "heads", "head_dim")]
-            lines += ["", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-            for r in gpu["attention"]:
-                lines.append("| " + " | ".join(_fmt(r.get(k)) for k in keys) + " |")
-        lines += ["", f"Trace capture end to end, 2^20-thread vector_add: {gpu['capture_2p20_s']:.3f} s", ""]
+        lines += gpu_markdown(gpu)
     sim = results.get("sim")
     if sim:
         lines += ["| simulator case | ours s | stock s | speed-up |", "|---|---|---|---|"]
@@ -353,6 +471,72 @@ def markdown(results: dict) -> str:
         met = "not measured" if t["met"] is None else ("met" if t["met"] else "**missed**")
         lines.append(f"| {t['what']} | {t['bound']} | {_fmt(t['value'])} | {met} |")
     return "\n".join(lines)
+
+
+def gpu_markdown(gpu: dict, header: bool = True) -> list[str]:
+    """The GPU section's tables: how each timing method reads, kernels, the full sum, attention."""
+    nan = float("nan")
+    lines = []
+    if header:
+        method = gpu.get("method", {})
+        lines += [
+            f"GPU: {gpu['device']}; device copy bandwidth {gpu['copy_bandwidth_gbs']:,.0f} GB/s; "
+            f"FP32 peak {gpu['fp32_peak_tflops']:.1f} TFLOP/s",
+            f"Method: {method.get('device_time', 'CUDA events')}; L2: {method.get('l2_flush', '')}",
+            "",
+        ]
+    if gpu.get("launch_methods"):
+        lines += [
+            "Vector add (block 256), µs. one launch: events around a single launch; device: queued behind "
+            "a spin (warm L2 / L2 flushed); launch: host time per launch; span: the instrumented build's "
+            "own %globaltimer span (its device time beside it).",
+            "",
+            "| n | ours one launch | ours device warm | ours device cold | ours launch | instrumented device | "
+            "recorded span | torch one launch | torch device warm | torch device cold | torch launch | covered |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in gpu["launch_methods"]:
+            covered = r["ours_queue_covered"] and r.get("torch_queue_covered", True)
+            lines.append(
+                f"| {r['n']:,} | {r['ours_one_launch_events_us']:.1f} | {r['ours_device_warm_us']:.1f} | "
+                f"{r['ours_device_cold_us']:.1f} | {r['ours_launch_us']:.1f} | {r['ours_instrumented_device_us']:.1f} | "
+                f"{r['ours_recorded_span_us']:.1f} | {r.get('torch_one_launch_events_us', nan):.1f} | "
+                f"{r.get('torch_device_warm_us', nan):.1f} | {r.get('torch_device_cold_us', nan):.1f} | "
+                f"{r.get('torch_launch_us', nan):.1f} | {covered} |"
+            )
+        lines.append("")
+    if not gpu.get("kernels"):
+        return lines
+    lines += [
+        "| kernel | params | clean ms | instrumented ms | overhead | launch µs | L2 flushed | GB/s | GFLOP/s | "
+        "torch ms | torch launch µs | torch / ours | of copy BW | of FP32 peak | correct | covered |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in gpu["kernels"]:
+        lines.append(
+            f"| {r['kernel']} | {r['params']} | {r['clean_ms']:.4f} | {r['instrumented_ms']:.4f} | "
+            f"×{r['overhead']:.2f} | {r.get('launch_us', nan):.1f} | {r.get('l2_flush', '')} | {r['gbs']:,.0f} | "
+            f"{r['gflops']:,.0f} | {r.get('torch_ms', nan):.4f} | {r.get('torch_launch_us', nan):.1f} | "
+            f"{r.get('vs_torch', nan):.2f} | {r['fraction_of_copy_bw']:.0%} | {r['fraction_of_fp32_peak']:.1%} | "
+            f"{r['correct']} | {r.get('queue_covered', '')} |"
+        )
+    full = gpu.get("reduction_full_sum")
+    if full:
+        torch_ms = full.get("torch", {}).get("ms", nan)
+        lines += [
+            "",
+            f"Full sum of {full['n']:,} float32 (like with like): ours {full['ours']['ms']:.4f} ms "
+            f"({full['launches']} launches of the partials kernel, block {full['block']}, correct: "
+            f"{full['ours_correct']}) vs {full.get('torch_op', 'torch')} {torch_ms:.4f} ms; "
+            f"torch / ours {torch_ms / full['ours']['ms']:.2f}.",
+        ]
+    if gpu.get("attention"):
+        cols = ["seq_len", "causal", "impl", "backend", "ms", "launch_us", "tflops", "peak_mb", "max_abs_err"]
+        lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in gpu["attention"]:
+            lines.append("| " + " | ".join(_fmt(r.get(k, "")) for k in cols) + " |")
+    lines += ["", f"Trace capture end to end, 2^20-thread vector_add: {gpu['capture_2p20_s']:.3f} s", ""]
+    return lines
 
 
 def _fmt(v) -> str:
@@ -402,8 +586,27 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def launch_methods_main(out: str, reps: int = 30) -> int:
+    """``python -m visualizer.bench --launch-methods OUT.json``: only the timing-methods table (GPU)."""
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    from numba import cuda
+
+    import kernels.probes  # noqa: F401  (numpy 2.5 shim before any compile)
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    rows = launch_methods(cuda, torch, reps)
+    Path(out).write_text(json.dumps({"launch_methods": rows, "versions": versions()}, indent=2) + "\n")
+    print("\n".join(gpu_markdown({"launch_methods": rows, "kernels": []}, header=False)))
+    return 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "--stock-sim":
         print(stock_sim_launch(sys.argv[2], json.loads(sys.argv[3])))
+    elif len(sys.argv) >= 3 and sys.argv[1] == "--launch-methods":
+        sys.exit(launch_methods_main(sys.argv[2]))
     else:
         sys.exit(main(sys.argv[1:]))
