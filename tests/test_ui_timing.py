@@ -12,7 +12,7 @@ from visualizer.ui.timing import fmt_us, gpu_timing_notes
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 
 GPU_TIMING = {  # the fields the GPU worker writes (made-up values; the GPU tests check real ones)
-    "clock": "GPU device time: CUDA events queued behind a spin kernel (nvbench's method), median",
+    "clock": "CUDA events queued behind a spin kernel: GPU device time (nvbench's method), median",
     "clean_ms": 0.0031,
     "instrumented_ms": 0.0052,
     "overhead_ratio": 0.0052 / 0.0031,
