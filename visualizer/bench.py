@@ -182,6 +182,11 @@ def reduction_full_sum(cuda, torch, n: int, block: int, reps: int) -> dict:
     return row
 
 
+def _log(section: str, value) -> None:
+    """Each GPU section's numbers on stderr as soon as measured (kept if a later section fails)."""
+    print(f"[bench gpu] {section}: {json.dumps(value, default=str)}", file=sys.stderr, flush=True)
+
+
 def gpu_bench(quick: bool) -> dict:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
@@ -227,7 +232,9 @@ def gpu_bench(quick: bool) -> dict:
     copy_gbs = copy_bandwidth_gbs((1 << 26 if quick else 1 << 28) * 4)
     res["copy_bandwidth_gbs"] = copy_gbs
     res["fp32_peak_tflops"] = peak_fp32 / 1e12
+    _log("copy_bandwidth_gbs", copy_gbs)
     res["launch_methods"] = launch_methods(cuda, torch, reps)
+    _log("launch_methods", res["launch_methods"])
 
     def run_kernel(kernel, params):
         spec, values, launch = catalog.plan_launch(kernel, params, "gpu")
@@ -269,6 +276,7 @@ def gpu_bench(quick: bool) -> dict:
             )
             row["vs_torch"] = row["torch_ms"] / clean_ms  # > 1: ours is faster
         rows.append(row)
+        _log("kernel", row)
         return row
 
     n_vec = 1 << (24 if quick else 28)
@@ -281,6 +289,7 @@ def gpu_bench(quick: bool) -> dict:
     run_kernel("reduction", {"n": n_vec, "block": 256})
     res["kernels"] = rows
     res["reduction_full_sum"] = reduction_full_sum(cuda, torch, n_vec, 256, reps)
+    _log("reduction_full_sum", res["reduction_full_sum"])
     res["vector_add_vs_torch"] = (
         (vec["gbs"] / (12 * n_vec / vec["torch_ms"] / 1e6)) if "torch_ms" in vec else None
     )
@@ -294,7 +303,9 @@ def gpu_bench(quick: bool) -> dict:
 
         seqs = (1024, 4096) if quick else (512, 1024, 2048, 4096, 8192)
         res["attention"] = attention_timings(seq_lens=seqs)
+        _log("attention", res["attention"])
         res["attention"] += attention_timings(seq_lens=(4096,) if quick else (4096, 8192), causal=True)
+        _log("attention causal", res["attention"][-1])
     except ImportError as exc:
         res["attention_error"] = str(exc)
 
