@@ -92,3 +92,18 @@ def test_whole_report_with_gpu_section():
     assert by["vector_add_vs_torch"]["value"] is None  # not in this made-up result
     assert by["instrumentation_overhead"]["value"] == KERNEL_ROW["overhead"]
     assert "Trace capture end to end" in markdown(results)
+
+
+def test_flash_target_ignores_causal_rows():
+    from visualizer.bench import _flash_speedup
+
+    def row(seq_len, impl, ms, causal):
+        return {"seq_len": seq_len, "impl": impl, "ms": ms, "causal": causal}
+
+    rows = [
+        row(4096, "torch plain fp32", 1.55, False),
+        row(4096, "ours flash (clean)", 1.58, False),
+        row(4096, "torch plain fp32", 2.36, True),  # causal: ours wins by far; not the target's case
+        row(4096, "ours flash (clean)", 1.23, True),
+    ]
+    assert _flash_speedup(rows) == 1.55 / 1.58

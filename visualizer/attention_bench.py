@@ -19,6 +19,7 @@ import math
 import os
 import statistics
 import time
+import warnings
 
 import numpy as np
 
@@ -122,7 +123,8 @@ def _sdpa_backend_picked(torch, sdpa, default_out) -> str:
         if kind is None:
             continue
         try:
-            with sdpa_kernel(kind):
+            with sdpa_kernel(kind), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch explains each backend it cannot use
                 out = sdpa()
         except RuntimeError:  # not available for these inputs (e.g. flash needs fp16/bf16)
             continue
