@@ -71,10 +71,10 @@ def test_gpu_panel_shows_device_time_and_launch_overhead(sim_app):
     assert metrics["launch overhead (host)"] == "33.4 µs"
     text = " ".join(captions(at))
     assert "queued behind a spin kernel" in text
-    assert "recorded span" in text and "2.4 µs" in text
+    assert "recorded span (in-kernel %globaltimer, instrumented): 2.4 µs" in text
     assert "events around one launch" in text and "40.5 µs" in text
-    assert "torch (torch.add(a, b, out=c)): device 2.9 µs · launch 6.2 µs" in text
-    assert "memory-bound" in text and "1,800 µs spin" in text
+    assert "torch, torch.add(a, b, out=c): 2.9 µs on the GPU, 6.2 µs to launch" in text
+    assert "median of 20 behind a 1,800 µs spin; L2 flushed before each (memory-bound)" in text
     assert not at.sidebar.warning
 
 

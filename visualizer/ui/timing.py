@@ -60,29 +60,26 @@ def kernel_time_metrics(left, right, timing: dict, instrumented_label: str = "in
 def gpu_timing_notes(t: dict) -> list[str]:
     """Captions under the GPU metrics: the cross-checks and the comparison, from timing.json fields."""
     notes = []
-    if t.get("kernel_span_ns") is not None:
-        notes.append(
-            f"recorded span (the instrumented launch's own %globaltimer, last end − first start): "
-            f"{fmt_ms(t['kernel_span_ns'] / 1e6)}"
-        )
-    if t.get("one_launch_event_ms") is not None:
-        notes.append(
-            f"events around one launch (the naive way, includes the dispatch): {fmt_ms(t['one_launch_event_ms'])}"
-        )
     if t.get("torch_ms") is not None:
-        line = f"torch ({t.get('torch_op', '')}): device {fmt_ms(t['torch_ms'])}"
+        line = f"torch, {t.get('torch_op', '')}: {fmt_ms(t['torch_ms'])} on the GPU"
         if t.get("torch_launch_overhead_us") is not None:
-            line += f" · launch {fmt_us(t['torch_launch_overhead_us'])}"
+            line += f", {fmt_us(t['torch_launch_overhead_us'])} to launch"
         notes.append(line)
     elif t.get("torch_error"):
         notes.append(f"torch baseline failed: {t['torch_error']}")
-    method = t.get("method") or {}
-    if method.get("l2_flush_why"):
-        notes.append(method["l2_flush_why"])
-    if method.get("repeats"):
+    if t.get("kernel_span_ns") is not None:
         notes.append(
-            f"median of {method['repeats']} behind a {method.get('spin_us', 0):,.0f} µs spin "
-            f"({method.get('warmup', 0)} warm-up launches first)"
+            f"recorded span (in-kernel %globaltimer, instrumented): {fmt_ms(t['kernel_span_ns'] / 1e6)}"
+        )
+    if t.get("one_launch_event_ms") is not None:
+        notes.append(
+            f"events around one launch (the naive way, includes dispatch): {fmt_ms(t['one_launch_event_ms'])}"
+        )
+    method = t.get("method") or {}
+    if method.get("repeats"):
+        flushed = "L2 flushed before each (memory-bound)" if method.get("l2_flush") else "warm L2"
+        notes.append(
+            f"median of {method['repeats']} behind a {method.get('spin_us', 0):,.0f} µs spin; {flushed}"
         )
     return notes
 
