@@ -22,6 +22,15 @@ import threading
 import numpy as np
 
 
+def current_thread():
+    """The simulated CUDA thread running now: ``.threadIdx``, ``.blockIdx``, ``.thread_id`` (linear
+    index in its block) and a plain ``__dict__`` that recorders may keep per-thread state in.
+
+    Call it from code a kernel runs (device functions, array wrappers); outside a launch it returns
+    whatever runs the caller, which has no ``threadIdx``."""
+    return threading.current_thread()
+
+
 def install() -> None:
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator.kernelapi import Dim3
