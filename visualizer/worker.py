@@ -67,7 +67,9 @@ class Backend:
         if self.simulator:
             from visualizer import fastsim
 
-            fastsim.install()  # event-driven syncthreads instead of a busy-polling manager
+            # greenlet threads, per-block shared memory; a hung kernel stops with KernelHangError,
+            # and a worker stuck past that exits so the runner starts a fresh one
+            fastsim.install(exit_if_stuck=True)
             self._install_progress_hook()
         elif not cuda.is_available():
             raise RuntimeError("no CUDA GPU is available to numba-cuda on this machine")
