@@ -216,6 +216,7 @@ class _Launch:
         self.stopping = False
         self.report: str | None = None
         self.swapped: dict[int, object] = {}  # device-function modules whose `cuda` is swapped
+        self.rebound: list = []  # (globals, name, dispatcher) bound to the plain function
         self.blocks_done = 0
         self.threads: list[SimThread] = []
         self.ready: deque = deque()
@@ -303,15 +304,34 @@ class _Launch:
                 return
 
     def enter_swap(self, fn):
+        """Swap ``cuda`` for this launch's module in fn's globals until the launch ends, and bind
+        the device functions those globals name straight to their Python functions (each call
+        then skips the dispatcher; stock takes two locks and scans the globals at every call)."""
+        from numba.cuda.simulator.kernel import FakeCUDAKernel
         from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
-        ctx = swapped_cuda_module(fn, self.module)
-        ctx.__enter__()
-        self.swapped[id(fn.__globals__)] = ctx
+        todo = [fn]
+        while todo:
+            f = todo.pop()
+            glob = f.__globals__
+            if id(glob) in self.swapped:
+                continue
+            ctx = swapped_cuda_module(f, self.module)
+            ctx.__enter__()
+            self.swapped[id(glob)] = ctx
+            for name, value in list(glob.items()):
+                if type(value) is FakeCUDAKernel and value._device:
+                    glob[name] = value.fn
+                    self.rebound.append((glob, name, value))
+                    todo.append(value.fn)
 
     def close(self):
         self.watchdog.stop()
         self.dead = True
+        for glob, name, dispatcher in reversed(self.rebound):
+            if glob.get(name) is dispatcher.fn:
+                glob[name] = dispatcher
+        self.rebound.clear()
         for ctx in reversed(list(self.swapped.values())):
             ctx.__exit__(None, None, None)
         self.swapped.clear()
@@ -478,6 +498,45 @@ def configure(
 # --------------------------------------------------------------------------------------- install
 
 
+def _fast_paths() -> None:
+    """Same results as the stock code, fewer Python calls: the in-kernel array wrapper indexes its
+    numpy array directly, and numba scalar casts like ``float32(0.0)`` skip an import per call."""
+    from numba.core.types import abstract
+    from numba.core.typing import signature
+    from numba.cuda.simulator.cudadrv import devicearray as da
+
+    FakeCUDAArray, Wrapper, FakeShape = da.FakeCUDAArray, da.FakeWithinKernelCUDAArray, da.FakeShape
+    ndarray, void = np.ndarray, np.void
+
+    def getitem(self, idx):
+        item = self._item
+        ret = item._ary[idx]
+        if type(ret) is ndarray or type(ret) is void:
+            return Wrapper(FakeCUDAArray(ret, stream=item.stream))
+        return ret
+
+    def setitem(self, idx, val):
+        self._item._ary[idx] = val
+
+    stock_getattr = Wrapper.__getattr__
+
+    def getattr_(self, attrname):
+        if attrname == "shape":
+            return FakeShape(self._item._ary.shape)
+        return stock_getattr(self, attrname)
+
+    Wrapper.__getitem__, Wrapper.__setitem__, Wrapper.__getattr__ = getitem, setitem, getattr_
+
+    Type = abstract.Type
+
+    def type_call(self, *args):
+        if len(args) == 1 and not isinstance(args[0], Type):
+            return self.cast_python_value(args[0])
+        return signature(self, *args)
+
+    Type.__call__ = type_call
+
+
 def install(**limits) -> None:
     """Patch numba-cuda's simulator in this process to run launches on this engine."""
     configure(**limits)
@@ -505,11 +564,18 @@ def install(**limits) -> None:
         def array(self, shape, dtype, alignment=None):
             if alignment is not None:
                 raise RuntimeError("Array alignment is not supported in cudasim")
+            dynamic = type(shape) is not tuple and shape == 0
+            if not dynamic:  # this block's array for the calling line, if it made one already
+                f = sys._getframe(1)
+                caller = (f.f_code.co_filename, f.f_lineno)
+                res = self._allocations.get(caller)
+                if res is not None:
+                    return res
             if isinstance(dtype, kernelapi.types.Type):
                 dtype = kernelapi.numpy_support.as_dtype(dtype)
             else:
                 dtype = np.dtype(dtype)
-            if type(shape) is not tuple and shape == 0:
+            if dynamic:
                 count = self._dynshared_size // dtype.itemsize
                 view = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
                 if not self._dyn_poisoned:  # first request of the block decides the poison's type
@@ -518,12 +584,7 @@ def install(**limits) -> None:
                         view.fill(SHARED_POISON_FLOAT)
                     self._dyn_poisoned = True
                 return view
-            f = sys._getframe(1)
-            caller = (f.f_code.co_filename, f.f_lineno)
-            res = self._allocations.get(caller)
-            if res is None:
-                res = poison_fill(np.empty(shape, dtype))
-                self._allocations[caller] = res
+            res = self._allocations[caller] = poison_fill(np.empty(shape, dtype))
             return res
 
     def _yield():
@@ -572,11 +633,14 @@ def install(**limits) -> None:
         atomic.__name__ = name
         setattr(Atomic, name, atomic)
 
+    _fast_paths()
+
     def manager_run(self, grid_point, *args):
         launch = _state.launch
         if launch is None:  # first block of this launch
             launch = _Launch(self._f, self._block_dim, self._debug, args, simkernel._kernel_context)
             _state.launch = launch
+            launch.enter_swap(self._f)
         launch.run_block(self, grid_point)
 
     original_call = simkernel.FakeCUDAKernel.__call__
