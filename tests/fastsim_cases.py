@@ -255,6 +255,31 @@ def k_shared_first_read_int(out):
     cuda.syncthreads()
 
 
+class Recorder:
+    """A kernel argument that is not an ndarray (passed through unchanged) and notes, per write,
+    the simulated thread that made it, as the memory-access recorder does."""
+
+    def __init__(self, n):
+        self.data = np.zeros(n, np.int64)
+        self.log = []
+
+    def __setitem__(self, i, v):
+        from visualizer.fastsim import current_thread
+
+        t = current_thread()
+        t.__dict__["writes"] = t.__dict__.get("writes", 0) + 1  # per-thread state lives on the thread
+        self.log.append((t.blockIdx.x, t.threadIdx.x, t.thread_id, t.__dict__["writes"], i))
+        self.data[i] = v
+
+
+@cuda.jit
+def k_recorded(rec):
+    i = cuda.grid(1)
+    rec[2 * i] = i
+    cuda.syncthreads()
+    rec[2 * i + 1] = i
+
+
 class TwoArgError(Exception):
     def __init__(self, code, detail):
         super().__init__(f"code {code}: {detail}")
@@ -433,6 +458,13 @@ def launch_after_exception():
     out = np.zeros(2, np.float32)
     k_block_reduce[2, 64](x, out)
     return {"out": out}
+
+
+@case
+def current_thread_api():
+    rec = Recorder(96)
+    k_recorded[3, 16](rec)
+    return {"data": rec.data, "log": np.array(sorted(rec.log))}
 
 
 # Cases where fastsim deliberately differs from stock (checked on each engine on its own)
