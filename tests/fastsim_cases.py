@@ -536,6 +536,12 @@ def k_runaway(out):
     out[t] = x
 
 
+@cuda.jit
+def k_long_atomic_loop(total, reps):
+    for _ in range(reps):  # threads take turns at every atomic: slow, but not a hang
+        cuda.atomic.add(total, 0, 1)
+
+
 def timed_raised(fn):
     import time
 
@@ -557,6 +563,13 @@ def deadlock_atomic_spin():
 @hang_case
 def runaway():
     return timed_raised(lambda: k_runaway[1, 4](np.zeros(4, np.int64)))
+
+
+@hang_case
+def long_atomic_loop():
+    total = np.zeros(1, np.int64)
+    err = timed_raised(lambda: k_long_atomic_loop[1, 64](total, 6000))
+    return {**err, "total": total}
 
 
 @hang_case

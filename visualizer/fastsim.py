@@ -180,8 +180,12 @@ class SimThread:
 def _with_where(e: BaseException, t: SimThread) -> BaseException:
     """The exception re-made with the stock simulator's ``tid=[..] ctaid=[..]`` prefix."""
     where = f"tid={list(t.threadIdx)} ctaid={list(t.blockIdx)}"
-    msg = where if str(e) == "" else f"{where}: {e}"
     cls = type(e)
+    try:
+        text = str(e)
+    except BaseException:  # a broken __str__ must not lose the error
+        text = f"<{cls.__name__} with an unprintable message>"
+    msg = where if text == "" else f"{where}: {text}"
     try:
         return cls(msg)
     except BaseException:
@@ -195,7 +199,7 @@ def _with_where(e: BaseException, t: SimThread) -> BaseException:
             return new
     except BaseException:
         pass
-    return RuntimeError(f"{where}: {cls.__name__}: {e}")
+    return RuntimeError(f"{where}: {cls.__name__}: {text}")
 
 
 # ---------------------------------------------------------------------------------------- launch
@@ -227,7 +231,8 @@ class _Launch:
         from numba.cuda.simulator.kernelapi import Dim3
 
         self.points = [Dim3(x, y, z) for z in range(bz) for y in range(by) for x in range(bx)]
-        self.last_progress = time.monotonic()
+        self.last_progress = time.monotonic()  # a thread finished or a barrier released
+        self.yields = self.yields_at_progress = 0  # switches at atomics and fences
         self.watchdog = _Watchdog(self)
 
     def run_block(self, manager, grid_point):
@@ -265,12 +270,14 @@ class _Launch:
                 state = t.state
                 if state is YIELDED:
                     ready.append(t)
+                    self.yields += 1
                 elif state is BARRIER:
                     waiting.append(t)
                     if not ready:  # every live thread is at the barrier: release them
                         ready.extend(waiting)
                         waiting.clear()
                         self.last_progress = time.monotonic()
+                        self.yields_at_progress = self.yields
                 else:
                     idle.append(t.glet)
                     t.glet = None
@@ -280,6 +287,7 @@ class _Launch:
                         self.dead = True
                         raise t.exception[0].with_traceback(t.exception[1])
                     self.last_progress = time.monotonic()
+                    self.yields_at_progress = self.yields
                     if not ready and waiting:  # the last thread not at the barrier has exited
                         ready.extend(waiting)
                         waiting.clear()
@@ -453,11 +461,16 @@ class _Watchdog:
                 if self.fired_at is None:
                     why = None
                     idle = time.monotonic() - launch.last_progress
-                    if idle > self.stall_s:
+                    limit = f"FASTSIM_STALL_S={self.stall_s:g}"
+                    if idle > self.stall_s and any(t.state == BARRIER for t in launch.threads):
                         why = (
-                            f"no progress for {idle:.0f} s (FASTSIM_STALL_S={self.stall_s:g}: no thread finished "
-                            "or passed a barrier; a deadlock or a spinning thread)"
+                            f"deadlock: no thread finished or passed a barrier for {idle:.0f} s ({limit}) while "
+                            "threads wait at a barrier"
                         )
+                    elif idle > self.stall_s and launch.yields == launch.yields_at_progress:
+                        # one thread has run all along: no barrier, atomic, fence or end reached
+                        # (many threads taking turns at atomics may be real work: the CPU limit decides)
+                        why = f"a thread ran {idle:.0f} s without reaching a barrier, an atomic or its end ({limit})"
                     elif self.cpu_s() > self.cpu_limit_s:
                         why = f"CPU-time limit of {self.cpu_limit_s:g} s exceeded (FASTSIM_CPU_LIMIT_S)"
                     if why is None:
