@@ -10,6 +10,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
@@ -543,8 +544,6 @@ def k_long_atomic_loop(total, reps):
 
 
 def timed_raised(fn):
-    import time
-
     t = time.monotonic()
     err = raised(fn)
     return {"raised": err, "seconds": time.monotonic() - t}
@@ -572,6 +571,30 @@ def long_atomic_loop():
     return {**err, "total": total}
 
 
+@cuda.jit
+def k_stuck_in_c(out):
+    if cuda.threadIdx.x == 0:
+        time.sleep(60)  # STUCK LINE: an interrupt cannot land inside a C call
+    out[cuda.threadIdx.x] = 1
+
+
+@hang_case
+def worker_one_line_error():
+    from visualizer.worker import one_line
+
+    try:
+        k_deadlock_plain_spin[1, 32](np.zeros(1, np.int32), np.zeros(32, np.int32))
+    except Exception as exc:  # what the worker's serve loop does with it
+        return {"line": one_line(exc)}
+    return {"line": None}
+
+
+@hang_case
+def worker_exits_when_stuck():
+    k_stuck_in_c[1, 2](np.zeros(2, np.int32))
+    return {"exited": False}
+
+
 @hang_case
 def usable_after_hangs():
     x = np.random.default_rng(6).random(128).astype(np.float32)
@@ -592,6 +615,11 @@ def main(argv):
         from visualizer import fastsim
 
         fastsim.install()
+    elif engine == "worker":  # fastsim as the simulator worker sets it up
+        from visualizer import worker
+
+        worker.configure_backend("sim")
+        worker.Backend("sim")
     results = {}
     for name in names or CASES:
         results[name] = {**CASES, **HANG_CASES}[name]()

@@ -165,3 +165,24 @@ def test_deadlocks_and_runaways_are_reported_not_hung(tmp_path):
         assert r["usable_after_hangs"]["current_thread_restored"]
         x = np.random.default_rng(6).random(128).astype(np.float32)
         np.testing.assert_allclose(r["usable_after_hangs"]["out"], x.reshape(2, 64).sum(axis=1), rtol=1e-5)
+
+
+def test_worker_reports_a_hang_in_one_line_and_exits_when_the_kernel_cannot_be_stopped(tmp_path):
+    res = run_engines(tmp_path, {"worker": ("worker", ["worker_one_line_error"], {"FASTSIM_STALL_S": "1"})})
+    line = res["worker"]["worker_one_line_error"]["line"]
+    assert (
+        line.startswith("KernelHangError: deadlock: no thread finished or passed a barrier")
+        and len(line) <= 500
+    )
+    # a thread stuck inside a C call cannot be interrupted: the worker exits (the runner restarts it)
+    proc = subprocess.run(
+        [sys.executable, str(CASES_PY), "worker", str(tmp_path / "stuck.pkl"), "worker_exits_when_stuck"],
+        env={**os.environ, "FASTSIM_STALL_S": "1"},
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode == 70, proc.stderr[-2000:]
+    stuck_line = fastsim_cases.lines_marked("STUCK LINE")[0]
+    assert f"thread (0,0,0) is running at fastsim_cases.py:{stuck_line}" in proc.stderr
+    assert "the thread did not stop, exiting" in proc.stderr
