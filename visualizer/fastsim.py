@@ -45,6 +45,11 @@ SHARED_POISON_BYTES = bytes.fromhex("efbeadde")  # little-endian 0xDEADBEEF: int
 
 _real_current_thread = threading.current_thread
 
+# Hooks for recorders (e.g. the memory-access engine):
+BLOCK_START_HOOKS: list = []  # f(blockIdx) before a block's threads run, after its shared memory is fresh
+SHARED_CALLER_SKIP: set[str] = set()  # files of wrappers around FakeCUDAShared.array: skipped when
+# finding the kernel line that identifies an allocation (stock keys each array by file and line)
+
 
 class KernelHangError(RuntimeError):
     """A simulated launch was stopped: deadlocked, spinning or over its CPU-time limit."""
@@ -244,6 +249,8 @@ class _Launch:
         self.block_idx = block_idx
         module.blockIdx = block_idx
         module._shared._new_block()
+        for hook in BLOCK_START_HOOKS:
+            hook(block_idx)
         threads = [SimThread(self, manager, block_idx, p, i) for i, p in enumerate(self.points)]
         self.threads = threads
         sched = self.sched = getcurrent()
@@ -563,42 +570,43 @@ def install(**limits) -> None:
     StockModule = kernelapi.FakeCUDAModule
     StockShared = kernelapi.FakeCUDAShared
 
-    class Shared(StockShared):
-        """Shared arrays per block, poisoned; found by the caller's (file, line) like stock's."""
+    # Shared arrays per block, poisoned, found by the calling line like stock's. Patched into the
+    # stock class in place, so a later wrapper of FakeCUDAShared.array (a recorder) wraps this one.
+    def shared_new_block(self):
+        self._allocations = {}
+        self._dyn_poisoned = False
 
-        def __init__(self, dynshared_size):
-            super().__init__(dynshared_size)
-            self._dyn_poisoned = False
+    def shared_array(self, shape, dtype, alignment=None):
+        if alignment is not None:
+            raise RuntimeError("Array alignment is not supported in cudasim")
+        dynamic = type(shape) is not tuple and shape == 0
+        if not dynamic:  # this block's array for the calling line, if it made one already
+            f = sys._getframe(1)
+            while f.f_code.co_filename in SHARED_CALLER_SKIP:
+                f = f.f_back
+            caller = (f.f_code.co_filename, f.f_lineno)
+            res = self._allocations.get(caller)
+            if res is not None:
+                return res
+        if isinstance(dtype, kernelapi.types.Type):
+            dtype = kernelapi.numpy_support.as_dtype(dtype)
+        else:
+            dtype = np.dtype(dtype)
+        if dynamic:
+            count = self._dynshared_size // dtype.itemsize
+            view = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+            if not self._dyn_poisoned:  # first request of the block decides the poison's type
+                poison_fill(np.frombuffer(self._dynshared.data, dtype=np.uint8))
+                if dtype.kind in "fc":
+                    view.fill(SHARED_POISON_FLOAT)
+                self._dyn_poisoned = True
+            return view
+        res = self._allocations[caller] = poison_fill(np.empty(shape, dtype))
+        return res
 
-        def _new_block(self):
-            self._allocations = {}
-            self._dyn_poisoned = False
-
-        def array(self, shape, dtype, alignment=None):
-            if alignment is not None:
-                raise RuntimeError("Array alignment is not supported in cudasim")
-            dynamic = type(shape) is not tuple and shape == 0
-            if not dynamic:  # this block's array for the calling line, if it made one already
-                f = sys._getframe(1)
-                caller = (f.f_code.co_filename, f.f_lineno)
-                res = self._allocations.get(caller)
-                if res is not None:
-                    return res
-            if isinstance(dtype, kernelapi.types.Type):
-                dtype = kernelapi.numpy_support.as_dtype(dtype)
-            else:
-                dtype = np.dtype(dtype)
-            if dynamic:
-                count = self._dynshared_size // dtype.itemsize
-                view = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
-                if not self._dyn_poisoned:  # first request of the block decides the poison's type
-                    poison_fill(np.frombuffer(self._dynshared.data, dtype=np.uint8))
-                    if dtype.kind in "fc":
-                        view.fill(SHARED_POISON_FLOAT)
-                    self._dyn_poisoned = True
-                return view
-            res = self._allocations[caller] = poison_fill(np.empty(shape, dtype))
-            return res
+    StockShared._dyn_poisoned = False
+    StockShared._new_block = shared_new_block
+    StockShared.array = shared_array
 
     def _yield():
         launch = _state.launch
@@ -610,10 +618,6 @@ def install(**limits) -> None:
         instead of being looked up through threading.current_thread() at every use."""
 
         threadIdx = blockIdx = laneid = None  # plain instance attributes (shadow the properties)
-
-        def __init__(self, grid_dim, block_dim, dynshared_size):
-            super().__init__(grid_dim, block_dim, dynshared_size)
-            self._shared = Shared(dynshared_size)
 
         def syncthreads(self):
             _state.launch.current.syncthreads()
