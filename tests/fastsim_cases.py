@@ -609,6 +609,50 @@ def lines_marked(mark):
         return [i for i, line in enumerate(f, 1) if line.rstrip().endswith(mark) or f"# {mark}" in line]
 
 
+@cuda.jit
+def k_two_shared(out):
+    a = cuda.shared.array(4, int32)
+    b = cuda.shared.array(4, int32)
+    t = cuda.threadIdx.x
+    a[t] = 1
+    b[t] = 2
+    cuda.syncthreads()
+    out[cuda.blockIdx.x, t] = a[t] * 10 + b[t]
+
+
+@hang_case
+def recorder_hooks():
+    """fastsim only: what a recorder plugs into (block starts, a wrapper around shared arrays)."""
+    from numba.cuda.simulator import kernelapi
+
+    from visualizer import fastsim
+
+    blocks, allocations = [], []
+    fastsim.BLOCK_START_HOOKS.append(lambda b: blocks.append((b.x, b.y, b.z)))
+    inner = kernelapi.FakeCUDAShared.array
+    # the wrapper lives in another "file", as a recorder module would
+    source = (
+        "def wrapped(self, shape, dtype, alignment=None):\n"
+        "    arr = inner(self, shape, dtype, alignment)\n"
+        "    allocations.append(bool((arr.view('uint32') == 0xDEADBEEF).all()))\n"
+        "    return arr\n"
+    )
+    scope = {"inner": inner, "allocations": allocations}
+    exec(compile(source, "<recorder>", "exec"), scope)
+    wrapped = scope["wrapped"]
+    fastsim.SHARED_CALLER_SKIP.add("<recorder>")
+
+    kernelapi.FakeCUDAShared.array = wrapped
+    try:
+        out = np.zeros((2, 4), np.int64)
+        k_two_shared[2, 4](out)
+    finally:
+        kernelapi.FakeCUDAShared.array = inner
+        fastsim.BLOCK_START_HOOKS.clear()
+        fastsim.SHARED_CALLER_SKIP.clear()
+    return {"blocks": blocks, "out": out, "calls": len(allocations), "fresh": sum(allocations)}
+
+
 def main(argv):
     engine, out_path, *names = argv
     if engine == "fast":

@@ -186,3 +186,12 @@ def test_worker_reports_a_hang_in_one_line_and_exits_when_the_kernel_cannot_be_s
     stuck_line = fastsim_cases.lines_marked("STUCK LINE")[0]
     assert f"thread (0,0,0) is running at fastsim_cases.py:{stuck_line}" in proc.stderr
     assert "the thread did not stop, exiting" in proc.stderr
+
+
+def test_recorder_hooks(tmp_path):
+    r = run_engines(tmp_path, {"fast": ("fast", ["recorder_hooks"], {})})["fast"]["recorder_hooks"]
+    assert r["blocks"] == [(0, 0, 0), (1, 0, 0)]
+    np.testing.assert_array_equal(r["out"], 12)  # a wrapper in between does not alias a and b
+    # 2 lines x 4 threads x 2 blocks calls; the first call of each line in each block gets a fresh,
+    # fully poisoned array (the later ones see thread 0's write)
+    assert r["calls"] == 16 and r["fresh"] == 4
