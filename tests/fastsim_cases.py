@@ -48,19 +48,34 @@ def k_vector_add(a, b, c, n):
 
 
 @cuda.jit
-def k_votes(n_exit, count, vote_and, vote_or):
-    # in every block but the first, threads >= 16 exit before the vote: they must not count
-    b = cuda.blockIdx.x
-    t = cuda.threadIdx.x
+def k_vote_count(n_exit, out):
+    # in every block but the first, threads >= n_exit exit before the vote: they must not count
+    b, t = cuda.blockIdx.x, cuda.threadIdx.x
     if b > 0 and t >= n_exit:
         return
     c = cuda.syncthreads_count(1)
-    a = cuda.syncthreads_and(1 if t < 64 else 0)
-    o = cuda.syncthreads_or(1 if t == 3 else 0)
     if t == 0:
-        count[b] = c
-        vote_and[b] = a
-        vote_or[b] = o
+        out[b] = c
+
+
+@cuda.jit
+def k_vote_and(n_exit, out):
+    b, t = cuda.blockIdx.x, cuda.threadIdx.x
+    if b > 0 and t >= n_exit:
+        return
+    a = cuda.syncthreads_and(1)
+    if t == 0:
+        out[b] = a
+
+
+@cuda.jit
+def k_vote_or(n_exit, out):
+    b, t = cuda.blockIdx.x, cuda.threadIdx.x
+    if b > 0 and t >= n_exit:
+        return
+    o = cuda.syncthreads_or(1 if b == 0 else 0)  # only block 0 votes true
+    if t == 0:
+        out[b] = o
 
 
 @cuda.jit
@@ -318,10 +333,13 @@ def vector_add():
 
 @case
 def votes_with_exited_threads():
-    # the issue's probe: 16 of 32 threads exit before the vote in blocks 1 and 2
-    count, va, vo = np.zeros(3, np.int64), np.zeros(3, np.int64), np.zeros(3, np.int64)
-    k_votes[3, 32](16, count, va, vo)
-    return {"count": count, "and": va, "or": vo}
+    # the issue's probe: 16 of 32 threads exit before the vote in blocks 1 and 2; each vote in a
+    # launch of its own, so block 0's votes are what a carried-over state would leak
+    out = {}
+    for name, kernel in (("count", k_vote_count), ("and", k_vote_and), ("or", k_vote_or)):
+        out[name] = np.zeros(3, np.int64)
+        kernel[3, 32](16, out[name])
+    return out
 
 
 @case

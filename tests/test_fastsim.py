@@ -84,10 +84,11 @@ def test_same_result_as_stock(engines, name):
 
 def test_the_cases_test_something(engines):
     stock = engines["stock"]
-    # the issue's vote probe: exited threads do not vote (stock's "and" counts them as false)
+    # the issue's vote probe: exited threads do not vote (stock's "and" counts them as false); the
+    # first fastsim carried block 0's votes over and gave [32, 32, 32], [1, 1, 1], [1, 1, 1]
     np.testing.assert_array_equal(stock["votes_with_exited_threads"]["count"], [32, 16, 16])
     np.testing.assert_array_equal(stock["votes_with_exited_threads"]["and"], [1, 0, 0])
-    np.testing.assert_array_equal(stock["votes_with_exited_threads"]["or"], [1, 1, 1])
+    np.testing.assert_array_equal(stock["votes_with_exited_threads"]["or"], [1, 0, 0])
     np.testing.assert_array_equal(stock["votes_mixed"]["and"][1:3], [1, 0])
     np.testing.assert_array_equal(stock["spin_lock"]["total"], [32])
     np.testing.assert_array_equal(stock["block_order"]["order"], [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11])

@@ -8,7 +8,8 @@ the next one runs, in linear thread order (x fastest, as warps are formed). No G
 OS thread per CUDA thread, and the same interleaving on every run.
 
 Kept from the stock simulator: blocks run one after another in ``np.ndindex`` order; threads that
-have exited do not count at a barrier; an exception in one thread aborts the launch and is
+have exited do not count at a barrier; ``syncthreads_count/and/or`` see only their own block's votes
+(an exited thread's vote is 0, as in stock); an exception in one thread aborts the launch and is
 re-raised with ``tid=[..] ctaid=[..]`` in its message; ``sys.exit()`` in a kernel ends that thread.
 
 Where this engine differs on purpose (hardware is what it follows):
@@ -16,7 +17,6 @@ Where this engine differs on purpose (hardware is what it follows):
 * shared memory is per block: every block gets fresh ``cuda.shared.array`` buffers filled with a
   poison value (``SHARED_POISON_*``: NaN for floats, the bytes ``DEADBEEF`` for integers), never
   another block's or an earlier launch's data (stock hands block 1 what block 0 left behind);
-* ``syncthreads_count/and/or`` count the votes of the block's own threads only;
 * a kernel that stops making progress (a barrier that can never release, a thread spinning) or
   that runs past a CPU-time limit is stopped with a one-line ``KernelHangError`` that says which
   threads wait at which barrier and where the others are (stock hangs for ever);
