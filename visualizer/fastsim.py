@@ -389,6 +389,8 @@ class _Launch:
                 ("waits " if len(ts) == 1 else "wait ") if order == 0 else ("is " if len(ts) == 1 else "are ")
             )
             parts.append(f"{_thread_span(ts)} {verb}{what}")
+        if len(parts) > 4:  # one line: the first places, then how many more
+            parts = [*parts[:4], f"threads at {len(parts) - 4} more places"]
         done = sum(t.state == DONE for t in self.threads)
         block = list(self.block_idx) if self.block_idx is not None else "?"
         detail = "; ".join(parts) if parts else "no live threads"
