@@ -196,3 +196,12 @@ def test_recorder_hooks(tmp_path):
     # 2 lines x 4 threads x 2 blocks calls; the first call of each line in each block gets a fresh,
     # fully poisoned array (the later ones see thread 0's write)
     assert r["calls"] == 16 and r["fresh"] == 4
+
+
+def test_simulator_launch_cap_is_named_in_the_refusal():
+    from visualizer import catalog
+
+    assert catalog.SIM_MAX_THREADS == 524_288
+    catalog.plan_launch("vector_add", {"n": 524_288, "block": 256}, "sim")  # at the cap: accepted
+    with pytest.raises(catalog.LaunchError, match=r"524,289 threads is too many .*\(limit 524,288 threads"):
+        catalog.plan_launch("vector_add", {"n": 524_289, "block": 1}, "sim")
