@@ -271,6 +271,16 @@ def k_shared_first_read_int(out):
     cuda.syncthreads()
 
 
+@cuda.jit
+def k_dynamic_first_read(out):
+    s = cuda.shared.array(0, float32)
+    t = cuda.threadIdx.x
+    out[cuda.blockIdx.x, t] = s[t]  # read before any write
+    cuda.syncthreads()
+    s[t] = 5.0
+    cuda.syncthreads()
+
+
 class Recorder:
     """A kernel argument that is not an ndarray (passed through unchanged) and notes, per write,
     the simulated thread that made it, as the memory-access recorder does."""
@@ -502,6 +512,13 @@ def shared_first_read():
 def shared_first_read_int():
     out = np.zeros((2, 8), np.int32)
     k_shared_first_read_int[2, 8](out)
+    return {"out": out}
+
+
+@case
+def dynamic_shared_first_read():
+    out = np.zeros((2, 4), np.float32)
+    k_dynamic_first_read[2, 4, 0, 16](out)
     return {"out": out}
 
 

@@ -20,7 +20,7 @@ CASES_PY = HERE / "fastsim_cases.py"
 sys.path.insert(0, str(HERE))
 import fastsim_cases  # noqa: E402  (names only: the kernels run in subprocesses)
 
-DIVERGENT = {"shared_first_read", "shared_first_read_int", "two_arg_exception"}
+DIVERGENT = {"shared_first_read", "shared_first_read_int", "dynamic_shared_first_read", "two_arg_exception"}
 SAME = [name for name in fastsim_cases.CASES if name not in DIVERGENT]
 
 
@@ -111,6 +111,12 @@ def test_shared_memory_is_fresh_and_poisoned_per_block(engines):
     stock_int, fast_int = engines["stock"]["shared_first_read_int"], engines["fast"]["shared_first_read_int"]
     np.testing.assert_array_equal(stock_int["out"][1], 7)
     assert (fast_int["out"].view(np.uint32) == 0xDEADBEEF).all()
+    stock_dyn, fast_dyn = (
+        engines["stock"]["dynamic_shared_first_read"],
+        engines["fast"]["dynamic_shared_first_read"],
+    )
+    np.testing.assert_array_equal(stock_dyn["out"][1], 5.0)  # block 0's writes
+    assert np.isnan(fast_dyn["out"]).all()
 
 
 def test_exception_with_two_argument_constructor_is_reported(engines):
