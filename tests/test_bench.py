@@ -15,7 +15,8 @@ def test_bench_sim_quick_runs(tmp_path):
     results = json.loads(out.read_text())
     cases = results["sim"]["cases"]
     assert {c["kernel"] for c in cases} == {"vector_add", "matmul_tiled"}
-    assert all(c["ours_s"] > 0 and c["stock_s"] > 0 for c in cases)
+    assert all(c["ours_s"] > 0 and c["stock_s"] > 0 and c["capture_s"] > 0 for c in cases)
+    assert all(c["speedup"] == c["stock_s"] / c["fast_s"] for c in cases)  # the same launch, both engines
     by_target = {t["target"]: t for t in results["targets"]}
     for key in ("sim_speedup", "slider_to_figure_s", "big_grid_payload_mb"):
         assert by_target[key]["value"] is not None, by_target[key]

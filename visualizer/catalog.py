@@ -39,8 +39,9 @@ class DeviceLimits:
     num_sms: int = 132
 
 
-# The simulator runs one OS thread per CUDA thread (~0.1 ms each, blocks one after another).
-SIM_MAX_THREADS = 65536
+# The simulator (visualizer/fastsim.py) runs every CUDA thread as Python code on one OS thread,
+# ~5-30 us each (measured, docs/benchmarks.md): 2^19 threads is a capture of seconds to a minute.
+SIM_MAX_THREADS = 1 << 19  # 524,288; stock cudasim's ~0.1-2 ms per thread held this at 65,536
 
 
 @dataclass
@@ -146,8 +147,8 @@ def check_launch(launch: Launch, limits: DeviceLimits, backend: str) -> None:
         )
     if backend == "sim" and launch.threads > SIM_MAX_THREADS:
         raise LaunchError(
-            f"{launch.threads} threads is too many for the CUDA simulator (limit {SIM_MAX_THREADS} threads: "
-            "it runs one OS thread per CUDA thread); use a smaller launch or the GPU backend"
+            f"{launch.threads:,} threads is too many for the CUDA simulator (limit {SIM_MAX_THREADS:,} threads "
+            "per launch: it runs every CUDA thread as Python code); use a smaller launch or the GPU backend"
         )
 
 

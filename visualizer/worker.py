@@ -22,35 +22,12 @@ def configure_backend(backend: str) -> None:
     """Must run before numba is imported: the simulator is chosen by an environment variable."""
     if backend == "sim":
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-        # The simulator runs one Python thread per CUDA thread. On one CPU they never fight over
-        # the GIL across cores, and with fastsim's sleeping barrier a long switch interval means
-        # fewer forced switches (measured: 3-6x faster than stock cudasim; docs/benchmarks.md).
-        try:
-            os.sched_setaffinity(0, {idlest_cpu()})
-        except (AttributeError, OSError):
-            pass
+        # fastsim runs every simulated thread on this one OS thread (greenlets), so there is no
+        # GIL contention to pin against; a long switch interval only delays its watchdog thread.
         sys.setswitchinterval(0.02)
     else:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-
-
-def idlest_cpu(sample_s: float = 0.05) -> int:
-    """The allowed CPU that was idle the most over a short sample (pinning to a busy one hurts)."""
-    allowed = sorted(os.sched_getaffinity(0))
-
-    def idle_times():
-        with open("/proc/stat") as f:
-            rows = [line.split() for line in f if line.startswith("cpu") and line[3].isdigit()]
-        return {int(r[0][3:]): int(r[4]) + int(r[5]) for r in rows}
-
-    try:
-        before = idle_times()
-        time.sleep(sample_s)
-        after = idle_times()
-    except (OSError, ValueError, IndexError):
-        return allowed[0]
-    return max(allowed, key=lambda cpu: after.get(cpu, 0) - before.get(cpu, 0))
 
 
 class Backend:
@@ -66,7 +43,9 @@ class Backend:
         if self.simulator:
             from visualizer import fastsim
 
-            fastsim.install()  # event-driven syncthreads instead of a busy-polling manager
+            # greenlet threads, per-block shared memory; a hung kernel stops with KernelHangError,
+            # and a worker stuck past that exits so the runner starts a fresh one
+            fastsim.install(exit_if_stuck=True)
             self._install_progress_hook()
         elif not cuda.is_available():
             raise RuntimeError("no CUDA GPU is available to numba-cuda on this machine")
