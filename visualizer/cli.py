@@ -17,6 +17,7 @@ commands:
   capture     run one kernel instrumented and write its trace bundle
   occupancy   theoretical occupancy of a launch on sm_75..sm_90
   bench       benchmarks (GPU and simulator)
+  crosscheck  memory-access engine vs Nsight Compute / compute-sanitizer (gpu, compare)
 """
 
 
@@ -144,7 +145,19 @@ def cmd_bench(argv: list[str]) -> int:
     return bench_main(argv)
 
 
-COMMANDS = {"kernels": cmd_kernels, "capture": cmd_capture, "occupancy": cmd_occupancy, "bench": cmd_bench}
+def cmd_crosscheck(argv: list[str]) -> int:
+    from visualizer.memory.crosscheck import main as crosscheck_main
+
+    return crosscheck_main(argv)
+
+
+COMMANDS = {
+    "kernels": cmd_kernels,
+    "capture": cmd_capture,
+    "occupancy": cmd_occupancy,
+    "bench": cmd_bench,
+    "crosscheck": cmd_crosscheck,
+}
 
 
 def main(argv: list[str]) -> int:
