@@ -45,7 +45,8 @@ def test_matmul_tiled_tile_animation_and_block_picker():
 def test_reduction_tree_and_race_comparison():
     at = open_page("reduction", n=64, block=32)
     assert not at.error
-    tree, race, diff = charts(at)
+    tree, race, diff, words = charts(at)
+    assert words["layout"]["title"]["text"].endswith("recorded addresses, simulator</sup>")  # raced words
     assert len(tree["frames"]) == 6  # log2(32) + 1 levels
     assert tree["layout"]["title"]["text"].startswith("block 0")
     assert "reduction_race" in race["layout"]["title"]["text"]
