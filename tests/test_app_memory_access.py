@@ -47,7 +47,7 @@ def test_transpose_what_if_naive_tiled_padded():
     assert metric(at, "global store sectors / request") == "4"
     assert metric(at, "shared load bank conflicts") == "992"
     bank = charts(at)[0]
-    assert "32-way bank conflict: 31 extra wavefronts" in bank["layout"]["title"]["text"]
+    assert "32-way bank conflict (31 extra wavefronts)" in bank["layout"]["title"]["text"]
 
     at.radio(key="mem_transpose_variant").set_value("transpose_padded").run()
     assert metric(at, "shared load bank conflicts") == "0"

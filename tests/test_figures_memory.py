@@ -33,7 +33,7 @@ def test_bank_figure_marks_conflicts():
     fig = figs.bank_figure(figs.request_accesses(acc, req.iloc[0]), req.iloc[0])
     z = np.array(fig.data[0].z, dtype=float)
     assert z.shape == (32, 32) and np.nansum(z) == 32 and not np.isnan(z[:, 0]).any()
-    assert "32-way bank conflict: 31 extra wavefronts" in fig.layout.title.text
+    assert "32-way bank conflict (31 extra wavefronts)" in fig.layout.title.text
     acc, req, _ = build(warp_request(S, LOAD, lambda lane: (0, lane // 2 * 2)))  # pairs of lanes share a word
     fig = figs.bank_figure(figs.request_accesses(acc, req.iloc[0]), req.iloc[0])
     assert "conflict-free" in fig.layout.title.text and np.nansum(np.array(fig.data[0].z, float)) == 0

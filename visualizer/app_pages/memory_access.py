@@ -1,7 +1,6 @@
 """Memory access: coalescing (sectors per warp request), shared-memory bank conflicts and races,
 all drawn from the addresses every thread touched, recorded on the CUDA simulator."""
 
-import inspect
 from pathlib import Path
 
 import streamlit as st
@@ -11,6 +10,7 @@ from visualizer.figures.memory import (
     bank_figure,
     request_accesses,
     requests_heatmap,
+    sector_figure,
     source_html,
     worst_request,
 )
@@ -24,12 +24,9 @@ TRANSPOSES = {"transpose_naive": "naive", "transpose_tiled": "tiled", "transpose
 LESSON_KERNELS = ("transpose_naive", "transpose_tiled", "transpose_padded", "strided_copy")
 
 
-def kernel_source(kernel: str, cap) -> tuple[list[str], int]:
-    """The kernel's source lines and first line number (from its module in kernels/)."""
-    spec = catalog.get(kernel)
-    module = __import__(spec.build[0], fromlist=["_"])
-    path = Path(inspect.getsourcefile(module))
-    return path.read_text().splitlines(), 1
+def kernel_source(kernel: str) -> list[str]:
+    """The lines of the kernel's module in kernels/ (line numbers match the recorded ones)."""
+    return (ROOT / (catalog.get(kernel).build[0].replace(".", "/") + ".py")).read_text().splitlines()
 
 
 def counters(summ: dict) -> dict[str, float]:
@@ -193,18 +190,18 @@ else:
     request = sel.iloc[0]
 lanes = request_accesses(cap.accesses, request)
 
-left, right = st.columns([3, 2])
-with left:
-    from visualizer.figures.memory import sector_figure
-
-    if str(request["space"]) == "shared":
-        chart(bank_figure(lanes, request), key="mem_bank_chart")
-    else:
+shared = str(request["space"]) == "shared"
+if shared:  # 32 bank columns need the page's width; the source goes underneath
+    chart(bank_figure(lanes, request), key="mem_bank_chart")
+    right = st.container()
+else:
+    left, right = st.columns([1, 1])
+    with left:
         chart(sector_figure(lanes, request), key="mem_sector_chart")
 with right:
-    src, first = kernel_source(kernel, cap)
+    src, first = kernel_source(kernel), 1
     line = int(request["line"])
-    lo, hi = max(line - 12, 0), min(line + 8, len(src))
+    lo, hi = max(line - 10, 0), min(line + 4, len(src))
     st.markdown(
         f"**Source** (`{catalog.get(kernel).build[0].replace('.', '/')}.py`, line {line} highlighted)"
     )

@@ -87,8 +87,8 @@ def sector_figure(lanes: pd.DataFrame, request: pd.Series) -> go.Figure:
     fig.update_layout(
         barmode="overlay",
         title=titled(
-            f"{len(order)} sectors for {int(request['lanes'])} lanes (ideal {ideal}) — {_request_title(request)}",
-            SOURCE,
+            f"{len(order)} sectors for {int(request['lanes'])} lanes (ideal {ideal})",
+            f"{_request_title(request)} · {SOURCE}",
         ),
         xaxis={"title": "byte within the 32-byte sector", "range": [0, SECTOR_BYTES], "dtick": 4},
         yaxis={
@@ -151,10 +151,12 @@ def bank_figure(lanes: pd.DataFrame, request: pd.Series) -> go.Figure:
     )
     ways_max = int(request["bank_ways"])
     verdict = (
-        "conflict-free" if ways_max <= 1 else f"{ways_max}-way bank conflict: {ways_max - 1} extra wavefronts"
+        "conflict-free"
+        if ways_max <= 1
+        else f"{ways_max}-way bank conflict ({ways_max - 1} extra wavefronts)"
     )
     fig.update_layout(
-        title=titled(f"Shared-memory banks: {verdict} — {_request_title(request)}", SOURCE),
+        title=titled(f"Shared-memory banks: {verdict}", f"{_request_title(request)} · {SOURCE}"),
         xaxis={"title": "bank (4-byte word address mod 32)", "dtick": 1, "range": [-0.5, BANKS - 0.5]},
         yaxis={"title": "distinct words in the bank", "autorange": "reversed", "dtick": 1},
         height=max(240, 120 + 26 * rows),
@@ -191,7 +193,7 @@ def requests_heatmap(req: pd.DataFrame, space: str = "global", max_warps: int = 
             colorscale="YlOrRd",
             zmin=1,
             zmax=32,
-            colorbar={"title": label.split(" per")[0]},
+            colorbar={"title": label.split(" per")[0], "tickvals": [1, 4, 8, 16, 32]},
             hovertemplate="warp %{x} (block/warp)<br>%{y}<br>" + label + " %{z:.1f}<extra></extra>",
         )  # fmt: skip
     )
@@ -199,7 +201,7 @@ def requests_heatmap(req: pd.DataFrame, space: str = "global", max_warps: int = 
         title=titled(f"{label.capitalize()}, per warp and source line{more}", SOURCE),
         xaxis={"title": "block / warp", "type": "category"},
         yaxis={"title": None, "type": "category"},
-        height=max(220, 110 + 34 * len(grid)),
+        height=max(300, 130 + 34 * len(grid)),
         margin={"l": 10, "r": 10, "t": 70, "b": 50},
     )
     return fig
@@ -221,7 +223,7 @@ def raced_words_figure(haz: pd.DataFrame) -> go.Figure:
             y=[f"block {b}" for b in grid.index],
             colorscale="Reds",
             zmin=0,
-            colorbar={"title": "pairs"},
+            colorbar={"title": "pairs", "dtick": 1},
             hovertemplate="%{y}, %{x}: %{z} racing thread pair(s)<extra></extra>",
         )  # fmt: skip
     )
@@ -229,7 +231,7 @@ def raced_words_figure(haz: pd.DataFrame) -> go.Figure:
         title=titled(f"{len(n)} raced shared words in {grid.shape[0]} blocks", SOURCE),
         xaxis={"title": "shared word", "type": "category"},
         yaxis={"title": None, "type": "category", "autorange": "reversed"},
-        height=max(220, 110 + 24 * grid.shape[0]),
+        height=max(280, 130 + 24 * grid.shape[0]),
         margin={"l": 10, "r": 10, "t": 70, "b": 60},
     )
     return fig
