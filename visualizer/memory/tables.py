@@ -223,10 +223,8 @@ def _shared_hazards(sh: pd.DataFrame) -> list[dict]:
     if sh.empty:
         return []
     keys = ["block", "epoch", "array", "index"]
-    plain = sh[sh["op"] != "atomic"]
-    stats = plain.groupby(keys, observed=True).agg(
-        threads=("thread", "nunique"), stores=("op", lambda s: (s == "store").sum())
-    )
+    plain = sh[sh["op"] != "atomic"].assign(is_store=lambda d: d["op"] == "store")
+    stats = plain.groupby(keys, observed=True).agg(threads=("thread", "nunique"), stores=("is_store", "sum"))
     hot = stats[(stats["threads"] > 1) & (stats["stores"] > 0)].reset_index()[keys]
     if hot.empty:
         return []
@@ -262,9 +260,8 @@ def _global_hazards(gl: pd.DataFrame) -> list[dict]:
     plain = gl[gl["op"] != "atomic"].copy()
     plain["who"] = plain["block"] * (1 << 20) + plain["thread"]
     keys = ["array", "index"]
-    stats = plain.groupby(keys, observed=True).agg(
-        threads=("who", "nunique"), stores=("op", lambda s: (s == "store").sum())
-    )
+    plain["is_store"] = plain["op"] == "store"
+    stats = plain.groupby(keys, observed=True).agg(threads=("who", "nunique"), stores=("is_store", "sum"))
     hot = stats[(stats["threads"] > 1) & (stats["stores"] > 0)].reset_index()[keys]
     if hot.empty:
         return []
