@@ -42,14 +42,14 @@ def test_transpose_what_if_naive_tiled_padded():
         for h in at.get("html")
     )
 
-    at.radio(key="mem_transpose_variant").set_value("transpose_tiled").run()
+    at.radio(key="mem_variant_transpose_naive").set_value("transpose_tiled").run()
     assert not at.exception
     assert metric(at, "global store sectors / request") == "4"
     assert metric(at, "shared load bank conflicts") == "992"
     bank = charts(at)[0]
     assert "32-way bank conflict (31 extra wavefronts)" in bank["layout"]["title"]["text"]
 
-    at.radio(key="mem_transpose_variant").set_value("transpose_padded").run()
+    at.radio(key="mem_variant_transpose_naive").set_value("transpose_padded").run()
     assert metric(at, "shared load bank conflicts") == "0"
     assert "conflict-free" in charts(at)[0]["layout"]["title"]["text"]
 

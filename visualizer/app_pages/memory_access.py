@@ -74,7 +74,7 @@ with c2:
     if kernel in TRANSPOSES:
         variant = st.radio(
             "tile layout (what if?)", list(TRANSPOSES), index=list(TRANSPOSES).index(kernel),
-            format_func=TRANSPOSES.get, horizontal=True, key="mem_transpose_variant",
+            format_func=TRANSPOSES.get, horizontal=True, key=f"mem_variant_{kernel}",
         )  # fmt: skip
         if variant != kernel:
             kernel, spec = variant, catalog.get(variant)
