@@ -46,22 +46,16 @@ class RecordLimitError(RuntimeError):
     """More accesses than RECORD_LIMIT; one message argument (the simulator re-creates it)."""
 
 
-def current_thread():
-    """The simulated CUDA thread running now (fastsim's, if it provides one; else the OS thread)."""
+def thread_lookup():
+    """The function that returns the simulated CUDA thread running now: fastsim's
+    ``current_thread`` where it provides one (it may move to greenlets), else the OS thread that the
+    stock simulator runs each CUDA thread on. Resolved once per recorded launch."""
     try:
         from visualizer import fastsim
 
-        return fastsim.current_thread()
+        return fastsim.current_thread
     except (ImportError, AttributeError):
-        return threading.current_thread()
-
-
-try:  # resolve once: this is called on every access
-    from visualizer import fastsim as _fastsim
-
-    _current_thread = _fastsim.current_thread
-except (ImportError, AttributeError):
-    _current_thread = threading.current_thread
+        return threading.current_thread
 
 
 class ArrayInfo:
@@ -154,6 +148,7 @@ class Recorder:
         self.generation = object()
         self.grid = (1, 1, 1)
         self.block_dim = (1, 1, 1)
+        self.current_thread = thread_lookup()
 
     # --- registration ------------------------------------------------------------------------
     def register(self, obj, ary, name: str, space: str, excluded: bool = False) -> ArrayInfo:
@@ -175,7 +170,7 @@ class Recorder:
 
     # --- per-thread state --------------------------------------------------------------------
     def state(self) -> ThreadState:
-        t = _current_thread()
+        t = self.current_thread()
         d = t.__dict__
         st = d.get("_memrec")
         bi = t.blockIdx
