@@ -68,8 +68,8 @@ def test_raced_words_and_pairs():
     )
     pairs = figs.race_pairs(haz)
     assert pairs[["block", "word", "kind", "first", "then"]].values.tolist() == [
-        [0, "s[5]", "RAW", "thread 0 (line 10)", "thread 1 (line 10)"],
-        [1, "s[6]", "RAW", "thread 3 (line 10)", "thread 2 (line 10)"],
+        [0, "s[5]", "RAW", "t0 line 10", "t1 line 10"],
+        [1, "s[6]", "RAW", "t3 line 10", "t2 line 10"],
     ]
     with pytest.raises(ValueError):
         figs.raced_words_figure(haz[haz.kind == "UNINIT"])

@@ -143,13 +143,12 @@ worst_line = max(
 )
 p1, p2, p3, p4 = st.columns([3, 1, 1, 1])
 with p1:
-    pick = st.selectbox(
-        "access (source line, op, array)",
-        range(len(choices)),
-        index=worst_line,
-        format_func=choices.__getitem__,
-        key=f"mem_line_{kernel}",
+    # keyed by the kernel's module: the tiled and padded transposes share their lines, so a what-if
+    # switch keeps the access in view
+    choice = st.selectbox(
+        "access (source line, op, array)", choices, index=worst_line, key=f"mem_line_{spec.build[0]}"
     )
+pick = choices.index(choice) if choice in choices else worst_line
 row = lines.iloc[pick]
 mine = req[
     (req["line"] == row["line"])
@@ -208,7 +207,9 @@ with right:
     st.html(source_html(src[lo:hi], lo + first, line))
     if str(request["space"]) == "shared":
         st.caption(
-            f"Bank = 4-byte word address mod 32. This request: {int(request['bank_ways'])} distinct word(s) in its busiest bank."
+            f"Bank = 4-byte word address mod 32; each cell is one distinct word, its text the lane that "
+            f"touched it (first lane +k more when lanes share a word: a broadcast, not a conflict). This "
+            f"request: {int(request['bank_ways'])} distinct word(s) in its busiest bank."
         )
     else:
         st.caption(

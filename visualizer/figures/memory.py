@@ -88,7 +88,7 @@ def sector_figure(lanes: pd.DataFrame, request: pd.Series) -> go.Figure:
         barmode="overlay",
         title=titled(
             f"{len(order)} sectors for {int(request['lanes'])} lanes (ideal {ideal})",
-            f"{_request_title(request)} · {SOURCE}",
+            f"block {request['block']} warp {request['warp']}, line {request['line']} · {SOURCE}",
         ),
         xaxis={"title": "byte within the 32-byte sector", "range": [0, SECTOR_BYTES], "dtick": 4},
         yaxis={
@@ -158,14 +158,10 @@ def bank_figure(lanes: pd.DataFrame, request: pd.Series) -> go.Figure:
     fig.update_layout(
         title=titled(f"Shared-memory banks: {verdict}", f"{_request_title(request)} · {SOURCE}"),
         xaxis={"title": "bank (4-byte word address mod 32)", "dtick": 1, "range": [-0.5, BANKS - 0.5]},
-        yaxis={"title": "distinct words in the bank", "autorange": "reversed", "dtick": 1},
-        height=max(240, 120 + 26 * rows),
-        margin={"l": 10, "r": 10, "t": 70, "b": 40},
+        yaxis={"title": "word", "autorange": "reversed", "dtick": 1},
+        height=max(240, 130 + 26 * rows),
+        margin={"l": 10, "r": 10, "t": 80, "b": 40},
     )
-    fig.add_annotation(
-        text="cell text: the lane (first lane +k more when lanes share a word: a broadcast)",
-        xref="paper", yref="paper", x=0, y=-0.25 if rows < 4 else -0.12, showarrow=False, font={"size": 11},
-    )  # fmt: skip
     return fig
 
 
@@ -245,12 +241,8 @@ def race_pairs(haz: pd.DataFrame, limit: int = 200) -> pd.DataFrame:
             "block": races["block"],
             "word": races["array"] + "[" + races["index"].astype(str) + "]",
             "kind": races["kind"],
-            "first": "thread "
-            + races["thread_a"].astype(str)
-            + " (line "
-            + races["line_a"].astype(str)
-            + ")",
-            "then": "thread " + races["thread_b"].astype(str) + " (line " + races["line_b"].astype(str) + ")",
+            "first": "t" + races["thread_a"].astype(str) + " line " + races["line_a"].astype(str),
+            "then": "t" + races["thread_b"].astype(str) + " line " + races["line_b"].astype(str),
             "barrier epoch": races["epoch"],
         }
     ).reset_index(drop=True)

@@ -49,4 +49,6 @@ def race_words_panel(params: dict, seed: int = 0) -> None:
         chart(raced_words_figure(cap.hazards), key="smem_raced_words_chart")
     with right:
         st.dataframe(race_pairs(cap.hazards), hide_index=True, height=300)
-        st.caption("RAW: the first thread wrote the word, the second read it later in its own program order.")
+        st.caption(
+            "RAW: the first thread (t = threadIdx.x) wrote the word, the second read it later in its own program order."
+        )
