@@ -138,7 +138,7 @@ worst_line = max(
     key=lambda i: (
         (lines["sectors_per_request"].iloc[i] - lines["ideal_per_request"].iloc[i])
         if lines["space"].iloc[i] != "shared"
-        else lines["max_bank_ways"].iloc[i] * 10
+        else lines["max_bank_ways"].iloc[i] * 10 + (lines["op"].iloc[i] == "load")  # ties: the shared read
     ),
 )
 p1, p2, p3, p4 = st.columns([3, 1, 1, 1])
