@@ -120,6 +120,8 @@ def test_bundle_has_memory_tables(sim_runner, tmp_path):
     launch = json.loads((tmp_path / "launch.json").read_text())
     assert launch["accesses"]["global_ld_sectors"] == 2 * 8 and launch["accesses"]["source"] == tables.SOURCE
     assert pd.read_parquet(tmp_path / "hazards.parquet").empty  # present even when empty
+    (load,) = [r for r in launch["accesses"]["per_line"] if r["op"] == "load"]
+    assert (load["array"], load["sectors_per_request"], load["ideal_per_request"]) == ("src", 8.0, 4.0)
     back = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(back) == len(cap.requests)
 

@@ -431,7 +431,14 @@ def build(buffers: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict
     acc = accesses_table(buffers)
     req = requests_table(acc)
     haz = hazards_table(acc)
-    return acc, req, haz, summary(req, haz, len(acc), buffers.get("limit"))
+    summ = summary(req, haz, len(acc), buffers.get("limit"))
+    per_line = line_summary(req)
+    per_line["array"] = per_line["array"].astype(str)
+    summ["per_line"] = [
+        {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+        for row in per_line.astype({"space": str, "op": str}).to_dict("records")
+    ]
+    return acc, req, haz, summ
 
 
 def describe(summ: dict) -> list[str]:
