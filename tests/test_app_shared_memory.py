@@ -45,7 +45,8 @@ def test_matmul_tiled_tile_animation_and_block_picker():
 def test_reduction_tree_and_race_comparison():
     at = open_page("reduction", n=64, block=32)
     assert not at.error
-    tree, race, diff = charts(at)
+    tree, race, diff, words = charts(at)
+    assert words["layout"]["title"]["text"].endswith("recorded addresses, simulator</sup>")  # raced words
     assert len(tree["frames"]) == 6  # log2(32) + 1 levels
     assert tree["layout"]["title"]["text"].startswith("block 0")
     assert "reduction_race" in race["layout"]["title"]["text"]
@@ -61,7 +62,8 @@ def test_reduction_tree_and_race_comparison():
 def test_reduction_race_session_launches_the_correct_companion():
     at = open_page("reduction_race", n=64, block=32)
     assert not at.error
-    tree, race, _ = charts(at)
+    tree, race, _, words = charts(at)
+    assert "raced shared words in 2 blocks" in words["layout"]["title"]["text"]  # every block raced
     assert "NO syncthreads" in tree["frames"][1]["layout"]["title"]["text"]
     assert "reduction: 0 of 2 blocks wrong" in race["layout"]["title"]["text"]
 

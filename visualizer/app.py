@@ -22,6 +22,7 @@ PAGES = [
     st.Page("app_pages/scheduling.py", title="Warp & SM scheduling", icon=":material/timeline:"),
     st.Page("app_pages/shared_memory.py", title="Shared memory", icon=":material/memory:"),
     st.Page("app_pages/memory_flow.py", title="Memory flow", icon=":material/swap_horiz:"),
+    st.Page("app_pages/memory_access.py", title="Memory access", icon=":material/grid_view:"),
     st.Page("app_pages/occupancy.py", title="Occupancy", icon=":material/speed:"),
     st.Page("app_pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
 ]

@@ -458,3 +458,8 @@ from visualizer.attention_specs import SPECS as _ATTENTION_SPECS  # noqa: E402
 
 for _spec in _ATTENTION_SPECS:
     register(_spec)
+
+from visualizer.memory_specs import SPECS as _MEMORY_SPECS  # noqa: E402
+
+for _spec in _MEMORY_SPECS:
+    register(_spec)

@@ -17,6 +17,7 @@ commands:
   capture     run one kernel instrumented and write its trace bundle
   occupancy   theoretical occupancy of a launch on sm_75..sm_90
   bench       benchmarks (GPU and simulator)
+  crosscheck  memory-access engine vs Nsight Compute / compute-sanitizer (gpu, compare)
 """
 
 
@@ -31,7 +32,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def cmd_kernels(argv: list[str]) -> int:
-    p = OneLineParser(prog="python -m visualizer kernels", description="List the kernels and their parameters.")
+    p = OneLineParser(
+        prog="python -m visualizer kernels", description="List the kernels and their parameters."
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from visualizer.catalog import KERNELS
@@ -68,6 +71,11 @@ def cmd_capture(argv: list[str]) -> int:
     p.add_argument("--out", required=True, help="directory for the trace bundle")
     p.add_argument("--repeats", type=int, default=20, help="timed launches per build on the GPU")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--accesses",
+        action="store_true",
+        help="record every load/store (simulator only): adds accesses/requests/hazards.parquet",
+    )
     args = p.parse_args(argv)
 
     from visualizer.catalog import LaunchError
@@ -76,8 +84,16 @@ def cmd_capture(argv: list[str]) -> int:
 
     try:
         params = parse_params(args.param)
+        if args.accesses and args.backend != "sim":
+            raise CliError("--accesses records addresses on the simulator only: add --backend sim")
         with Runner(args.backend) as runner:
-            cap = runner.capture(args.kernel, params, repeats=args.repeats, seed=args.seed)
+            cap = runner.capture(
+                args.kernel,
+                params,
+                repeats=args.repeats,
+                seed=args.seed,
+                **({"accesses": True} if args.accesses else {}),
+            )
     except (LaunchError, CliError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -101,6 +117,11 @@ def cmd_capture(argv: list[str]) -> int:
         print(
             f"  {name}: {res['mismatches']} of {res['elements']} wrong (max abs error {res['max_abs_error']:.3g})"
         )
+    if cap.accesses is not None:
+        from visualizer.memory.tables import describe
+
+        for text in describe(launch["accesses"]):
+            print(f"  {text}")
     print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
     if check["correct"]:
         print("  output matches the numpy reference")
@@ -124,7 +145,19 @@ def cmd_bench(argv: list[str]) -> int:
     return bench_main(argv)
 
 
-COMMANDS = {"kernels": cmd_kernels, "capture": cmd_capture, "occupancy": cmd_occupancy, "bench": cmd_bench}
+def cmd_crosscheck(argv: list[str]) -> int:
+    from visualizer.memory.crosscheck import main as crosscheck_main
+
+    return crosscheck_main(argv)
+
+
+COMMANDS = {
+    "kernels": cmd_kernels,
+    "capture": cmd_capture,
+    "occupancy": cmd_occupancy,
+    "bench": cmd_bench,
+    "crosscheck": cmd_crosscheck,
+}
 
 
 def main(argv: list[str]) -> int:

@@ -174,6 +174,7 @@ class Runner:
         time_clean: bool = True,
         progress=None,
         timeout: float | None = None,
+        accesses: bool = False,
     ) -> Capture:
         """Launch ``kernel`` once instrumented (and timed clean); raises LaunchError or KernelError."""
         request = {
@@ -183,6 +184,8 @@ class Runner:
             "repeats": repeats,
             "time_clean": time_clean,
         }
+        if accesses:  # record every load/store on the simulator (visualizer/memory)
+            request["accesses"] = True
         if self.backend == "sim":
             plan_launch(kernel, params, "sim")  # refuse bad input before starting a worker
         with self._lock:

@@ -36,6 +36,10 @@ class Capture:
     tiles: pd.DataFrame | None = None
     row_state: pd.DataFrame | None = None
     check: dict = field(default_factory=dict)
+    # memory accesses recorded on the simulator (visualizer/memory/tables.py); None when not recorded
+    accesses: pd.DataFrame | None = None
+    requests: pd.DataFrame | None = None
+    hazards: pd.DataFrame | None = None
 
     @property
     def measured(self) -> bool:
@@ -183,7 +187,12 @@ def build_capture(reply: dict) -> Capture:
     outputs = {a: arrays[a] for a in spec.outputs}
     ins = {a: inputs[a] for a in data_args if a not in spec.outputs}
     check = check_outputs(spec, launch["params"], inputs, outputs)
-    return Capture(launch, timing, ins, outputs, threads, tiles, row_state, check)
+    cap = Capture(launch, timing, ins, outputs, threads, tiles, row_state, check)
+    if "accesses" in reply:
+        from visualizer.memory import tables as memory_tables
+
+        cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
+    return cap
 
 
 def save(cap: Capture, out_dir: str | Path) -> list[Path]:
@@ -195,6 +204,11 @@ def save(cap: Capture, out_dir: str | Path) -> list[Path]:
         path = out / f"{name}.parquet"
         df.to_parquet(path, index=False)
         written.append(path)
+    if cap.accesses is not None:  # present (possibly empty) whenever accesses were recorded
+        for name, df in (("accesses", cap.accesses), ("requests", cap.requests), ("hazards", cap.hazards)):
+            path = out / f"{name}.parquet"
+            df.to_parquet(path, index=False)
+            written.append(path)
     for name, obj in (("launch", {**cap.launch, "check": cap.check}), ("timing", cap.timing)):
         path = out / f"{name}.json"
         path.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")

@@ -246,7 +246,24 @@ def capture(backend: Backend, request: dict) -> dict:
     else:
         compile_ns = time.perf_counter_ns() - t_compile
 
-    _, steps["kernel"] = backend.timed(lambda: traced[config](*args))
+    recorder = (
+        start_access_recording(backend, spec, values, launch, traced, device)
+        if request.get("accesses")
+        else None
+    )
+    try:
+        _, steps["kernel"] = backend.timed(lambda: traced[config](*args))
+    except Exception:
+        if recorder is not None and recorder.overflow:
+            from visualizer.catalog import LaunchError
+
+            raise LaunchError(access_limit_message(recorder.limit)) from None
+        raise
+    finally:
+        if recorder is not None:
+            from visualizer.memory import record
+
+            record.stop()
 
     def copy_out():
         return {k: device[k].copy_to_host() for k in host}
@@ -318,7 +335,49 @@ def capture(backend: Backend, request: dict) -> dict:
     }
     if not backend.simulator and launch_info["instrumented"].get("static_smem_bytes") is not None:
         launch_info["static_smem_bytes"] = launch_info["instrumented"]["static_smem_bytes"]
-    return {"launch": launch_info, "timing": timing, "arrays": result_arrays, "inputs": inputs}
+    reply = {"launch": launch_info, "timing": timing, "arrays": result_arrays, "inputs": inputs}
+    if recorder is not None:
+        reply["accesses"] = recorder.buffers()
+    return reply
+
+
+# --- memory-access recording (simulator only; visualizer/memory) -------------------------------
+
+
+def access_limit_message(limit: int) -> str:
+    return (
+        f"too many memory accesses to record (limit {limit:,} accesses, RECORD_LIMIT in "
+        "visualizer/memory/record.py); use a smaller launch"
+    )
+
+
+def start_access_recording(backend: Backend, spec, values, launch, traced, device):
+    """Start recording the instrumented launch's loads and stores (the simulator only)."""
+    import inspect
+
+    from visualizer.catalog import LaunchError
+    from visualizer.memory import record
+
+    if not backend.simulator:
+        raise LaunchError("memory-access recording needs the simulator backend (--backend sim)")
+    estimate = spec.extra.get("accesses")
+    if callable(estimate) and estimate(values) > record.RECORD_LIMIT:
+        raise LaunchError(
+            f"about {int(estimate(values)):,} memory accesses: " + access_limit_message(record.RECORD_LIMIT)
+        )
+    # arrays are named by the kernel's own parameter names; spec.args gives their roles
+    try:
+        names = list(inspect.signature(traced.py_func).parameters)
+    except (TypeError, ValueError, AttributeError):
+        names = list(spec.args)
+    named = {}
+    excluded = set()
+    for role, name in zip(spec.args, names, strict=False):
+        if role in device:
+            named[name] = device[role]
+            if role in record.PROBE_BUFFERS:
+                excluded.add(name)
+    return record.start(named, excluded, launch.grid, launch.block)
 
 
 def serve(conn, backend_name: str) -> None:

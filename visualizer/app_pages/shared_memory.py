@@ -17,6 +17,7 @@ from visualizer.figures.shared_memory import (
 from visualizer.runner import KernelError
 from visualizer.trace import Capture
 from visualizer.ui.charts import chart
+from visualizer.ui.memory import race_words_panel
 from visualizer.ui.session import RunConfig, cached_capture, require_capture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,6 +144,7 @@ def reduction_section(cap: Capture) -> None:
         key="smem_race_chart",
     )
     chart(race_tree_diff_figure(correct.row_state, race.row_state, block), key="smem_race_diff_chart")
+    race_words_panel(race.launch["params"], SIDEBAR_SEED)  # the exact raced words (visualizer/memory)
     st.markdown(
         "**Why the missing barrier breaks it.** At level k + 1, thread `tid` reads `s[tid + stride]`, "
         "which thread `tid + stride` wrote at level k. The `cuda.syncthreads()` after each level is the "

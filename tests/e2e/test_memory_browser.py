@@ -1,0 +1,20 @@
+"""The Memory access page in a real browser: the worst request drawn, the what-if re-records."""
+
+import pytest
+
+from tests.e2e.conftest import wait_for_app
+
+pytestmark = pytest.mark.e2e
+
+
+def test_memory_access_page_transpose_what_if(open_app):
+    page = open_app("memory_access", "?kernel=transpose_naive&backend=sim&rows=32&cols=32&tile=32")
+    assert page.get_by_test_id("stException").count() == 0
+    plot = page.locator(".js-plotly-plot").first
+    plot.wait_for(timeout=120_000)
+    assert "32 sectors for 32 lanes" in plot.inner_text()
+    page.get_by_text("tiled + padding", exact=True).click()
+    wait_for_app(page)
+    assert page.get_by_test_id("stException").count() == 0
+    page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+    assert "conflict-free" in page.locator(".js-plotly-plot").first.inner_text()
