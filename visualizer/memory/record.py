@@ -395,8 +395,14 @@ def install() -> None:
         wrapper.__name__ = orig.__name__
         return wrapper
 
-    for name in ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or"):
-        setattr(kernelapi.FakeCUDAModule, name, counted(getattr(kernelapi.FakeCUDAModule, name)))
+    # fastsim replaces the in-kernel module with a subclass that defines its own barriers: patch the
+    # class launches actually instantiate (numba's kernel module's name for it) as well as the stock one
+    from numba.cuda.simulator import kernel as simkernel
+
+    for module in {kernelapi.FakeCUDAModule, simkernel.FakeCUDAModule}:
+        for name in ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or"):
+            if name in vars(module):
+                setattr(module, name, counted(vars(module)[name]))
     kernelapi.GridGroup.sync = counted(kernelapi.GridGroup.sync)
 
     # atomics: one record of op "atomic"; the simulator's own read-modify-write is not recorded
