@@ -169,7 +169,7 @@ class Runner:
             self._conn.close()
         self._proc = self._conn = None
 
-    def _receive(self, rid, timeout: float, progress, what: str):
+    def _receive(self, rid, timeout: float, progress, what: str, launches: int = 1):
         """The reply to request ``rid``; its progress goes to the callback on the way.
 
         Messages for any other request are dropped: they answer a request nobody waits for.
@@ -177,7 +177,7 @@ class Runner:
         wants to leave (Streamlit raises from its next element update) is heard promptly.
         """
         deadline = time.monotonic() + timeout
-        total = done = 0
+        total = done = 0  # blocks of every launch the simulator runs for this request
         last_call = time.monotonic()
         while True:
             left = deadline - time.monotonic()
@@ -203,7 +203,7 @@ class Runner:
                 continue  # left over from an earlier request
             if msg[0] == "progress":
                 if msg[2] < 0:
-                    total, done = -msg[2], 0
+                    total, done = -msg[2] * launches, 0
                 else:
                     done += msg[2]
                 if progress is not None and total:
@@ -291,7 +291,9 @@ class Runner:
             answered = False
             try:
                 self._conn.send(request)
-                reply = self._receive(rid, timeout, progress, f"running {kernel}")
+                # the worker announces one launch's blocks; the simulator runs it twice when timing clean
+                launches = 2 if self.backend == "sim" and time_clean else 1
+                reply = self._receive(rid, timeout, progress, f"running {kernel}", launches)
                 answered = True
             except RunTimeout as exc:
                 raise KernelError(f"{exc}; it was stopped (try a smaller launch)") from None
