@@ -120,6 +120,8 @@ class Runner:
         self.device_info: dict | None = None
         self.restarts = 0  # workers replaced after a fault, a timeout or an abandoned run
         self.abandoned = 0  # runs given up by their caller while the kernel ran
+        self.respawn = False  # start a replacement worker in the background after a kill (pools)
+        self._closed = False
 
     # --- process management ----------------------------------------------------------------
     def _start(self) -> None:
@@ -228,8 +230,18 @@ class Runner:
             f"the {self.backend} worker died while {what} (exit code {code}); it will be restarted"
         )
 
+    def _warm_up(self) -> None:
+        """Start a worker now, so the next visitor does not wait for numba to import."""
+        with self._lock:
+            if not self._closed and not self.warm:
+                try:
+                    self._start()
+                except KernelError:
+                    pass  # the next capture tries again and reports it
+
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._stop()
 
     def __enter__(self):
@@ -305,6 +317,8 @@ class Runner:
                     self._stop(kill=True)
                     self.restarts += 1
                     self.abandoned += 1
+                    if self.respawn:
+                        threading.Thread(target=self._warm_up, daemon=True).start()
             kind = reply[0]
             if kind == "fatal":
                 # the worker exits after a GPU fault; reap it now so the next call starts a fresh one
@@ -334,6 +348,8 @@ class RunQueue:
         self.backend = resolve_backend(backend)
         n = workers or default_workers(self.backend)
         self.runners = [Runner(self.backend, run_timeout, slot=i if n > 1 else None) for i in range(n)]
+        for r in self.runners:
+            r.respawn = True
         self._cond = threading.Condition()
         self._queue: deque = deque()
         self._idle = list(self.runners)
