@@ -231,3 +231,13 @@ def test_the_queue_refuses_before_queueing():
     with pytest.raises(LaunchError, match="thread-steps"):
         queue.capture("naive_attention", {"seq_len": 8192, "heads": 1, "tile": 64})
     assert not queue.runners[0].warm  # no worker was started for it
+
+
+@pytest.mark.gpu
+def test_gpu_launches_are_checked_against_the_devices_own_memory(gpu_runner):
+    memory = gpu_runner.info()["memory_bytes"]
+    assert memory > 2**30
+    too_big = {"seq_len": 32768, "heads": 128, "batch": 64}  # 32 TiB of S
+    with pytest.raises(LaunchError, match=f"of the device's {catalog._mib(memory)}"):
+        gpu_runner.capture("naive_attention", too_big)
+    assert gpu_runner.capture("vector_add", {"n": 1000, "block": 128}).check["correct"]

@@ -157,6 +157,10 @@ class Backend:
             "memory_clock_khz": dev.MEMORY_CLOCK_RATE,
             "memory_bus_bits": dev.GLOBAL_MEMORY_BUS_WIDTH,
         }
+        try:  # global memory, for the runner's admission check (catalog.check_cost)
+            info["memory_bytes"] = int(self.cuda.current_context().get_memory_info()[1])
+        except Exception:
+            pass
         # DRAM peak: 2 transfers per clock (DDR) x bus width in bytes
         info["peak_bandwidth_gbs"] = 2 * dev.MEMORY_CLOCK_RATE * 1e3 * dev.GLOBAL_MEMORY_BUS_WIDTH / 8 / 1e9
         return info

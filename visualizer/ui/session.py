@@ -24,6 +24,7 @@ HIDDEN_KERNELS = ("out_of_bounds_write",)  # the fault demo is for tests and the
 CACHE_MAX_BYTES = 512 * 2**20  # captures kept for every visitor (each capture's tables and arrays)
 MESSAGE_MAX_CHARS = 300
 
+_AUTOLINK = re.compile(r"([:@.])")
 # Characters that start Markdown, HTML or Streamlit markup (links, images, emphasis, code, colour
 # and icon directives, LaTeX, tables, headings); each is shown literally once backslash-escaped.
 _MARKUP = re.compile(r"([\\`*_{}\[\]()<>#+!|~$:&=-])")
@@ -35,6 +36,9 @@ def as_text(message: str, limit: int = MESSAGE_MAX_CHARS) -> str:
     line = " ".join(str(message).split())
     if len(line) > limit:
         line = line[: limit - 1] + "…"
+    # GFM turns bare addresses (http://…, www.…, a@b.c) into links even when escaped: a zero-width
+    # space after each ':', '@' and '.' keeps them plain text and looks the same
+    line = _AUTOLINK.sub("\\1\u200b", line)
     return _MARKUP.sub(r"\\\1", line)
 
 
@@ -242,11 +246,19 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
         with st.status(label, expanded=False) as status:
             bar = st.progress(0.0, text="starting the worker")
 
+            queued = []  # the status label shows the place in line (it stays visible when collapsed)
+
             def progress(done, total):
+                if queued:
+                    status.update(label=label)
+                    queued.clear()
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks simulated")
 
             def waiting(ahead, running):
-                bar.progress(0.0, text=queue_text(ahead, running, backend))
+                text = queue_text(ahead, running, backend)
+                queued.append(True)
+                status.update(label=text[0].upper() + text[1:])
+                bar.progress(0.0, text=text)
 
             cap = cached_capture(
                 config.kernel, config.params, backend, seed, progress=progress, waiting=waiting
