@@ -57,15 +57,16 @@ SIM_MAX_THREADS = 65536
 
 # Admission by cost (see launch_cost). A thread-step is one simulated thread doing one unit of its
 # kernel's work: one multiply-add of an inner loop, one element; starting a thread is ~100 steps
-# and a barrier ~30. Measured on this project's 2-core CI VM: ~0.75 us per step on one core, so the
-# limit is ~9 s per launch, ~20 s per capture (it launches twice: instrumented, then clean).
-SIM_THREAD_STEP_US = 0.75
-SIM_MAX_THREAD_STEPS = 12_000_000
+# and a barrier ~50. Measured on this project's 2-core VM: 0.6-1.1 us per step on an idle core,
+# 1.4-2.4 us with the other core busy; at the limit a capture (two launches: instrumented, then
+# clean) takes ~15 s idle and ~35 s busy, inside the runner's 60 s simulator limit.
+SIM_THREAD_STEP_US = 1.0
+SIM_MAX_THREAD_STEPS = 8_000_000
 SIM_MAX_BYTES = 256 * 2**20  # arrays allocated + trace buffers recorded, per simulator run
 GPU_MEMORY_FRACTION = 0.5  # of the device's global memory, per GPU run
 GPU_MAX_CAPTURE_BYTES = 4 * 2**30  # host memory of the tables one GPU capture becomes
 THREAD_START_STEPS = 100
-BARRIER_STEPS = 30
+BARRIER_STEPS = 50
 THREAD_ROW_BYTES = 120  # one row of the threads table (15 numeric columns + a categorical)
 
 
