@@ -68,7 +68,11 @@ class Server:
         the loopback address (what someone who skips the launcher gets)."""
         self.port = free_port()
         self.log = open(log_path or os.devnull, "w")  # noqa: SIM115 (closed in stop)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLIT_", "VISUALIZER_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("STREAMLIT_") and k != "VISUALIZER_ALLOW_REMOTE"
+        }
         env["PYTHONPATH"] = str(ROOT)
         cmd = [sys.executable, "-m", "visualizer", "serve", "--port", str(self.port)]
         if plain_from is not None:

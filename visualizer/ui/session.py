@@ -246,18 +246,26 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
         with st.status(label, expanded=False) as status:
             bar = st.progress(0.0, text="starting the worker")
 
-            queued = []  # the status label shows the place in line (it stays visible when collapsed)
+            # The place in line goes in a toast (top right, seen whatever the scroll) and the status label.
+            queued: dict = {}
 
             def progress(done, total):
-                if queued:
+                if queued.pop("toast", None) is not None:
                     status.update(label=label)
-                    queued.clear()
+                    st.toast("Your run has started.", icon=":material/play_arrow:")
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks simulated")
 
             def waiting(ahead, running):
                 text = queue_text(ahead, running, backend)
-                queued.append(True)
-                status.update(label=text[0].upper() + text[1:])
+                text = text[0].upper() + text[1:]
+                if queued.get("text") != text:
+                    queued["text"] = text
+                    icon = ":material/hourglass_top:"
+                    if "toast" not in queued:
+                        queued["toast"] = st.toast(text, icon=icon, duration="infinite")
+                    else:
+                        queued["toast"].toast(text, icon=icon, duration="infinite")
+                    status.update(label=text)
                 bar.progress(0.0, text=text)
 
             cap = cached_capture(
