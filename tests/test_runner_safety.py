@@ -78,6 +78,18 @@ def test_timeout_names_the_limit_and_restarts():
         assert shows(runner.capture("vector_add", {"n": 32, "block": 32}), "vector_add", n=32)
 
 
+def test_a_run_past_its_cpu_time_is_stopped_by_the_kernel(monkeypatch):
+    # the CPU limit holds even when nobody watches the worker (here: a wall limit far away)
+    from visualizer import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "SIM_RUN_CPU_S", 1)
+    with Runner("sim") as runner:
+        with pytest.raises(KernelError, match="more than its 1 s of CPU time"):
+            runner.capture("matmul_tiled", {"n": 64, "tile": 16})
+        assert runner.restarts == 1
+        assert shows(runner.capture("vector_add", {"n": 32, "block": 32}), "vector_add", n=32)
+
+
 def test_a_heavy_run_holds_one_worker_not_everyone():
     with RunQueue("sim", workers=2) as queue:
         queue.info()

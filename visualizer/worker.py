@@ -53,7 +53,14 @@ def worker_cpu() -> int:
 
 def limit_memory() -> None:
     """Cap this worker's address space (the runner passes the size): a launch that grows past it
-    fails with MemoryError in this process instead of pushing the server out of memory."""
+    fails with MemoryError in this process instead of pushing the server out of memory. No core
+    files either: a worker stopped by its CPU limit (SIGXCPU) would otherwise dump one."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
     size = os.environ.get("VISUALIZER_WORKER_MEMORY", "")
     if not size.isdigit():
         return
