@@ -119,7 +119,7 @@ class Runner:
         self._ids = itertools.count(1)
         self.device_info: dict | None = None
         self.restarts = 0  # workers replaced after a fault, a timeout or an abandoned run
-        self.abandoned = 0  # runs given up by their caller while the kernel ran
+        self.abandoned = 0  # runs given up while the kernel ran (caller left, time limit)
         self.respawn = False  # start a replacement worker in the background after a kill (pools)
         self._closed = False
 

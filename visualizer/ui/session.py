@@ -249,10 +249,15 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
             # The place in line goes in a toast (top right, seen whatever the scroll) and the status label.
             queued: dict = {}
 
+            def done_waiting(text: str, icon: str) -> None:
+                toast = queued.pop("toast", None)
+                if toast is not None:  # replace the waiting toast by one that goes away by itself
+                    toast.toast(text, icon=icon, duration="short")
+
             def progress(done, total):
-                if queued.pop("toast", None) is not None:
+                if "toast" in queued:
                     status.update(label=label)
-                    st.toast("Your run has started.", icon=":material/play_arrow:")
+                    done_waiting("Your run has started.", ":material/play_arrow:")
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks simulated")
 
             def waiting(ahead, running):
@@ -271,6 +276,7 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
             cap = cached_capture(
                 config.kernel, config.params, backend, seed, progress=progress, waiting=waiting
             )
+            done_waiting("Your capture is ready.", ":material/check:")
             status.update(label=f"Ran {config.kernel} on {cap.launch['device_name']}", state="complete")
         return cap, None
     except (LaunchError, KernelError) as exc:
