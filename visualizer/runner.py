@@ -215,7 +215,12 @@ class Runner:
             return msg
 
     def _died(self, what: str):
-        code = self._proc.poll() if self._proc is not None else None
+        code = None
+        if self._proc is not None:
+            try:  # the pipe can close a moment before the exit status is there
+                code = self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
         self._stop(kill=True)
         self.restarts += 1
         if code == -signal.SIGXCPU:
