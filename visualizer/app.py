@@ -9,12 +9,14 @@ if str(ROOT) not in sys.path:  # streamlit puts only this file's folder on sys.p
 
 import streamlit as st  # noqa: E402
 
+from visualizer.ui.guard import guard_server  # noqa: E402
 from visualizer.ui.sidebar import sidebar  # noqa: E402
 from visualizer.ui.timing import timing_panel  # noqa: E402
 
 st.set_page_config(
     page_title="GPU execution visualizer", page_icon=":material/developer_board:", layout="wide"
 )
+guard_server()  # remote visitors only when the operator allowed them; no tracebacks (ui/guard.py)
 
 PAGES = [
     st.Page("app_pages/overview.py", title="Overview", icon=":material/home:", default=True),

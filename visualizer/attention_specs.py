@@ -17,7 +17,16 @@ import numpy as np
 
 SPECS: tuple = ()  # placeholder for catalog's import while this module is only half loaded
 
-from visualizer.catalog import KernelSpec, Launch, LaunchError, Param, ceil_div, register  # noqa: E402
+from visualizer.catalog import (  # noqa: E402
+    BARRIER_STEPS,
+    THREAD_START_STEPS,
+    KernelSpec,
+    Launch,
+    LaunchError,
+    Param,
+    ceil_div,
+    register,
+)
 
 ROW_STATE_BLOCKS = 64  # blocks whose per-step softmax state (m, l) is recorded
 MICRO = 4  # kernels/attention.py: each flash thread owns 4 query rows x 4 keys of an S tile
@@ -149,6 +158,26 @@ def _naive_work(p: dict) -> tuple[float, float]:
     return p["batch"] * p["heads"] * per_head, useful_flops(p)
 
 
+def _flash_cost(p: dict, launch: Launch) -> tuple[float, int]:
+    """Simulated work: one step per multiply-add of S = Q Kᵀ and O += P V, ~4 barriers per K/V
+    tile per thread; arrays: q, k, v and o."""
+    macs = useful_flops(p) / 2
+    barriers = 4 * launch.tile_steps * launch.threads
+    return launch.threads * THREAD_START_STEPS + macs + barriers * BARRIER_STEPS, 4 * 4 * math.prod(_shape(p))
+
+
+def _naive_cost(p: dict, launch: Launch) -> tuple[float, int]:
+    """Like flash, plus each (query, key) score written to S and read back twice; S itself is
+    batch·heads·seq_len²·4 bytes, allocated before the launch."""
+    pairs = p["seq_len"] * (p["seq_len"] + 1) / 2 if p["causal"] else float(p["seq_len"]) ** 2
+    # its multiply-adds read 4-D global arrays: ~1.5x the cost of flash's shared-memory ones (measured)
+    steps = (
+        launch.threads * THREAD_START_STEPS + 1.5 * useful_flops(p) / 2 + 4 * p["batch"] * p["heads"] * pairs
+    )
+    s_bytes = 4 * p["batch"] * p["heads"] * p["seq_len"] ** 2
+    return steps, 4 * 4 * math.prod(_shape(p)) + s_bytes
+
+
 def _torch_attention(torch, t, p):
     """Unfused PyTorch fp32 attention: S = q kᵀ/√d materialised, softmax, then P v."""
     q, k, v = t["q"], t["k"], t["v"]
@@ -188,6 +217,7 @@ FLASH_ATTENTION = KernelSpec(
     tile_operands=("Q", "K", "V"),
     row_table=("softmax_state", ("m", "l")),
     work=_flash_work,
+    cost=_flash_cost,
     rtol=1e-4,
     atol=1e-4,
     torch_op=_torch_attention,
@@ -208,6 +238,7 @@ NAIVE_ATTENTION = KernelSpec(
     build=("kernels.attention", "naive_attention_kernels"),
     build_args=("head_dim",),
     work=_naive_work,
+    cost=_naive_cost,
     rtol=1e-4,
     atol=1e-4,
     torch_op=_torch_attention,

@@ -641,6 +641,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", required=True, help="JSON file for the results")
     p.add_argument("--no-app", action="store_true", help="skip the app measurements")
     args = p.parse_args(argv)
+    from visualizer.cli import writable_file
+
+    problem = writable_file(args.out)
+    if problem:  # before minutes of benchmarks, not after
+        print(f"error: --out: {problem}", file=sys.stderr)
+        return 2
     from visualizer.runner import gpu_present
 
     results = {
@@ -652,7 +658,9 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
 
     def save():  # after every section, so a later failure loses nothing measured
-        out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        tmp = out.with_name(out.name + ".partial")
+        tmp.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        tmp.replace(out)  # never a half-written file
 
     if args.backend in (None, "gpu"):
         if gpu_present():
@@ -666,6 +674,7 @@ def main(argv: list[str]) -> int:
         save()
     if not args.no_app:
         results["app"] = app_bench(args.quick)
+        save()
     results["versions"] = versions()
     results["targets"] = targets(results)
     save()

@@ -17,6 +17,18 @@ class LaunchError(ValueError):
     """A launch that cannot or must not run; its message is one line for the user."""
 
 
+QUOTE_MAX_CHARS = 40
+
+
+def quoted(value: object, limit: int = QUOTE_MAX_CHARS) -> str:
+    """repr of a value someone typed (a URL, a CLI flag), cut to ``limit`` characters: a message
+    names the bad value without echoing 10 kB of it."""
+    text = repr(str(value)) if not isinstance(value, int | float) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}…' ({len(str(value)):,} characters)"
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -37,11 +49,26 @@ class DeviceLimits:
     smem_per_block: int = 48 * 1024  # static shared memory, and dynamic without opt-in
     smem_per_block_optin: int = 232448
     num_sms: int = 132
+    memory_bytes: int = 143_771 * 2**20  # global memory (the H200's, as the driver reports it)
 
 
 # The simulator (visualizer/fastsim.py) runs every CUDA thread as Python code on one OS thread,
 # ~5-30 us each (measured, docs/benchmarks.md): 2^19 threads is a capture of seconds to a minute.
 SIM_MAX_THREADS = 1 << 19  # 524,288; stock cudasim's ~0.1-2 ms per thread held this at 65,536
+
+# Admission by cost (see launch_cost). A thread-step is one simulated thread doing one unit of its
+# kernel's work: one multiply-add of an inner loop, one element; starting a thread is ~100 steps
+# and a barrier ~50. Measured on this project's 2-core VM: 0.6-1.1 us per step on an idle core,
+# 1.4-2.4 us with the other core busy; at the limit a capture (two launches: instrumented, then
+# clean) takes ~15 s idle and ~35 s busy, inside the runner's 60 s simulator limit.
+SIM_THREAD_STEP_US = 1.0
+SIM_MAX_THREAD_STEPS = 8_000_000
+SIM_MAX_BYTES = 256 * 2**20  # arrays allocated + trace buffers recorded, per simulator run
+GPU_MEMORY_FRACTION = 0.5  # of the device's global memory, per GPU run
+GPU_MAX_CAPTURE_BYTES = 4 * 2**30  # host memory of the tables one GPU capture becomes
+THREAD_START_STEPS = 100
+BARRIER_STEPS = 50
+THREAD_ROW_BYTES = 120  # one row of the threads table (15 numeric columns + a categorical)
 
 
 @dataclass
@@ -85,6 +112,8 @@ class KernelSpec:
     tile_operands: tuple[str, ...] = ()
     row_table: tuple[str, tuple[str, ...]] | None = None  # (table name, value column names)
     work: Callable[[dict], tuple[float, float]] = lambda p: (0.0, 0.0)  # (bytes moved, flops)
+    # (params, launch) -> (simulated thread-steps, bytes of the kernel's own arrays); see launch_cost
+    cost: Callable[[dict, Launch], tuple[float, int]] | None = None
     # (torch, tensors by argument name, params) -> (label, zero-argument call): the same work in
     # PyTorch, timed beside the kernel on a GPU when torch is installed
     torch_op: Callable | None = None
@@ -104,11 +133,11 @@ class KernelSpec:
             param = next((p for p in self.params if p.name == name), None)
             if param is None:
                 known = ", ".join(p.name for p in self.params)
-                raise LaunchError(f"{self.name} has no parameter {name!r} (it takes: {known})")
+                raise LaunchError(f"{self.name} has no parameter {quoted(name)} (it takes: {known})")
             try:
                 value = int(str(raw).strip())
             except ValueError:
-                raise LaunchError(f"{name} must be an integer, got {raw!r}") from None
+                raise LaunchError(f"{name} must be an integer, got {quoted(raw)}") from None
             if param.choices and value not in param.choices:
                 raise LaunchError(f"{name}={value} is not allowed; choose one of {list(param.choices)}")
             if not param.lo <= value <= param.hi:
@@ -150,6 +179,98 @@ def check_launch(launch: Launch, limits: DeviceLimits, backend: str) -> None:
             f"{launch.threads:,} threads is too many for the CUDA simulator (limit {SIM_MAX_THREADS:,} threads "
             "per launch: it runs every CUDA thread as Python code); use a smaller launch or the GPU backend"
         )
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one launch would cost, estimated from its parameters before anything runs."""
+
+    thread_steps: float  # simulated threads x per-thread work (see SIM_MAX_THREAD_STEPS)
+    array_bytes: int  # the kernel's inputs and outputs
+    record_bytes: int  # trace buffers the instrumented kernel writes
+    capture_bytes: int  # host memory of the Capture (tables and arrays) it becomes
+
+    @property
+    def run_bytes(self) -> int:
+        return self.array_bytes + self.record_bytes
+
+
+def record_bytes(spec: KernelSpec, launch: Launch, per_warp_above: int = 1 << 16) -> int:
+    """Bytes of the trace buffers worker.record_buffers allocates for this launch."""
+    tpb = launch.threads_per_block
+    records = launch.blocks * ceil_div(tpb, 32) if launch.threads > per_warp_above else launch.threads
+    sizes = {
+        "trace": 3 * records * 8,
+        "active": launch.threads,
+        "tiles": launch.blocks * max(launch.tile_steps, 1) * max(len(spec.tile_operands), 1) * 5 * 8,
+        "rows": math.prod(launch.row_state or (1, 1, 1)) * 2 * 4,
+    }
+    return sum(v for k, v in sizes.items() if k in spec.args)
+
+
+def default_cost(spec: KernelSpec, values: dict, launch: Launch) -> tuple[float, int]:
+    """For a spec without its own cost: a multiply-add per two flops, its bytes moved as its arrays."""
+    nbytes, flops = spec.work(values)
+    return launch.threads * THREAD_START_STEPS + flops / 2, int(nbytes)
+
+
+def launch_cost(spec: KernelSpec, values: dict, launch: Launch) -> Cost:
+    steps, array_bytes = spec.cost(values, launch) if spec.cost else default_cost(spec, values, launch)
+    recorded = record_bytes(spec, launch)
+    capture = launch.threads * THREAD_ROW_BYTES + 2 * array_bytes + recorded
+    return Cost(float(steps), int(array_bytes), int(recorded), int(capture))
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e6:,.0f} million" if n >= 1e6 else f"{n:,.0f}"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB" if n < 2**30 else f"{n / 2**30:,.1f} GiB"
+
+
+def check_cost(name: str, cost: Cost, limits: DeviceLimits, backend: str, capture: bool = False) -> None:
+    """Refuse a launch whose work or memory is over this backend's per-run limit, naming the limit.
+
+    ``capture``: the launch becomes a Capture (trace tables in host memory), not only a benchmark.
+    """
+    if backend == "sim":
+        if cost.thread_steps > SIM_MAX_THREAD_STEPS:
+            seconds = SIM_MAX_THREAD_STEPS * SIM_THREAD_STEP_US / 1e6
+            raise LaunchError(
+                f"{name} would take about {_count(cost.thread_steps)} simulated thread-steps, over the "
+                f"simulator's limit of {_count(SIM_MAX_THREAD_STEPS)} per run (about {seconds:.0f} s of one CPU core); "
+                "use a smaller launch or the GPU backend"
+            )
+        if cost.run_bytes > SIM_MAX_BYTES:
+            raise LaunchError(
+                f"{name} would allocate {_mib(cost.run_bytes)} (arrays and trace buffers), over the "
+                f"simulator's limit of {_mib(SIM_MAX_BYTES)} per run; use a smaller launch"
+            )
+        return
+    budget = int(limits.memory_bytes * GPU_MEMORY_FRACTION)
+    if cost.run_bytes > budget:
+        raise LaunchError(
+            f"{name} would allocate {_mib(cost.run_bytes)} on the GPU, over the limit of {_mib(budget)} "
+            f"per run ({GPU_MEMORY_FRACTION:.0%} of the device's {_mib(limits.memory_bytes)}); use a smaller launch"
+        )
+    if capture and cost.capture_bytes > GPU_MAX_CAPTURE_BYTES:
+        raise LaunchError(
+            f"{name} would record about {_mib(cost.capture_bytes)} of trace tables, over the limit of "
+            f"{_mib(GPU_MAX_CAPTURE_BYTES)} per capture; use a smaller launch"
+        )
+
+
+def _matmul_cost(p: dict, launch: Launch) -> tuple[float, int]:
+    n = p["n"]
+    barriers = 2 * launch.tile_steps * launch.threads  # tiled: two per tile step (0 for naive)
+    return launch.threads * THREAD_START_STEPS + float(n) ** 3 + barriers * BARRIER_STEPS, 3 * 4 * n * n
+
+
+def _reduction_cost(p: dict, launch: Launch) -> tuple[float, int]:
+    levels = launch.row_state[1] if launch.row_state else 1
+    steps = launch.threads * (THREAD_START_STEPS + levels * (1 + BARRIER_STEPS))
+    return steps, 4 * p["n"] + 4 * launch.blocks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,6 +332,7 @@ VECTOR_ADD = KernelSpec(
     reference=lambda x, p: {"c": x["a"] + x["b"]},
     build=("kernels.vector_add", "vector_add"),
     work=lambda p: (12.0 * p["n"], float(p["n"])),
+    cost=lambda p, launch: (launch.threads * THREAD_START_STEPS + p["n"], 12 * p["n"]),
     atol=0.0,
     rtol=0.0,
     torch_op=_torch_add,
@@ -232,6 +354,7 @@ VECTOR_ADD_X4 = KernelSpec(
     reference=VECTOR_ADD.reference,
     build=("kernels.vector_add", "vector_add_x4"),
     work=VECTOR_ADD.work,
+    cost=VECTOR_ADD.cost,
     atol=0.0,
     rtol=0.0,
     torch_op=_torch_add,
@@ -285,6 +408,7 @@ MATMUL_NAIVE = KernelSpec(
     reference=_matmul_reference,
     build=("kernels.matmul", "matmul_naive"),
     work=lambda p: (12.0 * p["n"] ** 2, 2.0 * p["n"] ** 3),
+    cost=_matmul_cost,
     rtol=1e-4,
     atol=lambda p: 2e-6 * p["n"],  # float32 rounding of an n-term dot product of N(0,1) values
     torch_op=_torch_matmul,
@@ -305,6 +429,7 @@ MATMUL_TILED = KernelSpec(
     build_args=("tile",),
     tile_operands=("A", "B"),
     work=lambda p: (12.0 * p["n"] ** 2, 2.0 * p["n"] ** 3),
+    cost=_matmul_cost,
     rtol=1e-4,
     atol=lambda p: 2e-6 * p["n"],  # float32 rounding of an n-term dot product of N(0,1) values
     torch_op=_torch_matmul,
@@ -365,6 +490,7 @@ REDUCTION = KernelSpec(
     build_args=("block",),
     row_table=("reduction_tree", ("value",)),
     work=lambda p: (4.0 * p["n"], float(p["n"])),
+    cost=_reduction_cost,
     rtol=0.0,
     atol=0.0,
     torch_op=_torch_sum,
@@ -385,6 +511,7 @@ REDUCTION_RACE = KernelSpec(
     build_args=("block",),
     row_table=REDUCTION.row_table,
     work=REDUCTION.work,
+    cost=_reduction_cost,
     deliberately_wrong=True,
     rtol=0.0,
     atol=0.0,
@@ -410,6 +537,7 @@ OUT_OF_BOUNDS_WRITE = KernelSpec(
     make_inputs=lambda p, rng: {"c": np.zeros(p["n"], np.float32)},
     reference=lambda x, p: {"c": np.ones(p["n"], np.float32)},
     build=("kernels.faults", "out_of_bounds_write"),
+    cost=lambda p, launch: (launch.threads * (THREAD_START_STEPS + 1), 4 * p["n"]),
     fault_demo=True,
 )
 
@@ -436,7 +564,7 @@ def get(name: str) -> KernelSpec:
     try:
         return KERNELS[name]
     except KeyError:
-        raise LaunchError(f"unknown kernel {name!r}; known kernels: {', '.join(KERNELS)}") from None
+        raise LaunchError(f"unknown kernel {quoted(name)}; known kernels: {', '.join(KERNELS)}") from None
 
 
 def plan_launch(
@@ -449,8 +577,20 @@ def plan_launch(
         if size in values and values[size] < 1:
             raise LaunchError(f"{size} must be at least 1 thread, got {values[size]}")
     launch = spec.plan(values)
-    check_launch(launch, limits or DeviceLimits(), backend)
+    limits = limits or DeviceLimits()
+    check_launch(launch, limits, backend)
+    check_cost(spec.name, launch_cost(spec, values, launch), limits, backend)
     return spec, values, launch
+
+
+def admit_capture(
+    name: str, params: dict | None, backend: str, limits: DeviceLimits | None = None
+) -> tuple[KernelSpec, dict[str, int], Launch, Cost]:
+    """plan_launch, plus the limit on the trace tables a capture keeps in host memory."""
+    spec, values, launch = plan_launch(name, params, backend, limits)
+    cost = launch_cost(spec, values, launch)
+    check_cost(spec.name, cost, limits or DeviceLimits(), backend, capture=True)
+    return spec, values, launch, cost
 
 
 # Kernels defined in their own host modules register here (imported last: they use the classes above).

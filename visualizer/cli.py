@@ -18,11 +18,65 @@ commands:
   occupancy   theoretical occupancy of a launch on sm_75..sm_90
   bench       benchmarks (GPU and simulator)
   crosscheck  memory-access engine vs Nsight Compute / compute-sanitizer (gpu, compare)
+  serve       start the web app with safe settings (localhost unless --address ... --allow-remote)
 """
 
 
 class CliError(Exception):
     pass
+
+
+def count(minimum: int):
+    """argparse type: an integer >= minimum (bad values exit 2 with one line, like any bad flag)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def writable_dir(path: str) -> str | None:
+    """Why ``path`` cannot hold output files (None if it can): checked before any work is done."""
+    from pathlib import Path
+
+    target = Path(path)
+    try:
+        if target.exists() and not target.is_dir():
+            return f"{path} exists and is not a directory"
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / ".visualizer-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot write to {path}: {exc.strerror or exc}"
+    return None
+
+
+def writable_file(path: str) -> str | None:
+    """Why ``path`` cannot be written as a file (None if it can), without truncating an existing one."""
+    from pathlib import Path
+
+    target = Path(path)
+    if target.is_dir():
+        return f"{path} is a directory"
+    if not target.parent.is_dir():
+        return f"cannot write to {path}: the directory {target.parent} does not exist"
+    existed = target.exists()
+    try:
+        with open(target, "a"):
+            pass
+        if not existed:
+            target.unlink()
+    except OSError as exc:
+        return f"cannot write to {path}: {exc.strerror or exc}"
+    return None
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -69,14 +123,18 @@ def cmd_capture(argv: list[str]) -> int:
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--out", required=True, help="directory for the trace bundle")
-    p.add_argument("--repeats", type=int, default=20, help="timed launches per build on the GPU")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=count(1), default=20, help="timed launches per build on the GPU")
+    p.add_argument("--seed", type=count(0), default=0)
     p.add_argument(
         "--accesses",
         action="store_true",
         help="record every load/store (simulator only): adds accesses/requests/hazards.parquet",
     )
     args = p.parse_args(argv)
+    problem = writable_dir(args.out)
+    if problem:  # before the kernel runs, so no work is lost
+        print(f"error: --out: {problem}", file=sys.stderr)
+        return 2
 
     from visualizer.catalog import LaunchError
     from visualizer.runner import KernelError, Runner
@@ -100,7 +158,11 @@ def cmd_capture(argv: list[str]) -> int:
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    written = save(cap, args.out)
+    try:
+        written = save(cap, args.out)
+    except OSError as exc:
+        print(f"error: could not save the capture to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     launch, timing, check = cap.launch, cap.timing, cap.check
     print(f"{launch['kernel']} on {launch['device_name']} ({launch['source']})")
     print(f"  grid {tuple(launch['grid'])} x block {tuple(launch['block'])} = {launch['threads']} threads")
@@ -151,12 +213,19 @@ def cmd_crosscheck(argv: list[str]) -> int:
     return crosscheck_main(argv)
 
 
+def cmd_serve(argv: list[str]) -> int:
+    from visualizer.serve import main as serve_main
+
+    return serve_main(argv)
+
+
 COMMANDS = {
     "kernels": cmd_kernels,
     "capture": cmd_capture,
     "occupancy": cmd_occupancy,
     "bench": cmd_bench,
     "crosscheck": cmd_crosscheck,
+    "serve": cmd_serve,
 }
 
 

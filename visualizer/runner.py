@@ -8,21 +8,48 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from visualizer.catalog import LaunchError, plan_launch
+from visualizer.catalog import DeviceLimits, LaunchError, admit_capture
 from visualizer.trace import Capture, build_capture
 
 BACKENDS = ("auto", "gpu", "sim")
 START_TIMEOUT_S = 180.0  # importing numba and creating a CUDA context can take a while on a cold machine
-RUN_TIMEOUT_S = 600.0
+# Per-run wall-clock limits. The simulator's is short: catalog.SIM_MAX_THREAD_STEPS admits runs of
+# ~20 s on an idle core, and a run past this is stopped so it cannot hold a worker for long.
+SIM_RUN_TIMEOUT_S = 60.0
+GPU_RUN_TIMEOUT_S = 300.0  # compiles both builds, then times each over repeats (and torch)
+RUN_TIMEOUT_S = {"sim": SIM_RUN_TIMEOUT_S, "gpu": GPU_RUN_TIMEOUT_S}
+# CPU seconds one run may use in a simulator worker (the kernel enforces it: SIGXCPU); above the
+# wall limit, so the wall limit speaks first, but it holds even if the app stops watching.
+SIM_RUN_CPU_S = 90
+SIM_MEMORY_BYTES = 8 * 2**30  # address space of one simulator worker (RLIMIT_AS)
+
+
+def default_workers(backend: str) -> int:
+    """Simulator workers: two where there are two cores or more (one heavy run then holds one
+    worker, not every visitor; each worker runs its simulated threads on one OS thread), up to
+    four on big machines. The GPU gets one worker: concurrent captures would distort each other's timings."""
+    if backend != "sim":
+        return 1
+    env = os.environ.get("VISUALIZER_SIM_WORKERS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores, max(2, cores - 1)))
 
 
 class KernelError(RuntimeError):
@@ -57,17 +84,43 @@ def resolve_backend(backend: str) -> str:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class Runner:
-    """One worker process for one backend ("gpu" or "sim"); launches are serialised by a lock."""
+def limits_from_info(info: dict | None) -> DeviceLimits:
+    """The limits a worker's device reports (DeviceLimits' H200 defaults for what it leaves out)."""
+    if not info:
+        return DeviceLimits()
+    defaults = DeviceLimits()
+    return DeviceLimits(
+        name=info.get("device_name", defaults.name),
+        max_threads_per_block=info.get("max_threads_per_block", defaults.max_threads_per_block),
+        smem_per_block=info.get("smem_per_block", defaults.smem_per_block),
+        smem_per_block_optin=info.get("smem_per_block_optin", defaults.smem_per_block_optin),
+        num_sms=info.get("num_sms", defaults.num_sms),
+        memory_bytes=info.get("memory_bytes") or defaults.memory_bytes,
+    )
 
-    def __init__(self, backend: str = "auto", run_timeout: float = RUN_TIMEOUT_S):
+
+class Runner:
+    """One worker process for one backend ("gpu" or "sim"); launches are serialised by a lock.
+
+    Every request carries an id and the worker echoes it on every message, so a reply is only
+    ever taken by the request that asked for it. A request given up while its kernel runs (the
+    caller's progress callback raised, as Streamlit does when a visitor leaves or changes a
+    widget; a timeout; KeyboardInterrupt) kills the worker: nothing computes for nobody, and
+    nothing the abandoned run produced can reach another caller.
+    """
+
+    def __init__(self, backend: str = "auto", run_timeout: float | None = None):
         self.backend = resolve_backend(backend)
-        self.run_timeout = run_timeout
+        self.run_timeout = run_timeout or RUN_TIMEOUT_S[self.backend]
         self._lock = threading.Lock()
         self._proc = None
         self._conn = None
+        self._ids = itertools.count(1)
         self.device_info: dict | None = None
-        self.restarts = 0
+        self.restarts = 0  # workers replaced after a fault, a timeout or an abandoned run
+        self.abandoned = 0  # runs given up while the kernel ran (caller left, time limit)
+        self.respawn = False  # start a replacement worker in the background after a kill (pools)
+        self._closed = False
 
     # --- process management ----------------------------------------------------------------
     def _start(self) -> None:
@@ -78,6 +131,8 @@ class Runner:
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }
+        if self.backend == "sim":
+            env["VISUALIZER_WORKER_MEMORY"] = str(SIM_MEMORY_BYTES)
         proc = subprocess.Popen(
             [sys.executable, "-m", "visualizer.worker", str(child.fileno()), self.backend],
             pass_fds=[child.fileno()],
@@ -87,68 +142,108 @@ class Runner:
         )
         child.close()
         self._proc, self._conn = proc, Connection(parent.detach())
-        kind, *payload = self._receive(START_TIMEOUT_S, None, "starting the worker")
+        try:
+            kind, _, *payload = self._receive(None, START_TIMEOUT_S, None, "starting the worker")
+        except RunTimeout as exc:
+            self._stop(kill=True)
+            raise KernelError(f"{exc}; the worker was stopped") from None
         if kind != "ready":
             self._stop()
             raise KernelError(f"{self.backend} worker failed to start: {payload[0]}")
         self.device_info = payload[0]
 
-    def _stop(self) -> None:
+    def _stop(self, kill: bool = False) -> None:
+        """Ask the worker to leave (or kill it: a busy worker never reads the request to leave)."""
         if self._proc is not None:
+            if not kill:
+                try:
+                    self._conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
             try:
-                self._conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            try:
-                self._proc.wait(timeout=2)
+                self._proc.wait(timeout=0 if kill else 2)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait(timeout=5)
             self._conn.close()
         self._proc = self._conn = None
 
-    def _receive(self, timeout: float, progress, what: str):
-        """Next reply from the worker; progress messages go to the callback on the way."""
+    def _receive(self, rid, timeout: float, progress, what: str, launches: int = 1):
+        """The reply to request ``rid``; its progress goes to the callback on the way.
+
+        Messages for any other request are dropped: they answer a request nobody waits for.
+        The callback is also called about once a second while nothing arrives, so a caller that
+        wants to leave (Streamlit raises from its next element update) is heard promptly.
+        """
         deadline = time.monotonic() + timeout
-        total = done = 0
+        total = done = 0  # blocks of every launch the simulator runs for this request
+        last_call = time.monotonic()
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                self._stop()
-                self.restarts += 1
-                raise KernelError(f"{what} timed out after {timeout:.0f} s; the worker was restarted")
+                where = "simulator" if self.backend == "sim" else "GPU"
+                raise RunTimeout(f"{what} timed out: over the {where}'s limit of {timeout:g} s per run")
             try:
-                ready = self._conn.poll(min(left, 0.5))
+                ready = self._conn.poll(min(left, 0.25))
             except (EOFError, OSError):
                 ready = True
             if not ready:
                 if self._proc.poll() is not None:
                     return self._died(what)
+                if progress is not None and total and time.monotonic() - last_call > 1.0:
+                    last_call = time.monotonic()
+                    progress(done, total)
                 continue
             try:
                 msg = self._conn.recv()
             except (EOFError, OSError):
                 return self._died(what)
+            if msg[1] != rid:
+                continue  # left over from an earlier request
             if msg[0] == "progress":
-                if msg[1] < 0:
-                    total, done = -msg[1], 0
+                if msg[2] < 0:
+                    total, done = -msg[2] * launches, 0
                 else:
-                    done += msg[1]
+                    done += msg[2]
                 if progress is not None and total:
+                    last_call = time.monotonic()
                     progress(done, total)
                 continue
             return msg
 
     def _died(self, what: str):
-        code = self._proc.poll() if self._proc is not None else None
-        self._stop()
+        code = None
+        if self._proc is not None:
+            try:  # the pipe can close a moment before the exit status is there
+                code = self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        self._stop(kill=True)
         self.restarts += 1
+        if code == -signal.SIGXCPU:
+            raise KernelError(
+                f"{what} used more than its {SIM_RUN_CPU_S} s of CPU time and was stopped; use a smaller launch"
+            )
+        if code == -signal.SIGKILL:
+            raise KernelError(
+                f"the {self.backend} worker was killed while {what} (out of memory?); it will be restarted"
+            )
         raise KernelError(
             f"the {self.backend} worker died while {what} (exit code {code}); it will be restarted"
         )
 
+    def _warm_up(self) -> None:
+        """Start a worker now, so the next visitor does not wait for numba to import."""
+        with self._lock:
+            if not self._closed and not self.warm:
+                try:
+                    self._start()
+                except KernelError:
+                    pass  # the next capture tries again and reports it
+
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._stop()
 
     def __enter__(self):
@@ -157,10 +252,18 @@ class Runner:
     def __exit__(self, *exc):
         self.close()
 
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    @property
+    def warm(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     # --- the one thing callers do ------------------------------------------------------------
     def info(self) -> dict:
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
+            if not self.warm:
                 self._start()
             return dict(self.device_info)
 
@@ -174,49 +277,170 @@ class Runner:
         time_clean: bool = True,
         progress=None,
         timeout: float | None = None,
-        accesses: bool = False,
+        **options,
     ) -> Capture:
-        """Launch ``kernel`` once instrumented (and timed clean); raises LaunchError or KernelError."""
+        """Launch ``kernel`` once instrumented (and timed clean); raises LaunchError or KernelError.
+
+        ``options`` (e.g. ``accesses=True``) go to the worker's request unchanged.
+        """
         request = {
+            **options,
             "kernel": kernel,
             "params": dict(params or {}),
             "seed": seed,
             "repeats": repeats,
             "time_clean": time_clean,
         }
-        if accesses:  # record every load/store on the simulator (visualizer/memory)
-            request["accesses"] = True
         if self.backend == "sim":
-            plan_launch(kernel, params, "sim")  # refuse bad input before starting a worker
+            admit_capture(kernel, params, "sim")  # refuse bad input before starting a worker
+        timeout = timeout or self.run_timeout
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
+            if not self.warm:
                 self._start()
-            self._conn.send(request)
-            reply = self._receive(timeout or self.run_timeout, progress, f"running {kernel}")
-        kind = reply[0]
-        if kind == "invalid":
-            raise LaunchError(reply[1])
-        if kind == "fatal":
-            # the worker exits after a GPU fault; reap it now so the next call starts a fresh one
-            with self._lock:
-                self._stop()
+            if self.backend == "gpu":
+                admit_capture(kernel, params, "gpu", limits_from_info(self.device_info))
+            request["id"] = rid = next(self._ids)
+            if self.backend == "sim":
+                request["cpu_limit_s"] = SIM_RUN_CPU_S
+            answered = False
+            try:
+                self._conn.send(request)
+                # the worker announces one launch's blocks; the simulator runs it twice when timing clean
+                launches = 2 if self.backend == "sim" and time_clean else 1
+                reply = self._receive(rid, timeout, progress, f"running {kernel}", launches)
+                answered = True
+            except RunTimeout as exc:
+                raise KernelError(f"{exc}; it was stopped (try a smaller launch)") from None
+            finally:
+                if not answered and self._proc is not None:
+                    # Given up (timeout, a progress callback that raised, KeyboardInterrupt...):
+                    # the worker would go on computing for nobody, and its reply must never be
+                    # read by the next request. Kill it; the next call starts a fresh one.
+                    self._stop(kill=True)
+                    self.restarts += 1
+                    self.abandoned += 1
+                    if self.respawn:
+                        threading.Thread(target=self._warm_up, daemon=True).start()
+            kind = reply[0]
+            if kind == "fatal":
+                # the worker exits after a GPU fault; reap it now so the next call starts a fresh one
+                self._stop(kill=True)
                 self.restarts += 1
-            raise KernelError(f"{kernel} faulted on the GPU: {reply[1]} (the worker was restarted)")
+        if kind == "invalid":
+            raise LaunchError(reply[2])
+        if kind == "fatal":
+            raise KernelError(f"{kernel} faulted on the GPU: {reply[2]} (the worker was restarted)")
         if kind == "error":
-            raise KernelError(f"{kernel} failed: {reply[1]}")
-        return build_capture(reply[1])
+            raise KernelError(f"{kernel} failed: {reply[2]}")
+        return build_capture(reply[2])
 
 
-_RUNNERS: dict[str, Runner] = {}
+class RunTimeout(Exception):
+    pass
+
+
+class RunQueue:
+    """One first-come-first-served queue in front of a small pool of workers of one backend.
+
+    A caller waiting for a free worker is told its place (``waiting(ahead, running)``) about once
+    a second; if that callback raises (the visitor left), it leaves the queue.
+    """
+
+    def __init__(self, backend: str = "auto", workers: int | None = None, run_timeout: float | None = None):
+        self.backend = resolve_backend(backend)
+        n = workers or default_workers(self.backend)
+        self.runners = [Runner(self.backend, run_timeout) for _ in range(n)]
+        for r in self.runners:
+            r.respawn = True
+        self._cond = threading.Condition()
+        self._queue: deque = deque()
+        self._idle = list(self.runners)
+
+    @property
+    def restarts(self) -> int:
+        return sum(r.restarts for r in self.runners)
+
+    @property
+    def abandoned(self) -> int:
+        return sum(r.abandoned for r in self.runners)
+
+    def status(self) -> dict:
+        with self._cond:
+            return {
+                "workers": len(self.runners),
+                "running": len(self.runners) - len(self._idle),
+                "queued": len(self._queue),
+            }
+
+    def _acquire(self, waiting) -> Runner:
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+        try:
+            while True:
+                with self._cond:
+                    if self._queue[0] is ticket and self._idle:
+                        self._queue.popleft()
+                        # a worker that is already up first (starting one takes a second or two)
+                        runner = max(self._idle, key=lambda r: r.warm)
+                        self._idle.remove(runner)
+                        self._cond.notify_all()
+                        return runner
+                    running = len(self.runners) - len(self._idle)
+                    ahead = self._queue.index(ticket) + running
+                if waiting is not None:
+                    waiting(ahead, running)  # may raise: the caller left the queue
+                with self._cond:
+                    self._cond.wait(timeout=1.0)
+        except BaseException:
+            with self._cond:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                self._cond.notify_all()
+            raise
+
+    def _release(self, runner: Runner) -> None:
+        with self._cond:
+            self._idle.append(runner)
+            self._cond.notify_all()
+
+    def info(self) -> dict:
+        runner = self._acquire(None)
+        try:
+            return runner.info()
+        finally:
+            self._release(runner)
+
+    def capture(self, kernel: str, params: dict | None = None, *, waiting=None, **kwargs) -> Capture:
+        """Runner.capture on the next free worker, after waiting in line (see ``waiting``)."""
+        admit_capture(kernel, params, self.backend)  # a refused launch never waits in line
+        runner = self._acquire(waiting)
+        try:
+            return runner.capture(kernel, params, **kwargs)
+        finally:
+            self._release(runner)
+
+    def close(self) -> None:
+        for r in self.runners:
+            r.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+_RUNNERS: dict[str, RunQueue] = {}
 _RUNNERS_LOCK = threading.Lock()
 
 
-def get_runner(backend: str = "auto") -> Runner:
-    """The process-wide runner for a backend (one worker each), created on first use."""
+def get_runner(backend: str = "auto") -> RunQueue:
+    """The process-wide queue of workers for a backend, created on first use."""
     name = resolve_backend(backend)
     with _RUNNERS_LOCK:
         if name not in _RUNNERS:
-            _RUNNERS[name] = Runner(name)
+            _RUNNERS[name] = RunQueue(name)
         return _RUNNERS[name]
 
 

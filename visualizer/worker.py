@@ -10,12 +10,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 import time
 import traceback
 
 import numpy as np
 
 PER_WARP_ABOVE = 1 << 16  # above this many threads, record timing once per warp (lane 0)
+SIM_THREAD_STACK_BYTES = 4 * 2**20
 
 
 def configure_backend(backend: str) -> None:
@@ -25,9 +27,53 @@ def configure_backend(backend: str) -> None:
         # fastsim runs every simulated thread on this one OS thread (greenlets), so there is no
         # GIL contention to pin against; a long switch interval only delays its watchdog thread.
         sys.setswitchinterval(0.02)
+        # Small OS thread stacks (the stock simulator, still used for some paths, starts one OS
+        # thread per simulated thread): 8 MiB each would leave no room under limit_memory's cap.
+        threading.stack_size(SIM_THREAD_STACK_BYTES)
     else:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+
+
+def limit_memory() -> None:
+    """Cap this worker's address space (the runner passes the size): a launch that grows past it
+    fails with MemoryError in this process instead of pushing the server out of memory. No core
+    files either: a worker stopped by its CPU limit (SIGXCPU) would otherwise dump one."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+    size = os.environ.get("VISUALIZER_WORKER_MEMORY", "")
+    if not size.isdigit():
+        return
+    try:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        want = int(size) if hard == resource.RLIM_INFINITY else min(int(size), hard)
+        resource.setrlimit(resource.RLIMIT_AS, (want, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def limit_cpu(seconds: float | None) -> None:
+    """At most ``seconds`` more CPU time for this request: past it the kernel sends SIGXCPU and the
+    worker dies, even if nobody is watching it any more (the runner names the limit)."""
+    if not seconds:
+        return
+    try:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(usage.ru_utime + usage.ru_stime + seconds) + 1
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 class Backend:
@@ -86,6 +132,10 @@ class Backend:
             "memory_clock_khz": dev.MEMORY_CLOCK_RATE,
             "memory_bus_bits": dev.GLOBAL_MEMORY_BUS_WIDTH,
         }
+        try:  # global memory, for the runner's admission check (catalog.check_cost)
+            info["memory_bytes"] = int(self.cuda.current_context().get_memory_info()[1])
+        except Exception:
+            pass
         # DRAM peak: 2 transfers per clock (DDR) x bus width in bytes
         info["peak_bandwidth_gbs"] = 2 * dev.MEMORY_CLOCK_RATE * 1e3 * dev.GLOBAL_MEMORY_BUS_WIDTH / 8 / 1e9
         return info
@@ -381,21 +431,27 @@ def start_access_recording(backend: Backend, spec, values, launch, traced, devic
 
 
 def serve(conn, backend_name: str) -> None:
-    """Worker main loop: one request at a time until None or the pipe closes."""
+    """Worker main loop: one request at a time until None or the pipe closes.
+
+    Every message carries the id of the request it answers (progress too), so the runner can
+    tell a reply to its own request from one left over by a request it gave up on.
+    """
     configure_backend(backend_name)
+    limit_memory()
+    current = {"id": None}  # the request being served, echoed on its progress messages
 
     def progress(n):
         try:
-            conn.send(("progress", n))
+            conn.send(("progress", current["id"], n))
         except (BrokenPipeError, OSError):
             pass
 
     try:
         backend = Backend(backend_name, progress)
     except Exception as exc:
-        conn.send(("error", one_line(exc)))
+        conn.send(("error", None, one_line(exc)))
         return
-    conn.send(("ready", backend.device_info()))
+    conn.send(("ready", None, backend.device_info()))
     while True:
         try:
             request = conn.recv()
@@ -403,26 +459,30 @@ def serve(conn, backend_name: str) -> None:
             return
         if request is None:
             return
+        rid = current["id"] = request.get("id")
+        limit_cpu(request.get("cpu_limit_s"))
         try:
             if request.get("op") == "info":
-                conn.send(("ok", backend.device_info()))
+                conn.send(("ok", rid, backend.device_info()))
                 continue
             result = capture(backend, request)
-            conn.send(("ok", result))
+            conn.send(("ok", rid, result))
         except Exception as exc:
             from visualizer.catalog import LaunchError
 
             if isinstance(exc, LaunchError):
-                conn.send(("invalid", str(exc)))
+                conn.send(("invalid", rid, str(exc)))
                 continue
             fatal = is_fatal_cuda_error(exc)
             detail = traceback.format_exc(limit=-3)
-            conn.send(("fatal" if fatal else "error", one_line(exc), detail))
+            conn.send(("fatal" if fatal else "error", rid, one_line(exc), detail))
             if fatal:
                 # A faulted CUDA context is unusable, and freeing its memory at exit only repeats the
                 # error: leave at once so the runner starts a fresh worker.
                 conn.close()
                 os._exit(3)
+        finally:
+            current["id"] = None
 
 
 def is_fatal_cuda_error(exc: BaseException) -> bool:

@@ -7,6 +7,7 @@ integers checked against each kernel's declared ranges before any launch.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -20,6 +21,25 @@ from visualizer.trace import Capture
 
 DEFAULT_KERNEL = "vector_add"
 HIDDEN_KERNELS = ("out_of_bounds_write",)  # the fault demo is for tests and the CLI
+CACHE_MAX_BYTES = 512 * 2**20  # captures kept for every visitor (each capture's tables and arrays)
+MESSAGE_MAX_CHARS = 300
+
+_AUTOLINK = re.compile(r"([:@.])")
+# Characters that start Markdown, HTML or Streamlit markup (links, images, emphasis, code, colour
+# and icon directives, LaTeX, tables, headings); each is shown literally once backslash-escaped.
+_MARKUP = re.compile(r"([\\`*_{}\[\]()<>#+!|~$:&=-])")
+
+
+def as_text(message: str, limit: int = MESSAGE_MAX_CHARS) -> str:
+    """A message that may quote a visitor's input, made safe for st.error/st.markdown: one line,
+    at most ``limit`` characters, and every markup character escaped so it is shown, not rendered."""
+    line = " ".join(str(message).split())
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    # GFM turns bare addresses (http://…, www.…, a@b.c) into links even when escaped: a zero-width
+    # space after each ':', '@' and '.' keeps them plain text and looks the same
+    line = _AUTOLINK.sub("\\1\u200b", line)
+    return _MARKUP.sub(r"\\\1", line)
 
 
 @dataclass(frozen=True)
@@ -47,9 +67,11 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
     try:
         spec = catalog.get(kernel)
         if kernel in HIDDEN_KERNELS:
-            raise LaunchError(f"kernel {kernel!r} cannot be run from the app")
+            raise LaunchError(f"kernel {catalog.quoted(kernel)} cannot be run from the app")
         if backend not in BACKENDS:
-            raise LaunchError(f"unknown backend {backend!r} in the link; choose one of {', '.join(BACKENDS)}")
+            raise LaunchError(
+                f"unknown backend {catalog.quoted(backend)} in the link; choose one of {', '.join(BACKENDS)}"
+            )
         given = {
             k: v for k, v in query.items() if k not in ("kernel", "backend", "page", "q_tile", "row", "sm")
         }
@@ -57,44 +79,113 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
         return RunConfig(kernel, backend, tuple(sorted(values.items()))), None
     except LaunchError as exc:
         spec = catalog.get(DEFAULT_KERNEL)
-        return RunConfig(DEFAULT_KERNEL, "auto", tuple(sorted(spec.defaults().items()))), f"Bad link: {exc}"
+        return RunConfig(DEFAULT_KERNEL, "auto", tuple(sorted(spec.defaults().items()))), as_text(
+            f"Bad link: {exc}"
+        )
 
 
 @st.cache_resource(show_spinner=False)
 def runner_for(backend: str):
-    """One worker process per backend, shared by every browser session (launches are serialised)."""
+    """One queue of workers per backend, shared by every browser session (runner.RunQueue)."""
     return get_runner(backend)
 
 
+def capture_nbytes(cap: Capture) -> int:
+    """Host memory a capture holds: its arrays and its tables (deep, so strings count)."""
+    arrays = sum(a.nbytes for a in (*cap.inputs.values(), *cap.outputs.values()))
+    tables = sum(int(df.memory_usage(deep=True, index=True).sum()) for df in cap.tables().values())
+    return int(arrays + tables)
+
+
+class _Flight:
+    """A capture being computed for one key; later askers wait for it instead of queueing again."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.result: Capture | None = None
+        self.error: Exception | None = None
+
+
 class CaptureCache:
-    """Captures shared by every browser session, least recently used dropped first.
+    """Captures shared by every browser session, bounded in bytes, least recently used dropped first.
 
     Not st.cache_data: a miss must drive a progress bar while the simulator runs, and cache_data
     cannot replay Streamlit elements created outside the cached function. Captures are read-only.
+    Only a capture that finished for the request that asked for it is ever stored.
     """
 
-    def __init__(self, max_entries: int = 48):
-        self.max_entries = max_entries
-        self._items: OrderedDict = OrderedDict()
+    def __init__(self, max_bytes: int = CACHE_MAX_BYTES):
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._items: OrderedDict = OrderedDict()  # key -> (capture, its bytes)
+        self._inflight: dict = {}
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def get(self, key):
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return self._items[key]
+                return self._items[key][0]
         return None
 
     def put(self, key, value) -> None:
+        size = capture_nbytes(value)
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
+            if key in self._items:
+                self.nbytes -= self._items.pop(key)[1]
+            if size > self.max_bytes:
+                return  # bigger than the whole cache: its visitor keeps it, nobody else
+            self._items[key] = (value, size)
+            self.nbytes += size
+            while self.nbytes > self.max_bytes:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self.nbytes -= dropped
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self.nbytes = 0
+
+    def get_or_run(self, key, run, wait=None) -> Capture:
+        """The cached capture for ``key``, or ``run()``'s; one run per key at a time.
+
+        A second visitor asking for a key being computed waits for that run (``wait()`` is called
+        about once a second meanwhile and may raise to leave). If the first visitor leaves, its run
+        is cancelled and a waiting visitor runs it again.
+        """
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    return self._items[key][0]
+                flight = self._inflight.get(key)
+                leader = flight is None
+                if leader:
+                    flight = self._inflight[key] = _Flight()
+            if leader:
+                try:
+                    cap = run()
+                    self.put(key, cap)
+                    flight.result = cap
+                    return cap
+                except (LaunchError, KernelError) as exc:
+                    flight.error = exc
+                    raise
+                finally:
+                    with self._lock:
+                        self._inflight.pop(key, None)
+                    flight.done.set()
+            while not flight.done.wait(1.0):
+                if wait is not None:
+                    wait()
+            if flight.result is not None:
+                return flight.result
+            if flight.error is not None:
+                raise flight.error
+            # the visitor who ran it left before it finished: run it (or wait for whoever does)
 
 
 @st.cache_resource(show_spinner=False)
@@ -102,14 +193,26 @@ def capture_cache() -> CaptureCache:
     return CaptureCache()
 
 
-def cached_capture(kernel: str, params: tuple, backend: str, seed: int = 0, progress=None) -> Capture:
-    """The capture of (kernel, params, backend, seed), launched only the first time it is asked for."""
+def cached_capture(
+    kernel: str, params: tuple, backend: str, seed: int = 0, progress=None, waiting=None
+) -> Capture:
+    """The capture of (kernel, params, backend, seed), launched only the first time it is asked for.
+
+    ``progress(done, total)``: blocks simulated; ``waiting(ahead, running)``: runs ahead in the
+    queue (ahead is None while another visitor's identical run is computing). Either may raise
+    (Streamlit does when the visitor leaves): the run is then cancelled and nothing is cached.
+    """
     key = (kernel, tuple(sorted(params)), backend, seed)
-    cap = capture_cache().get(key)
-    if cap is None:
-        cap = runner_for(backend).capture(kernel, dict(params), seed=seed, progress=progress)
-        capture_cache().put(key, cap)
-    return cap
+
+    def run() -> Capture:
+        cap = runner_for(backend).capture(kernel, dict(params), seed=seed, progress=progress, waiting=waiting)
+        got = cap.launch["params"]
+        if cap.launch["kernel"] != kernel or any(got.get(k) != v for k, v in params):
+            # the runner's request ids make this impossible; never show or cache it if it happens
+            raise KernelError(f"the worker answered a different request than {kernel}; please run again")
+        return cap
+
+    return capture_cache().get_or_run(key, run, wait=(lambda: waiting(None, None)) if waiting else None)
 
 
 def backend_badge(cap: Capture) -> str:
@@ -121,12 +224,20 @@ def backend_badge(cap: Capture) -> str:
     return ":orange-badge[CUDA simulator on CPU]\n\nSM ids and times are modelled, not measured."
 
 
+def queue_text(ahead: int | None, running: int | None, backend: str) -> str:
+    if ahead is None:
+        return "another visitor is running this same launch: its capture will be shown here too"
+    worker = "GPU" if backend == "gpu" else "simulator worker"
+    runs = "1 run" if ahead == 1 else f"{ahead} runs"
+    return f"in line: {runs} ahead of yours ({running} running); waiting for a free {worker}"
+
+
 def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str | None]:
     """Capture (from cache when possible), with progress for slow simulator runs; errors as one line."""
     try:
         backend = "gpu" if config.backend == "auto" and gpu_present() else config.backend
         backend = "sim" if backend == "auto" else backend
-        catalog.plan_launch(config.kernel, config.param_dict, "sim" if backend == "sim" else "gpu")
+        catalog.admit_capture(config.kernel, config.param_dict, "sim" if backend == "sim" else "gpu")
         label = (
             "Running on the GPU…"
             if backend == "gpu"
@@ -135,14 +246,41 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
         with st.status(label, expanded=False) as status:
             bar = st.progress(0.0, text="starting the worker")
 
+            # The place in line goes in a toast (top right, seen whatever the scroll) and the status label.
+            queued: dict = {}
+
+            def done_waiting(text: str, icon: str) -> None:
+                toast = queued.pop("toast", None)
+                if toast is not None:  # replace the waiting toast by one that goes away by itself
+                    toast.toast(text, icon=icon, duration="short")
+
             def progress(done, total):
+                if "toast" in queued:
+                    status.update(label=label)
+                    done_waiting("Your run has started.", ":material/play_arrow:")
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks simulated")
 
-            cap = cached_capture(config.kernel, config.params, backend, seed, progress=progress)
+            def waiting(ahead, running):
+                text = queue_text(ahead, running, backend)
+                text = text[0].upper() + text[1:]
+                if queued.get("text") != text:
+                    queued["text"] = text
+                    icon = ":material/hourglass_top:"
+                    if "toast" not in queued:
+                        queued["toast"] = st.toast(text, icon=icon, duration="infinite")
+                    else:
+                        queued["toast"].toast(text, icon=icon, duration="infinite")
+                    status.update(label=text)
+                bar.progress(0.0, text=text)
+
+            cap = cached_capture(
+                config.kernel, config.params, backend, seed, progress=progress, waiting=waiting
+            )
+            done_waiting("Your capture is ready.", ":material/check:")
             status.update(label=f"Ran {config.kernel} on {cap.launch['device_name']}", state="complete")
         return cap, None
     except (LaunchError, KernelError) as exc:
-        return None, str(exc)
+        return None, as_text(str(exc))
 
 
 def current_capture() -> Capture | None:

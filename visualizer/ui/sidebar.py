@@ -87,9 +87,11 @@ def sidebar() -> None:
             st.session_state.config = config
             st.session_state.pending_run = True
 
-        if st.session_state.pop("pending_run", False):
+        if st.session_state.get("pending_run", False):
             st.query_params.from_dict(config.to_query())
             cap, error = run_capture(config)
+            # cleared only once the run is over: a run cut short by a page switch runs again there
+            st.session_state.pending_run = False
             st.session_state.run_error = error
             if cap is not None:
                 st.session_state.capture = cap
