@@ -335,6 +335,13 @@ def capture(backend: Backend, request: dict) -> dict:
     return {"launch": launch_info, "timing": timing, "arrays": result_arrays, "inputs": inputs}
 
 
+def capture_source(backend: Backend, request: dict) -> dict:
+    """Run a user's kernel from its source (request["op"] == "source"): visualizer/userkernel/."""
+    from visualizer.userkernel.execute import capture_source as run_user_source
+
+    return run_user_source(backend, request)
+
+
 def serve(conn, backend_name: str) -> None:
     """Worker main loop: one request at a time until None or the pipe closes."""
     configure_backend(backend_name)
@@ -362,7 +369,7 @@ def serve(conn, backend_name: str) -> None:
             if request.get("op") == "info":
                 conn.send(("ok", backend.device_info()))
                 continue
-            result = capture(backend, request)
+            result = (capture_source if request.get("op") == "source" else capture)(backend, request)
             conn.send(("ok", result))
         except Exception as exc:
             from visualizer.catalog import LaunchError

@@ -1,0 +1,166 @@
+"""The host side of "your own kernel": a dedicated worker per backend, the request, the Capture.
+
+Nothing here executes the user's code: the source is parsed with ``ast`` for a syntax check and
+the kernel's parameter names, then sent to a worker process, which is the only place it runs.
+User code gets its own workers (not the ones the built-in kernels share), with a wall-clock limit
+here and CPU-time/memory limits inside the worker (visualizer/userkernel/execute.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+
+import numpy as np
+
+from visualizer.catalog import LaunchError
+from visualizer.runner import KernelError, Runner, resolve_backend
+from visualizer.trace import Capture, threads_table
+from visualizer.userkernel.spec import SourceLaunch
+
+RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_USER_TIMEOUT_S", "120"))
+ALLOW_ENV = "VISUALIZER_ALLOW_USER_CODE"
+LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1", "[::1]")
+_ids = itertools.count(1)
+
+
+def user_code_allowed(address: str | None, env: dict | None = None) -> tuple[bool, str]:
+    """May this server run code its visitors type? (allowed, one-line reason).
+
+    On by default only when the server listens on localhost; an operator can force it on or off
+    with VISUALIZER_ALLOW_USER_CODE=1 / 0.
+    """
+    env = os.environ if env is None else env
+    flag = str(env.get(ALLOW_ENV, "")).strip().lower()
+    if flag in ("1", "true", "yes", "on"):
+        return True, f"enabled by the operator ({ALLOW_ENV}=1)"
+    if flag in ("0", "false", "no", "off"):
+        return False, f"disabled by the operator ({ALLOW_ENV}={env.get(ALLOW_ENV)})"
+    if address and address.strip() in LOCAL_ADDRESSES:
+        return True, f"on because the server listens on {address} only"
+    where = address or "every network interface"
+    return False, (
+        f"off because this server listens on {where}, so anyone who can reach it could run code here; "
+        f"the operator can start it with {ALLOW_ENV}=1 to allow it (code runs in a worker process with "
+        "CPU-time, memory and wall-clock limits, not in the server)"
+    )
+
+
+def build_user_capture(reply: dict) -> Capture:
+    """A Capture from a source run's reply: the same tables as a built-in kernel's."""
+    launch, timing, recorded = reply["launch"], reply["timing"], reply["arrays"]
+    records = recorded["trace"].T
+    threads = threads_table(launch, records, recorded["active"])
+    if len(records):
+        timing["kernel_span_ns"] = int(records[:, 2].max() - records[:, 1].min())
+    return Capture(
+        launch=launch,
+        timing=timing,
+        inputs=dict(reply["inputs"]),
+        outputs=dict(reply["outputs"]),
+        threads=threads,
+        check=reply["check"],
+    )
+
+
+def _payload(msg: tuple, rid: int) -> tuple:
+    """(kind, *payload) whether or not the worker echoes request ids in its replies."""
+    if len(msg) >= 3 and msg[1] == rid:
+        return (msg[0], *msg[2:])
+    return msg
+
+
+class UserRunner(Runner):
+    """A Runner whose worker runs users' kernels from source (request op "source")."""
+
+    def __init__(self, backend: str = "auto", run_timeout: float = RUN_TIMEOUT_S):
+        super().__init__(backend, run_timeout)
+
+    def capture_source(
+        self,
+        launch: SourceLaunch,
+        *,
+        seed: int = 0,
+        repeats: int = 20,
+        accesses: bool = False,
+        time_clean: bool = True,
+        progress=None,
+        timeout: float | None = None,
+    ) -> Capture:
+        """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError."""
+        rid = next(_ids)
+        request = {
+            **launch.request(self.backend, seed, repeats, accesses),
+            "id": rid,
+            "time_clean": time_clean,
+        }
+        limit = timeout or self.run_timeout
+        what = f"running your kernel {launch.kernel}"
+        try:
+            with self._lock:
+                if self._proc is None or self._proc.poll() is not None:
+                    self._start()
+                self._conn.send(request)
+                reply = _payload(self._receive(limit, progress, what), rid)
+        except KernelError as exc:
+            raise KernelError(_explain(str(exc), limit)) from None
+        kind = reply[0]
+        if kind == "invalid":
+            raise LaunchError(reply[1])
+        if kind == "fatal":
+            with self._lock:
+                self._stop()
+                self.restarts += 1
+            raise KernelError(f"{launch.kernel} faulted on the GPU: {reply[1]} (the worker was restarted)")
+        if kind == "error":
+            message = reply[1]
+            for prefix in ("UserCodeError: ",):
+                message = message.removeprefix(prefix)
+            raise KernelError(message)
+        return build_user_capture(reply[1])
+
+
+def _explain(message: str, limit: float) -> str:
+    """The runner's messages about a lost worker, said in terms of the user-code limits."""
+    from visualizer.userkernel.execute import CPU_LIMIT_S
+
+    if "timed out" in message:
+        return (
+            f"your kernel did not finish within {limit:.0f} s, the time limit for user code (an endless "
+            "loop?); the worker was stopped and restarted"
+        )
+    if f"exit code {-signal.SIGXCPU}" in message:
+        return (
+            f"your kernel used more than {CPU_LIMIT_S} s of CPU time, the limit for user code (an endless "
+            "loop?); the worker was stopped and restarted"
+        )
+    if f"exit code {-signal.SIGKILL}" in message or f"exit code {-signal.SIGSEGV}" in message:
+        return f"{message} (out of memory? user code may add {_memory_mb()} MiB on the simulator)"
+    return message
+
+
+def _memory_mb() -> int:
+    from visualizer.userkernel.execute import MEMORY_LIMIT_BYTES
+
+    return MEMORY_LIMIT_BYTES >> 20
+
+
+_RUNNERS: dict[str, UserRunner] = {}
+_LOCK = threading.Lock()
+
+
+def get_user_runner(backend: str = "auto") -> UserRunner:
+    """The process-wide runner for user code on a backend (its own worker), created on first use."""
+    name = resolve_backend(backend)
+    with _LOCK:
+        if name not in _RUNNERS:
+            _RUNNERS[name] = UserRunner(name)
+        return _RUNNERS[name]
+
+
+def arrays_after(cap: Capture) -> dict[str, np.ndarray]:
+    """Every array argument after the launch, in the kernel's parameter order."""
+    both = {**cap.inputs, **cap.outputs}
+    return {k: both[k] for k in cap.launch.get("arg_order", both) if k in both}
