@@ -156,6 +156,7 @@ def describe_failure(exc: BaseException, filename: str, simulator: bool) -> User
         return UserCodeError(f"{type(exc).__name__}{_where(filename, hit)}: {_short(msg)}")
     # Numba: the first paragraph, and the user's line from its 'File "...", line N:' pointer
     msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    msg = re.sub(r"(?m)^\s*Failed in .*pipeline.*$", "", msg)  # which compiler pass: not the user's concern
     first = next((p for p in msg.split("\n\n") if p.strip()), msg)
     first = re.split(r"\n\s*(During:|File \")", first)[0]
     lines = re.findall(r'File "([^"]+)", line (\d+)', msg)

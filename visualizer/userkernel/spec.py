@@ -241,7 +241,7 @@ def syntax_check(source: str, filename: str = "kernel.py") -> ast.Module:
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
         text = (exc.text or "").strip()
         shown = f": {text[:80]}" if text else ""
-        raise LaunchError(f"syntax error in {filename} {where}: {exc.msg}{shown}") from None
+        raise LaunchError(f"syntax error in {Path(filename).name} {where}: {exc.msg}{shown}") from None
 
 
 def find_function(tree: ast.Module, name: str) -> ast.FunctionDef:
