@@ -24,6 +24,7 @@ PAGES = [
     st.Page("app_pages/memory_flow.py", title="Memory flow", icon=":material/swap_horiz:"),
     st.Page("app_pages/occupancy.py", title="Occupancy", icon=":material/speed:"),
     st.Page("app_pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
+    st.Page("app_pages/your_kernel.py", title="Your kernel", icon=":material/code:"),
 ]
 page = st.navigation(PAGES)
 sidebar()
