@@ -30,16 +30,16 @@ def test_example_runs_and_every_page_shows_the_users_capture():
     at.selectbox(key="uk_example").set_value("matmul_tiled").run()
     assert "TPB = 16" in at.text_area(key="uk_source").value
     at.radio(key="uk_backend").set_value("sim")
-    _button(at, "Run").click().run()
+    _button(at, "Run your kernel").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     assert any("`C` matches the numpy reference" in s.value for s in at.success)
     cap = at.session_state["capture"]
-    assert cap.launch["kernel"] == "fast_matmul" and cap.launch["user_kernel"]
+    assert cap.launch["kernel"] == "fast_matmul (yours)" and cap.launch["user_kernel"]
     for page in PAGES:
         at.switch_page(f"app_pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
-        assert at.session_state["capture"].launch["kernel"] == "fast_matmul", page
+        assert at.session_state["capture"].launch["kernel"] == "fast_matmul (yours)", page
     at.switch_page("app_pages/grid.py").run()
     assert at.get("plotly_chart"), "the grid page draws the user's kernel"
 
@@ -50,14 +50,14 @@ def test_edited_kernel_with_a_bug_gives_one_line_and_the_page_keeps_working():
     at.text_area(key="uk_source").set_value(src)
     at.text_input(key="uk_arg_c").set_value("zeros:float32:1000")
     at.radio(key="uk_backend").set_value("sim")
-    _button(at, "Run").click().run()
+    _button(at, "Run your kernel").click().run()
     assert not at.exception
     errors = [e.value for e in at.error]
     assert errors and "IndexError in thread" in errors[0] and "your_kernel.py line 8" in errors[0], errors
     # a syntax error is shown without running anything, and Run is disabled
     at.text_area(key="uk_source").set_value(src.replace("if i < c.size:", "if i < c.size")).run()
     assert any("syntax error in your_kernel.py line 7" in e.value for e in at.error)
-    assert _button(at, "Run").disabled
+    assert _button(at, "Run your kernel").disabled
 
 
 def test_user_code_is_on_only_for_localhost_unless_the_operator_says_so():
@@ -86,4 +86,4 @@ def test_page_says_how_to_enable_when_off(address, monkeypatch):
         config.set_option("server.address", old)
     assert not at.exception
     assert any("VISUALIZER_ALLOW_USER_CODE=1" in w.value for w in at.warning)
-    assert _button(at, "Run").disabled
+    assert _button(at, "Run your kernel").disabled

@@ -39,7 +39,7 @@ def test_textbook_kernels_unmodified_give_correct_outputs_and_traces(user_runner
     ex = EXAMPLES[name]
     cap = user_runner.capture_source(plan(ex), seed=3)
     assert cap.check["correct"] is True, cap.check
-    assert cap.launch["user_kernel"] and cap.launch["kernel"] == ex.kernel
+    assert cap.launch["user_kernel"] and cap.launch["kernel_name"] == ex.kernel
     threads = cap.threads
     assert len(threads) == cap.launch["threads"] and (threads["t_end_ns"] >= threads["t_start_ns"]).all()
     assert threads["t_start_ns"].min() == 0, "every thread recorded its start"
@@ -177,7 +177,9 @@ def test_cli_captures_a_kernel_from_a_file(tmp_path, name):
     assert sorted(arrays.files) == sorted(ex.args)
     launch = json.loads((tmp_path / "launch.json").read_text())
     assert (
-        launch["kernel"] == ex.kernel and launch["check"]["correct"] and launch["kernel_source"] == ex.source
+        launch["kernel_name"] == ex.kernel
+        and launch["check"]["correct"]
+        and launch["kernel_source"] == ex.source
     )
     threads = pd.read_parquet(tmp_path / "threads.parquet")
     assert len(threads) == launch["threads"]

@@ -47,9 +47,11 @@ if "uk_source" not in st.session_state:
     load_example("vector_add")
 
 st.title("Your kernel")
+# the source box reads as code: monospace, no wrapping surprises
+st.html("<style>.st-key-uk_source textarea {font-family: ui-monospace, Menlo, Consolas, monospace;}</style>")
 st.markdown(
     "Paste a Numba CUDA kernel as you would write it (`@cuda.jit`, module constants, device functions, "
-    "`syncthreads`, early `return`s: no probes needed). Run instruments it automatically and every page "
+    "`syncthreads`, early `return`s: no probes needed). **Run your kernel** instruments it automatically and every page "
     "(grid layout, scheduling, occupancy, overview and exports) then shows **your** kernel. "
     "**Try:** pick the tiled matmul, change `TPB` to 8 and the grid to `6,6`, and run again."
 )
@@ -123,7 +125,7 @@ with right:
     )
     backend = st.radio("backend", list(BACKENDS), format_func=BACKENDS.get, horizontal=True, key="uk_backend")
     run = st.button(
-        "Run",
+        "Run your kernel",
         type="primary",
         use_container_width=True,
         disabled=not allowed or bool(syntax_error) or not params,
@@ -166,7 +168,7 @@ if st.session_state.get("uk_error"):
 cap = st.session_state.get("capture")
 if cap is not None and cap.launch.get("user_kernel"):
     launch = cap.launch
-    st.subheader(f"{launch['kernel']} on {launch['device_name']}")
+    st.subheader(f"{launch['kernel_name']} on {launch['device_name']}")
     st.caption(f"Data source: {cap.source}")
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("grid", " × ".join(str(g) for g in launch["grid"] if g > 1) or "1")

@@ -108,7 +108,7 @@ def cmd_capture_source(argv: list[str]) -> int:
         return 1
     written = save(cap, args.out)
     info, timing, check = cap.launch, cap.timing, cap.check
-    print(f"{info['kernel']} from {path.name} on {info['device_name']} ({info['source']})")
+    print(f"{info['kernel_name']} from {path.name} on {info['device_name']} ({info['source']})")
     print(f"  grid {tuple(info['grid'])} x block {tuple(info['block'])} = {info['threads']} threads")
     print(f"  SMs used: {cap.threads['sm'].nunique()} ({'measured' if cap.measured else 'modelled'})")
     line = f"  kernel: instrumented {timing['instrumented_ms']:.4f} ms"

@@ -442,7 +442,9 @@ def capture_source(backend, request: dict) -> dict:
     ]
     launch_info = {
         **info,
-        "kernel": kernel,
+        # "(yours)": never mistaken for a built-in kernel of the same name by a page or the timing panel
+        "kernel": f"{kernel} (yours)",
+        "kernel_name": kernel,
         "user_kernel": True,
         "filename": os.path.basename(filename),
         "params": {p: request["args"][p]["text"] for p in params},
