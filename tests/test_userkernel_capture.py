@@ -195,3 +195,32 @@ def test_cli_bad_input_exits_2_and_failing_kernel_exits_1(tmp_path):
     assert oob.returncode == 1 and oob.stderr.count("\n") == 1 and "k.py line 6" in oob.stderr
     big = run_cli(*common, "--grid", "5000", "--arg", "a=zeros:float32:100")
     assert big.returncode == 2 and "limit 65536 threads" in big.stderr
+
+
+def test_accesses_come_from_the_memory_engine_when_it_is_there(tmp_path):
+    import importlib.util
+
+    ex = EXAMPLES["reduction"]
+    res = run_cli(
+        "--source",
+        str(HERE / ex.file),
+        "--block",
+        "256",
+        "--threads-for",
+        "300",
+        "--arg",
+        "x=rand:float32:300",
+        "--arg",
+        "partial=zeros:float32:2",
+        "--backend",
+        "sim",
+        "--accesses",
+        "--out",
+        str(tmp_path),
+    )
+    if importlib.util.find_spec("visualizer.memory") is None:
+        assert res.returncode == 2 and "memory-access engine" in res.stderr and res.stderr.count("\n") == 1
+    else:
+        assert res.returncode == 0, res.stderr
+        accesses = pd.read_parquet(tmp_path / "accesses.parquet")
+        assert {"x", "partial"} <= set(accesses["array"].astype(str))

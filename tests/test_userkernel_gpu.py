@@ -66,15 +66,16 @@ def test_textbook_kernels_on_the_gpu(gpu_user_runner, name):
     )
 
 
-def test_typing_error_is_one_line_with_the_users_line(gpu_user_runner):
-    src = "from numba import cuda\n\n@cuda.jit\ndef k(a):\n    i = cuda.grid(1)\n    a[i] = 'text'\n"
+@pytest.mark.parametrize("bad", ["a.foo = 1", "a[i] = undefined_name"])
+def test_typing_error_is_one_line_with_the_users_line(gpu_user_runner, bad):
+    src = f"from numba import cuda\n\n@cuda.jit\ndef k(a):\n    i = cuda.grid(1)\n    {bad}\n"
     sl = plan_source_launch(
         src, "k", grid="1", block="32", args={"a": "zeros:float32:32"}, backend="gpu", filename="k.py"
     )
     with pytest.raises(KernelError) as err:
         gpu_user_runner.capture_source(sl)
     msg = str(err.value)
-    assert "\n" not in msg and "k.py line 6" in msg, msg
+    assert "\n" not in msg and f"typing error at k.py line 6: {bad}" in msg, msg
 
 
 def test_illegal_address_is_reported_and_the_worker_restarts(gpu_user_runner):

@@ -126,3 +126,43 @@ def test_nested_function_returns_are_left_alone():
     inner = fn.body[1]
     assert isinstance(inner, ast.FunctionDef)
     assert [type(s).__name__ for s in inner.body] == ["Return"]
+
+
+# Numba's own messages (numba-cuda 0.30.4 compiling for sm_90), shortened to one line with the user's line
+NUMBA_SETATTR = (
+    "Failed in cuda mode pipeline (step: nopython frontend)\n\x1b[1m\x1b[1mCannot resolve setattr: "
+    '(array(float32, 1d, C)).foo = Literal[int](1)\n\x1b[1m\nFile "k.py", line 6:\x1b[0m\n\x1b[1mdef k(a):\n'
+    "    <source elided>\n    i = cuda.grid(1)\n\x1b[1m    a.foo = 1\n\x1b[0m    \x1b[1m^\x1b[0m\x1b[0m\n"
+    "\x1b[0m\x1b[1mDuring: typing of set attribute 'foo' at k.py (6)\x1b[0m"
+)
+NUMBA_NAME = (
+    "Failed in cuda mode pipeline (step: nopython frontend)\n\x1b[1m\x1b[1mNameError: name 'undefined_name' "
+    "is not defined\x1b[0m\n\x1b[0m\x1b[1mDuring: Pass nopython_type_inference\x1b[0m"
+)
+
+
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        (
+            NUMBA_SETATTR,
+            "typing error at k.py line 6: a.foo = 1: Cannot resolve setattr: (array(float32, 1d, C))",
+        ),
+        (NUMBA_NAME, "typing error at k.py line 6: a[i] = undefined_name: NameError: name 'undefined_name'"),
+    ],
+)
+def test_numba_typing_errors_become_one_line_with_the_users_line(message, expected):
+    import linecache
+
+    from visualizer.userkernel.execute import describe_failure
+
+    src = "from numba import cuda\n\n@cuda.jit\ndef k(a):\n    i = cuda.grid(1)\n    {}\n"
+    bad = "a.foo = 1" if "setattr" in message else "a[i] = undefined_name"
+    linecache.cache["k.py"] = (1, None, src.format(bad).splitlines(True), "k.py")
+    TypingError = type("TypingError", (Exception,), {})
+    one = str(describe_failure(TypingError(message), "k.py", simulator=False))
+    assert one.startswith(expected) and "\n" not in one and "\x1b" not in one and "pipeline" not in one, one
+    fault = type("CudaAPIError", (Exception,), {})(
+        "[700] Call to cuCtxSynchronize results in CUDA_ERROR_ILLEGAL_ADDRESS"
+    )
+    assert describe_failure(fault, "k.py", simulator=False) is None  # the worker treats it as fatal

@@ -127,8 +127,8 @@ def cmd_capture_source(argv: list[str]) -> int:
     print(
         f"  arrays after the launch: {', '.join(arrays_after(cap))} (written: {', '.join(info['written']) or 'none'})"
     )
-    if args.accesses:
-        print("  note: --accesses needs the memory-access engine (visualizer/memory), not in this build")
+    if getattr(cap, "accesses", None) is not None:
+        print(f"  memory accesses recorded: {len(cap.accesses):,} ({len(cap.hazards):,} hazards)")
     print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
     if check.get("correct") is None:
         print("  no --reference given: the outputs were not checked")

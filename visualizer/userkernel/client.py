@@ -55,7 +55,7 @@ def build_user_capture(reply: dict) -> Capture:
     threads = threads_table(launch, records, recorded["active"])
     if len(records):
         timing["kernel_span_ns"] = int(records[:, 2].max() - records[:, 1].min())
-    return Capture(
+    cap = Capture(
         launch=launch,
         timing=timing,
         inputs=dict(reply["inputs"]),
@@ -63,6 +63,11 @@ def build_user_capture(reply: dict) -> Capture:
         threads=threads,
         check=reply["check"],
     )
+    if "accesses" in reply:  # recorded by the memory engine (visualizer/memory), as for built-in kernels
+        from visualizer.memory import tables as memory_tables
+
+        cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
+    return cap
 
 
 def _payload(msg: tuple, rid: int) -> tuple:

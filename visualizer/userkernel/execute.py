@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from visualizer.userkernel.instrument import BEGIN, END, instrument, traced_name
+from visualizer.userkernel.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
 from visualizer.userkernel.spec import ArgSpec, make_array
 
 # Per-run limits for user code (on top of the runner's wall-clock limit): CPU seconds, and on the
@@ -154,16 +154,26 @@ def describe_failure(exc: BaseException, filename: str, simulator: bool) -> User
                 f"{_short(m.group(3)) or 'no message'}"
             )
         return UserCodeError(f"{type(exc).__name__}{_where(filename, hit)}: {_short(msg)}")
-    # Numba: the first paragraph, and the user's line from its 'File "...", line N:' pointer
+    # Numba: the first paragraph (and the signature it announces), and the user's line from the
+    # error's location or its 'File "...", line N:' pointer
     msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
     msg = re.sub(r"(?m)^\s*Failed in .*pipeline.*$", "", msg)  # which compiler pass: not the user's concern
-    first = next((p for p in msg.split("\n\n") if p.strip()), msg)
-    first = re.split(r"\n\s*(During:|File \")", first)[0]
-    lines = re.findall(r'File "([^"]+)", line (\d+)', msg)
-    mine = [int(n) for f, n in lines if f == filename or os.path.basename(f) == base]
+    paragraphs = [p for p in re.split(r"\n\s*\n", msg) if p.strip()] or [msg]
+    first = re.split(r"\n\s*(During:|File \")", paragraphs[0])[0]
+    if first.rstrip().endswith(":") and len(paragraphs) > 1:
+        first += " " + paragraphs[1]
+    lines = [int(n) for f, n in re.findall(r'File "([^"]+)", line (\d+)', msg) if os.path.basename(f) == base]
+    loc = getattr(exc, "loc", None)
+    if loc is not None and os.path.basename(str(getattr(loc, "filename", ""))) == base:
+        lines.insert(0, int(loc.line))
+    missing = re.search(r"NameError: name '(\w+)' is not defined", msg)
+    if not lines and missing:  # numba names no line for an unknown global: find where it is used
+        source = linecache.getlines(filename)
+        used = [i + 1 for i, text in enumerate(source) if re.search(rf"\b{missing.group(1)}\b", text)]
+        lines = used[:1]
     where = ""
-    if mine:
-        where = f" at {base} line {mine[0]}: {linecache.getline(filename, mine[0]).strip()}"
+    if lines:
+        where = f" at {base} line {lines[0]}: {linecache.getline(filename, lines[0]).strip()}"
     kind = "typing error" if "TypingError" in type(exc).__name__ else type(exc).__name__
     return UserCodeError(f"{kind}{where}: {_short(first, 240)}")
 
@@ -389,8 +399,19 @@ def capture_source(backend, request: dict) -> dict:
             copy_in()  # ...then every buffer starts again from its initial contents
         else:
             compile_ns = time.perf_counter_ns() - t_compile
-        with shared_allocations(backend.simulator, fake_modules):
-            _, steps["kernel"] = backend.timed(lambda: launch_user(traced, traced_args))
+        recorder = (
+            start_access_recording(backend, request, device, bufs, grid, block)
+            if request.get("accesses")
+            else None
+        )
+        try:
+            with shared_allocations(backend.simulator, fake_modules):
+                _, steps["kernel"] = backend.timed(lambda: launch_user(traced, traced_args))
+        finally:
+            if recorder is not None:
+                from visualizer.memory import record
+
+                record.stop()
 
         def copy_out():
             return {k: device[k].copy_to_host() for k in arrays}, {
@@ -468,7 +489,7 @@ def capture_source(backend, request: dict) -> dict:
         "kernel_source": request["source"],
         "reference": request.get("reference") or [],
     }
-    return {
+    reply = {
         "launch": launch_info,
         "timing": timing,
         "arrays": recorded,
@@ -476,3 +497,25 @@ def capture_source(backend, request: dict) -> dict:
         "inputs": {k: after[k] for k in arrays if k not in changed},
         "check": check,
     }
+    if recorder is not None:
+        reply["accesses"] = recorder.buffers()
+    return reply
+
+
+def start_access_recording(backend, request: dict, device: dict, bufs: dict, grid, block):
+    """Record the instrumented launch's loads and stores with the memory engine (simulator only).
+
+    Arrays are named by the kernel's own parameter names; the trace buffers are excluded.
+    """
+    from visualizer.catalog import LaunchError
+
+    try:
+        from visualizer.memory import record
+    except ImportError:
+        raise LaunchError(
+            "recording memory accesses needs the memory-access engine (visualizer/memory), not in this build"
+        ) from None
+    if not backend.simulator:
+        raise LaunchError("memory-access recording needs the simulator backend (--backend sim)")
+    named = {**device, TRACE: bufs["trace"], ACTIVE: bufs["active"]}
+    return record.start(named, {TRACE, ACTIVE}, grid, block)
