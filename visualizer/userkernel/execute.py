@@ -194,7 +194,8 @@ def user_limits(simulator: bool, threads_per_block: int):
                 vsize = int(f.read().split()[0]) * resource.getpagesize()
             stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
             stack = 8 << 20 if stack == resource.RLIM_INFINITY else stack
-            cap = vsize + MEMORY_LIMIT_BYTES + (threads_per_block + 8) * stack
+            # two pools of block threads may overlap (instrumented, then clean), each thread with its stack
+            cap = vsize + MEMORY_LIMIT_BYTES + 2 * (threads_per_block + 8) * stack
             if old_as[1] == resource.RLIM_INFINITY or cap <= old_as[1]:
                 resource.setrlimit(resource.RLIMIT_AS, (cap, old_as[1]))
     except (OSError, ValueError):
