@@ -73,7 +73,9 @@ with left:
         key="uk_example",
         on_change=_on_example,
     )
-    source = st.text_area("Kernel source (Python, Numba CUDA)", key="uk_source", height=420)
+    source = st.text_area(
+        "Kernel source (Python, Numba CUDA)", key="uk_source", height=420, max_chars=uspec.MAX_SOURCE_BYTES
+    )
 
 with right:
     syntax_error = None
@@ -131,7 +133,9 @@ with right:
         disabled=not allowed or bool(syntax_error) or not params,
     )
 
-if run:
+if run and not allowed:  # a disabled button is a hint to the browser; the server decides
+    st.session_state.uk_error = f"Running your own code is {why}."
+elif run:
     try:
         chosen = "gpu" if backend == "auto" and gpu_present() else ("sim" if backend == "auto" else backend)
         launch = uspec.plan_source_launch(

@@ -14,8 +14,8 @@ from visualizer.ui.session import runner_for
 
 def numpy_baseline_ms(cap) -> float | None:
     """The kernel's numpy reference on this CPU, median of 3 (a baseline, not the kernel)."""
-    if cap.launch.get("user_kernel"):  # a user's kernel has no catalog reference (its check ran in the worker)
-        return None
+    if cap.launch.get("user_kernel"):
+        return None  # a user's kernel has no catalog reference (its check ran in the worker)
     spec = catalog.get(cap.launch["kernel"])
     inputs = {**cap.inputs, **{k: np.zeros_like(v) for k, v in cap.outputs.items()}}
     times = []

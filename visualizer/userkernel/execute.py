@@ -89,6 +89,8 @@ def load_module(source: str, filename: str, kernel: str):
         ) from None
     # tracebacks and Numba's messages read the user's lines from here (mtime None: never re-read)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    for old in [m for m in sys.modules if m.startswith("user_kernel_")]:
+        del sys.modules[old]  # earlier runs' modules: their kernels are not launched again
     name = f"user_kernel_{next(_module_ids)}"
     module = types.ModuleType(name)
     module.__file__ = filename
