@@ -5,6 +5,8 @@ runs in a separate worker process with time and memory limits, and only when thi
 user code (on by default only when it listens on localhost; see visualizer/userkernel/client.py).
 """
 
+import importlib.util
+
 import numpy as np
 import streamlit as st
 
@@ -53,7 +55,8 @@ st.markdown(
     "Paste a Numba CUDA kernel as you would write it (`@cuda.jit`, module constants, device functions, "
     "`syncthreads`, early `return`s: no probes needed). **Run your kernel** instruments it automatically and every page "
     "(grid layout, scheduling, occupancy, overview and exports) then shows **your** kernel. "
-    "**Try:** pick the tiled matmul, change `TPB` to 8 and the grid to `6,6`, and run again."
+    "**Try:** pick the tiled matmul, change `TPB` to 8, the block to `8,8` and the grid to `6,6`, and run "
+    "again: four times the blocks, each staging smaller tiles."
 )
 
 allowed, why = user_code_allowed(st.get_option("server.address"))
@@ -126,6 +129,15 @@ with right:
         height=80,
     )
     backend = st.radio("backend", list(BACKENDS), format_func=BACKENDS.get, horizontal=True, key="uk_backend")
+    engine = importlib.util.find_spec("visualizer.memory") is not None
+    accesses = st.checkbox(
+        "record memory accesses (simulator)",
+        key="uk_accesses",
+        disabled=not engine,
+        help="every load and store of every thread, for the Memory access page"
+        if engine
+        else "needs the memory-access engine (visualizer/memory), not in this build",
+    )
     run = st.button(
         "Run your kernel",
         type="primary",
@@ -157,7 +169,7 @@ elif run:
             def progress(done, total):
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks")
 
-            cap = runner_for(chosen).capture_source(launch, progress=progress)
+            cap = runner_for(chosen).capture_source(launch, progress=progress, accesses=accesses)
             status.update(label=f"Ran {kernel} on {cap.launch['device_name']}", state="complete")
         st.session_state.capture = cap
         st.session_state.timing_history = []
