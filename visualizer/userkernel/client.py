@@ -8,6 +8,7 @@ here and CPU-time/memory limits inside the worker (visualizer/userkernel/execute
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import signal
@@ -107,16 +108,27 @@ class UserRunner(Runner):
             with self._lock:
                 if self._proc is None or self._proc.poll() is not None:
                     self._start()
-                self._conn.send(request)
-                reply = _payload(self._receive(limit, progress, what), rid)
-        except KernelError as exc:
-            raise KernelError(_explain(str(exc), limit)) from None
+                answered = False
+                try:
+                    self._conn.send(request)
+                    reply = _payload(self._exchange(request, limit, progress, what), rid)
+                    answered = True
+                finally:
+                    if not answered and self._proc is not None and self._proc.poll() is None:
+                        # given up (time limit, a caller that left): the worker would compute for
+                        # nobody and its reply must never reach the next request
+                        self._kill()
+                        self.restarts += 1
+        except Exception as exc:
+            if isinstance(exc, KernelError) or type(exc).__name__ == "RunTimeout":
+                raise KernelError(_explain(str(exc), limit)) from None
+            raise
         kind = reply[0]
         if kind == "invalid":
             raise LaunchError(reply[1])
         if kind == "fatal":
             with self._lock:
-                self._stop()
+                self._kill()
                 self.restarts += 1
             raise KernelError(f"{launch.kernel} faulted on the GPU: {reply[1]} (the worker was restarted)")
         if kind == "error":
@@ -126,17 +138,33 @@ class UserRunner(Runner):
             raise KernelError(message)
         return build_user_capture(reply[1])
 
+    # --- the exchange with the worker, for runners with and without request ids -------------------
+    def _exchange(self, request: dict, limit: float, progress, what: str):
+        params = inspect.signature(self._receive).parameters
+        if "rid" in params:  # replies carry the request's id: (kind, id, payload...)
+            extra = {}
+            if "launches" in params:  # the simulator runs the kernel twice when timing it clean
+                extra["launches"] = 2 if self.backend == "sim" and request.get("time_clean", True) else 1
+            return self._receive(request["id"], limit, progress, what, **extra)
+        return self._receive(limit, progress, what)
+
+    def _kill(self) -> None:
+        if "kill" in inspect.signature(self._stop).parameters:
+            self._stop(kill=True)
+        else:
+            self._stop()
+
 
 def _explain(message: str, limit: float) -> str:
     """The runner's messages about a lost worker, said in terms of the user-code limits."""
     from visualizer.userkernel.execute import CPU_LIMIT_S
 
-    if "timed out" in message:
+    if "timed out" in message or "over the" in message:
         return (
             f"your kernel did not finish within {limit:.0f} s, the time limit for user code (an endless "
             "loop?); the worker was stopped and restarted"
         )
-    if f"exit code {-signal.SIGXCPU}" in message:
+    if f"exit code {-signal.SIGXCPU}" in message or "of CPU time" in message:
         return (
             f"your kernel used more than {CPU_LIMIT_S} s of CPU time, the limit for user code (an endless "
             "loop?); the worker was stopped and restarted"
