@@ -27,4 +27,4 @@ def test_paste_run_and_see_the_grid(open_app, tmp_path):
     page.get_by_role("link", name="Grid layout").first.click()
     page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
     assert page.get_by_test_id("stException").count() == 0
-    assert "vector_add" in page.get_by_test_id("stSidebar").inner_text()
+    assert "vector_add (yours)" in page.content(), "the grid page shows the user's capture, not a re-run"
