@@ -224,3 +224,13 @@ def test_accesses_come_from_the_memory_engine_when_it_is_there(tmp_path):
         assert res.returncode == 0, res.stderr
         accesses = pd.read_parquet(tmp_path / "accesses.parquet")
         assert {"x", "partial"} <= set(accesses["array"].astype(str))
+
+
+def test_cpu_time_limit_stops_a_spinning_kernel(monkeypatch):
+    monkeypatch.setenv("VISUALIZER_USER_CPU_S", "2")  # read by the worker when it starts
+    src = "from numba import cuda\n\n@cuda.jit\ndef spin(a):\n    while True:\n        a[0] += 1\n"
+    sl = plan_source_launch(src, "spin", grid="1", block="2", args={"a": "zeros:float32:4"})
+    with UserRunner("sim") as runner:
+        with pytest.raises(KernelError, match=r"more than 2 s of CPU time, the limit for user code"):
+            runner.capture_source(sl, timeout=60)
+        assert runner.restarts == 1

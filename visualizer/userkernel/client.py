@@ -97,6 +97,7 @@ class UserRunner(Runner):
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError."""
         rid = next(_ids)
+        proc = None
         request = {
             **launch.request(self.backend, seed, repeats, accesses),
             "id": rid,
@@ -109,6 +110,7 @@ class UserRunner(Runner):
                 if self._proc is None or self._proc.poll() is not None:
                     self._start()
                 answered = False
+                proc = self._proc  # its exit code says which limit stopped it, once it is reaped
                 try:
                     self._conn.send(request)
                     reply = _payload(self._exchange(request, limit, progress, what), rid)
@@ -121,7 +123,8 @@ class UserRunner(Runner):
                         self.restarts += 1
         except Exception as exc:
             if isinstance(exc, KernelError) or type(exc).__name__ == "RunTimeout":
-                raise KernelError(_explain(str(exc), limit)) from None
+                code = proc.returncode if proc is not None else None
+                raise KernelError(_explain(str(exc), limit, code)) from None
             raise
         kind = reply[0]
         if kind == "invalid":
@@ -155,21 +158,20 @@ class UserRunner(Runner):
             self._stop()
 
 
-def _explain(message: str, limit: float) -> str:
+def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
     """The runner's messages about a lost worker, said in terms of the user-code limits."""
-    from visualizer.userkernel.execute import CPU_LIMIT_S
-
+    cpu_limit = int(os.environ.get("VISUALIZER_USER_CPU_S", "120"))  # as the worker read it at its start
     if "timed out" in message or "over the" in message:
         return (
             f"your kernel did not finish within {limit:.0f} s, the time limit for user code (an endless "
             "loop?); the worker was stopped and restarted"
         )
-    if f"exit code {-signal.SIGXCPU}" in message or "of CPU time" in message:
+    if exit_code == -signal.SIGXCPU or f"exit code {-signal.SIGXCPU}" in message or "of CPU time" in message:
         return (
-            f"your kernel used more than {CPU_LIMIT_S} s of CPU time, the limit for user code (an endless "
+            f"your kernel used more than {cpu_limit} s of CPU time, the limit for user code (an endless "
             "loop?); the worker was stopped and restarted"
         )
-    if f"exit code {-signal.SIGKILL}" in message or f"exit code {-signal.SIGSEGV}" in message:
+    if exit_code in (-signal.SIGKILL, -signal.SIGSEGV):
         return f"{message} (out of memory? user code may add {_memory_mb()} MiB on the simulator)"
     return message
 
