@@ -6,6 +6,7 @@ user code (on by default only when it listens on localhost; see visualizer/userk
 """
 
 import importlib.util
+import os
 
 import numpy as np
 import streamlit as st
@@ -13,7 +14,13 @@ import streamlit as st
 from visualizer.catalog import LaunchError
 from visualizer.runner import KernelError, gpu_present
 from visualizer.userkernel import spec as uspec
-from visualizer.userkernel.client import ALLOW_ENV, arrays_after, get_user_runner, user_code_allowed
+from visualizer.userkernel.client import (
+    ALLOW_ENV,
+    RUN_TIMEOUT_S,
+    arrays_after,
+    get_user_runner,
+    user_code_allowed,
+)
 from visualizer.userkernel.examples import EXAMPLES
 
 BACKENDS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
@@ -49,7 +56,7 @@ if "uk_source" not in st.session_state:
     load_example("vector_add")
 
 st.title("Your kernel")
-# the source box reads as code: monospace, no wrapping surprises
+# the source box reads as code (monospace)
 st.html("<style>.st-key-uk_source textarea {font-family: ui-monospace, Menlo, Consolas, monospace;}</style>")
 st.markdown(
     "Paste a Numba CUDA kernel as you would write it (`@cuda.jit`, module constants, device functions, "
@@ -143,6 +150,11 @@ with right:
         type="primary",
         use_container_width=True,
         disabled=not allowed or bool(syntax_error) or not params,
+    )
+
+    st.caption(
+        f"Runs in a worker process of its own, never in this server: stopped after {RUN_TIMEOUT_S:.0f} s "
+        f"(wall clock) or {os.environ.get('VISUALIZER_USER_CPU_S', '120')} s of CPU time."
     )
 
 if run and not allowed:  # a disabled button is a hint to the browser; the server decides
