@@ -28,18 +28,18 @@ def _button(at, label):
 def test_example_runs_and_every_page_shows_the_users_capture():
     at = _your_kernel_page()
     at.selectbox(key="uk_example").set_value("matmul_tiled").run()
-    assert "TPB = 16" in at.text_area(key="uk_source").value
+    assert "TILE = 16" in at.text_area(key="uk_source").value
     at.radio(key="uk_backend").set_value("sim")
     _button(at, "Run your kernel").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     assert any("`C` matches the numpy reference" in s.value for s in at.success)
     cap = at.session_state["capture"]
-    assert cap.launch["kernel"] == "fast_matmul (yours)" and cap.launch["user_kernel"]
+    assert cap.launch["kernel"] == "matmul_tiled (yours)" and cap.launch["user_kernel"]
     for page in PAGES:
         at.switch_page(f"app_pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
-        assert at.session_state["capture"].launch["kernel"] == "fast_matmul (yours)", page
+        assert at.session_state["capture"].launch["kernel"] == "matmul_tiled (yours)", page
         if page == "occupancy":  # its re-launch button points back here instead of at the catalog
             assert any("Your kernel: change its block" in c.value for c in at.caption)
     at.switch_page("app_pages/grid.py").run()

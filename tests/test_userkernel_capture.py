@@ -51,7 +51,7 @@ def test_textbook_kernels_unmodified_give_correct_outputs_and_traces(user_runner
     if name == "vector_add":  # 1000 elements in blocks of 128: the last block's 24 threads idle
         assert int(threads["active"].sum()) == 1000 and len(threads) == 1024
         np.testing.assert_array_equal(after["c"], after["a"] + after["b"])
-    if name == "matmul_tiled":  # two TPB x TPB float32 tiles, TPB = 16 read from the module
+    if name == "matmul_tiled":  # two TILE x TILE float32 tiles, TILE = 16 read from the module
         assert cap.launch["static_smem_bytes"] == 2 * 16 * 16 * 4
         np.testing.assert_allclose(after["C"], after["A"].astype(np.float64) @ after["B"], rtol=1e-4)
     if name == "reduction":

@@ -62,7 +62,7 @@ st.markdown(
     "Paste a Numba CUDA kernel as you would write it (`@cuda.jit`, module constants, device functions, "
     "`syncthreads`, early `return`s: no probes needed). **Run your kernel** instruments it automatically and every page "
     "(grid layout, scheduling, occupancy, overview and exports) then shows **your** kernel. "
-    "**Try:** pick the tiled matmul, change `TPB` to 8, the block to `8,8` and the grid to `6,6`, and run "
+    "**Try:** pick the tiled matmul, change `TILE` to 8, the block to `8,8` and the grid to `6,6`, and run "
     "again: four times the blocks, each staging smaller tiles."
 )
 

@@ -1,8 +1,8 @@
 """Worked examples for "Your kernel": textbook Numba CUDA kernels, written as a user would (no probes).
 
 * vector_add.py: the first kernel everyone writes.
-* matmul_tiled.py: the shared-memory matmul of Numba's documentation (``fast_matmul``), tile size
-  a module constant, early ``return``, ``syncthreads`` in a loop.
+* matmul_tiled.py: a shared-memory tiled matmul, the tile size a module constant, ``syncthreads``
+  in a loop, an early ``return``.
 * reduction.py: a shared-memory tree reduction with ``syncthreads`` in a ``while`` loop.
 
 Each comes with a launch spec and a numpy reference expression the page and tests start from.
@@ -43,9 +43,9 @@ EXAMPLES = {
         reference="c = a + b",
     ),
     "matmul_tiled": Example(
-        title="Tiled matmul (shared memory, TPB a module constant)",
+        title="Tiled matmul (shared memory, TILE a module constant)",
         file="matmul_tiled.py",
-        kernel="fast_matmul",
+        kernel="matmul_tiled",
         grid="3,3",
         block="16,16",
         args={"A": "rand:float32:48x48", "B": "rand:float32:48x48", "C": "zeros:float32:48x48"},

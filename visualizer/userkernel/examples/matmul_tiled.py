@@ -1,42 +1,29 @@
 from numba import cuda, float32
 
-# Threads per block edge; also the shared-memory tile edge
-TPB = 16
+TILE = 16  # edge of the square tiles staged in shared memory; blocks are TILE x TILE threads
 
 
 @cuda.jit
-def fast_matmul(A, B, C):
-    # Define an array in the shared memory
-    # The size and type of the arrays must be known at compile time
-    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
-    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float32)
+def matmul_tiled(A, B, C):
+    """C = A @ B, one thread per element of C; n must be a multiple of TILE."""
+    a_tile = cuda.shared.array((TILE, TILE), dtype=float32)
+    b_tile = cuda.shared.array((TILE, TILE), dtype=float32)
 
-    x, y = cuda.grid(2)
-
+    col, row = cuda.grid(2)
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
-    bpg = cuda.gridDim.x  # blocks per grid
+    n = A.shape[1]
 
-    if x >= C.shape[0] and y >= C.shape[1]:
-        # Quit if (x, y) is outside of valid C boundary
+    acc = float32(0.0)
+    for t in range(n // TILE):
+        # every thread copies one element of each tile...
+        a_tile[ty, tx] = A[row, t * TILE + tx]
+        b_tile[ty, tx] = B[t * TILE + ty, col]
+        cuda.syncthreads()  # ...and waits until the whole tile is there
+        for k in range(TILE):
+            acc += a_tile[ty, k] * b_tile[k, tx]
+        cuda.syncthreads()  # nobody overwrites a tile another thread still reads
+
+    if row >= C.shape[0] or col >= C.shape[1]:
         return
-
-    # Each thread computes one element in the result matrix.
-    # The dot product is chunked into dot products of TPB-long vectors.
-    tmp = 0.0
-    for i in range(bpg):
-        # Preload data into shared memory
-        sA[tx, ty] = A[x, ty + i * TPB]
-        sB[tx, ty] = B[tx + i * TPB, y]
-
-        # Wait until all threads finish preloading
-        cuda.syncthreads()
-
-        # Computes partial product on the shared memory
-        for j in range(TPB):
-            tmp += sA[tx, j] * sB[j, ty]
-
-        # Wait until all threads finish computing
-        cuda.syncthreads()
-
-    C[x, y] = tmp
+    C[row, col] = acc
