@@ -154,7 +154,8 @@ with right:
 
     st.caption(
         f"Runs in a worker process of its own, never in this server: stopped after {RUN_TIMEOUT_S:.0f} s "
-        f"(wall clock) or {os.environ.get('VISUALIZER_USER_CPU_S', '120')} s of CPU time."
+        f"(wall clock) or {os.environ.get('VISUALIZER_USER_CPU_S', '120')} s of CPU time. Not a sandbox: "
+        "it can do what this server's user account can."
     )
 
 if run and not allowed:  # a disabled button is a hint to the browser; the server decides
