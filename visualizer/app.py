@@ -27,6 +27,7 @@ PAGES = [
     st.Page("app_pages/memory_access.py", title="Memory access", icon=":material/grid_view:"),
     st.Page("app_pages/occupancy.py", title="Occupancy", icon=":material/speed:"),
     st.Page("app_pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
+    st.Page("app_pages/your_kernel.py", title="Your kernel", icon=":material/code:"),
 ]
 page = st.navigation(PAGES)
 sidebar()

@@ -15,6 +15,7 @@ USAGE = """usage: python -m visualizer COMMAND [options]
 commands:
   kernels     list the kernels, their parameters and defaults
   capture     run one kernel instrumented and write its trace bundle
+              (or your own: capture --source FILE.py --kernel NAME --block X --grid X --arg NAME=SPEC ...)
   occupancy   theoretical occupancy of a launch on sm_75..sm_90
   bench       benchmarks (GPU and simulator)
   crosscheck  memory-access engine vs Nsight Compute / compute-sanitizer (gpu, compare)
@@ -116,6 +117,10 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_capture(argv: list[str]) -> int:
+    from visualizer.userkernel.cli import cmd_capture_source, wants_source  # your own kernel: --source
+
+    if wants_source(argv):
+        return cmd_capture_source(argv)
     p = OneLineParser(
         prog="python -m visualizer capture", description="Run one kernel instrumented; write its trace."
     )

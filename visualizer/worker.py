@@ -430,6 +430,13 @@ def start_access_recording(backend: Backend, spec, values, launch, traced, devic
     return record.start(named, excluded, launch.grid, launch.block)
 
 
+def capture_source(backend: Backend, request: dict) -> dict:
+    """Run a user's kernel from its source (request["op"] == "source"): visualizer/userkernel/."""
+    from visualizer.userkernel.execute import capture_source as run_user_source
+
+    return run_user_source(backend, request)
+
+
 def serve(conn, backend_name: str) -> None:
     """Worker main loop: one request at a time until None or the pipe closes.
 
@@ -465,7 +472,7 @@ def serve(conn, backend_name: str) -> None:
             if request.get("op") == "info":
                 conn.send(("ok", rid, backend.device_info()))
                 continue
-            result = capture(backend, request)
+            result = (capture_source if request.get("op") == "source" else capture)(backend, request)
             conn.send(("ok", rid, result))
         except Exception as exc:
             from visualizer.catalog import LaunchError

@@ -77,6 +77,8 @@ def _slider_defaults(cap) -> dict:
 def _relaunch_params(cap, threads: int) -> tuple[dict | None, str]:
     """Parameters that launch the captured kernel with ``threads`` per block, or None and why not."""
     kernel, params = cap.launch["kernel"], dict(cap.launch["params"])
+    if cap.launch.get("user_kernel"):  # not in the catalog: its launch is set on its own page
+        return None, "Your kernel: change its block on the *Your kernel* page and run it again."
     note = ""
     if "block" in params:
         params["block"] = threads

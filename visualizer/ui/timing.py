@@ -12,8 +12,10 @@ from visualizer.runner import KernelError
 from visualizer.ui.session import runner_for
 
 
-def numpy_baseline_ms(cap) -> float:
+def numpy_baseline_ms(cap) -> float | None:
     """The kernel's numpy reference on this CPU, median of 3 (a baseline, not the kernel)."""
+    if cap.launch.get("user_kernel"):
+        return None  # a user's kernel has no catalog reference (its check ran in the worker)
     spec = catalog.get(cap.launch["kernel"])
     inputs = {**cap.inputs, **{k: np.zeros_like(v) for k, v in cap.outputs.items()}}
     times = []
@@ -93,7 +95,10 @@ def timing_panel() -> None:
             st.caption("Run a kernel to time it.")
             return
         if st.button(
-            "Time again", key="retime", help="Re-launch and re-time this kernel; the page does not rerun"
+            "Time again",
+            key="retime",
+            help="Re-launch and re-time this kernel; the page does not rerun",
+            disabled=bool(cap.launch.get("user_kernel")),  # your kernel: press Run on its page again
         ):
             try:
                 fresh = runner_for(cap.launch["backend"]).capture(cap.launch["kernel"], cap.launch["params"])
@@ -131,6 +136,8 @@ def timing_panel() -> None:
             )
             st.metric("simulated, clean", fmt_ms(t.get("clean_ms")))
             st.metric("simulated, instrumented", fmt_ms(t.get("instrumented_ms")))
-        st.caption(f"numpy on the CPU (baseline): {fmt_ms(numpy_baseline_ms(cap))}")
+        baseline = numpy_baseline_ms(cap)
+        if baseline is not None:
+            st.caption(f"numpy on the CPU (baseline): {fmt_ms(baseline)}")
         if history:
             st.caption("re-timed: " + ", ".join(fmt_ms(h.get("clean_ms")) for h in history[-5:]))

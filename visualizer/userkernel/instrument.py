@@ -1,0 +1,170 @@
+"""Instrument a user's kernel at the AST level: probes at entry and before every exit.
+
+Pure Python (``ast`` only); the result is compiled and executed only in a worker process.
+
+Given the user's module source and a kernel name, ``instrument`` returns a module AST with one
+function added right after the kernel: ``<kernel>__traced``, a copy of the kernel that
+
+* takes two more parameters, the trace buffers ``_vz_trace`` and ``_vz_active``;
+* starts with ``_vz_t0 = _vz_trace_begin(_vz_trace)``;
+* calls ``_vz_trace_end(_vz_trace, _vz_active, _vz_t0, True)`` before every ``return`` of its own
+  (not those of nested functions) and at the end of its body.
+
+Everything else in the module (constants, device functions, imports, the untouched kernel) is left
+as written, so the clean kernel is the user's own. Every added node carries the line of the
+statement it belongs to, and the copied kernel keeps the user's line numbers, so tracebacks,
+Numba's messages and per-line access records point at the user's lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
+BEGIN, END = "_vz_trace_begin", "_vz_trace_end"
+TRACED_SUFFIX = "__traced"
+
+
+def traced_name(kernel: str) -> str:
+    return kernel + TRACED_SUFFIX
+
+
+def _end_call(at: ast.AST, did_work: ast.expr | None = None) -> ast.Expr:
+    call = ast.Expr(
+        ast.Call(
+            func=ast.Name(END, ast.Load()),
+            args=[
+                ast.Name(TRACE, ast.Load()),
+                ast.Name(ACTIVE, ast.Load()),
+                ast.Name(T0, ast.Load()),
+                ast.Constant(True) if did_work is None else did_work,
+            ],
+            keywords=[],
+        )
+    )
+    return _located(call, at)
+
+
+def _located(node: ast.AST, at: ast.AST) -> ast.AST:
+    """``node`` and all its children placed on ``at``'s line (the user's line)."""
+    for child in ast.walk(node):
+        ast.copy_location(child, at)
+        if hasattr(at, "end_lineno"):
+            child.end_lineno = at.lineno
+            child.end_col_offset = at.col_offset
+    return node
+
+
+class _Exits(ast.NodeTransformer):
+    """``return X`` -> ``trace_end(...); return X`` in the kernel's own body."""
+
+    def visit_FunctionDef(self, node):  # nested functions keep their returns
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def visit_Return(self, node):
+        return [_end_call(node), node]
+
+
+def _traced_decorators(fn: ast.FunctionDef) -> list[ast.expr]:
+    """Keep a jit decorator's options (fastmath, lineinfo...), not its signatures or other decorators."""
+    out = []
+    for dec in fn.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        is_jit = (isinstance(target, ast.Attribute) and target.attr == "jit") or (
+            isinstance(target, ast.Name) and target.id == "jit"
+        )
+        if not is_jit:
+            continue
+        if isinstance(dec, ast.Call):
+            keep = [k for k in dec.keywords if k.arg not in ("device", None)]
+            dec = ast.copy_location(ast.Call(func=copy.deepcopy(dec.func), args=[], keywords=keep), dec)
+        out.append(dec)
+    return out
+
+
+def _is_guard_return(stmt: ast.stmt) -> bool:
+    """``if <out of range>: return`` at the top of a kernel: the thread leaves without working."""
+    return (
+        isinstance(stmt, ast.If)
+        and not stmt.orelse
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], ast.Return)
+        and stmt.body[0].value is None
+    )
+
+
+def _is_whole_body_guard(body: list[ast.stmt]) -> bool:
+    """``i = cuda.grid(1)`` ... ``if i < n: <all the work>``: only index arithmetic before one last if."""
+    if not body or not isinstance(body[-1], ast.If) or body[-1].orelse:
+        return False
+    for stmt in body[:-1]:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # docstring
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            return False
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for t in targets:
+            names = t.elts if isinstance(t, ast.Tuple) else [t]
+            if not all(isinstance(n, ast.Name) for n in names):
+                return False
+    return True
+
+
+def find_kernel(tree: ast.Module, kernel: str) -> tuple[int, ast.FunctionDef]:
+    for i, node in enumerate(tree.body):
+        if isinstance(node, ast.FunctionDef) and node.name == kernel:
+            return i, node
+    raise KeyError(kernel)
+
+
+def instrument(tree: ast.Module, kernel: str) -> ast.Module:
+    """A new module AST: the user's module plus ``<kernel>__traced`` right after the kernel."""
+    tree = copy.deepcopy(tree)
+    index, fn = find_kernel(tree, kernel)
+    traced = copy.deepcopy(fn)
+    traced.name = traced_name(kernel)
+    traced.decorator_list = _traced_decorators(fn)
+    for name in (TRACE, ACTIVE):
+        traced.args.args.append(ast.copy_location(ast.arg(arg=name), fn))
+    # which threads did work: those past a guard return did not; under a whole-body guard, those
+    # whose condition held; everyone else did (the memory engine can say more precisely)
+    did_work: ast.expr | None = None
+    source_body = list(traced.body)
+    prefix: list[ast.stmt] = []
+    if _is_whole_body_guard(source_body):
+        guard = source_body[-1]
+        keep = ast.Assign(targets=[ast.Name(WORK, ast.Store())], value=guard.test)
+        prefix = [ast.copy_location(keep, guard)]
+        guard.test = _located(ast.Name(WORK, ast.Load()), guard)
+        did_work = ast.Name(WORK, ast.Load())
+    body: list[ast.stmt] = []
+    for stmt in source_body:
+        if _is_guard_return(stmt):
+            ret = stmt.body[0]
+            stmt.body = [_end_call(ret, _located(ast.Constant(False), ret)), ret]
+            body.append(stmt)
+            continue
+        if prefix and stmt is source_body[-1]:
+            body.extend(prefix)
+        body.extend(_as_list(_Exits().visit(stmt)))
+    begin = ast.Assign(
+        targets=[ast.Name(T0, ast.Store())],
+        value=ast.Call(func=ast.Name(BEGIN, ast.Load()), args=[ast.Name(TRACE, ast.Load())], keywords=[]),
+    )
+    _located(begin, fn.body[0])
+    last = fn.body[-1]
+    if not isinstance(body[-1], ast.Return):
+        end = _end_call(last, did_work)
+        for child in ast.walk(end):  # on the kernel's last line, so a trace points at where it ended
+            child.lineno = child.end_lineno = getattr(last, "end_lineno", last.lineno)
+        body.append(end)
+    traced.body = [begin, *body]
+    tree.body.insert(index + 1, traced)
+    return ast.fix_missing_locations(tree)
+
+
+def _as_list(x) -> list:
+    return x if isinstance(x, list) else [x]
