@@ -73,7 +73,7 @@ def test_extra_request_options_reach_the_worker_unchanged(monkeypatch):
 def test_timeout_names_the_limit_and_restarts():
     with Runner("sim", run_timeout=0.5) as runner:
         with pytest.raises(KernelError, match=r"timed out: over the simulator's limit of 0.5 s per run"):
-            runner.capture("matmul_tiled", {"n": 64, "tile": 16})
+            runner.capture("matmul_tiled", {"n": 128, "tile": 16})  # ~2 s
         assert runner.restarts == 1
         assert shows(runner.capture("vector_add", {"n": 32, "block": 32}), "vector_add", n=32)
 
@@ -85,7 +85,7 @@ def test_a_run_past_its_cpu_time_is_stopped_by_the_kernel(monkeypatch):
     monkeypatch.setattr(runner_module, "SIM_RUN_CPU_S", 1)
     with Runner("sim") as runner:
         with pytest.raises(KernelError, match="more than its 1 s of CPU time"):
-            runner.capture("matmul_tiled", {"n": 64, "tile": 16})
+            runner.capture("matmul_naive", {"n": 160, "tile": 16})  # ~7 s of CPU
         assert runner.restarts == 1
         assert shows(runner.capture("vector_add", {"n": 32, "block": 32}), "vector_add", n=32)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from visualizer.catalog import LaunchError
+from visualizer.catalog import SIM_MAX_THREADS, LaunchError
 from visualizer.runner import KernelError
 from visualizer.userkernel.client import UserRunner, arrays_after
 from visualizer.userkernel.examples import EXAMPLES, HERE
@@ -193,8 +193,8 @@ def test_cli_bad_input_exits_2_and_failing_kernel_exits_1(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "float99" in bad.stderr
     oob = run_cli(*common, "--grid", "2", "--arg", "a=zeros:float32:100")
     assert oob.returncode == 1 and oob.stderr.count("\n") == 1 and "k.py line 6" in oob.stderr
-    big = run_cli(*common, "--grid", "5000", "--arg", "a=zeros:float32:100")
-    assert big.returncode == 2 and "limit 65536 threads" in big.stderr
+    big = run_cli(*common, "--grid", "10000", "--arg", "a=zeros:float32:100")  # 640,000 threads
+    assert big.returncode == 2 and f"limit {SIM_MAX_THREADS:,} threads" in big.stderr
 
 
 def test_accesses_come_from_the_memory_engine_when_it_is_there(tmp_path):

@@ -112,7 +112,7 @@ def test_plan_checks_parameters_against_the_source():
         (dict(args=[*full, "d=1"]), "no parameter 'd'"),
         (dict(args=[*full, "n=3"]), "twice"),
         (dict(args=full, block="2048"), "exceeds the limit of 1024"),
-        (dict(args=full, grid="2000", block="64"), "too many for the CUDA simulator"),
+        (dict(args=full, grid="10000", block="64"), "too many for the CUDA simulator"),
         (dict(args=full, reference="z=a"), "NAME=EXPR"),
         (dict(args=full, reference="c=a+"), "syntax error"),
     ]

@@ -56,18 +56,19 @@ class DeviceLimits:
 # ~5-30 us each (measured, docs/benchmarks.md): 2^19 threads is a capture of seconds to a minute.
 SIM_MAX_THREADS = 1 << 19  # 524,288; stock cudasim's ~0.1-2 ms per thread held this at 65,536
 
-# Admission by cost (see launch_cost). A thread-step is one simulated thread doing one unit of its
-# kernel's work: one multiply-add of an inner loop, one element; starting a thread is ~100 steps
-# and a barrier ~50. Measured on this project's 2-core VM: 0.6-1.1 us per step on an idle core,
-# 1.4-2.4 us with the other core busy; at the limit a capture (two launches: instrumented, then
-# clean) takes ~15 s idle and ~35 s busy, inside the runner's 60 s simulator limit.
+# Admission by cost (see launch_cost). A thread-step is about 1 us of one core simulating: one
+# multiply-add of an inner loop or one element (~0.7-0.9 us); starting a thread (with its probes)
+# is ~10 steps and a barrier ~4 on fastsim's greenlets (measured 2026-11-30 on this project's 2-core
+# VM, lightly loaded: vector_add 2^18 2.4 s, reduction 65,536 2.5 s, matmul_tiled n=128 2.0 s,
+# flash_attention defaults 0.75 s per capture). At the limit a capture (two launches: instrumented,
+# then clean) takes ~15 s idle and ~35 s busy, inside the runner's 60 s simulator limit.
 SIM_THREAD_STEP_US = 1.0
 SIM_MAX_THREAD_STEPS = 8_000_000
 SIM_MAX_BYTES = 256 * 2**20  # arrays allocated + trace buffers recorded, per simulator run
 GPU_MEMORY_FRACTION = 0.5  # of the device's global memory, per GPU run
 GPU_MAX_CAPTURE_BYTES = 4 * 2**30  # host memory of the tables one GPU capture becomes
-THREAD_START_STEPS = 100
-BARRIER_STEPS = 50
+THREAD_START_STEPS = 10
+BARRIER_STEPS = 4
 THREAD_ROW_BYTES = 120  # one row of the threads table (15 numeric columns + a categorical)
 
 

@@ -8,7 +8,6 @@ here and CPU-time/memory limits inside the worker (visualizer/userkernel/execute
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import os
 import signal
@@ -17,7 +16,7 @@ import threading
 import numpy as np
 
 from visualizer.catalog import LaunchError
-from visualizer.runner import KernelError, Runner, resolve_backend
+from visualizer.runner import KernelError, Runner, RunTimeout, resolve_backend
 from visualizer.trace import Capture, threads_table
 from visualizer.userkernel.spec import SourceLaunch
 
@@ -71,13 +70,6 @@ def build_user_capture(reply: dict) -> Capture:
     return cap
 
 
-def _payload(msg: tuple, rid: int) -> tuple:
-    """(kind, *payload) whether or not the worker echoes request ids in its replies."""
-    if len(msg) >= 3 and msg[1] == rid:
-        return (msg[0], *msg[2:])
-    return msg
-
-
 class UserRunner(Runner):
     """A Runner whose worker runs users' kernels from source (request op "source")."""
 
@@ -113,16 +105,19 @@ class UserRunner(Runner):
                 proc = self._proc  # its exit code says which limit stopped it, once it is reaped
                 try:
                     self._conn.send(request)
-                    reply = _payload(self._exchange(request, limit, progress, what), rid)
+                    # the simulator runs the kernel twice when timing it clean
+                    launches = 2 if self.backend == "sim" and time_clean else 1
+                    kind, _, *payload = self._receive(rid, limit, progress, what, launches)
+                    reply = (kind, *payload)
                     answered = True
                 finally:
                     if not answered and self._proc is not None and self._proc.poll() is None:
                         # given up (time limit, a caller that left): the worker would compute for
                         # nobody and its reply must never reach the next request
-                        self._kill()
+                        self._stop(kill=True)
                         self.restarts += 1
         except Exception as exc:
-            if isinstance(exc, KernelError) or type(exc).__name__ == "RunTimeout":
+            if isinstance(exc, KernelError | RunTimeout):
                 code = proc.returncode if proc is not None else None
                 raise KernelError(_explain(str(exc), limit, code)) from None
             raise
@@ -131,7 +126,7 @@ class UserRunner(Runner):
             raise LaunchError(reply[1])
         if kind == "fatal":
             with self._lock:
-                self._kill()
+                self._stop(kill=True)
                 self.restarts += 1
             raise KernelError(f"{launch.kernel} faulted on the GPU: {reply[1]} (the worker was restarted)")
         if kind == "error":
@@ -140,22 +135,6 @@ class UserRunner(Runner):
                 message = message.removeprefix(prefix)
             raise KernelError(message)
         return build_user_capture(reply[1])
-
-    # --- the exchange with the worker, for runners with and without request ids -------------------
-    def _exchange(self, request: dict, limit: float, progress, what: str):
-        params = inspect.signature(self._receive).parameters
-        if "rid" in params:  # replies carry the request's id: (kind, id, payload...)
-            extra = {}
-            if "launches" in params:  # the simulator runs the kernel twice when timing it clean
-                extra["launches"] = 2 if self.backend == "sim" and request.get("time_clean", True) else 1
-            return self._receive(request["id"], limit, progress, what, **extra)
-        return self._receive(limit, progress, what)
-
-    def _kill(self) -> None:
-        if "kill" in inspect.signature(self._stop).parameters:
-            self._stop(kill=True)
-        else:
-            self._stop()
 
 
 def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
