@@ -22,6 +22,7 @@ from visualizer.occupancy import ARCHS, KB
 from visualizer.trace import Capture
 from visualizer.ui.charts import chart
 from visualizer.ui.session import RunConfig, require_capture
+from visualizer.ui.sidebar import load_config
 from visualizer.ui.timing import kernel_time_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,12 +33,8 @@ DEFAULT_ARCH = "sm_90"
 
 
 def _load_example() -> None:
-    """Button callback: hand the sidebar a new run (it launches on the rerun this click starts)."""
-    st.session_state.config = RunConfig("flash_attention", st.session_state.config.backend, EXAMPLE)
-    st.session_state.pending_run = True
-    # the sidebar's kernel selectbox keeps its own state; dropping it lets the selectbox start from
-    # the new config instead of switching straight back to the old kernel
-    st.session_state.pop("kernel_pick", None)
+    """Button callback: the example becomes the whole run configuration (sidebar included) and runs."""
+    load_config(RunConfig("flash_attention", st.session_state.config.backend, EXAMPLE))
 
 
 def _index_input(label: str, key: str, hi: int, default: int, help_text: str, url: bool = False) -> int:

@@ -21,6 +21,7 @@ from visualizer.figures.occupancy import (
 from visualizer.occupancy import ARCHS, KB, WARP_SIZE, occupancy
 from visualizer.ui.charts import chart
 from visualizer.ui.session import RunConfig, current_capture
+from visualizer.ui.sidebar import load_config
 
 SIM_REGS = 32  # the simulator compiles nothing, so the register count is an assumption
 SLIDER_KEYS = ("occ_arch", "occ_threads", "occ_regs", "occ_smem_kb", "occ_static")
@@ -99,10 +100,7 @@ def _relaunch_params(cap, threads: int) -> tuple[dict | None, str]:
 def _relaunch(kernel: str, params: dict) -> None:
     # A button callback runs before the script, so it may still set the sidebar's widgets.
     backend = st.session_state.config.backend if "config" in st.session_state else "auto"
-    st.session_state.config = RunConfig(kernel, backend, tuple(sorted(params.items())))
-    for name, value in params.items():
-        st.session_state[f"param_{kernel}_{name}"] = value
-    st.session_state.pending_run = True
+    load_config(RunConfig(kernel, backend, tuple(sorted(params.items()))))
 
 
 def _captured_theoretical(cap) -> tuple[int, int, str]:

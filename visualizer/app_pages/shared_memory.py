@@ -18,6 +18,7 @@ from visualizer.runner import KernelError
 from visualizer.trace import Capture
 from visualizer.ui.charts import chart
 from visualizer.ui.session import RunConfig, cached_capture, require_capture
+from visualizer.ui.sidebar import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SIDEBAR_SEED = 0  # the sidebar captures with seed 0; the companion run must load the same inputs
@@ -29,12 +30,8 @@ EXAMPLES = {
 
 
 def _load_example(kernel: str) -> None:
-    """Button callback: hand the sidebar a new run (it launches on the rerun this click starts)."""
-    st.session_state.config = RunConfig(kernel, st.session_state.config.backend, EXAMPLES[kernel])
-    st.session_state.pending_run = True
-    # the sidebar's kernel selectbox keeps its own state; dropping it lets the selectbox start from
-    # the new config instead of switching straight back to the old kernel
-    st.session_state.pop("kernel_pick", None)
+    """Button callback: the example becomes the whole run configuration (sidebar included) and runs."""
+    load_config(RunConfig(kernel, st.session_state.config.backend, EXAMPLES[kernel]))
 
 
 def _block_input(label: str, key: str, hi: int, help_text: str) -> int:

@@ -20,6 +20,19 @@ from visualizer.trace import Capture
 
 DEFAULT_KERNEL = "vector_add"
 HIDDEN_KERNELS = ("out_of_bounds_write",)  # the fault demo is for tests and the CLI
+# Query keys that are a page's own choices (widgets bound to the URL), not kernel parameters: a link
+# carries them so it reproduces the view, and config_from_query does not mistake them for parameters.
+PAGE_QUERY_KEYS = frozenset(
+    {
+        "page",
+        "grid_color_by", "grid_animate",
+        "sched_gpu", "sched_regs", "sm",
+        "smem_block_x", "smem_block_y", "smem_tree_block",
+        "flow_view", "flow_animate", "flow_gpu",
+        "occ_arch", "occ_threads", "occ_regs", "occ_smem_kb", "occ_static",
+        "q_tile", "row", "fa_head", "fa_batch", "fa_fa1", "fa_arch", "fa_smem_tile", "fa_smem_head_dim",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,9 +63,7 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
             raise LaunchError(f"kernel {kernel!r} cannot be run from the app")
         if backend not in BACKENDS:
             raise LaunchError(f"unknown backend {backend!r} in the link; choose one of {', '.join(BACKENDS)}")
-        given = {
-            k: v for k, v in query.items() if k not in ("kernel", "backend", "page", "q_tile", "row", "sm")
-        }
+        given = {k: v for k, v in query.items() if k not in ("kernel", "backend") and k not in PAGE_QUERY_KEYS}
         values = spec.resolve(given)
         return RunConfig(kernel, backend, tuple(sorted(values.items()))), None
     except LaunchError as exc:
@@ -145,14 +156,68 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
         return None, str(exc)
 
 
+def sync_query(config: RunConfig, page: str | None = None) -> None:
+    """Put the run configuration in the address bar, keeping the page's own choices (PAGE_QUERY_KEYS).
+
+    Called on every run, so the link in the address bar always reproduces what is on screen. Keys of
+    another kernel's parameters are dropped; only keys whose value differs are written.
+    """
+    wanted = config.to_query() | ({"page": page} if page else {})
+    for key in [k for k in st.query_params if k not in wanted and k not in PAGE_QUERY_KEYS]:
+        del st.query_params[key]
+    for key, value in wanted.items():
+        if st.query_params.get(key) != value:
+            st.query_params[key] = value
+
+
 def current_capture() -> Capture | None:
     """The capture the sidebar's Run produced for this session (pages read it, never re-run)."""
     return st.session_state.get("capture")
 
 
+def shown_config(cap: Capture) -> RunConfig:
+    """The run configuration a capture came from (its backend as the sidebar named it)."""
+    launch = cap.launch
+    return RunConfig(launch["kernel"], st.session_state.get("shown_backend", launch["backend"]),
+                     tuple(sorted(launch["params"].items())))  # fmt: skip
+
+
+def run_problem() -> str | None:
+    """The one-line error of the link or of the last Run, if any (shown in the main area)."""
+    return st.session_state.get("run_error") or st.session_state.get("url_error")
+
+
 def require_capture() -> Capture:
+    """The capture to draw, or stop the page with the reason in the main area, where the chart would be.
+
+    A failed Run never leaves the previous chart under the new configuration: the page shows the error
+    instead. A configuration changed in the sidebar but not yet run is named above the old chart.
+    """
+    error = st.session_state.get("run_error")
+    if error:
+        st.error(f"**This configuration did not run:** {error}", icon=":material/error:")
+        st.caption("Change the parameters in the sidebar and press **Run** again.")
+        st.stop()
+    if st.session_state.get("url_error"):
+        st.error(st.session_state.url_error, icon=":material/link_off:")
     cap = current_capture()
     if cap is None:
         st.info("Pick a kernel in the sidebar and press **Run**.")
         st.stop()
+    pending = st.session_state.get("unrun_config")
+    if pending is not None:
+        params = ", ".join(f"{k}={v}" for k, v in pending.params)
+        c1, c2 = st.columns([4, 1], vertical_alignment="center")
+        c1.warning(
+            f"The sidebar now says **{pending.kernel}** ({params}), but the charts below are still the "
+            f"previous run ({cap.launch['kernel']}, "
+            + ", ".join(f"{k}={v}" for k, v in sorted(cap.launch["params"].items()))
+            + "). Press **Run** to see the new one.",
+            icon=":material/pending:",
+        )
+        c2.button("Run", type="primary", key="main_run", on_click=_request_run, use_container_width=True)
     return cap
+
+
+def _request_run() -> None:
+    st.session_state.run_requested = True
