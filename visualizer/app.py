@@ -8,8 +8,8 @@ if str(ROOT) not in sys.path:  # streamlit puts only this file's folder on sys.p
     sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
 import streamlit as st  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from visualizer.ui.sidebar import navigate, sidebar  # noqa: E402
 from visualizer.ui.timing import timing_panel  # noqa: E402

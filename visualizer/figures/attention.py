@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from visualizer.figures.common import animation_controls, source_of, titled
+from visualizer.figures.common import animation_controls, place_controls, source_of, titled
 
 FRAME_MS = 700
 
@@ -179,6 +179,7 @@ def flash_loop_figure(
         height=700,
     )
     fig.update_layout(title={"y": 0.98, "yanchor": "top", "yref": "container"})
+    place_controls(fig, gap_px=24)  # the key axis is on top: nothing under the plot but the controls
     return fig
 
 

@@ -51,3 +51,29 @@ def animation_controls(names, labels, prefix: str, y: float, frame_ms: int) -> t
     """(updatemenus, sliders): Play/Pause at the left of y, a slider over the frames beside them."""
     steps = [frame_step(n, lab) for n, lab in zip(names, labels, strict=True)]
     return [play_pause(y, frame_ms)], [frame_slider(steps, prefix, y + 0.04, x=0.16)]
+
+
+CONTROLS_GAP_PX = 74  # from the plot area's bottom edge: x tick labels and the x-axis title fit above
+CONTROLS_PX = 96  # the slider (current-value label, rail, step labels) and the Play/Pause buttons
+
+
+def place_controls(fig, gap_px: int = CONTROLS_GAP_PX) -> None:
+    """Put a figure's Play/Pause and frame slider a fixed number of pixels under its plot area.
+
+    Plotly places them in paper units (fractions of the plot height), so a fixed fraction lands on
+    the tick labels or the axis title of a short plot; this converts pixels for the figure's own
+    height and margins and grows the bottom margin so the controls sit below the axis title,
+    inside the figure.
+    """
+    layout = fig.layout
+    top = layout.margin.t if layout.margin.t is not None else 100
+    bottom = max(layout.margin.b if layout.margin.b is not None else 80, gap_px + CONTROLS_PX)
+    old_bottom = layout.margin.b if layout.margin.b is not None else 80
+    height = (layout.height or 450) + max(bottom - old_bottom, 0)  # the plot area keeps its size
+    plot_px = max(height - top - bottom, 60)
+    y = -gap_px / plot_px
+    fig.update_layout(margin={"b": bottom}, height=height)
+    for menu in layout.updatemenus:
+        menu.update(y=y, yanchor="top", x=0, xanchor="left")
+    for slider in layout.sliders:
+        slider.update(y=y, yanchor="top", pad={"t": 0, "b": 0})

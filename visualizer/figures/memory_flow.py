@@ -10,7 +10,7 @@ import math
 
 import plotly.graph_objects as go
 
-from visualizer.figures.common import frame_slider, frame_step, play_pause
+from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause
 
 # (key in host_steps_ns, label, CUDA runtime call, what the worker calls in Numba)
 STEPS = (
@@ -210,5 +210,6 @@ def _add_steps_animation(fig: go.Figure, rows: list[dict], x: list[float], text:
     fig.frames = frames
     fig.update_layout(
         sliders=[frame_slider(steps, "step ", -60 / plot_px, active=len(steps) - 1)],  # opens on all 5 steps
-        updatemenus=[play_pause(-150 / plot_px, frame_ms=900)],
+        updatemenus=[play_pause(-150 / plot_px, frame_ms=900, from_current=False)],
     )
+    place_controls(fig)

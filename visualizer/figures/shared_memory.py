@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from visualizer.figures.common import animation_controls, source_of, titled
+from visualizer.figures.common import animation_controls, place_controls, source_of, titled
 
 FRAME_MS = 900
 MAX_BLOCKS_SHOWN = 2048  # race comparison: beyond this, show the first blocks and count the rest
@@ -247,6 +247,7 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
         sliders=sliders,
         hovermode="closest",
     )
+    place_controls(fig)
     return fig
 
 
@@ -292,10 +293,6 @@ def reduction_tree_figure(
     expected = float(np.nansum(values[0]))
     barrier = kernel != "reduction_race"
     slots = np.arange(block_size)
-    finite = values[np.isfinite(values)]
-    lo = min(0.0, float(finite.min()) if finite.size else 0.0, expected)
-    hi = max(float(finite.max()) if finite.size else 1.0, expected, 1.0)
-    pad = 0.08 * (hi - lo)
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.28, 0.72], vertical_spacing=0.04)
 
@@ -375,10 +372,21 @@ def reduction_tree_figure(
             go.Bar(x=[None], y=[None], marker={"color": colour}, name=label, hoverinfo="skip"), row=2, col=1
         )
     names = [str(level) for level in range(levels)]
+
+    def value_range(level: int) -> list[float]:
+        """This level's values fill the axis: level 0's loads would be slivers on the final sum's scale."""
+        shown = values[level][np.isfinite(values[level])]
+        top = max(float(shown.max()) if shown.size else 1.0, expected if level == levels - 1 else 0.0, 1e-9)
+        bottom = min(0.0, float(shown.min()) if shown.size else 0.0)
+        return [bottom - 0.08 * (top - bottom) * (bottom < 0), top + 0.1 * (top - bottom)]
+
     fig.frames = [
         go.Frame(
-            name=name, data=frame_traces(level), traces=[0, 1, 2, 3], layout={"title": frame_title(level)}
-        )
+            name=name,
+            data=frame_traces(level),
+            traces=[0, 1, 2, 3],
+            layout={"title": frame_title(level), "yaxis2": {"range": value_range(level), "autorange": False}},
+        )  # fmt: skip
         for level, name in enumerate(names)
     ]
     menus, sliders = animation_controls(names, [f"level {n}" for n in names], "", -0.12, FRAME_MS)
@@ -397,13 +405,18 @@ def reduction_tree_figure(
             "autorange": False,
             "title": "shared-memory slot = thread tid",
         },
-        yaxis2={"range": [lo - (pad if lo < 0 else 0), hi + pad], "autorange": False, "title": "value"},
+        yaxis2={"range": value_range(0), "autorange": False, "title": "value (axis fits each level)"},
     )
+    place_controls(fig)
     return fig
 
 
 # ---------------------------------------------------------------------------------------------
 # the race demo beside the correct reduction
+
+
+GROUP_GAP = 0.2  # between blocks' groups of three bars
+RACE_BAR_OFFSET = (1 - GROUP_GAP) / 3  # the race bar's centre, from its block's x
 
 
 def race_comparison_figure(
@@ -441,9 +454,10 @@ def race_comparison_figure(
         )
     wrong = np.flatnonzero(bad_race[:shown])
     if wrong.size:
+        # over the race bar: the third of three grouped bars, each a third of the group's width
         fig.add_trace(
             go.Scatter(
-                x=wrong,
+                x=wrong + RACE_BAR_OFFSET,
                 y=np.maximum(want, race)[wrong] * 1.04 + 0.5,
                 mode="markers",
                 marker={"symbol": "x", "color": MISMATCH, "size": 9},
@@ -465,6 +479,8 @@ def race_comparison_figure(
         height=420,
         margin={"t": 90},
         legend={"orientation": "h", "y": -0.25},
+        bargap=GROUP_GAP,
+        bargroupgap=0,
     )
     return fig
 

@@ -63,7 +63,9 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
             raise LaunchError(f"kernel {kernel!r} cannot be run from the app")
         if backend not in BACKENDS:
             raise LaunchError(f"unknown backend {backend!r} in the link; choose one of {', '.join(BACKENDS)}")
-        given = {k: v for k, v in query.items() if k not in ("kernel", "backend") and k not in PAGE_QUERY_KEYS}
+        given = {
+            k: v for k, v in query.items() if k not in ("kernel", "backend") and k not in PAGE_QUERY_KEYS
+        }
         values = spec.resolve(given)
         return RunConfig(kernel, backend, tuple(sorted(values.items()))), None
     except LaunchError as exc:
@@ -168,6 +170,50 @@ def sync_query(config: RunConfig, page: str | None = None) -> None:
     for key, value in wanted.items():
         if st.query_params.get(key) != value:
             st.query_params[key] = value
+
+
+def _parse_query_value(raw: str, like):
+    """``raw`` from a link as the type of ``like`` (bool as 0/1, int, float or str)."""
+    if isinstance(like, bool):
+        if raw not in ("0", "1"):
+            raise ValueError(raw)
+        return raw == "1"
+    return type(like)(raw)
+
+
+def from_link(key: str, default, allowed=None) -> None:
+    """Seed the page widget ``key`` from the link, when the widget has no state yet.
+
+    ``default`` gives the type; ``allowed`` is a list of valid values or a (lo, hi) range. A value the
+    widget could not take is ignored (the widget keeps its default), so a bad link never breaks a page.
+    The widget must then be created without ``value=`` (it reads its state). ``key`` must be one of
+    PAGE_QUERY_KEYS.
+    """
+    if key in st.session_state:
+        return
+    raw = st.query_params.get(key)
+    value = default
+    if raw is not None:
+        try:
+            parsed = _parse_query_value(raw, default)
+            if allowed is None or (
+                parsed in allowed if isinstance(allowed, list) else allowed[0] <= parsed <= allowed[1]
+            ):
+                value = parsed
+        except ValueError:
+            pass
+    st.session_state[key] = value
+
+
+def to_link(*keys: str) -> None:
+    """Write the current value of page widgets ``keys`` into the link (the address bar)."""
+    for key in keys:
+        if key not in st.session_state:
+            continue
+        value = st.session_state[key]
+        text = str(int(value)) if isinstance(value, bool) else str(value)
+        if st.query_params.get(key) != text:
+            st.query_params[key] = text
 
 
 def current_capture() -> Capture | None:
