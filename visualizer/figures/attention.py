@@ -122,6 +122,7 @@ def flash_loop_figure(
 
     frames, names, labels = [], [], []
     done: set[int] = set()
+    t0 = int(mine["t_ns"].min())  # times relative to this block's first staged tile
     for _, rec in kv.iterrows():
         step = int(rec["step"])
         k0, krows = int(rec["row0"]), int(rec["rows"])
@@ -130,10 +131,10 @@ def flash_loop_figure(
         note = (
             f"step {step}: K/V rows {k0}–{k0 + krows - 1} in shared memory "
             f"({krows} x {int(rec['cols'])}{', partial tile' if krows < tile else ''}); "
-            f"K staged at {int(rec['t_ns'])} ns"
+            f"K staged at +{int(rec['t_ns']) - t0:,} ns (from the block's first tile)"
         )
         if step in vrec.index:
-            note += f", V at {int(vrec.loc[step, 't_ns'])} ns"
+            note += f", V at +{int(vrec.loc[step, 't_ns']) - t0:,} ns"
         if causal and kt == q_tile:
             note += "; diagonal tile: keys after each query masked"
         if rows_state is not None and len(rows_state):
@@ -160,7 +161,7 @@ def flash_loop_figure(
     fig.update_layout(
         title=titled(
             f"FlashAttention (FA2 order), Q tile {q_tile} (queries {edges[q_tile]}–{edges[q_tile] + q_rows - 1}, "
-            f"head {head}, batch {batch}): {len(frames)} recorded K/V steps{skipped}",
+            f"head {head}, batch {batch}):<br>{len(frames)} recorded K/V steps{skipped}",
             f"data: {source}; tile {tile}, seq_len {seq_len}",
         ),
         # constrain="domain": a wide chart narrows the square plot instead of widening the key range

@@ -54,7 +54,8 @@ def animation_controls(names, labels, prefix: str, y: float, frame_ms: int) -> t
 
 
 CONTROLS_GAP_PX = 74  # from the plot area's bottom edge: x tick labels and the x-axis title fit above
-CONTROLS_PX = 96  # the slider (current-value label, rail, step labels) and the Play/Pause buttons
+BUTTONS_PX = 40  # the Play/Pause row, above the slider
+CONTROLS_PX = BUTTONS_PX + 90  # and the slider: current-value label, rail, step labels
 
 
 def place_controls(fig, gap_px: int = CONTROLS_GAP_PX) -> None:
@@ -73,7 +74,9 @@ def place_controls(fig, gap_px: int = CONTROLS_GAP_PX) -> None:
     plot_px = max(height - top - bottom, 60)
     y = -gap_px / plot_px
     fig.update_layout(margin={"b": bottom}, height=height)
+    # buttons on their own row, the slider under them across the whole width: neither can cover
+    # the other's labels, however narrow the chart
     for menu in layout.updatemenus:
         menu.update(y=y, yanchor="top", x=0, xanchor="left")
     for slider in layout.sliders:
-        slider.update(y=y, yanchor="top", pad={"t": 0, "b": 0})
+        slider.update(y=y - BUTTONS_PX / plot_px, yanchor="top", x=0, len=1, pad={"t": 0, "b": 0})

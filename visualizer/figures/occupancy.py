@@ -39,10 +39,10 @@ LIMIT_LABELS = {
     "blocks": "block slots",
     "barriers": "barriers",
 }
-IMPACT_TITLES = (
-    "Impact of varying block size",
-    "Impact of varying register count per thread",
-    "Impact of varying shared memory usage per block",
+IMPACT_TITLES = (  # short: three titles side by side must fit a 1280-px-wide page without touching
+    "varying block size",
+    "varying registers per thread",
+    "varying shared memory per block",
 )
 CURRENT_NAME = "this configuration"
 SIM_ACHIEVED_SOURCE = (
@@ -179,7 +179,7 @@ def impact_figure(
     fig.update_yaxes(title_text="active warps per SM", row=1, col=1)
     fig.update_layout(
         title={"text": f"Theoretical occupancy — {modelled_label(spec)}"},
-        height=380,
+        height=400,
         margin={"t": 90, "b": 50, "l": 60, "r": 20},
         legend={"orientation": "h", "y": -0.25},
     )

@@ -233,19 +233,24 @@ def run_problem() -> str | None:
     return st.session_state.get("run_error") or st.session_state.get("url_error")
 
 
+def show_run_problems() -> None:
+    """The link's or the last Run's error, in the main area, for pages that draw without a capture."""
+    if st.session_state.get("run_error"):
+        st.error(f"**This configuration did not run:** {st.session_state.run_error}", icon=":material/error:")
+    if st.session_state.get("url_error"):
+        st.error(st.session_state.url_error, icon=":material/link_off:")
+
+
 def require_capture() -> Capture:
     """The capture to draw, or stop the page with the reason in the main area, where the chart would be.
 
     A failed Run never leaves the previous chart under the new configuration: the page shows the error
     instead. A configuration changed in the sidebar but not yet run is named above the old chart.
     """
-    error = st.session_state.get("run_error")
-    if error:
-        st.error(f"**This configuration did not run:** {error}", icon=":material/error:")
+    show_run_problems()
+    if st.session_state.get("run_error"):
         st.caption("Change the parameters in the sidebar and press **Run** again.")
         st.stop()
-    if st.session_state.get("url_error"):
-        st.error(st.session_state.url_error, icon=":material/link_off:")
     cap = current_capture()
     if cap is None:
         st.info("Pick a kernel in the sidebar and press **Run**.")
