@@ -31,7 +31,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def cmd_kernels(argv: list[str]) -> int:
-    p = OneLineParser(prog="python -m visualizer kernels", description="List the kernels and their parameters.")
+    p = OneLineParser(
+        prog="python -m visualizer kernels", description="List the kernels and their parameters."
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from visualizer.catalog import KERNELS

@@ -4,15 +4,18 @@ import pandas as pd
 import streamlit as st
 
 from visualizer.figures.memory_flow import (
+    MODEL_GPUS,
     VIEWS,
     compile_label,
     flow_steps,
     fmt_bytes,
     fmt_us,
     memory_flow_figure,
+    modelled_gpu_label,
+    modelled_gpu_timing,
 )
 from visualizer.ui.charts import chart
-from visualizer.ui.session import require_capture
+from visualizer.ui.session import from_link, require_capture, to_link
 
 st.title("Memory flow")
 st.markdown(
@@ -27,9 +30,12 @@ launch, timing = cap.launch, cap.timing
 bytes_in = int(sum(a.nbytes for a in cap.inputs.values()))
 bytes_out = int(sum(a.nbytes for a in cap.outputs.values()))
 
+from_link("flow_view", "timeline", list(VIEWS))
+from_link("flow_animate", False)
 left, right = st.columns([3, 1])
 view = left.radio("view", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="flow_view")
-animate = right.toggle("step through", value=False, key="flow_animate", help="one frame per step")
+animate = right.toggle("step through", key="flow_animate", help="one frame per step")
+to_link("flow_view", "flow_animate")
 
 try:
     rows = flow_steps(timing, launch, bytes_in, bytes_out)
@@ -49,7 +55,42 @@ c4.metric(
     fmt_us(float(timing.get("compile_ns", 0)) / 1e3),
     help=compile_label(launch) + "; paid once per kernel build, so it is kept out of the flow",
 )
+if not cap.measured:
+    st.markdown("**Measured here: the simulator on the CPU**")
 chart(fig, key="flow_chart")
+
+if not cap.measured:
+    st.subheader("The same bytes on a GPU (modelled)")
+    from_link("flow_gpu", "H200", list(MODEL_GPUS))
+    gpu = st.selectbox(
+        "GPU model (modelled)", list(MODEL_GPUS), key="flow_gpu",
+        format_func=lambda g: f"{g}: {MODEL_GPUS[g]['link']}, {MODEL_GPUS[g]['mem']}",
+    )  # fmt: skip
+    to_link("flow_gpu")
+    modelled = modelled_gpu_timing(bytes_in, bytes_out, gpu)
+    steps = modelled["host_steps_ns"]
+    copies_ns = steps["copy_in"] + steps["copy_out"]
+    g1, g2 = st.columns(2)
+    g1.metric("copies (modelled)", fmt_us(copies_ns / 1e3))
+    g2.metric(
+        "kernel (modelled)",
+        fmt_us(steps["kernel"] / 1e3),
+        delta=f"copies take ×{copies_ns / steps['kernel']:.0f} the kernel's time"
+        if steps["kernel"]
+        else None,
+        delta_color="off",
+    )
+    chart(
+        memory_flow_figure(
+            modelled, launch, bytes_in, bytes_out, view=view, animate=animate, modelled_gpu=gpu
+        ),
+        key="flow_modelled_chart",
+    )
+    st.caption(
+        f"{modelled_gpu_label(gpu)}. On the simulator the copies are numpy copies and the kernel is "
+        "slow Python, so the measured chart above is nearly all kernel; on a GPU the device memory is "
+        "far faster than the host link, which is why real code keeps data on the device between kernels."
+    )
 
 table = pd.DataFrame(
     {
