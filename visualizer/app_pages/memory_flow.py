@@ -49,7 +49,13 @@ kernel_us = next(r["dur_us"] for r in rows if r["key"] == "kernel")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("whole flow", fmt_us(total_us))
 c2.metric("kernel share", f"{100 * kernel_us / total_us:.1f} %" if total_us else "–")
-c3.metric("data in / out", f"{fmt_bytes(bytes_in)} / {fmt_bytes(bytes_out)}")
+unit_in, unit_out = fmt_bytes(bytes_in).split()[-1], fmt_bytes(bytes_out).split()[-1]
+c3.metric(
+    "data in / out",
+    f"{fmt_bytes(bytes_in).split()[0]} / {fmt_bytes(bytes_out)}"  # one unit when both share it
+    if unit_in == unit_out
+    else f"{fmt_bytes(bytes_in)} / {fmt_bytes(bytes_out)}",
+)
 c4.metric(
     "compile (not in the flow)",
     fmt_us(float(timing.get("compile_ns", 0)) / 1e3),
@@ -58,6 +64,34 @@ c4.metric(
 if not cap.measured:
     st.markdown("**Measured here: the simulator on the CPU**")
 chart(fig, key="flow_chart")
+
+table = pd.DataFrame(
+    {
+        "step": [r["label"] for r in rows],
+        "CUDA call": [r["call"] for r in rows],
+        "start (µs)": [round(r["start_us"], 2) for r in rows],
+        "duration (µs)": [round(r["dur_us"], 2) for r in rows],
+        "share (%)": [round(r["share"], 2) for r in rows],
+        "data arrays moved": [fmt_bytes(r["bytes"]) if r["bytes"] is not None else "" for r in rows],
+    }
+)
+st.dataframe(table, hide_index=True)
+if cap.measured:
+    clock = (
+        "Measured (GPU): host wall-clock time of each step, synchronised with the device before and after; "
+        "the kernel step includes launch overhead (the sidebar's CUDA-event times do not)."
+    )
+else:
+    clock = (
+        "Simulator wall time on the CPU (the simulator 'copies' are numpy copies and its kernel runs one "
+        "OS thread per CUDA thread), so the proportions say nothing about a real GPU."
+    )
+st.caption(
+    f"{clock} Bytes are the kernel's data arrays: inputs ({', '.join(cap.inputs)}) go to the device, "
+    f"outputs ({', '.join(cap.outputs)}) come back. The capture also copies the zeroed outputs and the "
+    f"instrumentation's trace buffers both ways, so the timed copies move more than these bytes. "
+    f"Data source: {cap.source}."
+)
 
 if not cap.measured:
     st.subheader("The same bytes on a GPU (modelled)")
@@ -91,31 +125,3 @@ if not cap.measured:
         "slow Python, so the measured chart above is nearly all kernel; on a GPU the device memory is "
         "far faster than the host link, which is why real code keeps data on the device between kernels."
     )
-
-table = pd.DataFrame(
-    {
-        "step": [r["label"] for r in rows],
-        "CUDA call": [r["call"] for r in rows],
-        "start (µs)": [round(r["start_us"], 2) for r in rows],
-        "duration (µs)": [round(r["dur_us"], 2) for r in rows],
-        "share (%)": [round(r["share"], 2) for r in rows],
-        "data arrays moved": [fmt_bytes(r["bytes"]) if r["bytes"] is not None else "" for r in rows],
-    }
-)
-st.dataframe(table, hide_index=True)
-if cap.measured:
-    clock = (
-        "Measured (GPU): host wall-clock time of each step, synchronised with the device before and after; "
-        "the kernel step includes launch overhead (the sidebar's CUDA-event times do not)."
-    )
-else:
-    clock = (
-        "Simulator wall time on the CPU (the simulator 'copies' are numpy copies and its kernel runs one "
-        "OS thread per CUDA thread), so the proportions say nothing about a real GPU."
-    )
-st.caption(
-    f"{clock} Bytes are the kernel's data arrays: inputs ({', '.join(cap.inputs)}) go to the device, "
-    f"outputs ({', '.join(cap.outputs)}) come back. The capture also copies the zeroed outputs and the "
-    f"instrumentation's trace buffers both ways, so the timed copies move more than these bytes. "
-    f"Data source: {cap.source}."
-)

@@ -145,13 +145,13 @@ m3.metric(
 tail_share = achieved.tail_ns / achieved.kernel_ns if achieved.kernel_ns else 0.0
 m4.metric(
     "tail",
-    "none" if one_wave or not achieved.tail_blocks else f"{tail_share:.0%} of time",
+    "none" if one_wave or not achieved.tail_blocks else f"{tail_share:.0%}",
     help="share of the kernel's time spent in the last, partial wave (one wave has no tail)",
 )
 if one_wave:
     st.caption(
         f"All {achieved.blocks:,} blocks fit in one wave of {achieved.first_wave_blocks:,} "
-        f"({achieved.blocks / achieved.first_wave_blocks:.0%} of the slots): every block starts at once, "
+        f"({achieved.blocks / achieved.first_wave_blocks:.1%} of the slots): every block starts at once, "
         "so there is nothing to wait for and no tail. A grid bigger than one wave shows the tail."
     )
 elif achieved.tail_blocks:

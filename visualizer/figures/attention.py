@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from visualizer.figures.common import animation_controls, place_controls, source_of, titled
+from visualizer.figures.common import CONTROLS_PX, animation_controls, place_controls, source_of, titled
 
 FRAME_MS = 700
 
@@ -176,12 +176,17 @@ def flash_loop_figure(
         annotations=list(frames[0].layout.annotations),
         updatemenus=buttons,
         sliders=sliders,
-        margin={"t": 150, "b": 175},
-        height=700,
+        margin={"t": LOOP_MARGIN_T, "b": LOOP_MARGIN_B},
+        height=LOOP_PLOT_PX + LOOP_MARGIN_T + LOOP_MARGIN_B,
     )
     fig.update_layout(title={"y": 0.98, "yanchor": "top", "yref": "container"})
-    place_controls(fig, gap_px=24)  # the key axis is on top: nothing under the plot but the controls
+    place_controls(fig, gap_px=LOOP_CONTROLS_GAP)  # the key axis is on top: only the controls are under it
     return fig
+
+
+LOOP_PLOT_PX, LOOP_MARGIN_T = 370, 150
+LOOP_CONTROLS_GAP = 24  # the key axis is on top, so the controls sit right under the plot
+LOOP_MARGIN_B = LOOP_CONTROLS_GAP + CONTROLS_PX + 36  # and the step note under them
 
 
 def _note(text: str) -> dict:
@@ -190,7 +195,7 @@ def _note(text: str) -> dict:
         "xref": "paper",
         "yref": "paper",
         "x": 0.0,
-        "y": -0.33,  # under the slider and its step labels
+        "y": -(LOOP_CONTROLS_GAP + CONTROLS_PX + 6) / LOOP_PLOT_PX,  # under the slider and its step labels
         "xanchor": "left",
         "yanchor": "top",
         "showarrow": False,

@@ -56,6 +56,7 @@ def animation_controls(names, labels, prefix: str, y: float, frame_ms: int) -> t
 CONTROLS_GAP_PX = 74  # from the plot area's bottom edge: x tick labels and the x-axis title fit above
 BUTTONS_PX = 40  # the Play/Pause row, above the slider
 CONTROLS_PX = BUTTONS_PX + 90  # and the slider: current-value label, rail, step labels
+LEGEND_PX = 50  # a horizontal legend under the controls
 
 
 def place_controls(fig, gap_px: int = CONTROLS_GAP_PX) -> None:
@@ -68,7 +69,11 @@ def place_controls(fig, gap_px: int = CONTROLS_GAP_PX) -> None:
     """
     layout = fig.layout
     top = layout.margin.t if layout.margin.t is not None else 100
-    bottom = max(layout.margin.b if layout.margin.b is not None else 80, gap_px + CONTROLS_PX)
+    legend_below = layout.legend.y is not None and layout.legend.y < 0  # moves under the controls
+    bottom = max(
+        layout.margin.b if layout.margin.b is not None else 80,
+        gap_px + CONTROLS_PX + (LEGEND_PX if legend_below else 0),
+    )
     old_bottom = layout.margin.b if layout.margin.b is not None else 80
     height = (layout.height or 450) + max(bottom - old_bottom, 0)  # the plot area keeps its size
     plot_px = max(height - top - bottom, 60)
@@ -80,3 +85,5 @@ def place_controls(fig, gap_px: int = CONTROLS_GAP_PX) -> None:
         menu.update(y=y, yanchor="top", x=0, xanchor="left")
     for slider in layout.sliders:
         slider.update(y=y - BUTTONS_PX / plot_px, yanchor="top", x=0, len=1, pad={"t": 0, "b": 0})
+    if legend_below:
+        layout.legend.update(y=-(gap_px + CONTROLS_PX) / plot_px, yanchor="top", x=0, xanchor="left")

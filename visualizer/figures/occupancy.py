@@ -45,9 +45,8 @@ IMPACT_TITLES = (  # short: three titles side by side must fit a 1280-px-wide pa
     "varying shared memory per block",
 )
 CURRENT_NAME = "this configuration"
-SIM_ACHIEVED_SOURCE = (
-    "modelled (simulator: blocks run one at a time, achieved occupancy is not meaningful; "
-    "here blocks fill the SMs in waves of SMs × blocks/SM, each lasting one block-time)"
+SIM_ACHIEVED_SOURCE = (  # short enough for one title line at 1280 px; the page explains the model
+    "modelled (simulator: achieved occupancy is not meaningful; blocks fill SMs in waves of one block-time)"
 )
 
 
@@ -491,8 +490,8 @@ def achieved_figure(
         title={"text": f"Active warps per SM over time<br><sup>{source}</sup>"},
         xaxis={"title": f"time since kernel start ({unit})", "range": [0, t_end], "autorange": False},
         yaxis={"title": "active warps per SM", "range": [0, y_top], "autorange": False},
-        height=420,
-        legend={"orientation": "h", "y": -0.2},
-        margin={"t": 100},
+        height=460,
+        legend={"orientation": "h", "y": -0.3, "yanchor": "top"},  # under the x-axis title
+        margin={"t": 100, "b": 150},
     )
     return fig

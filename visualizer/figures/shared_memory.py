@@ -207,7 +207,7 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
                 f"{head}loaded A[{ra0}:{ra0 + ra}, {ca0}:{ca0 + ca}] "
                 f"and B[{rb0}:{rb0 + rb}, {cb0}:{cb0 + cb}] "
                 f"→ 1st syncthreads<br>recorded at +{_fmt_ns(int(a_t[step]) - t_first)} (A), "
-                f"+{_fmt_ns(int(b_t[step]) - t_first)} (B) after this block's first load ({clock})"
+                f"+{_fmt_ns(int(b_t[step]) - t_first)} (B) after this block's first load<br>({clock})"
             )
         return titled(text, source)
 
@@ -241,7 +241,7 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
     fig.update_layout(
         title=frame_title(0, False),
         height=600,
-        margin={"t": 130, "b": 190},
+        margin={"t": 150, "b": 190},
         legend={"orientation": "h", "y": -0.5},
         updatemenus=menus,
         sliders=sliders,
