@@ -88,7 +88,7 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport={"width": 1280, "height": 720})  # a projector
     pg = context.new_page()
     yield pg
     context.close()

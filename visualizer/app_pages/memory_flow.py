@@ -46,7 +46,7 @@ except (ValueError, KeyError) as exc:
 
 total_us = sum(r["dur_us"] for r in rows)
 kernel_us = next(r["dur_us"] for r in rows if r["key"] == "kernel")
-c1, c2, c3, c4 = st.columns(4)
+c1, c2, c3, c4 = st.columns([2, 2, 3, 2])  # data in / out is the longest value
 c1.metric("whole flow", fmt_us(total_us))
 c2.metric("kernel share", f"{100 * kernel_us / total_us:.1f} %" if total_us else "–")
 unit_in, unit_out = fmt_bytes(bytes_in).split()[-1], fmt_bytes(bytes_out).split()[-1]

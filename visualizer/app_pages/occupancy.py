@@ -197,11 +197,13 @@ smem_dynamic = smem_kb * KB
 to_link(*SLIDER_KEYS)
 
 result = occupancy_opted_in(arch, threads, regs, smem_dynamic, static)
-c1, c2, c3, c4 = st.columns([1, 1, 1, 2])  # the limiter can be two names long
+c1, c2, c3, c4 = st.columns([2, 2, 2, 3])
 c1.metric("blocks / SM", result.blocks_per_sm)
 c2.metric("warps / SM", f"{result.warps_per_sm} / {spec.max_warps_per_sm}")
 c3.metric("occupancy", f"{100 * result.occupancy:.1f}%")
-c4.metric("limiter", " + ".join(name.replace("_", " ") for name in result.limiters))
+limiters = " + ".join(name.replace("_", " ") for name in result.limiters)
+# several limiters at once are too long for a metric column at 1280 px: then the whole row
+(c4 if len(limiters) <= 16 else st).metric("limiter", limiters)
 if static + smem_dynamic > spec.smem_per_block_optin:
     st.error(
         f"Cannot launch: {static + smem_dynamic:,} B of shared memory per block is over the "
