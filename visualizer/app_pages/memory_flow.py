@@ -57,9 +57,9 @@ c3.metric(
     else f"{fmt_bytes(bytes_in)} / {fmt_bytes(bytes_out)}",
 )
 c4.metric(
-    "compile (not in the flow)",
+    "compile time",
     fmt_us(float(timing.get("compile_ns", 0)) / 1e3),
-    help=compile_label(launch) + "; paid once per kernel build, so it is kept out of the flow",
+    help=compile_label(launch) + "; paid once per kernel build, so it is not part of the flow",
 )
 if not cap.measured:
     st.markdown("**Measured here: the simulator on the CPU**")

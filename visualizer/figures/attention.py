@@ -390,8 +390,8 @@ def smem_gauge_figure(
             f"Shared memory per block: {bytes_needed:,} of {limit_bytes:,} bytes ({verdict})",
             arch_label,
         ),
-        height=300,
-        margin={"t": 90, "b": 20},
+        height=320,
+        margin={"t": 110, "b": 20},
     )
     return fig
 

@@ -15,9 +15,21 @@ def source_of(df: pd.DataFrame) -> str:
     return str(df.attrs.get("source", "unknown source"))
 
 
+SOURCE_LINE_CHARS = 100  # a longer source line would run past a chart half a 1280-px page wide
+
+
 def titled(text: str, source: str) -> dict:
-    """A layout title with the data source underneath."""
-    return {"text": f"{text}<br><sup>{source}</sup>", "x": 0.01, "xanchor": "left"}
+    """A layout title with the data source underneath (a long source on several lines, split at '; ')."""
+    lines, line = [], ""
+    for part in source.split("; ") if len(source) > SOURCE_LINE_CHARS else [source]:
+        if line and len(line) + len(part) + 2 > SOURCE_LINE_CHARS:
+            lines.append(line + ";")
+            line = part
+        else:
+            line = f"{line}; {part}" if line else part
+    lines.append(line)
+    sup = "<br>".join(f"<sup>{x}</sup>" for x in lines)
+    return {"text": f"{text}<br>{sup}", "x": 0.01, "xanchor": "left"}
 
 
 def play_pause(y: float, frame_ms: int, from_current: bool = True) -> dict:
