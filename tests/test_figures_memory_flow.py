@@ -40,6 +40,6 @@ def test_step_animation_controls_sit_below_the_axis():
     plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     menu, slider = fig.layout.updatemenus[0], fig.layout.sliders[0]
     assert menu.y * plot_px <= -60  # under the tick labels and the axis title
-    assert slider.y < menu.y and slider.x == 0 and slider.len == 1  # its own row, under the buttons
+    assert slider.y < menu.y and slider.x == 0 and slider.len > 0.9  # its own row, under the buttons
     assert slider.active == len(slider.steps) - 1  # opens on all five steps
     assert menu.buttons[0].args[1]["fromcurrent"] is False  # Play replays from the first step

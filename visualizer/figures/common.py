@@ -69,6 +69,7 @@ CONTROLS_GAP_PX = 74  # from the plot area's bottom edge: x tick labels and the 
 BUTTONS_PX = 40  # the Play/Pause row, above the slider
 CONTROLS_PX = BUTTONS_PX + 90  # and the slider: current-value label, rail, step labels
 LEGEND_PX = 50  # a horizontal legend under the controls
+SLIDER_LEN = 0.94
 
 
 def place_controls(fig, gap_px: int = CONTROLS_GAP_PX) -> None:
@@ -96,6 +97,7 @@ def place_controls(fig, gap_px: int = CONTROLS_GAP_PX) -> None:
     for menu in layout.updatemenus:
         menu.update(y=y, yanchor="top", x=0, xanchor="left")
     for slider in layout.sliders:
-        slider.update(y=y - BUTTONS_PX / plot_px, yanchor="top", x=0, len=1, pad={"t": 0, "b": 0})
+        # len < 1: the last step's label is centred on the rail's end and must not run off the chart
+        slider.update(y=y - BUTTONS_PX / plot_px, yanchor="top", x=0, len=SLIDER_LEN, pad={"t": 0, "b": 0})
     if legend_below:
         layout.legend.update(y=-(gap_px + CONTROLS_PX) / plot_px, yanchor="top", x=0, xanchor="left")

@@ -286,7 +286,12 @@ def measured_points_figure(
                 text=[str(i + 1) for i in range(len(history))],
                 textposition="top center",
                 customdata=labels,
-                name="achieved in that run",
+                name="achieved in that run"
+                + (
+                    " (modelled: simulator)"
+                    if any("modelled" in str(h.get("source", "")) for h in history)
+                    else ""
+                ),
                 hovertemplate="run %{text}: %{x} threads/block, %{y:.1f}% achieved<br>%{customdata}"
                 "<extra></extra>",
             )
@@ -476,7 +481,12 @@ def achieved_figure(
         wave = attrs["num_sms"] * blocks_per_sm
         fig.add_annotation(
             text=f"first wave: {attrs['num_sms']} SMs × {blocks_per_sm} blocks/SM = {wave:,} blocks; "
-            f"this launch has {attrs['blocks']:,} blocks = {attrs['blocks'] / wave:.2f} waves",
+            f"this launch has {attrs['blocks']:,} blocks = "
+            + (
+                f"{attrs['blocks'] / wave:.2f} waves"
+                if attrs["blocks"] >= wave
+                else f"{attrs['blocks'] / wave:.1%} of one wave"
+            ),
             xref="paper",
             yref="paper",
             x=0,

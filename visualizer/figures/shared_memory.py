@@ -240,8 +240,8 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
     menus, sliders = animation_controls(names, labels, "step ", -0.12, FRAME_MS)
     fig.update_layout(
         title=frame_title(0, False),
-        height=600,
-        margin={"t": 150, "b": 190},
+        height=620,
+        margin={"t": 175, "b": 190},
         legend={"orientation": "h", "y": -0.5},
         updatemenus=menus,
         sliders=sliders,
@@ -380,13 +380,22 @@ def reduction_tree_figure(
         bottom = min(0.0, float(shown.min()) if shown.size else 0.0)
         return [bottom - 0.08 * (top - bottom) * (bottom < 0), top + 0.1 * (top - bottom)]
 
+    def hint(level: int) -> list[dict]:
+        """Level 0 has no adds yet: say so where the arcs will be, rather than leave the row empty."""
+        if level:
+            return []
+        return [{"text": "level 0: no adds yet · press ▶ Play or drag the slider to watch the tree halve",
+                 "xref": "paper", "yref": "y domain", "x": 0.5, "y": 0.5, "showarrow": False,
+                 "font": {"size": 13, "color": "#555"}}]  # fmt: skip
+
     fig.frames = [
         go.Frame(
             name=name,
             data=frame_traces(level),
             traces=[0, 1, 2, 3],
-            layout={"title": frame_title(level), "yaxis2": {"range": value_range(level), "autorange": False}},
-        )  # fmt: skip
+            layout={"title": frame_title(level), "yaxis2": {"range": value_range(level), "autorange": False},
+                    "annotations": hint(level)},  # fmt: skip
+        )
         for level, name in enumerate(names)
     ]
     menus, sliders = animation_controls(names, [f"level {n}" for n in names], "", -0.12, FRAME_MS)
@@ -406,6 +415,7 @@ def reduction_tree_figure(
             "title": "shared-memory slot = thread tid",
         },
         yaxis2={"range": value_range(0), "autorange": False, "title": "value (axis fits each level)"},
+        annotations=hint(0),
     )
     place_controls(fig)
     return fig
