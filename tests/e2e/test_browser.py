@@ -80,6 +80,13 @@ def kernel_box(page) -> str:
     return page.get_by_test_id("stSidebar").get_by_role("combobox", name="Kernel").input_value()
 
 
+def shown_metrics(page) -> list[str]:
+    """The metric values on the page, once the page has drawn them."""
+    values = main(page).get_by_test_id("stMetricValue")
+    values.first.wait_for(timeout=60_000)
+    return values.all_inner_texts()
+
+
 def charts(page):
     """The charts on screen (not those inside a closed expander), once drawn."""
     plots = main(page).locator(".js-plotly-plot >> visible=true")
@@ -135,7 +142,8 @@ def test_link_copied_after_page_switches_reproduces_the_view(page, app_url, brow
     wait_for_app(page)
     link = page.url
     assert "page=scheduling" in link and "sched_gpu=T4" in link
-    metrics = main(page).get_by_test_id("stMetricValue").all_inner_texts()
+    metrics = shown_metrics(page)
+    assert "32 of 40" in metrics  # the T4 view: 32 blocks on 40 SMs
 
     fresh = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
     try:
@@ -143,7 +151,7 @@ def test_link_copied_after_page_switches_reproduces_the_view(page, app_url, brow
         wait_for_app(fresh)
         assert main(fresh).locator("h1").first.inner_text() == "Warp & SM scheduling"
         assert "T4" in main(fresh).get_by_role("combobox", name="GPU model (modelled)").input_value()
-        assert main(fresh).get_by_test_id("stMetricValue").all_inner_texts() == metrics
+        assert shown_metrics(fresh) == metrics
         sidebar_page(fresh, "Grid layout")  # and the grid page remembers its colouring from the link
         checked = main(fresh).locator("[data-testid=stRadio] input:checked")
         assert checked.first.evaluate("(el) => el.closest('label').innerText").strip() == "lane"

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from visualizer import catalog
 from visualizer.catalog import LaunchError
@@ -166,7 +167,10 @@ def sync_query(config: RunConfig, page: str | None = None) -> None:
     """
     wanted = config.to_query() | ({"page": page} if page else {})
     for key in [k for k in st.query_params if k not in wanted and k not in PAGE_QUERY_KEYS]:
-        del st.query_params[key]
+        try:
+            del st.query_params[key]
+        except StreamlitAPIException:  # a widget bound to the URL owns this key: it is a page choice
+            pass
     for key, value in wanted.items():
         if st.query_params.get(key) != value:
             st.query_params[key] = value
