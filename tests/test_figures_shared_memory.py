@@ -156,6 +156,7 @@ def test_tree_axes_fixed_and_final_frame_checks_the_sum(reduction):
     assert tuple(fig.layout.xaxis2.range) == (-0.5, RED_BLOCK - 0.5)
     assert all(set(f.layout.to_plotly_json()) <= {"title", "yaxis2", "annotations"} for f in fig.frames)
     assert "no adds yet" in fig.layout.annotations[0].text  # the first frame says what it shows
+    assert [f.layout.annotations[0].visible for f in fig.frames] == [True] + [False] * (len(fig.frames) - 1)
     expected = float(reduction.inputs["x"][:RED_BLOCK].sum())
     top = max(fig.frames[-1].data[2].y)
     assert fig.frames[-1].layout.yaxis2.range[1] >= max(expected, top)

@@ -266,6 +266,9 @@ def _block_tree(tree: pd.DataFrame, block: int, block_size: int) -> np.ndarray:
     return values
 
 
+ARC_FOOT = 0.03  # arcs land at the bottom of their row, right on top of the slots' bars
+
+
 def _arcs(stride: int) -> tuple[list, list]:
     """Arcs from slot tid + stride down into slot tid for every active tid (y in [0, 1])."""
     xs: list = []
@@ -274,7 +277,7 @@ def _arcs(stride: int) -> tuple[list, list]:
     for tid in range(stride):
         src, dst = tid + stride, tid
         xs += [*(src + (dst - src) * u), None]
-        ys += [*(0.1 + 0.8 * np.sin(np.pi * u)), None]
+        ys += [*(ARC_FOOT + 0.85 * np.sin(np.pi * u)), None]
     return xs, ys
 
 
@@ -294,7 +297,7 @@ def reduction_tree_figure(
     barrier = kernel != "reduction_race"
     slots = np.arange(block_size)
 
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.28, 0.72], vertical_spacing=0.04)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.28, 0.72], vertical_spacing=0.01)
 
     def colours(level: int) -> list[str]:
         if level == 0:
@@ -317,7 +320,7 @@ def reduction_tree_figure(
             ),
             go.Scatter(
                 x=list(range(stride)) or [None],
-                y=[0.1] * stride or [None],
+                y=[ARC_FOOT] * stride or [None],
                 mode="markers",
                 marker={"symbol": "triangle-down", "size": 8, "color": ACTIVE},
                 hoverinfo="skip",
@@ -382,11 +385,10 @@ def reduction_tree_figure(
 
     def hint(level: int) -> list[dict]:
         """Level 0 has no adds yet: say so where the arcs will be, rather than leave the row empty."""
-        if level:
-            return []
+        # always one annotation, hidden after level 0: a frame's empty list would not remove it
         return [{"text": "level 0: no adds yet · press ▶ Play or drag the slider to watch the tree halve",
                  "xref": "paper", "yref": "y domain", "x": 0.5, "y": 0.5, "showarrow": False,
-                 "font": {"size": 13, "color": "#555"}}]  # fmt: skip
+                 "font": {"size": 13, "color": "#555"}, "visible": level == 0}]  # fmt: skip
 
     fig.frames = [
         go.Frame(
