@@ -395,8 +395,11 @@ def reduction_tree_figure(
             name=name,
             data=frame_traces(level),
             traces=[0, 1, 2, 3],
-            layout={"title": frame_title(level), "yaxis2": {"range": value_range(level), "autorange": False},
-                    "annotations": hint(level)},  # fmt: skip
+            layout={
+                "title": frame_title(level),
+                "yaxis2": {"range": value_range(level), "autorange": False},
+                "annotations": hint(level),
+            },
         )
         for level, name in enumerate(names)
     ]
