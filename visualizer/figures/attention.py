@@ -467,7 +467,7 @@ def attention_timing_figure(rows, source: str, note: str = "") -> go.Figure:
             "Attention forward vs seq_len: time, throughput, memory", f"{source}; {note}" if note else source
         ),
         legend={"orientation": "h", "y": -0.22, "x": 0.0, "xanchor": "left"},
-        height=470,
-        margin={"t": 110, "b": 120},
+        height=495,
+        margin={"t": 135, "b": 120},  # a source long enough to wrap, then the panels' own titles
     )
     return fig
