@@ -122,6 +122,6 @@ if not cap.measured:
     )
     st.caption(
         f"{modelled_gpu_label(gpu)}. On the simulator the copies are numpy copies and the kernel is "
-        "slow Python, so the measured chart above is nearly all kernel; on a GPU the device memory is "
+        "slow Python, so the measured chart above says little about a GPU; there the device memory is "
         "far faster than the host link, which is why real code keeps data on the device between kernels."
     )
