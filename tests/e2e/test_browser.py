@@ -117,6 +117,18 @@ def test_every_page_renders_fits_1280_and_fetches_nothing_from_outside(page, app
     assert [u for u in requests_seen["urls"] if host not in u and not u.startswith("data:")] == []
 
 
+def test_run_stays_on_screen_for_the_kernel_with_most_parameters(page, app_url):
+    page = open_page(page, app_url, ANIMATED["flash"])  # six parameters fill the sidebar past 720 px
+    run = page.get_by_test_id("stSidebar").get_by_role("button", name="Run", exact=True)
+    box = run.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 720
+    assert run.evaluate(
+        "(el) => { const r = el.getBoundingClientRect();"
+        " return document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2)"
+        ".closest('button') === el; }"
+    )  # on top, not under another widget
+
+
 def test_load_example_sets_the_whole_configuration(page, app_url):
     page = open_page(page, app_url, f"{QUERY}&page=shared_memory")
     main(page).get_by_role("button", name="Load reduction example").click()

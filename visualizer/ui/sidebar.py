@@ -23,6 +23,10 @@ from visualizer.ui.session import (
 MAX_BLOCK_SLIDER = 1024  # CUDA's limit on threads per block
 BACKEND_LABELS = {"auto": "auto", "gpu": "GPU", "sim": "simulator"}
 BACKEND_HELP = "auto: the GPU if this machine has one, else the CUDA simulator on the CPU"
+RUN_STICKY_CSS = (
+    "<style>.st-key-sidebar_run{position:sticky;bottom:0.75rem;z-index:5;"
+    "box-shadow:0 0 0 0.6rem var(--secondary-background-color, #EEF2F7);border-radius:0.5rem}</style>"
+)
 
 
 ROOT_PAGE = "view"  # the url_path the chosen page runs under: one page id whatever page is shown
@@ -163,6 +167,9 @@ def sidebar() -> None:
         except catalog.LaunchError:
             launch = None
         wanted = RunConfig(kernel, backend, tuple(sorted(values.items())))
+        # Kernels with many parameters push Run below a 720-px screen: it sticks to the sidebar's
+        # bottom edge until the sidebar is scrolled to it (our own fixed CSS, no visitor text).
+        st.html(RUN_STICKY_CSS)
         submitted = st.button("Run", type="primary", use_container_width=True, key="sidebar_run")
         submitted = submitted or st.session_state.pop("run_requested", False)
         if launch is not None:
