@@ -4,6 +4,8 @@ or covered, and nothing is fetched from outside the machine."""
 
 import pytest
 
+from visualizer.runner import gpu_present
+
 from .conftest import wait_for_app
 
 pytestmark = pytest.mark.e2e
@@ -176,6 +178,11 @@ def test_link_copied_after_page_switches_reproduces_the_view(page, app_url, brow
     [
         ("?kernel=vector_add&backend=sim&n=100&block=0&page=grid", "at least 1"),
         ("?kernel=vector_add&backend=sim&n=5000000&block=256&page=scheduling", "simulator"),
+        pytest.param(
+            "?kernel=vector_add&backend=gpu&n=100&block=32&page=memory_flow",
+            "no CUDA GPU",
+            marks=pytest.mark.skipif(gpu_present(), reason="this machine has a GPU"),
+        ),
     ],
 )
 def test_a_failed_run_is_explained_where_the_chart_would_be(page, app_url, query, words):
