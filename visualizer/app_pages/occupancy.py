@@ -20,7 +20,14 @@ from visualizer.figures.occupancy import (
 )
 from visualizer.occupancy import ARCHS, KB, WARP_SIZE, occupancy
 from visualizer.ui.charts import chart
-from visualizer.ui.session import RunConfig, current_capture, from_link, show_run_problems, to_link
+from visualizer.ui.session import (
+    RunConfig,
+    current_capture,
+    from_link,
+    show_run_problems,
+    show_unrun_notice,
+    to_link,
+)
 from visualizer.ui.sidebar import load_config
 
 SIM_REGS = 32  # the simulator compiles nothing, so the register count is an assumption
@@ -224,6 +231,7 @@ if cap is None:
     st.info("Run a kernel from the sidebar to compare with a real launch and see its achieved occupancy.")
     st.stop()
 
+show_unrun_notice(cap)
 launch = cap.launch
 st.subheader(f"The launch you ran: {launch['kernel']} with {launch['threads_per_block']} threads per block")
 blocks_per_sm, max_warps, theory_from = _captured_theoretical(cap)

@@ -259,6 +259,12 @@ def require_capture() -> Capture:
     if cap is None:
         st.info("Pick a kernel in the sidebar and press **Run**.")
         st.stop()
+    show_unrun_notice(cap)
+    return cap
+
+
+def show_unrun_notice(cap: Capture) -> None:
+    """Name sidebar parameters that have not run yet above charts of the previous run, with a Run."""
     pending = st.session_state.get("unrun_config")
     if pending is not None:
         params = ", ".join(f"{k}={v}" for k, v in pending.params)
@@ -271,7 +277,6 @@ def require_capture() -> Capture:
             icon=":material/pending:",
         )
         c2.button("Run", type="primary", key="main_run", on_click=_request_run, use_container_width=True)
-    return cap
 
 
 def _request_run() -> None:
