@@ -48,7 +48,7 @@ CLIPPED = """() => {
   const out = [];
   for (const el of document.querySelectorAll(
       '[data-testid=stMetricValue], [data-testid=stMetricValue] *, [data-testid=stMetricLabel] *,'
-      + ' h1, h2, h3')) {
+      + ' h1, h2, h3, [data-testid=stMain] button [data-testid=stMarkdownContainer]')) {
     if (el.scrollWidth > el.clientWidth + 1) out.push(`${el.tagName}: ${el.textContent.slice(0, 60)}`);
   }
   for (const svg of document.querySelectorAll('.js-plotly-plot .main-svg:first-of-type')) {

@@ -164,7 +164,7 @@ def other_kernel(cap: Capture) -> None:
         "(tiles staged in shared memory) or **reduction** / **reduction_race** (a tree in shared "
         "memory): pick one in the sidebar, or load an example here."
     )
-    c1, c2, _ = st.columns([1, 1, 2])
+    c1, c2, _ = st.columns([3, 3, 2])  # room for the whole button labels at 1280 px
     c1.button(
         "Load matmul_tiled example", key="smem_load_matmul", on_click=_load_example, args=("matmul_tiled",)
     )
