@@ -40,7 +40,9 @@ def _array(value) -> np.ndarray:
 def test_grid_page_shows_idle_threads_and_simulator_order():
     at = _page("grid", kernel="vector_add", n="200", block="48")
     fig = _figure(at)
-    assert len(fig["frames"]) > 1 and fig["layout"]["sliders"][0]["active"] == 0
+    last = len(fig["frames"]) - 1
+    assert last > 0 and fig["layout"]["sliders"][0]["active"] == last  # opens on the complete picture
+    np.testing.assert_array_equal(_array(fig["data"][0]["z"]), _array(fig["frames"][-1]["data"][0]["z"]))
     assert (_array(fig["frames"][0]["data"][0]["z"]) == NOT_STARTED).any()
     z = _array(fig["frames"][-1]["data"][0]["z"])  # the last frame: every thread has started
     assert z.shape == (5, 48)  # ceil(200 / 48) = 5 blocks, one row each

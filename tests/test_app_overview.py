@@ -26,24 +26,26 @@ def test_first_visit_runs_and_badges_the_backend():
 def test_malformed_link_falls_back_with_error():
     at = _app(kernel="vector_add", backend="sim", block="banana").run()
     assert not at.exception
-    assert any("Bad link" in e.value and "integer" in e.value for e in at.sidebar.error)
+    assert any("Bad link" in e.value and "integer" in e.value for e in at.main.error)
     at = _app(kernel="no_such_kernel").run()
     assert not at.exception
-    assert any("unknown kernel" in e.value for e in at.sidebar.error)
+    assert any("unknown kernel" in e.value for e in at.main.error)
 
 
 def test_impossible_launch_shows_error_not_traceback():
     at = _app(kernel="vector_add", backend="sim", n="100", block="0").run()
     assert not at.exception
-    assert any("at least 1" in e.value for e in at.sidebar.error)
+    assert any("at least 1" in e.value for e in at.main.error)
     at = _app(kernel="vector_add", backend="sim", n="5000000", block="256").run()
     assert not at.exception
-    assert any("simulator" in e.value for e in at.sidebar.error)
+    assert any("simulator" in e.value for e in at.main.error)
 
 
 def test_run_button_relaunches_with_new_params():
     at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
-    at.number_input(key="param_vector_add_n").set_value(70)  # inside the Run form: applies on submit
+    at.number_input(key="param_vector_add_n").set_value(70).run()  # not run before: Run asked for
+    assert at.session_state.capture.launch["params"]["n"] == 100
+    assert any("Press **Run**" in w.value for w in at.main.warning)
     at.sidebar.button[0].click().run()
     assert not at.exception
     assert at.session_state.capture.launch["params"]["n"] == 70
@@ -66,4 +68,29 @@ def test_block_is_a_slider_and_a_link_past_its_range_still_explains_itself():
     assert at.session_state.capture.launch["params"]["block"] == 64
     at = _app(kernel="vector_add", backend="sim", n="100", block="2048").run()
     assert not at.exception
-    assert any("1024" in e.value for e in at.sidebar.error)
+    assert any("1024" in e.value for e in at.main.error)
+
+
+def test_unrun_parameters_are_named_and_a_configuration_run_before_shows_at_once():
+    at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
+    at.number_input(key="param_vector_add_n").set_value(64).run()
+    assert at.session_state.capture.launch["params"]["n"] == 100  # a new launch waits for Run...
+    notice = next(w.value for w in at.main.warning)
+    assert "n=64" in notice and "still the previous run" in notice  # ...and the page says so
+    at.button(key="main_run").click().run()  # a Run button where the reader is looking
+    assert at.session_state.capture.launch["params"]["n"] == 64
+    assert not at.main.warning
+    at.number_input(key="param_vector_add_n").set_value(100).run()  # ran before: shown without Run
+    assert at.session_state.capture.launch["params"]["n"] == 100
+    assert not at.main.warning
+    assert at.query_params["n"] in ("100", ["100"])  # and the link follows
+
+
+def test_a_failed_run_replaces_the_charts_with_its_error():
+    at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
+    at.switch_page("app_pages/grid.py").run()
+    assert at.get("plotly_chart")
+    at.slider(key="param_vector_add_block").set_value(0)
+    at.sidebar.button(key="sidebar_run").click().run()
+    assert any("did not run" in e.value and "at least 1" in e.value for e in at.main.error)
+    assert not at.get("plotly_chart")  # no chart of the previous run under the new configuration

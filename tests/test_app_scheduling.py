@@ -53,8 +53,10 @@ def test_simulator_page_is_modelled(sim_page):
     assert len(modelled) == 4, titles  # SM timeline, warps, concurrency, waves
     # the expander shows what the simulator really recorded, labelled as such
     assert [t.split("<br>")[0] for t in titles if "simulated" in t] == ["Blocks on each SM over time"]
-    waves = _chart(at, "Wave 0")
+    waves = _chart(at, "One wave: all 32 blocks at once")
     assert len(waves["frames"]) == 1  # 32 blocks: one (partial) wave on the modelled H200
+    assert _metric(at, "tail") == "none"
+    assert any(b.key == "sched_suggest" for b in at.button)  # a launch with waves is one click away
     assert waves["layout"]["xaxis"]["range"] == [-0.5, 131.5]
     assert any("Modelled" in w.value for w in at.warning)
     assert any("one after another" in e.label for e in at.expander)
@@ -69,20 +71,20 @@ def test_changing_the_gpu_model_changes_the_modelled_figures():
     assert not at.exception, [e.value for e in at.exception]
     after = _charts(at)
     assert before != after
-    waves = _chart(at, "Wave 0")
+    waves = _chart(at, "One wave")
     assert waves["layout"]["xaxis"]["range"] == [-0.5, 39.5]  # T4: 40 SMs, H200: 132
     assert "T4" in waves["layout"]["title"]["text"] and "modelled" in waves["layout"]["title"]["text"]
     assert _metric(at, "SMs used") == "32 of 40"
-    assert _metric(at, "first wave") == "640 blocks"  # 40 SMs x 16 blocks (T4's block limit)
+    assert _metric(at, "blocks per wave") == "640"  # 40 SMs x 16 blocks (T4's block limit)
 
 
 def test_registers_change_the_first_wave():
     at = _page(kernel="vector_add", backend="sim", n="2000", block="64")
-    assert _metric(at, "first wave") == "4,224 blocks"  # H200: 132 SMs x 32 blocks
+    assert _metric(at, "blocks per wave") == "4,224"  # H200: 132 SMs x 32 blocks
     # 128 regs x 64 threads: Rw = 4096 -> 4 warps per sub-partition, 16 per SM, 8 blocks of 2 warps
     at.number_input(key="sched_regs").set_value(128).run()
     assert not at.exception
-    assert _metric(at, "first wave") == "1,056 blocks"
+    assert _metric(at, "blocks per wave") == "1,056"
     assert _metric(at, "theoretical occupancy") == "25%"
 
 
@@ -115,3 +117,14 @@ def test_gpu_page_is_measured():
     assert _metric(at, "theoretical occupancy") != "–"
     waves = _chart(at, "Wave 0")
     assert len(waves["frames"]) >= 1
+
+
+def test_suggested_launch_runs_in_several_waves_with_a_tail():
+    at = _page(kernel="vector_add", backend="sim", n="2000", block="64")
+    at.selectbox(key="sched_gpu").set_value("T4").run()
+    at.button(key="sched_suggest").click().run(timeout=300)
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.sidebar.selectbox(key="kernel_pick").value == "vector_add"
+    waves = int(_metric(at, "waves"))
+    assert waves >= 3 and _metric(at, "tail") != "none"
+    assert _chart(at, "Wave 1 of ")["layout"]["sliders"][0]["steps"][-1]["label"] == str(waves)

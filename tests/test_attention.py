@@ -226,6 +226,17 @@ def test_flash_loop_figure_frames_are_recorded_steps(causal_tables):
         figures().flash_loop_figure(tiles, state, 0, 37, 16, True, SOURCE, loop_order="fa1")
 
 
+def test_flash_loop_stage_times_are_relative_to_the_block(causal_tables):
+    tiles, state, _ = causal_tables
+    shifted = tiles.assign(t_ns=tiles["t_ns"] + 42_925_232)  # a raw host clock, as the simulator reads
+    fig = figures().flash_loop_figure(shifted, state, 1, 37, 16, True, SOURCE)
+    mine = tiles[(tiles["block_x"] == 1) & (tiles["block_y"] == 0) & (tiles["block_z"] == 0)]
+    k0 = mine[(mine["operand"].astype(str) == "K") & (mine["step"] == 0)]["t_ns"].iloc[0]
+    note = fig.frames[0].layout.annotations[0].text
+    assert f"K staged at +{int(k0 - mine['t_ns'].min()):,} ns" in note
+    assert "42,925" not in note and "42925" not in note
+
+
 def test_row_state_figure(causal_tables):
     _, state, _ = causal_tables
     fig = figures().row_state_figure(state, 2, 3)

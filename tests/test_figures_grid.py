@@ -56,7 +56,8 @@ def test_frames_fixed_ranges_and_controls():
     df, launch = make_threads((5, 1, 1), (48, 1, 1), n_active=200)
     fig = G.grid_figure(df, launch, "block", animate=True, max_frames=12)
     assert len(fig.frames) == 12
-    assert len(fig.layout.sliders[0].steps) == 12 and fig.layout.sliders[0].active == 0
+    assert len(fig.layout.sliders[0].steps) == 12 and fig.layout.sliders[0].active == 11  # opens complete
+    assert fig.layout.updatemenus[0].buttons[0].args[1]["fromcurrent"] is False  # Play replays from the start
     assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["▶ Play", "❚❚ Pause"]
     assert fig.layout.xaxis.autorange is False and fig.layout.yaxis.autorange is False
     assert list(fig.layout.xaxis.range) == [-0.5, 47.5] and list(fig.layout.yaxis.range) == [4.5, -0.5]
@@ -69,7 +70,7 @@ def test_frames_fixed_ranges_and_controls():
         assert z.shape == base.shape
         started.append(int((z != G.NOT_STARTED).sum()))
     assert started == sorted(started) and started[0] > 0
-    np.testing.assert_array_equal(z_of(fig.frames[0].data[0]), base)  # the figure opens on frame 0
+    np.testing.assert_array_equal(z_of(fig.frames[-1].data[0]), base)  # the figure opens on the last frame
     still = G.grid_figure(df, launch, "block", animate=False)
     assert still.frames == () and not still.layout.sliders
     np.testing.assert_array_equal(z_of(fig.frames[-1].data[0]), z_of(still.data[0]))  # ends on the full grid
@@ -115,7 +116,8 @@ def test_idle_threads_past_n_are_drawn_grey_in_every_colouring():
         assert z.shape == (5, 48)
         assert (z == G.IDLE).sum() == 40
         assert (z[4, 8:] == G.IDLE).all() and (z[:4] != G.IDLE).all() and (z[4, :8] != G.IDLE).all()
-        assert "idle" in " ".join(t.name or "" for t in fig.data[1:])  # legend says what grey means
+        keys = " ".join(t.name or "" for t in fig.data[1:]) + " ".join(fig.data[0].colorbar.ticktext or ())
+        assert "idle" in keys  # the legend or the colour bar says what grey means
     custom = np.asarray(G.grid_figure(df, launch, "block", animate=False).data[0].customdata)
     assert custom[4, 8:, 8].tolist() == [0] * 40 and custom[3, :, 8].tolist() == [1] * 48  # "active"
 
@@ -252,3 +254,17 @@ def test_memory_flow_missing_step_is_a_value_error():
         memory_flow_figure({"host_steps_ns": {k: 1 for k in STEPS_NS if k != "copy_out"}}, LAUNCH_1D, 0, 0)
     with pytest.raises(ValueError, match="view"):
         memory_flow_figure({"host_steps_ns": STEPS_NS}, LAUNCH_1D, 0, 0, view="pie")
+
+
+def test_every_colouring_has_a_key():
+    df, launch = make_threads((5, 1, 1), (48, 1, 1), n_active=200)
+    for color_by in ("block", "warp", "lane", "sm"):
+        heat = G.grid_figure(df, launch, color_by, animate=True).data[0]
+        assert heat.showscale is True, color_by
+        ticks = dict(zip(heat.colorbar.tickvals, heat.colorbar.ticktext, strict=True))
+        assert ticks[G.IDLE] == "idle" and ticks[G.NOT_STARTED] == "not started"
+        assert G.COLOR_BY[color_by] in ticks[2]  # the first colour names what it colours
+        assert max(heat.colorbar.tickvals) < heat.zmax  # every tick is a colour the heatmap uses
+    active = G.grid_figure(df, launch, "active", animate=False)
+    assert active.data[0].showscale is False
+    assert {"active (did work)", "idle (did no work, e.g. past n)"} <= {t.name for t in active.data[1:]}

@@ -206,7 +206,8 @@ def test_waves_animation_one_frame_per_wave_on_fixed_axes():
     # wave 3 (the tail) has 128 blocks in dark cells; the other 640 - 128 cells were used before: light
     last = np.asarray(fig.frames[-1].data[0].z)
     assert (last == figs.CURRENT).sum() == 128 and (last == figs.EARLIER).sum() == 640 - 128
-    assert "Wave 3 of 3: 128 blocks" in fig.frames[-1].layout.title.text
+    assert "Wave 4 of 4 (the tail): 128 blocks" in fig.frames[-1].layout.title.text  # counted from 1
+    assert fig.layout.sliders[0].steps[0].label == "1"
     assert all("modelled" in f.layout.title.text for f in fig.frames)
     buttons = fig.layout.updatemenus[0].buttons
     assert [b.label for b in buttons] == ["▶ Play", "❚❚ Pause"]
@@ -229,3 +230,13 @@ def test_waves_animation_caps_frames_and_payload():
     assert len(fig.to_json()) < 2_000_000
     fig = figs.waves_animation_figure(_modelled(4224 * 20), 132)  # H200: 20 full waves of 132 x 32
     assert len(fig.frames) == 20 and len(fig.to_json()) < 3_000_000
+
+
+def test_one_wave_reads_as_one_wave_with_whole_slots():
+    launch = {"threads_per_block": 128, "blocks": 8, "grid": [8, 1, 1], "block": [128, 1, 1],
+              "dynamic_smem_bytes": 0, "static_smem_bytes": 0}  # fmt: skip
+    blocks = schedule.assign_waves(schedule.modelled_schedule(launch, "sm_90", 32))
+    fig = figs.waves_animation_figure(blocks, 132, "modelled")
+    assert fig.layout.title.text.startswith("One wave: all 8 blocks at once")
+    assert not fig.layout.sliders and not fig.layout.updatemenus  # nothing to play
+    assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.tickformat == "d"

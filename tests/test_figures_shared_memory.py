@@ -154,10 +154,20 @@ def test_tree_axes_fixed_and_final_frame_checks_the_sum(reduction):
     fig = reduction_tree_figure(reduction.row_state, 0, RED_BLOCK)
     assert fig.layout.xaxis2.autorange is False and fig.layout.yaxis2.autorange is False
     assert tuple(fig.layout.xaxis2.range) == (-0.5, RED_BLOCK - 0.5)
-    assert all(set(f.layout.to_plotly_json()) == {"title"} for f in fig.frames)
+    assert all(set(f.layout.to_plotly_json()) <= {"title", "yaxis2", "annotations"} for f in fig.frames)
+    assert "no adds yet" in fig.layout.annotations[0].text  # the first frame says what it shows
+    assert [f.layout.annotations[0].visible for f in fig.frames] == [True] + [False] * (len(fig.frames) - 1)
     expected = float(reduction.inputs["x"][:RED_BLOCK].sum())
     top = max(fig.frames[-1].data[2].y)
-    assert fig.layout.yaxis2.range[1] >= max(expected, top)
+    assert fig.frames[-1].layout.yaxis2.range[1] >= max(expected, top)
+    # each level fills its axis: level 0's loads are not slivers on the final sum's scale
+    for frame in fig.frames:
+        values = [v for v in frame.data[2].y if v is not None]
+        lo, hi = frame.layout.yaxis2.range
+        assert lo <= min(min(values), 0) and max(values) <= hi <= 1.2 * max(
+            max(values), expected * (frame is fig.frames[-1])
+        )
+    assert tuple(fig.layout.yaxis2.range) == tuple(fig.frames[0].layout.yaxis2.range)  # opens on level 0
     last = fig.frames[-1].layout.title.text
     assert f"s[0] = {expected:g} ✓ equals the expected block sum {expected:g}" in last
     assert list(fig.frames[-1].data[3].y) == [expected, expected]  # expected-sum line on the final frame

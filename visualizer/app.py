@@ -7,15 +7,28 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # streamlit puts only this file's folder on sys.path
     sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import streamlit as st  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from visualizer.ui.guard import guard_server  # noqa: E402
-from visualizer.ui.sidebar import sidebar  # noqa: E402
+from visualizer.ui.sidebar import navigate, sidebar  # noqa: E402
 from visualizer.ui.timing import timing_panel  # noqa: E402
 
-st.set_page_config(
-    page_title="GPU execution visualizer", page_icon=":material/developer_board:", layout="wide"
-)
+
+def _favicon() -> Image.Image:
+    """A 32x32 grid-of-blocks icon drawn here: the app fetches nothing from outside the machine
+    (a :material/...: page icon is downloaded from a font host by the browser)."""
+    icon = np.full((32, 32, 3), 255, np.uint8)
+    for i in range(4):
+        for j in range(4):
+            icon[2 + 7 * i : 8 + 7 * i, 2 + 7 * j : 8 + 7 * j] = (
+                (11, 95, 255) if (i + j) % 3 else (17, 17, 17)
+            )
+    return Image.fromarray(icon)
+
+
+st.set_page_config(page_title="GPU execution visualizer", page_icon=_favicon(), layout="wide")
 guard_server()  # remote visitors only when the operator allowed them; no tracebacks (ui/guard.py)
 
 PAGES = [
@@ -29,7 +42,7 @@ PAGES = [
     st.Page("app_pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
     st.Page("app_pages/your_kernel.py", title="Your kernel", icon=":material/code:"),
 ]
-page = st.navigation(PAGES)
+page = navigate(PAGES)
 sidebar()
 timing_panel()
 page.run()

@@ -88,7 +88,7 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport={"width": 1280, "height": 720})  # a projector
     pg = context.new_page()
     yield pg
     context.close()
@@ -100,6 +100,9 @@ def wait_for_app(page, timeout=120_000):
         state="attached", timeout=timeout
     )
     page.wait_for_timeout(300)
+    # every page starts with its title: once it is there the script has started, so 'notRunning'
+    # below means finished, not 'not started yet'
+    page.locator("[data-testid='stMain'] h1").first.wait_for(state="attached", timeout=timeout)
     page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(
         state="attached", timeout=timeout
     )

@@ -21,7 +21,8 @@ from visualizer.figures.attention import (
 from visualizer.occupancy import ARCHS, KB
 from visualizer.trace import Capture
 from visualizer.ui.charts import chart
-from visualizer.ui.session import RunConfig, require_capture
+from visualizer.ui.session import RunConfig, from_link, require_capture, to_link
+from visualizer.ui.sidebar import load_config
 from visualizer.ui.timing import kernel_time_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,27 +33,19 @@ DEFAULT_ARCH = "sm_90"
 
 
 def _load_example() -> None:
-    """Button callback: hand the sidebar a new run (it launches on the rerun this click starts)."""
-    st.session_state.config = RunConfig("flash_attention", st.session_state.config.backend, EXAMPLE)
-    st.session_state.pending_run = True
-    # the sidebar's kernel selectbox keeps its own state; dropping it lets the selectbox start from
-    # the new config instead of switching straight back to the old kernel
-    st.session_state.pop("kernel_pick", None)
+    """Button callback: the example becomes the whole run configuration (sidebar included) and runs."""
+    load_config(RunConfig("flash_attention", st.session_state.config.backend, EXAMPLE))
 
 
-def _index_input(label: str, key: str, hi: int, default: int, help_text: str, url: bool = False) -> int:
-    """A number input over 0..hi that falls back to its default when a new launch shrinks the grid.
-
-    ``url``: the value is kept in the link (keys q_tile and row, which the sidebar ignores).
-    """
+def _index_input(label: str, key: str, hi: int, default: int, help_text: str) -> int:
+    """A number input over 0..hi, kept in the link, that falls back to its default when a new launch
+    shrinks the grid."""
+    from_link(key, min(default, hi), (0, hi))
     if st.session_state.get(key, 0) > hi:
-        del st.session_state[key]  # the widget starts again from its default
-    extra = {"bind": "query-params"} if url else {}
-    return int(
-        st.number_input(
-            label, min_value=0, max_value=hi, value=min(default, hi), step=1, key=key, help=help_text, **extra
-        )
-    )
+        st.session_state[key] = min(default, hi)
+    value = int(st.number_input(label, min_value=0, max_value=hi, step=1, key=key, help=help_text))
+    to_link(key)
+    return value
 
 
 def _arch_of(cap: Capture) -> str:
@@ -93,8 +86,7 @@ def loop_section(cap: Capture) -> None:
             "q_tile",
             gx - 1,
             gx // 2,
-            "which block of query rows (kept in the URL)",
-            True,
+            "which block of query rows",
         )
     with c2:
         head = _index_input("head (blockIdx.y)", "fa_head", gy - 1, 0, "which attention head")
@@ -108,8 +100,7 @@ def loop_section(cap: Capture) -> None:
             "row",
             rows_here - 1,
             0,
-            f"query row q0 + row; this tile holds queries {q0}–{q0 + rows_here - 1} (kept in the URL)",
-            True,
+            f"query row q0 + row; this tile holds queries {q0}–{q0 + rows_here - 1}",
         )
     mine = cap.tiles[
         (cap.tiles["block_x"] == q_tile) & (cap.tiles["block_y"] == head) & (cap.tiles["block_z"] == batch)
@@ -156,7 +147,10 @@ def loop_section(cap: Capture) -> None:
         "holding the row."
     )
 
-    if st.toggle("Compare with the FA1 loop order (modelled)", key="fa_fa1"):
+    from_link("fa_fa1", False)
+    fa1 = st.toggle("Compare with the FA1 loop order (modelled)", key="fa_fa1")
+    to_link("fa_fa1")
+    if fa1:
         chart(loop_order_figure(seq_len, tile, causal, "both"), key="fa_loop_order_chart")
         model = pd.DataFrame(loop_order_model(seq_len, tile, causal)).T
         st.dataframe(model, width="content")
@@ -173,15 +167,21 @@ def smem_section(cap: Capture) -> None:
     choices = {prm.name: list(prm.choices) for prm in spec.params if prm.choices}
     st.subheader("Shared memory per block")
     run_key = (cap.launch["backend"], tuple(sorted(p.items())))
-    if st.session_state.get("fa_smem_run") != run_key:  # a new run: start the what-if from it
-        st.session_state.fa_smem_run = run_key
+    seen = st.session_state.get("fa_smem_run")
+    if seen is not None and seen != run_key:  # a new run: start the what-if from it
         st.session_state.fa_arch = _arch_of(cap)
         st.session_state.fa_smem_tile = p["tile"]
         st.session_state.fa_smem_head_dim = p["head_dim"]
+    st.session_state.fa_smem_run = run_key
+    # otherwise the link's what-if (a first visit, or back from another page), else the run's
+    from_link("fa_arch", _arch_of(cap), list(ARCHS))
+    from_link("fa_smem_tile", p["tile"], choices["tile"])
+    from_link("fa_smem_head_dim", p["head_dim"], choices["head_dim"])
     c1, c2, c3 = st.columns([2, 2, 2])
     arch = c1.selectbox("GPU generation", list(ARCHS), format_func=lambda a: ARCHS[a].label, key="fa_arch")
     tile = c2.select_slider("tile", choices["tile"], key="fa_smem_tile")
     head_dim = c3.select_slider("head_dim", choices["head_dim"], key="fa_smem_head_dim")
+    to_link("fa_arch", "fa_smem_tile", "fa_smem_head_dim")
     limits = ARCHS[arch]
     if cap.measured and (tile, head_dim) == (p["tile"], p["head_dim"]):
         needed = int(cap.launch["static_smem_bytes"])

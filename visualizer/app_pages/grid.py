@@ -14,7 +14,7 @@ from visualizer.figures.grid import (
     is_two_d,
 )
 from visualizer.ui.charts import chart
-from visualizer.ui.session import require_capture
+from visualizer.ui.session import from_link, require_capture, to_link
 
 st.title("Grid layout")
 st.markdown(
@@ -29,6 +29,8 @@ launch = cap.launch
 threads = cap.threads
 
 options = available_colorings(launch)
+from_link("grid_color_by", "active", options)
+from_link("grid_animate", True)
 if st.session_state.get("grid_color_by") not in options:
     st.session_state.grid_color_by = "active" if "active" in options else options[0]
 left, right = st.columns([3, 1])
@@ -36,7 +38,8 @@ color_by = left.radio(
     "colour by", options, format_func=COLOR_BY.get, horizontal=True, key="grid_color_by",
     help="idle threads (no work, e.g. past n) are grey in every colouring",
 )  # fmt: skip
-animate = right.toggle("animate execution order", value=True, key="grid_animate")
+animate = right.toggle("animate", key="grid_animate", help="Play replays the order threads started in")
+to_link("grid_color_by", "grid_animate")
 
 active = int(threads["active"].sum())
 warps_per_block = -(-launch["threads_per_block"] // 32)

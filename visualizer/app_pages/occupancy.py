@@ -20,10 +20,25 @@ from visualizer.figures.occupancy import (
 )
 from visualizer.occupancy import ARCHS, KB, WARP_SIZE, occupancy
 from visualizer.ui.charts import chart
-from visualizer.ui.session import RunConfig, current_capture
+from visualizer.ui.session import (
+    RunConfig,
+    current_capture,
+    from_link,
+    show_run_problems,
+    show_unrun_notice,
+    to_link,
+)
+from visualizer.ui.sidebar import load_config
 
 SIM_REGS = 32  # the simulator compiles nothing, so the register count is an assumption
 SLIDER_KEYS = ("occ_arch", "occ_threads", "occ_regs", "occ_smem_kb", "occ_static")
+SLIDER_RANGES = {  # what a link may set each slider to
+    "occ_arch": list(ARCHS),
+    "occ_threads": list(range(WARP_SIZE, 1025, WARP_SIZE)),
+    "occ_regs": (0, 255),
+    "occ_smem_kb": (0, 227),
+    "occ_static": list(range(0, 48 * KB + 1, 128)),
+}
 
 
 def _arch_of(cap) -> tuple[str, str | None]:
@@ -101,10 +116,7 @@ def _relaunch_params(cap, threads: int) -> tuple[dict | None, str]:
 def _relaunch(kernel: str, params: dict) -> None:
     # A button callback runs before the script, so it may still set the sidebar's widgets.
     backend = st.session_state.config.backend if "config" in st.session_state else "auto"
-    st.session_state.config = RunConfig(kernel, backend, tuple(sorted(params.items())))
-    for name, value in params.items():
-        st.session_state[f"param_{kernel}_{name}"] = value
-    st.session_state.pending_run = True
+    load_config(RunConfig(kernel, backend, tuple(sorted(params.items()))))
 
 
 def _captured_theoretical(cap) -> tuple[int, int, str]:
@@ -166,13 +178,17 @@ st.markdown(
     "*dynamic shared memory* up and see it become the limiter."
 )
 
-cap = current_capture()
-if cap is not None and st.session_state.get("occ_defaults_for") != _run_key(cap):
+show_run_problems()
+cap = None if st.session_state.get("run_error") else current_capture()
+seen = st.session_state.get("occ_defaults_for")
+if cap is not None and seen is not None and seen != _run_key(cap):
     # A new run: start the sliders from its launch (before the widgets exist, as Streamlit requires).
     st.session_state.update(_slider_defaults(cap))
+if cap is not None:
     st.session_state.occ_defaults_for = _run_key(cap)
-for key, value in _slider_defaults(None).items():
-    st.session_state.setdefault(key, value)
+# otherwise the link's values (a first visit, or back from another page), else the run's
+for key, value in _slider_defaults(cap).items():
+    from_link(key, value, SLIDER_RANGES[key])
 
 arch_note = _arch_of(cap)[1]
 if arch_note:
@@ -187,13 +203,16 @@ regs = left.slider("registers per thread", 0, 255, key="occ_regs")
 smem_kb = right.slider("dynamic shared memory per block (KB)", 0, 227, key="occ_smem_kb")
 static = right.slider("static shared memory per block (B)", 0, 48 * KB, step=128, key="occ_static")
 smem_dynamic = smem_kb * KB
+to_link(*SLIDER_KEYS)
 
 result = occupancy_opted_in(arch, threads, regs, smem_dynamic, static)
-c1, c2, c3, c4 = st.columns(4)
+c1, c2, c3, c4 = st.columns([2, 2, 2, 3])
 c1.metric("blocks / SM", result.blocks_per_sm)
 c2.metric("warps / SM", f"{result.warps_per_sm} / {spec.max_warps_per_sm}")
 c3.metric("occupancy", f"{100 * result.occupancy:.1f}%")
-c4.metric("limiter", " + ".join(name.replace("_", " ") for name in result.limiters))
+limiters = " + ".join(name.replace("_", " ") for name in result.limiters)
+# several limiters at once are too long for a metric column at 1280 px: then the whole row
+(c4 if len(limiters) <= 16 else st).metric("limiter", limiters)
 if static + smem_dynamic > spec.smem_per_block_optin:
     st.error(
         f"Cannot launch: {static + smem_dynamic:,} B of shared memory per block is over the "
@@ -214,6 +233,7 @@ if cap is None:
     st.info("Run a kernel from the sidebar to compare with a real launch and see its achieved occupancy.")
     st.stop()
 
+show_unrun_notice(cap)
 launch = cap.launch
 st.subheader(f"The launch you ran: {launch['kernel']} with {launch['threads_per_block']} threads per block")
 blocks_per_sm, max_warps, theory_from = _captured_theoretical(cap)
@@ -251,12 +271,21 @@ source = cap.source if cap.measured else SIM_ACHIEVED_SOURCE
 achieved_warps = achieved_warps_per_sm(active)
 a1, a2, a3 = st.columns(3)
 a1.metric("theoretical", f"{100 * theoretical_warps / max_warps:.1f}%", help=f"from {theory_from}")
-a2.metric(
-    "achieved" if cap.measured else "achieved (modelled)",
-    f"{100 * achieved_warps / max_warps:.1f}%",
-    help="time-average of active warps per SM while the SM had work",
-)
-a3.metric("SMs used", f"{active['sm'].nunique()} of {launch['num_sms']}")
+if cap.measured:
+    a2.metric(
+        "achieved",
+        f"{100 * achieved_warps / max_warps:.1f}%",
+        help="time-average of active warps per SM while the SM had work",
+    )
+    a3.metric("SMs used", f"{active['sm'].nunique()} of {launch['num_sms']}")
+else:
+    # No headline number: the simulator runs one block at a time, so there is nothing to measure.
+    a2.metric("achieved", "needs a GPU", help="the simulator runs blocks one at a time, on no SMs")
+    st.caption(
+        f"The chart below is a model, not a measurement: blocks of this launch laid out on an H200 in "
+        f"waves of SMs × blocks/SM, each lasting one nominal block-time (time-averaged, "
+        f"{100 * achieved_warps / max_warps:.1f}% of the warp slots). Run on a GPU for the achieved value."
+    )
 chart(achieved_figure(active, theoretical_warps, source), key="occ_achieved")
 
 history = st.session_state.setdefault("occupancy_history", [])

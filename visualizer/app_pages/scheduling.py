@@ -3,10 +3,12 @@
 import streamlit as st
 
 from visualizer import schedule
+from visualizer.catalog import SIM_MAX_THREADS
 from visualizer.figures import scheduling as figs
 from visualizer.occupancy import ARCHS, WARP_SIZE, occupancy
 from visualizer.ui.charts import chart
-from visualizer.ui.session import require_capture
+from visualizer.ui.session import RunConfig, from_link, require_capture, to_link
+from visualizer.ui.sidebar import load_config
 
 MODEL_GPUS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}
 
@@ -16,9 +18,16 @@ st.markdown(
     "as its registers, shared memory and warp slots allow, and hands out the next block whenever one "
     "finishes, so a big grid runs in **waves**. When the last wave is only partly full, most SMs sit idle "
     "while a few finish: the **tail effect**. **Try:** run *Vector add* with `n=1048576` on a GPU and look "
-    "at the tail; on the simulator, run `n=65536, block=32` and switch the modelled GPU between T4 (40 SMs) "
-    "and H200 (132 SMs)."
+    "at the tail; on the simulator, use the suggested launch below, then switch the modelled GPU between "
+    "T4 (40 SMs) and H200 (132 SMs)."
 )
+
+
+def _run_suggestion(suggestion: dict, backend: str) -> None:
+    """Button callback: run the suggested launch and model it at the suggested register count."""
+    st.session_state.sched_regs = suggestion["regs"]
+    load_config(RunConfig("vector_add", backend, (("block", suggestion["block"]), ("n", suggestion["n"]))))
+
 
 cap = require_capture()
 launch = cap.launch
@@ -67,6 +76,8 @@ if cap.measured:
     blocks, warps = captured_blocks, captured_warps
     st.caption(f"Data source: {source}: real `%smid` and `%globaltimer` read inside the kernel.")
 else:
+    from_link("sched_gpu", "H200", list(MODEL_GPUS))
+    from_link("sched_regs", 32, (1, 255))
     c1, c2 = st.columns(2)
     gpu = c1.selectbox(
         "GPU model (modelled)",
@@ -80,11 +91,11 @@ else:
             "registers per thread (modelled)",
             1,
             255,
-            32,
             key="sched_regs",
             help="More registers per thread leave room for fewer resident blocks per SM.",
         )
     )
+    to_link("sched_gpu", "sched_regs")
     arch = MODEL_GPUS[gpu]
     try:
         blocks = schedule.modelled_schedule(
@@ -120,19 +131,30 @@ achieved = schedule.achieved_occupancy(
     warps if cap.measured else blocks, {"num_sms": num_sms}, max_warps, theoretical_warps, blocks_per_sm
 )
 
+one_wave = achieved.waves <= 1
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("SMs used", f"{achieved.sms_used} of {num_sms}")
 m2.metric(
-    "first wave",
-    f"{achieved.first_wave_blocks:,} blocks",
+    "blocks per wave",
+    f"{achieved.first_wave_blocks:,}",
     help=f"{num_sms} SMs × {achieved.blocks_per_sm} resident blocks per SM",
 )
 m3.metric(
     "waves", achieved.waves, help="full waves, plus one partial wave if the grid does not divide evenly"
 )
 tail_share = achieved.tail_ns / achieved.kernel_ns if achieved.kernel_ns else 0.0
-m4.metric("tail", f"{tail_share:.0%}", help="share of the kernel's time spent in the last, partial wave")
-if achieved.tail_blocks:
+m4.metric(
+    "tail",
+    "none" if one_wave or not achieved.tail_blocks else f"{tail_share:.0%}",
+    help="share of the kernel's time spent in the last, partial wave (one wave has no tail)",
+)
+if one_wave:
+    st.caption(
+        f"All {achieved.blocks:,} blocks fit in one wave of {achieved.first_wave_blocks:,} "
+        f"({achieved.blocks / achieved.first_wave_blocks:.1%} of the slots): every block starts at once, "
+        "so there is nothing to wait for and no tail. A grid bigger than one wave shows the tail."
+    )
+elif achieved.tail_blocks:
     st.caption(
         f"{achieved.blocks:,} blocks = {achieved.full_waves} full wave(s) of {achieved.first_wave_blocks:,} and a "
         f"last wave of {achieved.tail_blocks:,} ({achieved.tail_blocks / achieved.first_wave_blocks:.0%} full). "
@@ -143,23 +165,41 @@ else:
     st.caption(
         f"{achieved.blocks:,} blocks = exactly {achieved.full_waves} full wave(s): no partial tail wave."
     )
+if not cap.measured and (one_wave or not achieved.tail_blocks):
+    try:
+        suggestion = figs.wave_suggestion(arch, SIM_MAX_THREADS)
+    except ValueError:
+        suggestion = None
+    if suggestion is not None:
+        c1, c2 = st.columns([3, 2], vertical_alignment="center")
+        c1.info(
+            f"To see waves and a tail on the modelled {gpu}: *Vector add* with n = {suggestion['n']:,} and "
+            f"block = {suggestion['block']} is {suggestion['blocks']:,} blocks; at {suggestion['regs']} "
+            f"registers/thread a wave holds {suggestion['blocks_per_wave']:,}, so it runs in "
+            f"{suggestion['waves']} waves, the last half full.",
+            icon=":material/lightbulb:",
+        )
+        c2.button(
+            f"Run n={suggestion['n']:,}, block={suggestion['block']} at {suggestion['regs']} regs",
+            key="sched_suggest",
+            on_click=_run_suggestion,
+            args=(suggestion, st.session_state.config.backend),
+            use_container_width=True,
+        )
 
 st.subheader("Blocks on SMs")
 chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")
 
 st.subheader("One SM's warps")
+from_link("sm", 0, (0, num_sms - 1))
 if st.session_state.get("sm", 0) > num_sms - 1:  # a smaller modelled GPU was picked
     st.session_state["sm"] = num_sms - 1
 sm = int(
     st.columns([1, 3])[0].number_input(
-        "SM",
-        0,
-        num_sms - 1,
-        key="sm",
-        bind="query-params",
-        help="Which SM's warps to show (kept in the URL).",
+        "SM", 0, num_sms - 1, key="sm", help="Which SM's warps to show (kept in the link)."
     )
 )
+to_link("sm")
 chart(figs.warp_timeline_figure(warps, sm, source), key="sched_warp_timeline")
 
 st.subheader("Resident warps and achieved occupancy")
@@ -170,7 +210,7 @@ o1.metric(
     help="time-weighted over the time each SM held at least one warp, as Nsight's achieved occupancy",
 )
 o2.metric(
-    "achieved occupancy",
+    "achieved occupancy" if cap.measured else "occupancy in the model",
     f"{achieved.achieved:.0%}",
     delta=f"{(achieved.achieved - achieved.theoretical) * 100:+.0f} points vs theoretical"
     if achieved.theoretical is not None
@@ -197,5 +237,9 @@ chart(
 )
 
 st.subheader("Waves")
-st.caption("Press Play: each frame is one wave of blocks taking the SMs' resident slots.")
+st.caption(
+    "All the blocks fit in one wave: the chart shows where they sit."
+    if one_wave
+    else "Press Play: each frame is one wave of blocks taking the SMs' resident slots."
+)
 chart(figs.waves_animation_figure(scheduled, num_sms, source), key="sched_waves")

@@ -18,7 +18,8 @@ from visualizer.runner import KernelError
 from visualizer.trace import Capture
 from visualizer.ui.charts import chart
 from visualizer.ui.memory import race_words_panel
-from visualizer.ui.session import RunConfig, cached_capture, require_capture
+from visualizer.ui.session import RunConfig, cached_capture, from_link, require_capture, to_link
+from visualizer.ui.sidebar import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SIDEBAR_SEED = 0  # the sidebar captures with seed 0; the companion run must load the same inputs
@@ -30,20 +31,18 @@ EXAMPLES = {
 
 
 def _load_example(kernel: str) -> None:
-    """Button callback: hand the sidebar a new run (it launches on the rerun this click starts)."""
-    st.session_state.config = RunConfig(kernel, st.session_state.config.backend, EXAMPLES[kernel])
-    st.session_state.pending_run = True
-    # the sidebar's kernel selectbox keeps its own state; dropping it lets the selectbox start from
-    # the new config instead of switching straight back to the old kernel
-    st.session_state.pop("kernel_pick", None)
+    """Button callback: the example becomes the whole run configuration (sidebar included) and runs."""
+    load_config(RunConfig(kernel, st.session_state.config.backend, EXAMPLES[kernel]))
 
 
 def _block_input(label: str, key: str, hi: int, help_text: str) -> int:
-    """A number input over 0..hi whose remembered value is clamped when a new launch shrinks the grid."""
+    """A number input over 0..hi (kept in the link) whose value is reset when a new launch shrinks the grid."""
+    from_link(key, 0, (0, hi))
     if st.session_state.get(key, 0) > hi:
         st.session_state[key] = 0
-    st.session_state.setdefault(key, 0)
-    return int(st.number_input(label, min_value=0, max_value=hi, step=1, key=key, help=help_text))
+    value = int(st.number_input(label, min_value=0, max_value=hi, step=1, key=key, help=help_text))
+    to_link(key)
+    return value
 
 
 def _tile_loop_excerpt() -> str:
@@ -167,7 +166,7 @@ def other_kernel(cap: Capture) -> None:
         "(tiles staged in shared memory) or **reduction** / **reduction_race** (a tree in shared "
         "memory): pick one in the sidebar, or load an example here."
     )
-    c1, c2, _ = st.columns([1, 1, 2])
+    c1, c2, _ = st.columns([3, 3, 2])  # room for the whole button labels at 1280 px
     c1.button(
         "Load matmul_tiled example", key="smem_load_matmul", on_click=_load_example, args=("matmul_tiled",)
     )

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from visualizer.figures.common import animation_controls, source_of, titled
+from visualizer.figures.common import CONTROLS_PX, animation_controls, place_controls, source_of, titled
 
 FRAME_MS = 700
 
@@ -122,6 +122,7 @@ def flash_loop_figure(
 
     frames, names, labels = [], [], []
     done: set[int] = set()
+    t0 = int(mine["t_ns"].min())  # times relative to this block's first staged tile
     for _, rec in kv.iterrows():
         step = int(rec["step"])
         k0, krows = int(rec["row0"]), int(rec["rows"])
@@ -130,10 +131,10 @@ def flash_loop_figure(
         note = (
             f"step {step}: K/V rows {k0}–{k0 + krows - 1} in shared memory "
             f"({krows} x {int(rec['cols'])}{', partial tile' if krows < tile else ''}); "
-            f"K staged at {int(rec['t_ns'])} ns"
+            f"K staged at +{int(rec['t_ns']) - t0:,} ns (from the block's first tile)"
         )
         if step in vrec.index:
-            note += f", V at {int(vrec.loc[step, 't_ns'])} ns"
+            note += f", V at +{int(vrec.loc[step, 't_ns']) - t0:,} ns"
         if causal and kt == q_tile:
             note += "; diagonal tile: keys after each query masked"
         if rows_state is not None and len(rows_state):
@@ -160,7 +161,7 @@ def flash_loop_figure(
     fig.update_layout(
         title=titled(
             f"FlashAttention (FA2 order), Q tile {q_tile} (queries {edges[q_tile]}–{edges[q_tile] + q_rows - 1}, "
-            f"head {head}, batch {batch}): {len(frames)} recorded K/V steps{skipped}",
+            f"head {head}, batch {batch}):<br>{len(frames)} recorded K/V steps{skipped}",
             f"data: {source}; tile {tile}, seq_len {seq_len}",
         ),
         # constrain="domain": a wide chart narrows the square plot instead of widening the key range
@@ -175,11 +176,17 @@ def flash_loop_figure(
         annotations=list(frames[0].layout.annotations),
         updatemenus=buttons,
         sliders=sliders,
-        margin={"t": 150, "b": 175},
-        height=700,
+        margin={"t": LOOP_MARGIN_T, "b": LOOP_MARGIN_B},
+        height=LOOP_PLOT_PX + LOOP_MARGIN_T + LOOP_MARGIN_B,
     )
     fig.update_layout(title={"y": 0.98, "yanchor": "top", "yref": "container"})
+    place_controls(fig, gap_px=LOOP_CONTROLS_GAP)  # the key axis is on top: only the controls are under it
     return fig
+
+
+LOOP_PLOT_PX, LOOP_MARGIN_T = 370, 150
+LOOP_CONTROLS_GAP = 24  # the key axis is on top, so the controls sit right under the plot
+LOOP_MARGIN_B = LOOP_CONTROLS_GAP + CONTROLS_PX + 36  # and the step note under them
 
 
 def _note(text: str) -> dict:
@@ -188,7 +195,7 @@ def _note(text: str) -> dict:
         "xref": "paper",
         "yref": "paper",
         "x": 0.0,
-        "y": -0.33,  # under the slider and its step labels
+        "y": -(LOOP_CONTROLS_GAP + CONTROLS_PX + 6) / LOOP_PLOT_PX,  # under the slider and its step labels
         "xanchor": "left",
         "yanchor": "top",
         "showarrow": False,
@@ -383,8 +390,8 @@ def smem_gauge_figure(
             f"Shared memory per block: {bytes_needed:,} of {limit_bytes:,} bytes ({verdict})",
             arch_label,
         ),
-        height=300,
-        margin={"t": 90, "b": 20},
+        height=320,
+        margin={"t": 110, "b": 20},
     )
     return fig
 
@@ -460,7 +467,7 @@ def attention_timing_figure(rows, source: str, note: str = "") -> go.Figure:
             "Attention forward vs seq_len: time, throughput, memory", f"{source}; {note}" if note else source
         ),
         legend={"orientation": "h", "y": -0.22, "x": 0.0, "xanchor": "left"},
-        height=470,
-        margin={"t": 110, "b": 120},
+        height=495,
+        margin={"t": 135, "b": 120},  # a source long enough to wrap, then the panels' own titles
     )
     return fig

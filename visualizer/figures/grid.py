@@ -23,7 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative, sample_colorscale
 
-from visualizer.figures.common import frame_slider, frame_step, play_pause
+from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause
 
 AGGREGATE_ABOVE = 50_000  # threads: above this, one cell per warp (1-D) or per block (2-D)
 MAX_CELLS = 32_768  # cells in an aggregated view: a 1M-thread launch of 128-thread blocks is 8192 x 4 warps
@@ -315,6 +315,26 @@ def _border_lines(launch: dict, cells: _Cells) -> go.Scatter | None:
     )  # fmt: skip
 
 
+def _color_key(color_by: str, level: str, animate: bool) -> dict:
+    """The colour bar that keys block / warp / lane / SM colours (ids cycle through the palette)."""
+    if color_by == "active":
+        return {}
+    name = COLOR_BY[color_by]
+    if color_by == "lane":
+        ticks = [(2 + lane, f"lane {lane}" if lane == 0 else str(lane)) for lane in (0, 8, 16, 24, 31)]
+    else:
+        n = len(CYCLE)
+        ticks = [(2 + i, f"{name} {i}, {i + n}, …" if i == 0 else f"{i}, {i + n}, …") for i in range(n)]
+    if level != "thread" and color_by != "lane":
+        ticks[0] = (2, f"{name} 0, {len(CYCLE)}, … (of the {level}'s first thread)")
+    ticks = [(IDLE, "idle")] + ([(NOT_STARTED, "not started")] if animate else []) + ticks
+    return {
+        "title": {"text": name, "side": "top"}, "tickvals": [t for t, _ in ticks],
+        "ticktext": [label for _, label in ticks], "len": 1.0, "thickness": 14, "x": 1.01,
+        "tickfont": {"size": 11}, "y": 0.5, "yanchor": "middle", "outlinewidth": 0, "tickmode": "array",
+    }  # fmt: skip
+
+
 def _legend_swatch(name: str, color: str) -> go.Scatter:
     return go.Scatter(
         x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
@@ -367,7 +387,8 @@ def grid_figure(
     heat = go.Heatmap(
         z=z.reshape(cells.rows, cells.cols),
         x0=cells.x0, dx=cells.dx, y0=cells.y0, dy=cells.dy,
-        zmin=-0.5, zmax=ncodes - 0.5, colorscale=_colorscale(palette), showscale=False,
+        zmin=-0.5, zmax=ncodes - 0.5, colorscale=_colorscale(palette),
+        showscale=color_by != "active", colorbar=_color_key(color_by, cells.level, animate),
         customdata=custom, hovertemplate=hover,
         xgap=1 if cells.level != "thread" and cells.cols <= 200 else 0,
         ygap=1 if (cells.level != "thread" or not is_two_d(launch)) and cells.rows <= 200 else 0,
@@ -376,13 +397,13 @@ def grid_figure(
     lines = _border_lines(launch, cells)
     if lines is not None:
         traces.append(lines)
-    traces.append(_legend_swatch("idle (did no work, e.g. past n)", IDLE_COLOR))
-    if color_by == "active":
+    if color_by == "active":  # the other colourings are keyed by the heatmap's colour bar
+        traces.append(_legend_swatch("idle (did no work, e.g. past n)", IDLE_COLOR))
         traces.insert(1, _legend_swatch("active (did work)", ACTIVE_COLOR))
         if cells.level != "thread":
             traces.insert(2, _legend_swatch(f"{cells.level} partly idle", PARTIAL_COLOR))
-    if animate:
-        traces.append(_legend_swatch("not started yet", NOT_STARTED_COLOR))
+        if animate:
+            traces.append(_legend_swatch("not started yet", NOT_STARTED_COLOR))
 
     gx, gy, gz = launch["grid"]
     bdx, bdy, bdz = launch["block"]
@@ -405,7 +426,7 @@ def grid_figure(
     fig.update_layout(
         title={"text": title, "x": 0, "xanchor": "left"},
         height=height,
-        margin={"l": 60, "r": 20, "t": 80, "b": bottom},
+        margin={"l": 60, "r": 20 if color_by == "active" else 150, "t": 80, "b": bottom},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1, "xanchor": "right"},
         plot_bgcolor="white",
         xaxis={"title": cells.x_title, "range": x_range, "autorange": False, "showgrid": False,
@@ -417,6 +438,7 @@ def grid_figure(
     if animate:
         controls_y = (-60 / plot_px, -175 / plot_px)  # slider, buttons: in plot-height units below the axis
         _add_animation(fig, z, start, cells, measured, max_frames, controls_y)
+        place_controls(fig, gap_px=64)
     return fig
 
 
@@ -436,10 +458,17 @@ def _add_animation(fig: go.Figure, z, start, cells: _Cells, measured: bool, max_
         steps.append(frame_step(name, label))
     what = GPU_ORDER_LABEL if measured else SIM_ORDER_LABEL
     fig.frames = frames
-    fig.data[0].z = frames[0].data[0].z  # the figure opens on frame 0, where the slider starts
+    # The figure opens on the complete picture (the last frame, where the slider starts); Play replays
+    # the order from the first frame.
+    fig.data[0].z = frames[-1].data[0].z
     fig.update_layout(
         sliders=[
-            frame_slider(steps, f"{what}: started by " if measured else f"{what}: started ", controls_y[0])
+            frame_slider(
+                steps,
+                f"{what}: started by " if measured else f"{what}: started ",
+                controls_y[0],
+                active=len(frames) - 1,
+            )  # fmt: skip
         ],
         updatemenus=[play_pause(controls_y[1], frame_ms=350, from_current=False)],
     )

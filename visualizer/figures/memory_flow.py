@@ -10,7 +10,7 @@ import math
 
 import plotly.graph_objects as go
 
-from visualizer.figures.common import frame_slider, frame_step, play_pause
+from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause
 
 # (key in host_steps_ns, label, CUDA runtime call, what the worker calls in Numba)
 STEPS = (
@@ -51,6 +51,8 @@ def fmt_bytes(n: float) -> str:
 
 
 def fmt_us(us: float) -> str:
+    if 0 < us < 1:
+        return f"{us * 1000:,.1f} ns"
     if us >= 1000:
         return f"{us / 1000:,.2f} ms"
     return f"{us:,.1f} µs" if us >= 10 else f"{us:,.2f} µs"
@@ -120,6 +122,45 @@ def _hover(r: dict, measured: bool) -> str:
     return "<br>".join(lines)
 
 
+# Nominal peak bandwidths (vendor data sheets) of the GPUs the modelled flow can use: host link
+# (PCIe x16, one direction) and device memory.
+MODEL_GPUS = {
+    "H200": {"pcie_gbs": 64.0, "link": "PCIe 5.0 x16", "mem_gbs": 4800.0, "mem": "HBM3e"},
+    "A100": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 2039.0, "mem": "HBM2e"},
+    "RTX 4090": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 1008.0, "mem": "GDDR6X"},
+    "RTX 3090": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 936.0, "mem": "GDDR6X"},
+    "T4": {"pcie_gbs": 16.0, "link": "PCIe 3.0 x16", "mem_gbs": 320.0, "mem": "GDDR6"},
+}
+
+
+def modelled_gpu_label(gpu: str) -> str:
+    g = MODEL_GPUS[gpu]
+    return (
+        f"modelled (not measured): bytes ÷ nominal peak bandwidth of a {gpu}, {g['link']} "
+        f"{g['pcie_gbs']:g} GB/s for copies, {g['mem']} {g['mem_gbs']:,.0f} GB/s for the kernel; "
+        "call latencies, allocation and free not modelled"
+    )
+
+
+def modelled_gpu_timing(bytes_in: int, bytes_out: int, gpu: str) -> dict:
+    """A timing dict (host_steps_ns) for the same data on ``gpu``: each copy moves its bytes over the host
+    link; the kernel reads its inputs and writes its outputs once at device-memory bandwidth (a lower
+    bound for kernels that re-read data). Allocation and free are not modelled (0 ns)."""
+    if gpu not in MODEL_GPUS:
+        raise ValueError(f"no bandwidths for {gpu!r}; choose one of {', '.join(MODEL_GPUS)}")
+    g = MODEL_GPUS[gpu]
+    return {
+        "host_steps_ns": {
+            "allocate": 0.0,
+            "copy_in": bytes_in / g["pcie_gbs"],  # bytes / (GB/s) = ns
+            "kernel": (bytes_in + bytes_out) / g["mem_gbs"],
+            "copy_out": bytes_out / g["pcie_gbs"],
+            "free": 0.0,
+        },
+        "compile_ns": 0.0,
+    }
+
+
 def memory_flow_figure(
     timing: dict,
     launch: dict,
@@ -127,11 +168,15 @@ def memory_flow_figure(
     bytes_out: int,
     view: str = "timeline",
     animate: bool = False,
+    modelled_gpu: str | None = None,
 ) -> go.Figure:
-    """Horizontal step bars: sequential on a linear µs axis, durations on a log axis, or shares in %."""
+    """Horizontal step bars: sequential on a linear µs axis, durations on a log axis, or shares in %.
+
+    ``modelled_gpu``: ``timing`` is :func:`modelled_gpu_timing` for that GPU, and the figure says so.
+    """
     if view not in VIEWS:
         raise ValueError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
-    measured = launch["backend"] == "gpu"
+    measured = launch["backend"] == "gpu" and modelled_gpu is None
     rows = flow_steps(timing, launch, bytes_in, bytes_out)
     labels = [_tick(r) for r in rows]
     total = sum(r["dur_us"] for r in rows)
@@ -161,6 +206,9 @@ def memory_flow_figure(
         cliponaxis=False,
     )  # fmt: skip
     clock = GPU_CLOCK_LABEL if measured else SIM_CLOCK_LABEL
+    if modelled_gpu is not None:
+        clock = f"modelled on a {modelled_gpu}: bytes ÷ nominal peak bandwidth, not measured"
+        bar.hovertext = [h.replace(" (numpy copy on the CPU)", " (modelled)") for h in bar.hovertext]
     fig = go.Figure(data=[bar])
     compile_ms = float(timing.get("compile_ns", 0)) / 1e6
     fig.update_layout(
@@ -180,7 +228,9 @@ def memory_flow_figure(
         },
         showlegend=False,
         bargap=0.35,
-        annotations=[
+        annotations=[]
+        if modelled_gpu is not None
+        else [
             {
                 "text": f"not in the flow: {compile_label(launch)} {compile_ms:,.1f} ms",
                 "xref": "paper",
@@ -210,5 +260,6 @@ def _add_steps_animation(fig: go.Figure, rows: list[dict], x: list[float], text:
     fig.frames = frames
     fig.update_layout(
         sliders=[frame_slider(steps, "step ", -60 / plot_px, active=len(steps) - 1)],  # opens on all 5 steps
-        updatemenus=[play_pause(-150 / plot_px, frame_ms=900)],
+        updatemenus=[play_pause(-150 / plot_px, frame_ms=900, from_current=False)],
     )
+    place_controls(fig)

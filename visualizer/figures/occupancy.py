@@ -39,15 +39,14 @@ LIMIT_LABELS = {
     "blocks": "block slots",
     "barriers": "barriers",
 }
-IMPACT_TITLES = (
-    "Impact of varying block size",
-    "Impact of varying register count per thread",
-    "Impact of varying shared memory usage per block",
+IMPACT_TITLES = (  # short: three titles side by side must fit a 1280-px-wide page without touching
+    "varying block size",
+    "varying registers per thread",
+    "varying shared memory per block",
 )
 CURRENT_NAME = "this configuration"
-SIM_ACHIEVED_SOURCE = (
-    "modelled (simulator: blocks run one at a time, achieved occupancy is not meaningful; "
-    "here blocks fill the SMs in waves of SMs × blocks/SM, each lasting one block-time)"
+SIM_ACHIEVED_SOURCE = (  # short enough for one title line at 1280 px; the page explains the model
+    "modelled (simulator: achieved occupancy is not meaningful; blocks fill SMs in waves of one block-time)"
 )
 
 
@@ -179,7 +178,7 @@ def impact_figure(
     fig.update_yaxes(title_text="active warps per SM", row=1, col=1)
     fig.update_layout(
         title={"text": f"Theoretical occupancy — {modelled_label(spec)}"},
-        height=380,
+        height=400,
         margin={"t": 90, "b": 50, "l": 60, "r": 20},
         legend={"orientation": "h", "y": -0.25},
     )
@@ -287,7 +286,12 @@ def measured_points_figure(
                 text=[str(i + 1) for i in range(len(history))],
                 textposition="top center",
                 customdata=labels,
-                name="achieved in that run",
+                name="achieved in that run"
+                + (
+                    " (modelled: simulator)"
+                    if any("modelled" in str(h.get("source", "")) for h in history)
+                    else ""
+                ),
                 hovertemplate="run %{text}: %{x} threads/block, %{y:.1f}% achieved<br>%{customdata}"
                 "<extra></extra>",
             )
@@ -477,7 +481,12 @@ def achieved_figure(
         wave = attrs["num_sms"] * blocks_per_sm
         fig.add_annotation(
             text=f"first wave: {attrs['num_sms']} SMs × {blocks_per_sm} blocks/SM = {wave:,} blocks; "
-            f"this launch has {attrs['blocks']:,} blocks = {attrs['blocks'] / wave:.2f} waves",
+            f"this launch has {attrs['blocks']:,} blocks = "
+            + (
+                f"{attrs['blocks'] / wave:.2f} waves"
+                if attrs["blocks"] >= wave
+                else f"{attrs['blocks'] / wave:.1%} of one wave"
+            ),
             xref="paper",
             yref="paper",
             x=0,
@@ -491,8 +500,8 @@ def achieved_figure(
         title={"text": f"Active warps per SM over time<br><sup>{source}</sup>"},
         xaxis={"title": f"time since kernel start ({unit})", "range": [0, t_end], "autorange": False},
         yaxis={"title": "active warps per SM", "range": [0, y_top], "autorange": False},
-        height=420,
-        legend={"orientation": "h", "y": -0.2},
-        margin={"t": 100},
+        height=460,
+        legend={"orientation": "h", "y": -0.3, "yanchor": "top"},  # under the x-axis title
+        margin={"t": 100, "b": 150},
     )
     return fig

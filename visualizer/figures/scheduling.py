@@ -14,7 +14,8 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from visualizer import schedule
-from visualizer.figures.common import animation_controls
+from visualizer.figures.common import animation_controls, place_controls
+from visualizer.occupancy import ARCHS, occupancy
 
 MAX_BARS = 5000  # above this many intervals, draw WebGL line segments instead of SVG bars
 MAX_SEGMENTS = 80_000  # SM timeline: beyond this many blocks show the first SMs' rows only (payload)
@@ -358,6 +359,8 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
     np.minimum.at(first_use, (pos, sm), wave)
     order = np.argsort(wave, kind="stable")
     wave_sorted = wave[order]
+    # a partial last wave: fewer blocks than the first wave
+    tail = n_waves > 1 and int((wave == n_waves - 1).sum()) < int((wave == 0).sum())
 
     def frame_arrays(i: int) -> tuple[np.ndarray, np.ndarray, str]:
         w = int(shown[i])
@@ -367,7 +370,13 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
         mine = order[lo:hi]
         z[pos[mine], sm[mine]] = CURRENT
         ids[pos[mine], sm[mine]] = block[mine]
-        text = f"Wave {w} of {n_waves - 1}: {len(mine)} blocks on {len(np.unique(sm[mine]))} of {num_sms} SMs"
+        if n_waves == 1:
+            text = f"One wave: all {len(mine)} blocks at once, on {len(np.unique(sm[mine]))} of {num_sms} SMs"
+        else:
+            text = (
+                f"Wave {w + 1} of {n_waves}{' (the tail)' if w == n_waves - 1 and tail else ''}: "
+                f"{len(mine)} blocks on {len(np.unique(sm[mine]))} of {num_sms} SMs"
+            )
         return z, ids, text
 
     z0, ids0, text0 = frame_arrays(0)
@@ -397,7 +406,8 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
             )
         )
     wave_names = [str(int(w)) for w in shown]
-    menus, sliders = animation_controls(wave_names, wave_names, "wave ", -0.14, FRAME_MS)
+    wave_labels = [str(int(w) + 1) for w in shown]  # waves count from 1 for people
+    menus, sliders = animation_controls(wave_names, wave_labels, "wave ", -0.14, FRAME_MS)
     fig = go.Figure(data=[base], frames=frames)
     fig.update_layout(
         title=_title(text0, source),
@@ -406,6 +416,10 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
             "title": "resident slot",
             "range": [-0.5, slots - 0.5],
             "autorange": False,
+            "tickmode": "linear" if slots <= 16 else "auto",  # whole slots only, never ±0.4
+            "tick0": 0,
+            "dtick": 1 if slots <= 16 else None,
+            "tickformat": "d",
         },
         updatemenus=menus,
         sliders=sliders,
@@ -425,4 +439,41 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
             }
         ],
     )
+    if n_waves == 1:  # nothing to step through
+        fig.layout.updatemenus, fig.layout.sliders = (), ()
+        fig.update_layout(margin={"b": 60})
+    else:
+        place_controls(fig)
     return fig
+
+
+REGISTER_STEPS = (32, 64, 96, 128, 168, 255)
+
+
+def wave_suggestion(arch: str, max_threads: int, block: int = 256) -> dict:
+    """A vector_add launch that runs in several waves with a half-full tail on ``arch``'s modelled GPU.
+
+    Within ``max_threads`` (the simulator's limit), the fewest registers per thread that give two full
+    waves and a half-full third; if even 255 registers/thread leave too many resident threads, as
+    many full waves as fit and a half-full tail. Returns {"n", "block", "regs", "blocks", "waves",
+    "blocks_per_wave"}.
+    """
+    spec = ARCHS[arch]
+    best = None
+    for regs in REGISTER_STEPS:
+        occ = occupancy(spec, block, regs, 0, 0)
+        if not occ.launchable:
+            continue
+        per_wave = occ.blocks_per_sm * spec.num_sms
+        fits = max_threads // block  # blocks the limit allows
+        full = min(2, max((fits - per_wave // 2) // per_wave, 0))
+        if full == 0:
+            continue
+        blocks = full * per_wave + per_wave // 2
+        best = {"n": blocks * block, "block": block, "regs": regs, "blocks": blocks, "waves": full + 1,
+                "blocks_per_wave": per_wave}  # fmt: skip
+        if full == 2:
+            break
+    if best is None:
+        raise ValueError(f"no launch within {max_threads:,} threads fills one wave of {spec.label}")
+    return best

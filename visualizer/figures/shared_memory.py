@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from visualizer.figures.common import animation_controls, source_of, titled
+from visualizer.figures.common import animation_controls, place_controls, source_of, titled
 
 FRAME_MS = 900
 MAX_BLOCKS_SHOWN = 2048  # race comparison: beyond this, show the first blocks and count the rest
@@ -207,7 +207,7 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
                 f"{head}loaded A[{ra0}:{ra0 + ra}, {ca0}:{ca0 + ca}] "
                 f"and B[{rb0}:{rb0 + rb}, {cb0}:{cb0 + cb}] "
                 f"→ 1st syncthreads<br>recorded at +{_fmt_ns(int(a_t[step]) - t_first)} (A), "
-                f"+{_fmt_ns(int(b_t[step]) - t_first)} (B) after this block's first load ({clock})"
+                f"+{_fmt_ns(int(b_t[step]) - t_first)} (B) after this block's first load<br>({clock})"
             )
         return titled(text, source)
 
@@ -240,13 +240,14 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
     menus, sliders = animation_controls(names, labels, "step ", -0.12, FRAME_MS)
     fig.update_layout(
         title=frame_title(0, False),
-        height=600,
-        margin={"t": 130, "b": 190},
+        height=620,
+        margin={"t": 175, "b": 190},
         legend={"orientation": "h", "y": -0.5},
         updatemenus=menus,
         sliders=sliders,
         hovermode="closest",
     )
+    place_controls(fig)
     return fig
 
 
@@ -265,6 +266,9 @@ def _block_tree(tree: pd.DataFrame, block: int, block_size: int) -> np.ndarray:
     return values
 
 
+ARC_FOOT = 0.03  # arcs land at the bottom of their row, right on top of the slots' bars
+
+
 def _arcs(stride: int) -> tuple[list, list]:
     """Arcs from slot tid + stride down into slot tid for every active tid (y in [0, 1])."""
     xs: list = []
@@ -273,7 +277,7 @@ def _arcs(stride: int) -> tuple[list, list]:
     for tid in range(stride):
         src, dst = tid + stride, tid
         xs += [*(src + (dst - src) * u), None]
-        ys += [*(0.1 + 0.8 * np.sin(np.pi * u)), None]
+        ys += [*(ARC_FOOT + 0.85 * np.sin(np.pi * u)), None]
     return xs, ys
 
 
@@ -292,12 +296,8 @@ def reduction_tree_figure(
     expected = float(np.nansum(values[0]))
     barrier = kernel != "reduction_race"
     slots = np.arange(block_size)
-    finite = values[np.isfinite(values)]
-    lo = min(0.0, float(finite.min()) if finite.size else 0.0, expected)
-    hi = max(float(finite.max()) if finite.size else 1.0, expected, 1.0)
-    pad = 0.08 * (hi - lo)
 
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.28, 0.72], vertical_spacing=0.04)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.28, 0.72], vertical_spacing=0.01)
 
     def colours(level: int) -> list[str]:
         if level == 0:
@@ -320,7 +320,7 @@ def reduction_tree_figure(
             ),
             go.Scatter(
                 x=list(range(stride)) or [None],
-                y=[0.1] * stride or [None],
+                y=[ARC_FOOT] * stride or [None],
                 mode="markers",
                 marker={"symbol": "triangle-down", "size": 8, "color": ACTIVE},
                 hoverinfo="skip",
@@ -375,9 +375,31 @@ def reduction_tree_figure(
             go.Bar(x=[None], y=[None], marker={"color": colour}, name=label, hoverinfo="skip"), row=2, col=1
         )
     names = [str(level) for level in range(levels)]
+
+    def value_range(level: int) -> list[float]:
+        """This level's values fill the axis: level 0's loads would be slivers on the final sum's scale."""
+        shown = values[level][np.isfinite(values[level])]
+        top = max(float(shown.max()) if shown.size else 1.0, expected if level == levels - 1 else 0.0, 1e-9)
+        bottom = min(0.0, float(shown.min()) if shown.size else 0.0)
+        return [bottom - 0.08 * (top - bottom) * (bottom < 0), top + 0.1 * (top - bottom)]
+
+    def hint(level: int) -> list[dict]:
+        """Level 0 has no adds yet: say so where the arcs will be, rather than leave the row empty."""
+        # always one annotation, hidden after level 0: a frame's empty list would not remove it
+        return [{"text": "level 0: no adds yet · press ▶ Play or drag the slider to watch the tree halve",
+                 "xref": "paper", "yref": "y domain", "x": 0.5, "y": 0.5, "showarrow": False,
+                 "font": {"size": 13, "color": "#555"}, "visible": level == 0}]  # fmt: skip
+
     fig.frames = [
         go.Frame(
-            name=name, data=frame_traces(level), traces=[0, 1, 2, 3], layout={"title": frame_title(level)}
+            name=name,
+            data=frame_traces(level),
+            traces=[0, 1, 2, 3],
+            layout={
+                "title": frame_title(level),
+                "yaxis2": {"range": value_range(level), "autorange": False},
+                "annotations": hint(level),
+            },
         )
         for level, name in enumerate(names)
     ]
@@ -397,13 +419,19 @@ def reduction_tree_figure(
             "autorange": False,
             "title": "shared-memory slot = thread tid",
         },
-        yaxis2={"range": [lo - (pad if lo < 0 else 0), hi + pad], "autorange": False, "title": "value"},
+        yaxis2={"range": value_range(0), "autorange": False, "title": "value (axis fits each level)"},
+        annotations=hint(0),
     )
+    place_controls(fig)
     return fig
 
 
 # ---------------------------------------------------------------------------------------------
 # the race demo beside the correct reduction
+
+
+GROUP_GAP = 0.2  # between blocks' groups of three bars
+RACE_BAR_OFFSET = (1 - GROUP_GAP) / 3  # the race bar's centre, from its block's x
 
 
 def race_comparison_figure(
@@ -441,9 +469,10 @@ def race_comparison_figure(
         )
     wrong = np.flatnonzero(bad_race[:shown])
     if wrong.size:
+        # over the race bar: the third of three grouped bars, each a third of the group's width
         fig.add_trace(
             go.Scatter(
-                x=wrong,
+                x=wrong + RACE_BAR_OFFSET,
                 y=np.maximum(want, race)[wrong] * 1.04 + 0.5,
                 mode="markers",
                 marker={"symbol": "x", "color": MISMATCH, "size": 9},
@@ -465,6 +494,8 @@ def race_comparison_figure(
         height=420,
         margin={"t": 90},
         legend={"orientation": "h", "y": -0.25},
+        bargap=GROUP_GAP,
+        bargroupgap=0,
     )
     return fig
 

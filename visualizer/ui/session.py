@@ -13,6 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from visualizer import catalog
 from visualizer.catalog import LaunchError
@@ -40,6 +41,21 @@ def as_text(message: str, limit: int = MESSAGE_MAX_CHARS) -> str:
     # space after each ':', '@' and '.' keeps them plain text and looks the same
     line = _AUTOLINK.sub("\\1\u200b", line)
     return _MARKUP.sub(r"\\\1", line)
+
+
+# Query keys that are a page's own choices (widgets bound to the URL), not kernel parameters: a link
+# carries them so it reproduces the view, and config_from_query does not mistake them for parameters.
+PAGE_QUERY_KEYS = frozenset(
+    {
+        "page",
+        "grid_color_by", "grid_animate",
+        "sched_gpu", "sched_regs", "sm",
+        "smem_block_x", "smem_block_y", "smem_tree_block",
+        "flow_view", "flow_animate", "flow_gpu",
+        "occ_arch", "occ_threads", "occ_regs", "occ_smem_kb", "occ_static",
+        "q_tile", "row", "fa_head", "fa_batch", "fa_fa1", "fa_arch", "fa_smem_tile", "fa_smem_head_dim",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,7 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
                 f"unknown backend {catalog.quoted(backend)} in the link; choose one of {', '.join(BACKENDS)}"
             )
         given = {
-            k: v for k, v in query.items() if k not in ("kernel", "backend", "page", "q_tile", "row", "sm")
+            k: v for k, v in query.items() if k not in ("kernel", "backend") and k not in PAGE_QUERY_KEYS
         }
         values = spec.resolve(given)
         return RunConfig(kernel, backend, tuple(sorted(values.items()))), None
@@ -283,14 +299,125 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
         return None, as_text(str(exc))
 
 
+def sync_query(config: RunConfig, page: str | None = None) -> None:
+    """Put the run configuration in the address bar, keeping the page's own choices (PAGE_QUERY_KEYS).
+
+    Called on every run, so the link in the address bar always reproduces what is on screen. Keys of
+    another kernel's parameters are dropped; only keys whose value differs are written.
+    """
+    wanted = config.to_query() | ({"page": page} if page else {})
+    for key in [k for k in st.query_params if k not in wanted and k not in PAGE_QUERY_KEYS]:
+        try:
+            del st.query_params[key]
+        except StreamlitAPIException:  # a widget bound to the URL owns this key: it is a page choice
+            pass
+    for key, value in wanted.items():
+        if st.query_params.get(key) != value:
+            st.query_params[key] = value
+
+
+def _parse_query_value(raw: str, like):
+    """``raw`` from a link as the type of ``like`` (bool as 0/1, int, float or str)."""
+    if isinstance(like, bool):
+        if raw not in ("0", "1"):
+            raise ValueError(raw)
+        return raw == "1"
+    return type(like)(raw)
+
+
+def from_link(key: str, default, allowed=None) -> None:
+    """Seed the page widget ``key`` from the link, when the widget has no state yet.
+
+    ``default`` gives the type; ``allowed`` is a list of valid values or a (lo, hi) range. A value the
+    widget could not take is ignored (the widget keeps its default), so a bad link never breaks a page.
+    The widget must then be created without ``value=`` (it reads its state). ``key`` must be one of
+    PAGE_QUERY_KEYS.
+    """
+    if key in st.session_state:
+        return
+    raw = st.query_params.get(key)
+    value = default
+    if raw is not None:
+        try:
+            parsed = _parse_query_value(raw, default)
+            if allowed is None or (
+                parsed in allowed if isinstance(allowed, list) else allowed[0] <= parsed <= allowed[1]
+            ):
+                value = parsed
+        except ValueError:
+            pass
+    st.session_state[key] = value
+
+
+def to_link(*keys: str) -> None:
+    """Write the current value of page widgets ``keys`` into the link (the address bar)."""
+    for key in keys:
+        if key not in st.session_state:
+            continue
+        value = st.session_state[key]
+        text = str(int(value)) if isinstance(value, bool) else str(value)
+        if st.query_params.get(key) != text:
+            st.query_params[key] = text
+
+
 def current_capture() -> Capture | None:
     """The capture the sidebar's Run produced for this session (pages read it, never re-run)."""
     return st.session_state.get("capture")
 
 
+def shown_config(cap: Capture) -> RunConfig:
+    """The run configuration a capture came from (its backend as the sidebar named it)."""
+    launch = cap.launch
+    return RunConfig(launch["kernel"], st.session_state.get("shown_backend", launch["backend"]),
+                     tuple(sorted(launch["params"].items())))  # fmt: skip
+
+
+def run_problem() -> str | None:
+    """The one-line error of the link or of the last Run, if any (shown in the main area)."""
+    return st.session_state.get("run_error") or st.session_state.get("url_error")
+
+
+def show_run_problems() -> None:
+    """The link's or the last Run's error, in the main area, for pages that draw without a capture."""
+    if st.session_state.get("run_error"):
+        st.error(f"**This configuration did not run:** {st.session_state.run_error}", icon=":material/error:")
+    if st.session_state.get("url_error"):
+        st.error(st.session_state.url_error, icon=":material/link_off:")
+
+
 def require_capture() -> Capture:
+    """The capture to draw, or stop the page with the reason in the main area, where the chart would be.
+
+    A failed Run never leaves the previous chart under the new configuration: the page shows the error
+    instead. A configuration changed in the sidebar but not yet run is named above the old chart.
+    """
+    show_run_problems()
+    if st.session_state.get("run_error"):
+        st.caption("Change the parameters in the sidebar and press **Run** again.")
+        st.stop()
     cap = current_capture()
     if cap is None:
         st.info("Pick a kernel in the sidebar and press **Run**.")
         st.stop()
+    show_unrun_notice(cap)
     return cap
+
+
+def show_unrun_notice(cap: Capture) -> None:
+    """Name sidebar parameters that have not run yet above charts of the previous run, with a Run."""
+    pending = st.session_state.get("unrun_config")
+    if pending is not None:
+        params = ", ".join(f"{k}={v}" for k, v in pending.params)
+        c1, c2 = st.columns([4, 1], vertical_alignment="center")
+        c1.warning(
+            f"The sidebar now says **{pending.kernel}** ({params}), but the charts below are still the "
+            f"previous run ({cap.launch['kernel']}, "
+            + ", ".join(f"{k}={v}" for k, v in sorted(cap.launch["params"].items()))
+            + "). Press **Run** to see the new one.",
+            icon=":material/pending:",
+        )
+        c2.button("Run", type="primary", key="main_run", on_click=_request_run, use_container_width=True)
+
+
+def _request_run() -> None:
+    st.session_state.run_requested = True
