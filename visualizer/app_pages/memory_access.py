@@ -17,7 +17,7 @@ from visualizer.figures.memory import (
 from visualizer.memory.tables import line_summary
 from visualizer.ui.charts import chart
 from visualizer.ui.memory import access_capture
-from visualizer.ui.session import HIDDEN_KERNELS
+from visualizer.ui.session import HIDDEN_KERNELS, from_link, to_link
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSPOSES = {"transpose_naive": "naive", "transpose_tiled": "tiled", "transpose_padded": "tiled + padding"}
@@ -58,37 +58,37 @@ sidebar_kernel = config.kernel if config is not None else "transpose_naive"
 default = sidebar_kernel if sidebar_kernel in kernels else "transpose_naive"
 c1, c2 = st.columns([2, 3])
 with c1:
-    kernel = st.selectbox(
-        "kernel",
-        kernels,
-        index=kernels.index(st.session_state.get("mem_kernel", default))
-        if st.session_state.get("mem_kernel", default) in kernels
-        else 0,
-        format_func=lambda k: catalog.KERNELS[k].title,
-        key="mem_kernel",
-    )
+    from_link("mem_kernel", default, kernels)
+    kernel = st.selectbox("kernel", kernels, format_func=lambda k: catalog.KERNELS[k].title, key="mem_kernel")
 spec = catalog.get(kernel)
 params = dict(config.param_dict) if config is not None and config.kernel == kernel else spec.defaults()
 with c2:
     # what-if controls, where the kernel has them: each choice re-records and the counters change
     if kernel in TRANSPOSES:
+        layout_key = f"mem_variant_{kernel}"
+        if layout_key not in st.session_state:  # the link's layout, else the kernel's own
+            linked = st.query_params.get("mem_layout")
+            st.session_state[layout_key] = linked if linked in TRANSPOSES else kernel
         variant = st.radio(
-            "tile layout (what if?)", list(TRANSPOSES), index=list(TRANSPOSES).index(kernel),
-            format_func=TRANSPOSES.get, horizontal=True, key=f"mem_variant_{kernel}",
+            "tile layout (what if?)", list(TRANSPOSES), format_func=TRANSPOSES.get, horizontal=True,
+            key=layout_key,
         )  # fmt: skip
+        if st.query_params.get("mem_layout") != variant:
+            st.query_params["mem_layout"] = variant
         if variant != kernel:
             kernel, spec = variant, catalog.get(variant)
     elif kernel == "strided_copy":
-        params["stride"] = st.select_slider(
-            "stride (what if?)", [1, 2, 4, 8, 16, 32], value=min((1, 2, 4, 8, 16, 32), key=lambda s: abs(s - params["stride"])),
-            key="mem_stride",
-        )  # fmt: skip
+        strides = [1, 2, 4, 8, 16, 32]
+        from_link("mem_stride", min(strides, key=lambda s: abs(s - params["stride"])), strides)
+        params["stride"] = st.select_slider("stride (what if?)", strides, key="mem_stride")
+        to_link("mem_stride")
     else:
         st.caption(
             "What-if controls (stride, tile padding) appear for the lesson kernels: "
             + ", ".join(catalog.KERNELS[k].title for k in LESSON_KERNELS)
             + "."
         )
+to_link("mem_kernel")
 st.caption(
     f"Launch: `{kernel}` with "
     + ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
@@ -97,7 +97,7 @@ st.caption(
 
 cap, error = access_capture(kernel, params)
 if error:
-    st.error(error)
+    st.error(f"**This launch did not run:** {error}", icon=":material/error:")
     st.stop()
 summ = cap.launch["accesses"]
 st.caption(

@@ -7,21 +7,38 @@ import streamlit as st
 from visualizer.catalog import LaunchError
 from visualizer.runner import KernelError
 from visualizer.trace import Capture
-from visualizer.ui.session import capture_cache, runner_for
+from visualizer.ui.session import as_text, capture_cache, runner_for
 
 
 def access_capture(kernel: str, params: dict, seed: int = 0) -> tuple[Capture | None, str | None]:
-    """(capture with accesses/requests/hazards, None) or (None, one-line error); cached per launch."""
+    """(capture with accesses/requests/hazards, None) or (None, one-line error); cached per launch.
+
+    Runs through the shared cache's one-run-per-key path with a progress bar, so a visitor who leaves
+    mid-run (Streamlit raises from the bar's next update) cancels the run instead of leaving it behind.
+    """
     key = ("accesses", kernel, tuple(sorted(params.items())), "sim", seed)
     cap = capture_cache().get(key)
     if cap is not None:
         return cap, None
+    bar = st.progress(0.0, text=f"Recording every load and store of {kernel} on the CUDA simulator…")
+
+    def progress(done, total):
+        bar.progress(min(done / total, 1.0), text=f"Recording {kernel}: {done} of {total} blocks simulated")
+
+    def run() -> Capture:
+        got = runner_for("sim").capture(
+            kernel, dict(params), seed=seed, time_clean=False, accesses=True, progress=progress
+        )
+        if got.launch["kernel"] != kernel or any(got.launch["params"].get(k) != v for k, v in params.items()):
+            raise KernelError(f"the worker answered a different request than {kernel}; please run again")
+        return got
+
     try:
-        with st.spinner(f"Recording every load and store of {kernel} on the CUDA simulator…"):
-            cap = runner_for("sim").capture(kernel, dict(params), seed=seed, time_clean=False, accesses=True)
+        cap = capture_cache().get_or_run(key, run)
     except (LaunchError, KernelError) as exc:
-        return None, str(exc)
-    capture_cache().put(key, cap)
+        return None, as_text(str(exc))
+    finally:
+        bar.empty()
     return cap, None
 
 
