@@ -115,7 +115,7 @@ def test_gpu_page_is_measured():
     assert all("measured (GPU)" in title for title in charts), list(charts)
     assert not any("modelled" in title for title in charts)
     assert _metric(at, "theoretical occupancy") != "–"
-    waves = _chart(at, "Wave 0")
+    waves = _chart(at, "Wave 1")
     assert len(waves["frames"]) >= 1
 
 

@@ -292,7 +292,7 @@ def visit(port: int, i: int, behaviour: str, started: list[threading.Event]) -> 
             v.rerun(query("reduction", {"n": 3000 + i, "block": 64}))
             v.wait(lambda: v.saw_progress or v.finished is not None)
             out.left_mid_run = v.saw_progress and v.finished is None
-            picked = WidgetState(id=v.widget("selectbox", "kernel"), string_value="Vector add")
+            picked = WidgetState(id=v.widget("selectbox", "Kernel"), string_value="Vector add")
             out.asked = ("vector_add", {"n": 1000, "block": 128})  # the kernel's defaults
             v.rerun(widgets=[picked])
             ok = v.wait()
