@@ -345,9 +345,9 @@ def _install_fastsim() -> None:
 
 # Simulator engines compared launch for launch, each in a fresh process. "stock": numba-cuda's
 # cudasim as shipped (no pinning, stock defaults); "fast": visualizer.fastsim as the worker installs
-# it. Hook: an engine with the memory-access recording on is one more entry here (e.g.
-# "fast+accesses": install fastsim and the recorder); sim_bench reports every engine listed.
-SIM_ENGINES = {"stock": lambda: None, "fast": _install_fastsim}
+# it; "fast+accesses": the same with the memory-access recorder on (visualizer/memory), as
+# `capture --accesses` runs it. sim_bench reports every engine listed.
+SIM_ENGINES = {"stock": lambda: None, "fast": _install_fastsim, "fast+accesses": _install_fastsim}
 
 
 def sim_launch_seconds(engine: str, kernel: str, params: dict, reps: int) -> dict:
@@ -364,9 +364,29 @@ def sim_launch_seconds(engine: str, kernel: str, params: dict, reps: int) -> dic
         spec, values, launch = catalog.plan_launch(kernel, p, "sim")
         host = {**spec.make_inputs(values, np.random.default_rng(0))}
         host.update({k: v for k, v in record_buffers(spec, launch).items() if k in spec.args})
-        args = [host[a] if a in host else launch.scalars[a] for a in spec.args]
         traced, _ = build_kernels(spec, values)
-        return lambda: traced[launch.grid, launch.block](*args)
+        if engine != "fast+accesses":
+            args = [host[a] if a in host else launch.scalars[a] for a in spec.args]
+            return lambda: traced[launch.grid, launch.block](*args)
+        from types import SimpleNamespace
+
+        from numba import cuda
+
+        from visualizer.memory import record
+        from visualizer.worker import start_access_recording
+
+        # device arrays, as the worker passes them: the recorder knows arrays by their identity
+        device = {k: cuda.to_device(v) for k, v in host.items()}
+        args = [device[a] if a in device else launch.scalars[a] for a in spec.args]
+
+        def recorded():
+            start_access_recording(SimpleNamespace(simulator=True), spec, values, launch, traced, device)
+            try:
+                traced[launch.grid, launch.block](*args)
+            finally:
+                record.stop()
+
+        return recorded
 
     prepared({**params, **SIM_WARMUP.get(kernel, {})})()
     launch = prepared(params)
@@ -426,6 +446,7 @@ def sim_bench(quick: bool) -> dict:
             row["cpu_speedup"] = row["stock_cpu_s"] / row["fast_cpu_s"]
             row["capture_s"] = statistics.median(captures)
             row["capture_speedup"] = row["stock_s"] / row["capture_s"]
+            row["accesses_speedup"] = row["stock_s"] / row["fast+accesses_s"]
             rows.append(row)
     return {
         "engines": list(SIM_ENGINES),
@@ -433,6 +454,7 @@ def sim_bench(quick: bool) -> dict:
         "sim_speedup": min(r["speedup"] for r in rows),
         "sim_cpu_speedup": min(r["cpu_speedup"] for r in rows),
         "sim_capture_speedup": min(r["capture_speedup"] for r in rows),
+        "sim_accesses_speedup": min(r["accesses_speedup"] for r in rows),
         "load_avg_1min": [load_before[0], os.getloadavg()[0]],
     }
 
