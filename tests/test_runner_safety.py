@@ -253,3 +253,10 @@ def test_gpu_launches_are_checked_against_the_devices_own_memory(gpu_runner):
     with pytest.raises(LaunchError, match=f"of the device's {catalog._mib(memory)}"):
         gpu_runner.capture("naive_attention", too_big)
     assert gpu_runner.capture("vector_add", {"n": 1000, "block": 128}).check["correct"]
+
+
+def test_stuck_exit_code_is_the_simulators():
+    # the runner names a hang for this exit status without importing the simulator engine
+    from visualizer import fastsim, runner
+
+    assert runner.STUCK_EXIT_CODE == fastsim.STUCK_EXIT_CODE

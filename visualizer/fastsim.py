@@ -51,6 +51,9 @@ SHARED_CALLER_SKIP: set[str] = set()  # files of wrappers around FakeCUDAShared.
 # finding the kernel line that identifies an allocation (stock keys each array by file and line)
 
 
+STUCK_EXIT_CODE = 70  # the worker's exit status when a stuck kernel could not be interrupted
+
+
 class KernelHangError(RuntimeError):
     """A simulated launch was stopped: deadlocked, spinning or over its CPU-time limit."""
 
@@ -492,7 +495,7 @@ class _Watchdog:
                     if _config["exit_if_stuck"]:
                         print(f"fastsim: {launch.report}; the thread did not stop, exiting", file=sys.stderr)
                         sys.stderr.flush()
-                        os._exit(70)
+                        os._exit(STUCK_EXIT_CODE)
                     self._interrupt()  # kernels that catch BaseException: try again
                     self.fired_at = time.monotonic()
 

@@ -52,6 +52,11 @@ def default_workers(backend: str) -> int:
     return max(1, min(4, cores, max(2, cores - 1)))
 
 
+STUCK_EXIT_CODE = (
+    70  # = visualizer.fastsim.STUCK_EXIT_CODE (not imported: the runner never loads the simulator)
+)
+
+
 class KernelError(RuntimeError):
     """The kernel (or its worker) failed; the message is one line, the runner stays usable."""
 
@@ -223,6 +228,11 @@ class Runner:
         if code == -signal.SIGXCPU:
             raise KernelError(
                 f"{what} used more than its {SIM_RUN_CPU_S} s of CPU time and was stopped; use a smaller launch"
+            )
+        if code == STUCK_EXIT_CODE:  # visualizer/fastsim.py's watchdog gave up interrupting the kernel
+            raise KernelError(
+                f"{what}: the simulated kernel hung (a deadlock or an endless loop) where the simulator's "
+                "watchdog could not stop it; the worker was restarted"
             )
         if code == -signal.SIGKILL:
             raise KernelError(

@@ -258,7 +258,7 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
         label = (
             "Running on the GPU…"
             if backend == "gpu"
-            else "Running on the CUDA simulator (one CPU thread per CUDA thread)…"
+            else "Running on the CUDA simulator (every CUDA thread simulated in Python on the CPU)…"
         )
         with st.status(label, expanded=False) as status:
             bar = st.progress(0.0, text="starting the worker")
