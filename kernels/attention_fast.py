@@ -39,17 +39,20 @@ SMEM_ALIGN = None if SIMULATOR else 16
 
 # (block_q, block_k, threads_y) per head_dim: chosen on the H200 (docs/benchmarks.md); both fit in
 # 48 KiB of static shared memory
+# (causal: 128 threads, 4 rows x 4 keys a thread; more warps hide the diagonal tiles' imbalance)
 CONFIGS = {
     32: (64, 32, 8),
     64: (64, 32, 8),
     128: (32, 16, 8),
 }
+CAUSAL_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 16), 128: (32, 16, 8)}
 
 
-def fast_config(head_dim: int) -> tuple[int, int, int]:
+def fast_config(head_dim: int, causal: bool = False) -> tuple[int, int, int]:
+    """(block_q, block_k, threads_y) of the default build for head_dim."""
     if head_dim not in CONFIGS:
         raise ValueError(f"head_dim must be one of {sorted(CONFIGS)}, got {head_dim}")
-    return CONFIGS[head_dim]
+    return (CAUSAL_CONFIGS if causal else CONFIGS)[head_dim]
 
 
 def fast_smem_floats(head_dim: int, block_q: int, block_k: int) -> int:
@@ -66,12 +69,26 @@ def fast_grid(batch: int, heads: int, seq_len: int, block_q: int, causal: bool) 
 
 @cache
 def flash_attention_fast_kernels(
-    head_dim, block_q=None, block_k=None, threads_y=None, fastmath=True, min_blocks=None
+    head_dim,
+    causal=False,
+    block_q=None,
+    block_k=None,
+    threads_y=None,
+    fastmath=True,
+    min_blocks=None,
+    unroll=1,
+    skip_rescale=False,
 ):
     """(instrumented, clean) fast FlashAttention forward for HEAD_DIM features; launch with
-    block (TX, threads_y) and grid fast_grid(...). ``min_blocks``: launch
+    block (TX, threads_y) and grid fast_grid(...). ``causal`` is compiled in (the kernel's causal
+    argument must match it): the non-causal build has no masks on full tiles and no tile pairs.
+    ``unroll``: the feature and key loops unrolled by 1 or 2 (more independent loads in flight).
+    ``skip_rescale``: skip O *= alpha for rows whose max did not grow (alpha == 1). ``min_blocks``: launch
     bounds asking the compiler to fit that many blocks per SM (caps registers); None: no cap."""
-    dq, dk, dt = fast_config(head_dim) if head_dim in CONFIGS else (64, 32, 8)
+    CAUSAL = bool(causal)
+    dq, dk, dt = fast_config(head_dim, CAUSAL) if head_dim in CONFIGS else (64, 32, 8)
+    U = int(unroll)
+    SKIP = bool(skip_rescale)
     BQ = block_q or dq
     BK = block_k or dk
     TY = threads_y or dt
@@ -164,16 +181,18 @@ def flash_attention_fast_kernels(
         vh = v[b, h]
         n_q = (seq_len + BQ - 1) // BQ
         # causal: block x does Q tiles n_q-1-x (long) and x (short), so every block has the same work
-        n_parts = 2 if causal != 0 and cuda.blockIdx.x != n_q - 1 - cuda.blockIdx.x else 1
+        n_parts = 1
+        if CAUSAL and cuda.blockIdx.x != n_q - 1 - cuda.blockIdx.x:
+            n_parts = 2
         record = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y < rows.shape[0]  # row-state block
         s0 = 0  # first record slot of this part (parts record one after the other)
         q0 = 0
         cq = (tid % CH) * 4
         for part in range(n_parts):
-            qt = cuda.blockIdx.x if causal == 0 or part == 1 else n_q - 1 - cuda.blockIdx.x
+            qt = n_q - 1 - cuda.blockIdx.x if CAUSAL and part == 0 else cuda.blockIdx.x
             q0 = qt * BQ
             n_kv = (seq_len + BK - 1) // BK
-            if causal != 0:
+            if CAUSAL:
                 n_kv = min(n_kv, (min(q0 + BQ, seq_len) - 1) // BK + 1)
             for i in range(RM):
                 m[i] = NEG_BIG
@@ -205,27 +224,28 @@ def flash_attention_fast_kernels(
                 for i in range(RM):
                     for j in range(RN):
                         s[i, j] = 0.0
-                for dc in range(D // 4):
-                    d0 = dc * 4
-                    for i in range(RM):
-                        for e in range(4):
-                            qf[i, e] = sQ[i, ty, d0 + e]
-                    for j in range(RN):
-                        for e in range(4):
-                            kf[j, e] = sK[j, tx, d0 + e]
-                    for i in range(RM):
-                        for j in range(RN):
-                            x = s[i, j]
+                for dcu in range(D // (4 * U)):
+                    for du in range(U):
+                        d0 = (dcu * U + du) * 4
+                        for i in range(RM):
                             for e in range(4):
-                                x += qf[i, e] * kf[j, e]
-                            s[i, j] = x
+                                qf[i, e] = sQ[i, ty, d0 + e]
+                        for j in range(RN):
+                            for e in range(4):
+                                kf[j, e] = sK[j, tx, d0 + e]
+                        for i in range(RM):
+                            for j in range(RN):
+                                x = s[i, j]
+                                for e in range(4):
+                                    x += qf[i, e] * kf[j, e]
+                                s[i, j] = x
                 # mask keys past seq_len and, near the diagonal, keys after the query
-                if k0 + BK > seq_len or (causal != 0 and k0 + BK - 1 > q0):
+                if k0 + BK > seq_len or (CAUSAL and k0 + BK - 1 > q0):
                     for i in range(RM):
                         row = q0 + ty + TY * i
                         for j in range(RN):
                             key = k0 + tx + TX * j
-                            if key >= seq_len or (causal != 0 and key > row):
+                            if key >= seq_len or (CAUSAL and key > row):
                                 s[i, j] = NEG_BIG
                 # the tile's row max: my RN keys, then across the TX threads of the row
                 for i in range(RM):
@@ -245,8 +265,9 @@ def flash_attention_fast_kernels(
                         sP[i, ty, tx + TX * j] = p
                         ps += p
                     l[i] = l[i] * alpha + ps
-                    for c in range(DC):
-                        acc[i, c] *= alpha
+                    if not SKIP or alpha != float32(1.0):
+                        for c in range(DC):
+                            acc[i, c] *= alpha
                 # the V tile has arrived: to shared memory (free since the last barrier)
                 for u in range(KPASS):
                     r = tid // CH + RSTEP * u
@@ -257,18 +278,19 @@ def flash_attention_fast_kernels(
                 cuda.syncthreads()  # P and V complete; nobody reads this K tile any more
                 trace_tile(tiles, s0 + step, V_TILE, k0, 0, min(BK, seq_len - k0), D)
                 # O += P V
-                for kc in range(BK // 4):
-                    j0 = kc * 4
-                    for i in range(RM):
-                        for e in range(4):
-                            pf[i, e] = sP[i, ty, j0 + e]
-                    for e in range(4):
-                        for g in range(NG):
-                            for f in range(4):
-                                vf[g * 4 + f] = sV[j0 + e, g, tx, f]
+                for kcu in range(BK // (4 * U)):
+                    for ku in range(U):
+                        j0 = (kcu * U + ku) * 4
                         for i in range(RM):
-                            for c in range(DC):
-                                acc[i, c] += pf[i, e] * vf[c]
+                            for e in range(4):
+                                pf[i, e] = sP[i, ty, j0 + e]
+                        for e in range(4):
+                            for g in range(NG):
+                                for f in range(4):
+                                    vf[g * 4 + f] = sV[j0 + e, g, tx, f]
+                            for i in range(RM):
+                                for c in range(DC):
+                                    acc[i, c] += pf[i, e] * vf[c]
                 # recorded state, m in score units and the full row sum: only blocks that record
                 if record:  # (uniform per block, so the shuffles see every lane)
                     for i in range(RM):

@@ -269,7 +269,7 @@ def _one_length(
     fspec, _, flaunch = plan_launch("flash_attention_fast", fparams, backend="gpu")
     fcfg = (flaunch.grid, flaunch.block)
     ffull = record_buffers(fspec, flaunch)
-    ftraced, fclean = flash_attention_fast_kernels(head_dim)
+    ftraced, fclean = flash_attention_fast_kernels(head_dim, bool(causal))
     for impl, kern, bufs in (
         ("ours fast (clean)", fclean, tiny),
         ("ours fast (instrumented)", ftraced, ffull),
@@ -384,8 +384,17 @@ def fast_variants(
         rs = _check_rows(seq_len)
         for causal in (0, 1):
             ref64 = _reference_rows(q, k, v, bool(causal), rs)
-            for bq, bk, ty, mb in configs:
-                _, kern = flash_attention_fast_kernels(head_dim, bq, bk, ty, min_blocks=mb or None)
+            for bq, bk, ty, mb, unroll, skip in configs:
+                _, kern = flash_attention_fast_kernels(
+                    head_dim,
+                    bool(causal),
+                    bq,
+                    bk,
+                    ty,
+                    min_blocks=mb or None,
+                    unroll=unroll,
+                    skip_rescale=bool(skip),
+                )
                 cfg = (fast_grid(batch, heads, seq_len, bq, bool(causal)), (TX, ty, 1))
                 do.copy_to_device(np.full(shape, np.nan, np.float32))
                 args = (dq, dk, dv, do, seq_len, causal, tr, act, tiles, st)
@@ -402,7 +411,7 @@ def fast_variants(
                     {
                         "seq_len": seq_len,
                         "causal": causal,
-                        "config": f"bq{bq} bk{bk} ty{ty} minb{mb}",
+                        "config": f"bq{bq} bk{bk} ty{ty} minb{mb} unroll{unroll} skip{skip}",
                         "ms": ms,
                         "tflops": _flops(batch, heads, seq_len, head_dim, bool(causal)) / (ms * 1e-3) / 1e12,
                         "rel_err_f64": rel_err_f64(got[:, :, rs], ref64),
@@ -454,7 +463,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--fast-variants",
         default="",
-        help="only time fast-kernel configs 'bq,bk,ty,min_blocks;...' (min_blocks 0: no launch bounds)",
+        help="only time fast-kernel configs 'bq,bk,ty,min_blocks,unroll,skip_rescale;...' (min_blocks 0: none)",
     )
     a = ap.parse_args(argv)
     if a.fast_variants:

@@ -216,19 +216,25 @@ NAIVE_ATTENTION = KernelSpec(
 # --- the fast kernel (kernels/attention_fast.py): block shape fixed per head_dim --------------------
 
 FAST_TX = 8  # kernels/attention_fast.py: threads sharing a query row
-FAST_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 8), 128: (32, 16, 8)}  # head_dim: (block_q, block_k, threads_y)
+# head_dim: (block_q, block_k, threads_y) of kernels/attention_fast.py's CONFIGS / CAUSAL_CONFIGS
+FAST_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 8), 128: (32, 16, 8)}
+FAST_CAUSAL_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 16), 128: (32, 16, 8)}
 
 
-def fast_smem_bytes(head_dim: int) -> int:
+def fast_config(head_dim: int, causal: bool) -> tuple[int, int, int]:
+    return (FAST_CAUSAL_CONFIGS if causal else FAST_CONFIGS)[head_dim]
+
+
+def fast_smem_bytes(head_dim: int, causal: bool = False) -> int:
     """Static shared memory of one fast block (kernels/attention_fast.py:fast_smem_floats)."""
-    bq, bk, _ = FAST_CONFIGS[head_dim]
+    bq, bk, _ = fast_config(head_dim, causal)
     d = head_dim
     return 4 * (bq * (d + PAD) + bk * (d + PAD) + bk * d + bq * (bk + PAD) + bq * FAST_TX)
 
 
 def fast_steps(seq_len: int, head_dim: int, causal: bool) -> list[int]:
     """K/V steps each block of the fast kernel records, by block x (causal: its two Q tiles' steps)."""
-    bq, bk, _ = FAST_CONFIGS[head_dim]
+    bq, bk, _ = fast_config(head_dim, causal)
     n_q, n_k = ceil_div(seq_len, bq), ceil_div(seq_len, bk)
 
     def steps(qt: int) -> int:
@@ -241,7 +247,7 @@ def fast_steps(seq_len: int, head_dim: int, causal: bool) -> list[int]:
 
 def _fast_plan(p: dict) -> Launch:
     seq_len, head_dim, causal = p["seq_len"], p["head_dim"], bool(p["causal"])
-    bq, _, ty = FAST_CONFIGS[head_dim]
+    bq, _, ty = fast_config(head_dim, causal)
     n_q = ceil_div(seq_len, bq)
     grid = ((n_q + 1) // 2 if causal else n_q, p["batch"] * p["heads"], 1)  # attention_fast.fast_grid
     blocks = grid[0] * grid[1] * grid[2]
@@ -250,7 +256,7 @@ def _fast_plan(p: dict) -> Launch:
         grid=grid,
         block=(FAST_TX, ty, 1),
         scalars={"seq_len": seq_len, "causal": p["causal"]},
-        static_smem=fast_smem_bytes(head_dim),
+        static_smem=fast_smem_bytes(head_dim, causal),
         tile_steps=steps,
         row_state=(min(blocks, ROW_STATE_BLOCKS), steps, bq),
     )
@@ -259,7 +265,7 @@ def _fast_plan(p: dict) -> Launch:
 def _fast_work(p: dict) -> tuple[float, float]:
     """As _flash_work, with the fast kernel's Q tile (block_q rows) and K/V tile (block_k rows)."""
     seq_len, d = p["seq_len"], p["head_dim"]
-    bq, bk, _ = FAST_CONFIGS[d]
+    bq, bk, _ = fast_config(d, bool(p["causal"]))
     kv_rows = 0
     for qt in range(ceil_div(seq_len, bq)):
         last = min(qt * bq + bq, seq_len) - 1
@@ -291,7 +297,7 @@ FLASH_ATTENTION_FAST = KernelSpec(
     make_inputs=_flash_inputs,
     reference=_reference,
     build=("kernels.attention_fast", "flash_attention_fast_kernels"),
-    build_args=("head_dim",),
+    build_args=("head_dim", "causal"),
     tile_operands=("Q", "K", "V"),
     row_table=("softmax_state", ("m", "l")),
     work=_fast_work,
