@@ -37,22 +37,28 @@ NEG_BIG = float32(-1.0e30)  # finite "minus infinity" (fastmath assumes no infs)
 LOG2E = 1.4426950408889634
 SMEM_ALIGN = None if SIMULATOR else 16
 
-# (block_q, block_k, threads_y) per head_dim: chosen on the H200 (docs/benchmarks.md); both fit in
+# (block_q, block_k, threads_y) per head_dim, chosen on an H200 (docs/benchmarks.md); all fit in
 # 48 KiB of static shared memory
-# (causal: 128 threads, 4 rows x 4 keys a thread; more warps hide the diagonal tiles' imbalance)
 CONFIGS = {
     32: (64, 32, 8),
     64: (64, 32, 8),
     128: (32, 16, 8),
 }
-CAUSAL_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 16), 128: (32, 16, 8)}
+SMS = 132  # an H200's SMs: the causal head_dim-64 build picks its block size from blocks per SM
 
 
-def fast_config(head_dim: int, causal: bool = False) -> tuple[int, int, int]:
-    """(block_q, block_k, threads_y) of the default build for head_dim."""
+def fast_config(head_dim: int, causal: bool = False, seq_len: int = 0, heads: int = 1, batch: int = 1):
+    """(block_q, block_k, threads_y, unroll) of the build a launch uses (attention_specs mirrors it).
+
+    Causal, head_dim 64: with at least 3 blocks (Q tile pairs) per SM, 64 threads of 8 rows x 4 keys
+    and the loops unrolled by 2; with fewer, 128 threads of 4 rows x 4 keys, so the few blocks
+    still give each SM 8 warps (H200, b=1 h=8: 4096 takes the second, 8192 the first)."""
     if head_dim not in CONFIGS:
         raise ValueError(f"head_dim must be one of {sorted(CONFIGS)}, got {head_dim}")
-    return (CAUSAL_CONFIGS if causal else CONFIGS)[head_dim]
+    if causal and head_dim == 64:
+        pairs = (-(-seq_len // 64) + 1) // 2
+        return (64, 32, 8, 2) if pairs * heads * batch >= 3 * SMS else (64, 32, 16, 1)
+    return (*CONFIGS[head_dim], 1)
 
 
 def fast_smem_floats(head_dim: int, block_q: int, block_k: int) -> int:
@@ -62,9 +68,15 @@ def fast_smem_floats(head_dim: int, block_q: int, block_k: int) -> int:
 
 
 def fast_grid(batch: int, heads: int, seq_len: int, block_q: int, causal: bool) -> tuple[int, int, int]:
-    """Grid of a launch: x over Q tiles (causal: pairs of them), y over batch x heads."""
+    """Grid of a launch: causal (pairs of Q tiles, batch x heads); else (Q tiles, heads, batch)."""
     n_q = -(-seq_len // block_q)
-    return ((n_q + 1) // 2 if causal else n_q, batch * heads, 1)
+    return ((n_q + 1) // 2, batch * heads, 1) if causal else (n_q, heads, batch)
+
+
+def flash_attention_fast_for(head_dim, causal, seq_len, heads, batch):
+    """(instrumented, clean) build for one launch: the configuration fast_config picks for it."""
+    bq, bk, ty, unroll = fast_config(head_dim, bool(causal), seq_len, heads, batch)
+    return flash_attention_fast_kernels(head_dim, bool(causal), bq, bk, ty, unroll=unroll)
 
 
 @cache
@@ -76,18 +88,19 @@ def flash_attention_fast_kernels(
     threads_y=None,
     fastmath=True,
     min_blocks=None,
-    unroll=1,
+    unroll=None,
     skip_rescale=False,
 ):
     """(instrumented, clean) fast FlashAttention forward for HEAD_DIM features; launch with
     block (TX, threads_y) and grid fast_grid(...). ``causal`` is compiled in (the kernel's causal
     argument must match it): the non-causal build has no masks on full tiles and no tile pairs.
-    ``unroll``: the feature and key loops unrolled by 1 or 2 (more independent loads in flight).
+    ``unroll``: the causal build's feature and key loops unrolled by 1 or 2 (more independent
+    loads in flight). Defaults: fast_config(head_dim, causal); launches use flash_attention_fast_for.
     ``skip_rescale``: skip O *= alpha for rows whose max did not grow (alpha == 1). ``min_blocks``: launch
     bounds asking the compiler to fit that many blocks per SM (caps registers); None: no cap."""
     CAUSAL = bool(causal)
-    dq, dk, dt = fast_config(head_dim, CAUSAL) if head_dim in CONFIGS else (64, 32, 8)
-    U = int(unroll)
+    dq, dk, dt, du = fast_config(head_dim, CAUSAL) if head_dim in CONFIGS else (64, 32, 8, 1)
+    U = int(unroll or du)
     SKIP = bool(skip_rescale)
     BQ = block_q or dq
     BK = block_k or dk
@@ -153,6 +166,7 @@ def flash_attention_fast_kernels(
                 buf[u * 4 + e] = x if row < seq_len else float32(0.0)
 
     def flash_attention_fast(q, k, v, o, seq_len, causal, trace, active, tiles, rows):
+        """Causal build: block x does Q tiles n_q-1-x then x; grid (pairs, batch * heads)."""
         t0 = trace_begin(trace)
         sQ = cuda.shared.array((RM, TY, QW), float32, alignment=SMEM_ALIGN)  # row ty + TY*i at [i, ty]
         sK = cuda.shared.array((RN, TX, QW), float32, alignment=SMEM_ALIGN)  # key tx + TX*j at [j, tx]
@@ -321,7 +335,152 @@ def flash_attention_fast_kernels(
             s0 += n_kv
         trace_end(trace, active, t0, q0 + ty < seq_len)
 
+    def flash_attention_fast_full(q, k, v, o, seq_len, causal, trace, active, tiles, rows):
+        """Non-causal build: one Q tile per block, grid (n_q, heads, batch); the same steps as the
+        causal kernel above without its tile pairs and masks (kept separate: folding both into one
+        loop cost the compiler registers and this build 18% on an H200, docs/benchmarks.md)."""
+        t0 = trace_begin(trace)
+        sQ = cuda.shared.array((RM, TY, QW), float32, alignment=SMEM_ALIGN)
+        sK = cuda.shared.array((RN, TX, QW), float32, alignment=SMEM_ALIGN)
+        sV = cuda.shared.array((BK, NG, TX, 4), float32, alignment=SMEM_ALIGN)
+        sP = cuda.shared.array((RM, TY, PW), float32, alignment=SMEM_ALIGN)
+        sRed = cuda.shared.array((RM, TY, TX), float32)
+        s = cuda.local.array((RM, RN), float32)
+        acc = cuda.local.array((RM, DC), float32)
+        m = cuda.local.array(RM, float32)
+        l = cuda.local.array(RM, float32)  # noqa: E741
+        red = cuda.local.array(RM, float32)
+        qf = cuda.local.array((RM, 4), float32)
+        kf = cuda.local.array((RN, 4), float32)
+        pf = cuda.local.array((RM, 4), float32)
+        vf = cuda.local.array(DC, float32)
+        buf = cuda.local.array(PER, float32)
+
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * TX + tx
+        qt = cuda.blockIdx.x
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        q0 = qt * BQ
+        qh = q[b, h]
+        kh = k[b, h]
+        vh = v[b, h]
+        n_kv = (seq_len + BK - 1) // BK
+
+        for i in range(RM):
+            m[i] = NEG_BIG
+            l[i] = 0.0
+            for c in range(DC):
+                acc[i, c] = 0.0
+
+        cq = (tid % CH) * 4
+        for u in range(QPASS):
+            r = tid // CH + RSTEP * u
+            row = q0 + r
+            safe = min(row, seq_len - 1)
+            for e in range(4):
+                x = qh[safe, cq + e]
+                sQ[r // TY, r % TY, cq + e] = x * qscale if row < seq_len else float32(0.0)
+        load_kv(kh, 0, seq_len, tid, buf)
+        for u in range(KPASS):
+            r = tid // CH + RSTEP * u
+            for e in range(4):
+                sK[r // TX, r % TX, cq + e] = buf[u * 4 + e]
+        load_kv(vh, 0, seq_len, tid, buf)
+        cuda.syncthreads()
+        trace_tile(tiles, 0, Q_TILE, q0, 0, min(BQ, seq_len - q0), D)
+
+        for step in range(n_kv):
+            k0 = step * BK
+            trace_tile(tiles, step, K_TILE, k0, 0, min(BK, seq_len - k0), D)
+            for i in range(RM):
+                for j in range(RN):
+                    s[i, j] = 0.0
+            for dc in range(D // 4):
+                d0 = dc * 4
+                for i in range(RM):
+                    for e in range(4):
+                        qf[i, e] = sQ[i, ty, d0 + e]
+                for j in range(RN):
+                    for e in range(4):
+                        kf[j, e] = sK[j, tx, d0 + e]
+                for i in range(RM):
+                    for j in range(RN):
+                        x = s[i, j]
+                        for e in range(4):
+                            x += qf[i, e] * kf[j, e]
+                        s[i, j] = x
+            if k0 + BK > seq_len:  # keys past seq_len (last tile)
+                for i in range(RM):
+                    for j in range(RN):
+                        if k0 + tx + TX * j >= seq_len:
+                            s[i, j] = NEG_BIG
+            for i in range(RM):
+                x = s[i, 0]
+                for j in range(1, RN):
+                    x = max(x, s[i, j])
+                red[i] = x
+            reduce_rows(red, sRed, ty, tx, True)
+            for i in range(RM):
+                m_new = max(m[i], red[i])
+                alpha = math.exp2(m[i] - m_new)
+                m[i] = m_new
+                ps = float32(0.0)
+                for j in range(RN):
+                    p = math.exp2(s[i, j] - m_new)
+                    sP[i, ty, tx + TX * j] = p
+                    ps += p
+                l[i] = l[i] * alpha + ps
+                for c in range(DC):
+                    acc[i, c] *= alpha
+            for u in range(KPASS):
+                r = tid // CH + RSTEP * u
+                for e in range(4):
+                    sV[r, (cq // 4) // TX, (cq // 4) % TX, e] = buf[u * 4 + e]
+            if step + 1 < n_kv:
+                load_kv(kh, k0 + BK, seq_len, tid, buf)
+            cuda.syncthreads()
+            trace_tile(tiles, step, V_TILE, k0, 0, min(BK, seq_len - k0), D)
+            for kc in range(BK // 4):
+                j0 = kc * 4
+                for i in range(RM):
+                    for e in range(4):
+                        pf[i, e] = sP[i, ty, j0 + e]
+                for e in range(4):
+                    for g in range(NG):
+                        for f in range(4):
+                            vf[g * 4 + f] = sV[j0 + e, g, tx, f]
+                    for i in range(RM):
+                        for c in range(DC):
+                            acc[i, c] += pf[i, e] * vf[c]
+            for i in range(RM):  # recorded state (the clean build discards it)
+                red[i] = l[i]
+            reduce_rows(red, sRed, ty, tx, False)
+            if tx == 0:
+                for i in range(RM):
+                    trace_row_state(rows, step, ty + TY * i, m[i] * ln2, red[i])
+            if step + 1 < n_kv:
+                for u in range(KPASS):
+                    r = tid // CH + RSTEP * u
+                    for e in range(4):
+                        sK[r // TX, r % TX, cq + e] = buf[u * 4 + e]
+                load_kv(vh, k0 + BK, seq_len, tid, buf)
+            cuda.syncthreads()
+
+        for i in range(RM):
+            red[i] = l[i]
+        reduce_rows(red, sRed, ty, tx, False)
+        for i in range(RM):
+            row = q0 + ty + TY * i
+            if row < seq_len:
+                inv = float32(1.0) / red[i]
+                for g in range(NG):
+                    for f in range(4):
+                        o[b, h, row, 4 * (tx + TX * g) + f] = acc[i, g * 4 + f] * inv
+        trace_end(trace, active, t0, q0 + ty < seq_len)
+
     options = {"fastmath": fastmath}
     if min_blocks and not SIMULATOR:  # (the simulator takes no launch bounds)
         options["launch_bounds"] = (NT, min_blocks)
-    return jit_pair(flash_attention_fast, **options)
+    return jit_pair(flash_attention_fast if CAUSAL else flash_attention_fast_full, **options)

@@ -263,13 +263,13 @@ def _one_length(
         del dev
 
     # the fast kernel (kernels/attention_fast.py): same buffers, its own launch geometry
-    from kernels.attention_fast import flash_attention_fast_kernels
+    from kernels.attention_fast import flash_attention_fast_for
 
     fparams = {k: params[k] for k in ("batch", "heads", "seq_len", "head_dim", "causal")}
     fspec, _, flaunch = plan_launch("flash_attention_fast", fparams, backend="gpu")
     fcfg = (flaunch.grid, flaunch.block)
     ffull = record_buffers(fspec, flaunch)
-    ftraced, fclean = flash_attention_fast_kernels(head_dim, bool(causal))
+    ftraced, fclean = flash_attention_fast_for(head_dim, bool(causal), seq_len, heads, batch)
     for impl, kern, bufs in (
         ("ours fast (clean)", fclean, tiny),
         ("ours fast (instrumented)", ftraced, ffull),

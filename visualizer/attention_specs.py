@@ -216,25 +216,29 @@ NAIVE_ATTENTION = KernelSpec(
 # --- the fast kernel (kernels/attention_fast.py): block shape fixed per head_dim --------------------
 
 FAST_TX = 8  # kernels/attention_fast.py: threads sharing a query row
-# head_dim: (block_q, block_k, threads_y) of kernels/attention_fast.py's CONFIGS / CAUSAL_CONFIGS
+# head_dim: (block_q, block_k, threads_y), as kernels/attention_fast.py CONFIGS and fast_config
 FAST_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 8), 128: (32, 16, 8)}
-FAST_CAUSAL_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 16), 128: (32, 16, 8)}
+FAST_SMS = 132
 
 
-def fast_config(head_dim: int, causal: bool) -> tuple[int, int, int]:
-    return (FAST_CAUSAL_CONFIGS if causal else FAST_CONFIGS)[head_dim]
+def fast_config(head_dim: int, causal: bool, seq_len: int = 0, heads: int = 1, batch: int = 1):
+    """(block_q, block_k, threads_y, unroll): kernels/attention_fast.py:fast_config (a test keeps them equal)."""
+    if causal and head_dim == 64:
+        pairs = (ceil_div(seq_len, 64) + 1) // 2
+        return (64, 32, 8, 2) if pairs * heads * batch >= 3 * FAST_SMS else (64, 32, 16, 1)
+    return (*FAST_CONFIGS[head_dim], 1)
 
 
-def fast_smem_bytes(head_dim: int, causal: bool = False) -> int:
+def fast_smem_bytes(head_dim: int, block_q: int, block_k: int) -> int:
     """Static shared memory of one fast block (kernels/attention_fast.py:fast_smem_floats)."""
-    bq, bk, _ = fast_config(head_dim, causal)
+    bq, bk = block_q, block_k
     d = head_dim
     return 4 * (bq * (d + PAD) + bk * (d + PAD) + bk * d + bq * (bk + PAD) + bq * FAST_TX)
 
 
-def fast_steps(seq_len: int, head_dim: int, causal: bool) -> list[int]:
+def fast_steps(seq_len: int, block_q: int, block_k: int, causal: bool) -> list[int]:
     """K/V steps each block of the fast kernel records, by block x (causal: its two Q tiles' steps)."""
-    bq, bk, _ = fast_config(head_dim, causal)
+    bq, bk = block_q, block_k
     n_q, n_k = ceil_div(seq_len, bq), ceil_div(seq_len, bk)
 
     def steps(qt: int) -> int:
@@ -247,16 +251,17 @@ def fast_steps(seq_len: int, head_dim: int, causal: bool) -> list[int]:
 
 def _fast_plan(p: dict) -> Launch:
     seq_len, head_dim, causal = p["seq_len"], p["head_dim"], bool(p["causal"])
-    bq, _, ty = fast_config(head_dim, causal)
+    bq, bk, ty, _ = fast_config(head_dim, causal, seq_len, p["heads"], p["batch"])
     n_q = ceil_div(seq_len, bq)
-    grid = ((n_q + 1) // 2 if causal else n_q, p["batch"] * p["heads"], 1)  # attention_fast.fast_grid
+    # attention_fast.fast_grid
+    grid = ((n_q + 1) // 2, p["batch"] * p["heads"], 1) if causal else (n_q, p["heads"], p["batch"])
     blocks = grid[0] * grid[1] * grid[2]
-    steps = max(fast_steps(seq_len, head_dim, causal))
+    steps = max(fast_steps(seq_len, bq, bk, causal))
     return Launch(
         grid=grid,
         block=(FAST_TX, ty, 1),
         scalars={"seq_len": seq_len, "causal": p["causal"]},
-        static_smem=fast_smem_bytes(head_dim, causal),
+        static_smem=fast_smem_bytes(head_dim, bq, bk),
         tile_steps=steps,
         row_state=(min(blocks, ROW_STATE_BLOCKS), steps, bq),
     )
@@ -265,7 +270,7 @@ def _fast_plan(p: dict) -> Launch:
 def _fast_work(p: dict) -> tuple[float, float]:
     """As _flash_work, with the fast kernel's Q tile (block_q rows) and K/V tile (block_k rows)."""
     seq_len, d = p["seq_len"], p["head_dim"]
-    bq, bk, _ = fast_config(d, bool(p["causal"]))
+    bq, bk, _, _ = fast_config(d, bool(p["causal"]), seq_len, p["heads"], p["batch"])
     kv_rows = 0
     for qt in range(ceil_div(seq_len, bq)):
         last = min(qt * bq + bq, seq_len) - 1
@@ -296,8 +301,8 @@ FLASH_ATTENTION_FAST = KernelSpec(
     plan=_fast_plan,
     make_inputs=_flash_inputs,
     reference=_reference,
-    build=("kernels.attention_fast", "flash_attention_fast_kernels"),
-    build_args=("head_dim", "causal"),
+    build=("kernels.attention_fast", "flash_attention_fast_for"),
+    build_args=("head_dim", "causal", "seq_len", "heads", "batch"),
     tile_operands=("Q", "K", "V"),
     row_table=("softmax_state", ("m", "l")),
     work=_fast_work,
