@@ -4,12 +4,14 @@
 
 For each sequence length: the median device time (CUDA events queued behind a spin kernel, after a
 warm-up that includes compiling; visualizer/gpu_timing.py) and the host launch overhead of our
-clean and instrumented FlashAttention kernels and the naive kernel; PyTorch fp32 when torch is
+clean and instrumented FlashAttention kernels (the teaching kernel and the fast one,
+kernels/attention_fast.py) and the naive kernel; PyTorch fp32 when torch is
 importable: ``scaled_dot_product_attention`` as a user calls it (default backend selection; which
 backend it picked is recorded), SDPA's math backend, and the unfused softmax(q kᵀ·scale) v, TF32
 off; and numpy on the CPU at the smallest length only.
 All GPU inputs live on the device before timing starts. Errors are max |ours - torch| (or
-against a float64 numpy reference on a few rows when torch is absent).
+against a float64 numpy reference on a few rows when torch is absent), and for every row
+max |out - ref| / max |ref| against float64 numpy on 16 query rows (rel_err_f64).
 """
 
 from __future__ import annotations
