@@ -284,7 +284,7 @@ FLASH_ATTENTION_FAST = KernelSpec(
     name="flash_attention_fast",
     title="FlashAttention forward, fast (register tiles, fp32)",
     summary="The same attention as flash_attention, built for speed: each thread keeps a register tile "
-    "of S (8 query rows x 4 keys) and of O, the online softmax stays in registers (row maxima combined "
+    "of S (8 or 4 query rows x 4 keys) and of O, the online softmax stays in registers (row maxima combined "
     "by warp shuffles), Q is pre-scaled so softmax is one exp2 per score, the next K/V tile's loads "
     "fly while the current one is multiplied, and causal launches skip masked tiles and give each "
     "block one long and one short Q tile, so every block has the same work. Plain fp32 arithmetic "
