@@ -4,12 +4,14 @@
 
 For each sequence length: the median device time (CUDA events queued behind a spin kernel, after a
 warm-up that includes compiling; visualizer/gpu_timing.py) and the host launch overhead of our
-clean and instrumented FlashAttention kernels and the naive kernel; PyTorch fp32 when torch is
+clean and instrumented FlashAttention kernels (the teaching kernel and the fast one,
+kernels/attention_fast.py) and the naive kernel; PyTorch fp32 when torch is
 importable: ``scaled_dot_product_attention`` as a user calls it (default backend selection; which
 backend it picked is recorded), SDPA's math backend, and the unfused softmax(q kᵀ·scale) v, TF32
 off; and numpy on the CPU at the smallest length only.
 All GPU inputs live on the device before timing starts. Errors are max |ours - torch| (or
-against a float64 numpy reference on a few rows when torch is absent).
+against a float64 numpy reference on a few rows when torch is absent), and for every row
+max |out - ref| / max |ref| against float64 numpy on 16 query rows (rel_err_f64).
 """
 
 from __future__ import annotations
@@ -35,16 +37,25 @@ def _flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool) ->
     return f / 2 if causal else f
 
 
-def _resources(dispatcher) -> dict:
+def _resources(dispatcher, launch=None) -> dict:
+    """Registers, shared and local memory of the compiled kernel; with its launch, the occupancy
+    those allow on an H200 (visualizer/occupancy.py, as cudaOccupancyMaxActiveBlocksPerMultiprocessor)."""
     try:
         (_, kernel), *_ = dispatcher.overloads.items()
-        return {
+        out = {
             "registers": int(kernel.regs_per_thread),
             "smem_bytes": int(kernel.shared_mem_per_block),
             "local_bytes": int(kernel.local_mem_per_thread),
         }
     except Exception:  # resources are informative only
         return {}
+    if launch is not None:
+        from visualizer.occupancy import occupancy
+
+        occ = occupancy("sm_90", launch.threads_per_block, out["registers"], smem_static=out["smem_bytes"])
+        out["warps_per_sm"] = occ.warps_per_sm
+        out["occupancy"] = occ.occupancy
+    return out
 
 
 def _reference_rows(q, k, v, causal: bool, rows: np.ndarray) -> np.ndarray:
@@ -110,6 +121,13 @@ def _row(q, causal, impl, times, peak_bytes, err, **extra) -> dict:
     }
 
 
+def rel_err_f64(got: np.ndarray, ref64: np.ndarray) -> float:
+    """max |got - ref| / max |ref| against a float64 reference (NaN anywhere gives inf)."""
+    if not np.isfinite(got).all():
+        return float("inf")
+    return float(np.abs(got.astype(np.float64) - ref64).max() / np.abs(ref64).max())
+
+
 def _check_rows(seq_len: int) -> np.ndarray:
     return np.unique(np.linspace(0, seq_len - 1, 16).astype(int))
 
@@ -168,6 +186,7 @@ def _torch_impls(q, k, v, causal: bool, repeats: int) -> tuple[list[dict], np.nd
 
     rows, want = [], None
     rs = _check_rows(seq_len)
+    ref64 = _reference_rows(q, k, v, causal, rs)
     for impl, fn in (
         ("torch plain fp32", plain),
         ("torch sdpa default fp32", sdpa),
@@ -183,6 +202,7 @@ def _torch_impls(q, k, v, causal: bool, repeats: int) -> tuple[list[dict], np.nd
             want = got
         err = float(np.abs(got[:, :, rs] - want[:, :, rs]).max())
         extra = {"backend": _sdpa_backend_picked(torch, sdpa, out)} if fn is sdpa else {}
+        extra["rel_err_f64"] = rel_err_f64(got[:, :, rs], ref64)
         rows.append(_row(q, causal, impl, m, peak, err, **extra))
         del out
     return rows, want
@@ -204,8 +224,13 @@ def _one_length(
     # ours are checked against torch's plain fp32 output, or float64 numpy on a few rows
     want_rows = want[:, :, rs] if want is not None else _reference_rows(q, k, v, causal, rs)
 
+    ref64 = _reference_rows(q, k, v, causal, rs)
+
     def error(out) -> float:
         return float(np.abs(out[:, :, rs] - want_rows).max())
+
+    def errors(out) -> tuple[float, dict]:
+        return error(out), {"rel_err_f64": rel_err_f64(out[:, :, rs], ref64)}
 
     dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
     do = cuda.device_array(q.shape, np.float32)
@@ -235,7 +260,29 @@ def _one_length(
         args = (dq, dk, dv, do, seq_len, c, dev["trace"], dev["active"], dev["tiles"], dev["rows"])
         times = gpu_timing.measure(ops, lambda kern=kern, args=args: kern[cfg](*args), repeats, warmup=2)
         rec = sum(b.nbytes for b in bufs.values()) if bufs is full else 0
-        rows.append(_row(q, causal, impl, times, base + rec, error(do.copy_to_host()), **_resources(kern)))
+        err, rel = errors(do.copy_to_host())
+        rows.append(_row(q, causal, impl, times, base + rec, err, **rel, **_resources(kern, launch)))
+        del dev
+
+    # the fast kernel (kernels/attention_fast.py): same buffers, its own launch geometry
+    from kernels.attention_fast import flash_attention_fast_for
+
+    fparams = {k: params[k] for k in ("batch", "heads", "seq_len", "head_dim", "causal")}
+    fspec, _, flaunch = plan_launch("flash_attention_fast", fparams, backend="gpu")
+    fcfg = (flaunch.grid, flaunch.block)
+    ffull = record_buffers(fspec, flaunch)
+    ftraced, fclean = flash_attention_fast_for(head_dim, bool(causal), seq_len, heads, batch)
+    for impl, kern, bufs in (
+        ("ours fast (clean)", fclean, tiny),
+        ("ours fast (instrumented)", ftraced, ffull),
+    ):
+        dev = {n: cuda.to_device(b) for n, b in bufs.items()}
+        args = (dq, dk, dv, do, seq_len, c, dev["trace"], dev["active"], dev["tiles"], dev["rows"])
+        do.copy_to_device(np.full(q.shape, np.nan, np.float32))  # poison: every element must be written
+        times = gpu_timing.measure(ops, lambda kern=kern, args=args: kern[fcfg](*args), repeats, warmup=2)
+        rec = sum(b.nbytes for b in bufs.values()) if bufs is ffull else 0
+        err, rel = errors(do.copy_to_host())
+        rows.append(_row(q, causal, impl, times, base + rec, err, **rel, **_resources(kern, flaunch)))
         del dev
 
     if with_naive:
@@ -249,8 +296,10 @@ def _one_length(
             max(1, min(repeats, 3)),  # slow at long lengths
             warmup=1,
         )
-        err = error(do.copy_to_host())
-        rows.append(_row(q, causal, "ours naive (clean)", times, base + ds.nbytes, err, **_resources(naive)))
+        err, rel = errors(do.copy_to_host())
+        rows.append(
+            _row(q, causal, "ours naive (clean)", times, base + ds.nbytes, err, **rel, **_resources(naive))
+        )
     return rows
 
 
@@ -314,13 +363,80 @@ def correctness_sweep(seq_len: int = 77, batch: int = 2, heads: int = 3, seed: i
     return out
 
 
+def fast_variants(
+    configs, seq_lens=(4096, 8192), batch=1, heads=8, head_dim=64, repeats=10, seed=0
+) -> list[dict]:
+    """Time clean builds of kernels/attention_fast.py for several (block_q, block_k, threads_y,
+    min_blocks) configurations, causal and not: the tuning table behind attention_fast.CONFIGS."""
+    from numba import cuda
+
+    from kernels.attention_fast import TX, fast_grid, flash_attention_fast_kernels
+    from visualizer.occupancy import occupancy
+
+    rng = np.random.default_rng(seed)
+    ops = gpu_timing.NumbaOps(cuda)
+    out = []
+    for seq_len in seq_lens:
+        shape = (batch, heads, seq_len, head_dim)
+        q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+        dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+        do = cuda.device_array(shape, np.float32)
+        tr, act = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)
+        tiles, st = cuda.device_array((1, 1, 1, 5), np.int64), cuda.device_array((1, 1, 1, 2), np.float32)
+        rs = _check_rows(seq_len)
+        for causal in (0, 1):
+            ref64 = _reference_rows(q, k, v, bool(causal), rs)
+            for bq, bk, ty, mb, unroll, skip in configs:
+                _, kern = flash_attention_fast_kernels(
+                    head_dim,
+                    bool(causal),
+                    bq,
+                    bk,
+                    ty,
+                    min_blocks=mb or None,
+                    unroll=unroll,
+                    skip_rescale=bool(skip),
+                )
+                cfg = (fast_grid(batch, heads, seq_len, bq, bool(causal)), (TX, ty, 1))
+                do.copy_to_device(np.full(shape, np.nan, np.float32))
+                args = (dq, dk, dv, do, seq_len, causal, tr, act, tiles, st)
+                m = gpu_timing.measure(
+                    ops, lambda kern=kern, cfg=cfg, args=args: kern[cfg](*args), repeats, warmup=2
+                )
+                got = do.copy_to_host()
+                res = _resources(kern)
+                occ = occupancy(
+                    "sm_90", TX * ty, res.get("registers", 0), smem_static=res.get("smem_bytes", 0)
+                )
+                ms = statistics.median(m.device_ms)
+                out.append(
+                    {
+                        "seq_len": seq_len,
+                        "causal": causal,
+                        "config": f"bq{bq} bk{bk} ty{ty} minb{mb} unroll{unroll} skip{skip}",
+                        "ms": ms,
+                        "tflops": _flops(batch, heads, seq_len, head_dim, bool(causal)) / (ms * 1e-3) / 1e12,
+                        "rel_err_f64": rel_err_f64(got[:, :, rs], ref64),
+                        "all_written": bool(np.isfinite(got).all()),
+                        "warps_per_sm": occ.warps_per_sm,
+                        **res,
+                    }
+                )
+                print(out[-1], flush=True)
+    return out
+
+
 def markdown(rows: list[dict]) -> str:
-    head = "| seq_len | causal | implementation | ms | launch µs | TFLOP/s | peak MB | max abs err | regs | smem B |\n"
-    head += "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    head = (
+        "| seq_len | causal | implementation | ms | launch µs | TFLOP/s | peak MB | max abs err | "
+        "rel err vs f64 | regs | smem B | warps/SM |\n"
+    )
+    head += "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     lines = [
         f"| {r['seq_len']} | {r.get('causal', '')} | {r['impl']}{_backend(r)} | {r['ms']:.3f} | "
         f"{_num(r.get('launch_us'), '.1f')} | {r['tflops']:.2f} | {r['peak_mb']:.0f} | "
-        f"{r['max_abs_err']:.2e} | {r.get('registers', '')} | {r.get('smem_bytes', '')} |"
+        f"{r['max_abs_err']:.2e} | {_num(r.get('rel_err_f64'), '.1e')} | {r.get('registers', '')} | "
+        f"{r.get('smem_bytes', '')} | {r.get('warps_per_sm', '')} |"
         for r in rows
     ]
     return head + "\n".join(lines)
@@ -346,7 +462,17 @@ def main(argv=None) -> None:
     ap.add_argument("--naive-max", type=int, default=8192, help="skip the naive kernel above this length")
     ap.add_argument("--reg-budget", type=int, default=None, help="flash kernel's register budget (0: none)")
     ap.add_argument("--sweep", action="store_true", help="only check every tile/head_dim combination")
+    ap.add_argument(
+        "--fast-variants",
+        default="",
+        help="only time fast-kernel configs 'bq,bk,ty,min_blocks,unroll,skip_rescale;...' (min_blocks 0: none)",
+    )
     a = ap.parse_args(argv)
+    if a.fast_variants:
+        configs = [tuple(int(x) for x in c.split(",")) for c in a.fast_variants.split(";")]
+        seq_lens = tuple(int(x) for x in a.seq_lens.split(","))
+        fast_variants(configs, seq_lens, a.batch, a.heads, a.head_dim, a.repeats)
+        return
     if a.sweep:
         for r in correctness_sweep():
             print(r)

@@ -244,6 +244,104 @@ NAIVE_ATTENTION = KernelSpec(
     torch_op=_torch_attention,
 )
 
-SPECS = (FLASH_ATTENTION, NAIVE_ATTENTION)
+# --- the fast kernel (kernels/attention_fast.py): block shape fixed per head_dim --------------------
+
+FAST_TX = 8  # kernels/attention_fast.py: threads sharing a query row
+# head_dim: (block_q, block_k, threads_y), as kernels/attention_fast.py CONFIGS and fast_config
+FAST_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 8), 128: (32, 16, 8)}
+FAST_SMS = 132
+
+
+def fast_config(head_dim: int, causal: bool, seq_len: int = 0, heads: int = 1, batch: int = 1):
+    """(block_q, block_k, threads_y, unroll): kernels/attention_fast.py:fast_config (a test keeps them equal)."""
+    if causal and head_dim == 64:
+        pairs = (ceil_div(seq_len, 64) + 1) // 2
+        return (64, 32, 8, 2) if pairs * heads * batch >= 3 * FAST_SMS else (64, 32, 16, 1)
+    return (*FAST_CONFIGS[head_dim], 1)
+
+
+def fast_smem_bytes(head_dim: int, block_q: int, block_k: int) -> int:
+    """Static shared memory of one fast block (kernels/attention_fast.py:fast_smem_floats)."""
+    bq, bk = block_q, block_k
+    d = head_dim
+    return 4 * (bq * (d + PAD) + bk * (d + PAD) + bk * d + bq * (bk + PAD) + bq * FAST_TX)
+
+
+def fast_steps(seq_len: int, block_q: int, block_k: int, causal: bool) -> list[int]:
+    """K/V steps each block of the fast kernel records, by block x (causal: its two Q tiles' steps)."""
+    bq, bk = block_q, block_k
+    n_q, n_k = ceil_div(seq_len, bq), ceil_div(seq_len, bk)
+
+    def steps(qt: int) -> int:
+        return min(n_k, (min(qt * bq + bq, seq_len) - 1) // bk + 1) if causal else n_k
+
+    if not causal:
+        return [n_k] * n_q
+    return [steps(n_q - 1 - x) + (steps(x) if x != n_q - 1 - x else 0) for x in range((n_q + 1) // 2)]
+
+
+def _fast_plan(p: dict) -> Launch:
+    seq_len, head_dim, causal = p["seq_len"], p["head_dim"], bool(p["causal"])
+    bq, bk, ty, _ = fast_config(head_dim, causal, seq_len, p["heads"], p["batch"])
+    n_q = ceil_div(seq_len, bq)
+    # attention_fast.fast_grid
+    grid = ((n_q + 1) // 2, p["batch"] * p["heads"], 1) if causal else (n_q, p["heads"], p["batch"])
+    blocks = grid[0] * grid[1] * grid[2]
+    steps = max(fast_steps(seq_len, bq, bk, causal))
+    return Launch(
+        grid=grid,
+        block=(FAST_TX, ty, 1),
+        scalars={"seq_len": seq_len, "causal": p["causal"]},
+        static_smem=fast_smem_bytes(head_dim, bq, bk),
+        tile_steps=steps,
+        row_state=(min(blocks, ROW_STATE_BLOCKS), steps, bq),
+    )
+
+
+def _fast_work(p: dict) -> tuple[float, float]:
+    """As _flash_work, with the fast kernel's Q tile (block_q rows) and K/V tile (block_k rows)."""
+    seq_len, d = p["seq_len"], p["head_dim"]
+    bq, bk, _, _ = fast_config(d, bool(p["causal"]), seq_len, p["heads"], p["batch"])
+    kv_rows = 0
+    for qt in range(ceil_div(seq_len, bq)):
+        last = min(qt * bq + bq, seq_len) - 1
+        n = ceil_div(seq_len, bk) if not p["causal"] else min(ceil_div(seq_len, bk), last // bk + 1)
+        kv_rows += min(n * bk, seq_len)
+    per_head = 4.0 * d * (2 * seq_len + 2 * kv_rows)
+    return p["batch"] * p["heads"] * per_head, useful_flops(p)
+
+
+FLASH_ATTENTION_FAST = KernelSpec(
+    name="flash_attention_fast",
+    title="FlashAttention forward, fast (register tiles, fp32)",
+    summary="The same attention as flash_attention, built for speed: each thread keeps a register tile "
+    "of S (8 or 4 query rows x 4 keys) and of O, the online softmax stays in registers (row maxima combined "
+    "by warp shuffles), Q is pre-scaled so softmax is one exp2 per score, the next K/V tile's loads "
+    "fly while the current one is multiplied, and causal launches skip masked tiles and give each "
+    "block one long and one short Q tile, so every block has the same work. Plain fp32 arithmetic "
+    "(FFMA), no tensor cores. Tile sizes are fixed per head_dim.",
+    params=(
+        Param("batch", 1, 1, 64, "batch size (grid z)"),
+        Param("heads", 2, 1, 128, "attention heads (grid y)"),
+        Param("seq_len", 80, 1, 32768, "sequence length: rows of Q, K and V"),
+        Param("head_dim", 64, 32, 128, "features per head", choices=tuple(FAST_CONFIGS)),
+        Param("causal", 0, 0, 1, "1: query i attends only to keys <= i", choices=(0, 1)),
+    ),
+    args=("q", "k", "v", "o", "seq_len", "causal", "trace", "active", "tiles", "rows"),
+    outputs=("o",),
+    plan=_fast_plan,
+    make_inputs=_flash_inputs,
+    reference=_reference,
+    build=("kernels.attention_fast", "flash_attention_fast_for"),
+    build_args=("head_dim", "causal", "seq_len", "heads", "batch"),
+    tile_operands=("Q", "K", "V"),
+    row_table=("softmax_state", ("m", "l")),
+    work=_fast_work,
+    rtol=1e-4,
+    atol=1e-4,
+    torch_op=_torch_attention,
+)
+
+SPECS = (FLASH_ATTENTION, NAIVE_ATTENTION, FLASH_ATTENTION_FAST)
 for _spec in SPECS:  # idempotent: catalog registers them too when it is imported first
     register(_spec)

@@ -1,0 +1,250 @@
+"""The fast FlashAttention kernel (kernels/attention_fast.py) on the simulator: float64 accuracy,
+recorded tiles and softmax state, the catalog spec, the bench's error norm; and one GPU check.
+
+Sizes stay tiny: the simulator runs every thread in Python. Each case draws fresh random inputs
+and poisons the output with NaN, so an element the kernel never writes fails the check.
+"""
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels import attention_fast as af
+from visualizer import attention_specs as specs
+from visualizer.attention_bench import rel_err_f64
+from visualizer.catalog import LaunchError, plan_launch
+from visualizer.worker import record_buffers
+
+ROOT = Path(__file__).resolve().parents[1]
+REL_TOL = 1e-5  # max |out - ref| / max |ref| against float64
+
+
+def reference64(q, k, v, causal: bool) -> np.ndarray:
+    """softmax(q kᵀ / sqrt(d)) v in float64 (not rounded back to float32)."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[2]
+        s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+    s -= s.max(axis=-1, keepdims=True)
+    w = np.exp(s)
+    return np.einsum("bhqk,bhkd->bhqd", w, v) / w.sum(axis=-1)[..., None]
+
+
+def run_fast(params: dict, seed: int, kernels=None):
+    """Instrumented build through the catalog's plan on the simulator: (inputs+output, buffers, launch)."""
+    spec, values, launch = plan_launch("flash_attention_fast", params, backend="sim")
+    x = spec.make_inputs(values, np.random.default_rng(seed))
+    x["o"][:] = np.nan
+    bufs = record_buffers(spec, launch)
+    if kernels is None:
+        kernels = af.flash_attention_fast_for(
+            values["head_dim"], values["causal"], values["seq_len"], values["heads"], values["batch"]
+        )
+    traced, _ = kernels
+    args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
+    traced[launch.grid, launch.block](*args)
+    return x, bufs, launch
+
+
+CASES = [
+    # head_dim 64 (the 64-thread build; causal: the 128-thread build small grids pick), 128 and 32,
+    # seq_len not a multiple of any tile, causal and not
+    {"batch": 1, "heads": 2, "seq_len": 70, "head_dim": 64, "causal": 0},
+    {"batch": 2, "heads": 1, "seq_len": 130, "head_dim": 64, "causal": 1},
+    {"batch": 1, "heads": 1, "seq_len": 33, "head_dim": 128, "causal": 1},
+    {"batch": 1, "heads": 1, "seq_len": 50, "head_dim": 128, "causal": 0},
+    {"batch": 1, "heads": 1, "seq_len": 20, "head_dim": 32, "causal": 1},
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda p: "L{seq_len}-d{head_dim}-c{causal}".format(**p))
+def fast_run(request):
+    return request.param, *run_fast(request.param, seed=request.param["seq_len"])
+
+
+def test_matches_float64_within_1e_5_relative(fast_run):
+    params, x, _, _ = fast_run
+    assert np.isfinite(x["o"]).all()  # every element written
+    want = reference64(x["q"], x["k"], x["v"], bool(params["causal"]))
+    assert rel_err_f64(x["o"], want) < REL_TOL
+
+
+def test_causal_64_thread_unrolled_build_matches_float64():
+    """The build big causal grids use (64 threads, 8 x 4 tiles, loops unrolled by 2)."""
+    params = {"batch": 1, "heads": 1, "seq_len": 150, "head_dim": 64, "causal": 1}
+    spec, values, launch = plan_launch("flash_attention_fast", params, backend="sim")
+    kernels = af.flash_attention_fast_kernels(64, True, 64, 32, 8, unroll=2)
+    x = spec.make_inputs(values, np.random.default_rng(7))
+    x["o"][:] = np.nan
+    bufs = record_buffers(spec, launch)
+    args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
+    kernels[0][af.fast_grid(1, 1, 150, 64, True), (af.TX, 8, 1)](*args)
+    assert rel_err_f64(x["o"], reference64(x["q"], x["k"], x["v"], True)) < REL_TOL
+
+
+def test_records_each_tile_it_staged(fast_run):
+    params, _, bufs, launch = fast_run
+    seq_len, causal = params["seq_len"], bool(params["causal"])
+    bq, bk, _, _ = specs.fast_config(params["head_dim"], causal, seq_len, params["heads"], params["batch"])
+    n_q, n_k = -(-seq_len // bq), -(-seq_len // bk)
+    tiles = bufs["tiles"]  # (blocks, steps, operands, 5): row0, col0, rows, cols, t
+    for block in range(launch.blocks):
+        x = block % launch.grid[0]
+        parts = [n_q - 1 - x, x] if causal else [x]
+        parts = list(dict.fromkeys(parts))  # the middle tile of an odd count once
+        slot = 0
+        for qt in parts:
+            q0 = qt * bq
+            q = tiles[block, slot, af.Q_TILE]
+            assert q[0] == q0 and q[2] == min(bq, seq_len - q0) and q[4] >= 0
+            n = min(n_k, (min(q0 + bq, seq_len) - 1) // bk + 1) if causal else n_k
+            for step in range(n):
+                for op in (af.K_TILE, af.V_TILE):
+                    rec = tiles[block, slot + step, op]
+                    assert rec[0] == step * bk and rec[2] == min(bk, seq_len - step * bk) and rec[4] >= 0
+            slot += n
+        assert (tiles[block, slot:, :, 4] == -1).all()  # nothing past the steps it took
+
+
+def test_recorded_softmax_state_is_each_rows_max_and_sum(fast_run):
+    """After a Q tile's last step, m is the row's largest score and l = sum exp(s - m)."""
+    params, x, bufs, launch = fast_run
+    seq_len, causal, d, heads = params["seq_len"], bool(params["causal"]), params["head_dim"], params["heads"]
+    bq, bk, _, _ = specs.fast_config(d, causal, seq_len, heads, params["batch"])
+    n_q, n_k = -(-seq_len // bq), -(-seq_len // bk)
+    state = bufs["rows"]  # (blocks, steps, block_q rows, 2)
+    gx = launch.grid[0]
+    for block in range(min(launch.blocks, state.shape[0])):
+        bx, by = block % gx, block // gx  # causal: y = batch * heads + head; else y + heads * z
+        b, h = divmod(by, heads)
+        q, k = x["q"][b, h].astype(np.float64), x["k"][b, h].astype(np.float64)
+        s = q @ k.T / math.sqrt(d)
+        if causal:
+            s = np.where(np.tril(np.ones((seq_len, seq_len), bool)), s, -np.inf)
+        slot = 0
+        for qt in dict.fromkeys([n_q - 1 - bx, bx] if causal else [bx]):
+            q0 = qt * bq
+            n = min(n_k, (min(q0 + bq, seq_len) - 1) // bk + 1) if causal else n_k
+            rows = np.arange(q0, min(q0 + bq, seq_len))
+            got = state[block, slot + n - 1, : len(rows)]
+            want_m = s[rows].max(axis=1)
+            np.testing.assert_allclose(got[:, 0], want_m, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[:, 1], np.exp(s[rows] - want_m[:, None]).sum(axis=1), rtol=1e-5)
+            slot += n
+
+
+def test_spec_mirrors_the_kernels_configuration():
+    """attention_specs (host only, no numba) repeats the kernel's tile choices: keep them equal."""
+    assert specs.FAST_CONFIGS == af.CONFIGS and specs.FAST_TX == af.TX and specs.FAST_SMS == af.SMS
+    for d, causal, seq_len, heads, batch in itertools.product(
+        (32, 64, 128), (False, True), (1, 64, 4096, 8192, 20000), (1, 8, 16), (1, 2)
+    ):
+        cfg = af.fast_config(d, causal, seq_len, heads, batch)
+        assert specs.fast_config(d, causal, seq_len, heads, batch) == cfg
+        bq, bk, _, _ = cfg
+        assert specs.fast_smem_bytes(d, bq, bk) == 4 * af.fast_smem_floats(d, bq, bk) <= 48 * 1024
+    # H200, batch 1, 8 heads, causal: 4096 gets the 128-thread build, 8192 the unrolled 64-thread one
+    assert af.fast_config(64, True, 4096, 8, 1) == (64, 32, 16, 1)
+    assert af.fast_config(64, True, 8192, 8, 1) == (64, 32, 8, 2)
+
+
+def test_plan_geometry_and_refusals():
+    _, _, launch = plan_launch(
+        "flash_attention_fast", {"batch": 2, "heads": 3, "seq_len": 200, "head_dim": 64, "causal": 1}
+    )
+    assert launch.grid == af.fast_grid(2, 3, 200, 64, True) == (2, 6, 1)
+    assert launch.block == (af.TX, 16, 1)
+    # block 0: Q tiles 3 (7 K/V steps) and 0 (2); block 1: tiles 2 (6) and 1 (4)
+    assert specs.fast_steps(200, 64, 32, True) == [9, 10] and launch.tile_steps == 10
+    _, _, launch = plan_launch(
+        "flash_attention_fast", {"batch": 1, "heads": 2, "seq_len": 200, "head_dim": 64, "causal": 0}
+    )
+    assert launch.grid == (4, 2, 1) and launch.tile_steps == 7
+    for bad in ({"head_dim": 16}, {"tile": 32}, {"causal": 2}):
+        with pytest.raises(LaunchError):
+            plan_launch("flash_attention_fast", bad)
+
+
+def test_rel_err_f64_norm():
+    ref = np.array([[1.0, -2.0], [0.5, 4.0]])
+    assert rel_err_f64(ref.astype(np.float32), ref) == 0.0
+    got = ref.copy()
+    got[0, 1] += 4e-5  # 4e-5 / max|ref| (4) = 1e-5
+    assert rel_err_f64(got, ref) == pytest.approx(1e-5)
+    got[1, 0] = np.nan
+    assert rel_err_f64(got, ref) == float("inf")
+
+
+def test_cli_lists_the_fast_kernel():
+    out = subprocess.run(
+        [sys.executable, "-m", "visualizer", "kernels", "--json"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    assert listed["flash_attention_fast"]["params"]["head_dim"] == 64
+
+
+def test_recorded_h200_rows_say_which_run_and_hold_the_error_bound():
+    doc = json.loads((ROOT / "docs" / "attention_fast_h200.json").read_text())
+    rows = doc["rows"]
+    impls = {r["impl"] for r in rows}
+    assert {
+        "ours teaching (clean)",
+        "ours fast (clean)",
+        "torch unfused",
+        "SDPA math",
+        "SDPA default",
+    } <= impls
+    assert {(r["seq_len"], r["causal"]) for r in rows} == {
+        (4096, False),
+        (8192, False),
+        (4096, True),
+        (8192, True),
+    }
+    for r in rows:
+        assert r["run"] in doc["runs"] or r["run"].split(" (")[0] in doc["runs"]
+        assert r["rel_err_f64"] < REL_TOL
+
+
+@pytest.mark.gpu
+def test_full_size_on_the_gpu_matches_float64():
+    """H200: b=1, h=8, d=64 at 4096, causal and not, against float64 on 16 query rows."""
+    from numba import cuda
+
+    from visualizer.attention_bench import _check_rows, _reference_rows
+
+    L = 4096
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 8, L, 64), dtype=np.float32) for _ in range(3))
+    dq, dk, dv = (cuda.to_device(a) for a in (q, k, v))
+    for causal in (0, 1):
+        do = cuda.to_device(np.full(q.shape, np.nan, np.float32))
+        _, clean = af.flash_attention_fast_for(64, causal, L, 8, 1)
+        bq, _, ty, _ = af.fast_config(64, bool(causal), L, 8, 1)
+        small = (cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8))
+        rec = (cuda.device_array((1, 1, 1, 5), np.int64), cuda.device_array((1, 1, 1, 2), np.float32))
+        clean[af.fast_grid(1, 8, L, bq, bool(causal)), (af.TX, ty, 1)](
+            dq, dk, dv, do, L, causal, *small, *rec
+        )
+        out = do.copy_to_host()
+        assert np.isfinite(out).all()
+        rs = _check_rows(L)
+        assert rel_err_f64(out[:, :, rs], _reference_rows(q, k, v, bool(causal), rs)) < REL_TOL
+
+
+def test_flash_page_shows_the_fast_kernel_against_sdpa():
+    from test_app_flash_attention import SMALL, open_page
+
+    at = open_page("flash_attention", **SMALL)
+    tables = [t.value for t in at.dataframe]
+    fast = [t for t in tables if "ours fast (clean)" in t.columns and "SDPA default" in t.columns]
+    assert len(fast) == 1
+    assert fast[0].loc[("no", 4096), "ours fast (clean)"] == pytest.approx(1.068)
+    assert any("fast kernel" in m.value for m in at.markdown)
