@@ -89,7 +89,9 @@ def test_sm_timeline_colours_by_wave_with_a_legend():
     fig = figs.sm_timeline_figure(_modelled(600, "sm_75", 1024), "modelled (T4)")  # 1 block/SM, 40 SMs
     # 600 blocks / 40 per wave = 15 waves -> more than MAX_COLOUR_GROUPS: ranges of waves
     names = [t.name for t in fig.data]
-    assert len(names) <= figs.MAX_COLOUR_GROUPS and names[0].startswith("waves 0–")
+    assert len(names) <= figs.MAX_COLOUR_GROUPS and names[0].startswith(
+        "waves 1–"
+    )  # counted from 1, as the page counts them
     assert sum(len(_decode(json.loads(t.to_json())["base"])) for t in fig.data) == 600
     fig = figs.sm_timeline_figure(_modelled(100, "sm_75", 1024), "modelled (T4)", color_by="block")
     assert fig.layout.legend.title.text == "block"

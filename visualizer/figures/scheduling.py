@@ -147,10 +147,13 @@ def sm_timeline_figure(blocks: pd.DataFrame, source: str, color_by: str = "wave"
     lanes = int(slot.max()) + 1
     lane_h = 0.9 / lanes
     row = sm - 0.45 + lane_h * (slot + 0.5)
-    group, names = _groups(blocks[color_by].to_numpy().astype(np.int64), color_by)
-    customdata = np.column_stack(
-        [blocks["block"].to_numpy(), sm, start, end, end - start, blocks["wave"].to_numpy()]
-    ).astype(np.int64)
+    wave = blocks["wave"].to_numpy().astype(np.int64) + 1  # waves count from 1, as the page says
+    group, names = _groups(
+        wave if color_by == "wave" else blocks[color_by].to_numpy().astype(np.int64), color_by
+    )
+    customdata = np.column_stack([blocks["block"].to_numpy(), sm, start, end, end - start, wave]).astype(
+        np.int64
+    )
     hover = (
         "block %{customdata[0]}<br>SM %{customdata[1]}<br>start %{customdata[2]} ns"
         "<br>end %{customdata[3]} ns<br>duration %{customdata[4]} ns<br>wave %{customdata[5]}<extra></extra>"
