@@ -12,9 +12,10 @@ import streamlit as st
 
 from visualizer.lessons import answers as A
 from visualizer.lessons.catalog import LESSONS, Lesson, get
+from visualizer.runner import gpu_present
 from visualizer.ui.charts import chart
 from visualizer.ui.memory import access_capture
-from visualizer.ui.session import RunConfig, as_text, from_link, run_capture, to_link
+from visualizer.ui.session import RunConfig, as_text, capture_cache, from_link, run_capture, to_link
 
 # Projector mode: our own fixed CSS (no visitor text), larger type in the main area only.
 TEACHER_CSS = """<style>
@@ -74,11 +75,22 @@ def captures(lesson: Lesson, values: dict) -> tuple[dict, str | None]:
         if run.accesses:
             cap, error = access_capture(run.kernel, run.params)
         else:
-            cap, error = run_capture(RunConfig(run.kernel, backend, tuple(sorted(run.params.items()))))
+            config = RunConfig(run.kernel, backend, tuple(sorted(run.params.items())))
+            cap, error = cached_only(config), None
+            if cap is None:
+                cap, error = run_capture(config)
         if error:
             return {}, f"{run.kernel} did not run: {as_text(error)}"
         caps[role] = cap
     return caps, None
+
+
+def cached_only(config: RunConfig):
+    """The capture run_capture would return, if it is already cached (then no status box is drawn)."""
+    backend = config.backend
+    if backend == "auto":
+        backend = "gpu" if gpu_present() else "sim"
+    return capture_cache().get((config.kernel, config.params, backend, 0))
 
 
 def control(lesson: Lesson, c) -> object:
@@ -174,7 +186,7 @@ for i in shown:
 st.subheader("2. Run")
 missing = [i for i in shown if i not in locks]
 r1, r2 = st.columns([1, 3], vertical_alignment="center")
-run = r1.button("Run", type="primary", key="lesson_run", disabled=bool(missing), use_container_width=True)
+run = r1.button("Run it", type="primary", key="lesson_run", disabled=bool(missing), use_container_width=True)
 launches = "; ".join(
     f"`{r.kernel}` (" + ", ".join(f"{k}={v}" for k, v in r.params.items()) + ")"
     for r in lesson.runs(values).values()
