@@ -235,7 +235,7 @@ for i in shown:
     right, how = (
         A.grade(guess, answer.value, q.tolerance) if guess is not None else (False, "no answer locked in")
     )
-    m1, m2 = st.columns([1, 3])
+    m1, m2 = st.columns([2, 3] if teacher else [1, 3])
     m1.metric("answer (from the run)", fmt(answer.value, q.unit))
     with m2:
         if right:
