@@ -8,6 +8,10 @@ from .test_browser import CLIPPED, charts, main, open_page
 
 pytestmark = pytest.mark.e2e
 
+# widget labels cut short with an ellipsis (teacher mode's larger type must still fit)
+LABELS_CLIPPED = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stWidgetLabel] *')]
+  .filter((el) => el.scrollWidth > el.clientWidth + 1).map((el) => el.textContent.slice(0, 60))"""
+
 
 def lock_in(page):
     """Lock in the first open question (its answer already typed or chosen)."""
@@ -33,6 +37,7 @@ def test_a_student_predicts_runs_and_gets_feedback_from_the_run(page, app_url):
     assert charts(page).count() == 1
     assert page.get_by_test_id("stException").count() == 0
     assert page.evaluate(CLIPPED) == []
+    assert page.evaluate(LABELS_CLIPPED) == []
     # the sidebar's Lessons group shows where we are
     lessons = page.get_by_test_id("stSidebar").get_by_test_id("stRadio").nth(1)
     assert lessons.locator("input:checked").count() == 1
@@ -60,3 +65,4 @@ def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(p
     assert m.get_by_text("Right: you said 4 sectors").count() == 1  # stride 1: coalesced
     assert charts(page).count() >= 1
     assert page.evaluate(CLIPPED) == []
+    assert page.evaluate(LABELS_CLIPPED) == []

@@ -122,7 +122,7 @@ if teacher:
 
 st.title("Lessons: predict, run, compare")
 done = [n for n in NAMES if progress().get(n, {}).get("done")]
-top1, top2 = st.columns([3, 1], vertical_alignment="bottom")
+top1, top2 = st.columns([2, 1], vertical_alignment="bottom")
 name = top1.selectbox(
     "lesson",
     NAMES,

@@ -81,6 +81,6 @@ def bytes_figure(rows: list[tuple[str, float]], source: str) -> go.Figure:
         go.Bar(y=[r[0] for r in rows], x=[r[1] for r in rows], orientation="h", marker_color="#9467bd",
                text=[f"{r[1] / 1024:,.1f} KiB" for r in rows], textposition="auto")
     )  # fmt: skip
-    fig.update_xaxes(type="log", title="bytes (log scale)")
+    fig.update_xaxes(title="bytes", rangemode="tozero")
     fig.update_yaxes(automargin=True)
     return _layout(fig, "Bytes of attention scores each way holds", source)
