@@ -66,7 +66,9 @@ def navigate(pages: list | dict) -> st.Page:
         st.rerun()
     st.session_state._page_titles = {key: (p.title, p.icon) for p, key in zip(pages, keys, strict=True)}
     st.session_state._page_keys = keys
-    st.session_state._page_groups = [(title, [_page_key(p) for p in group]) for title, group in groups.items()]
+    st.session_state._page_groups = [
+        (title, [_page_key(p) for p in group]) for title, group in groups.items()
+    ]
     return page
 
 
