@@ -143,3 +143,15 @@ def test_every_lesson_answers_and_draws_from_its_default_run(sim_runner):
             assert a.source and q.explain(a, v)
         figs = lesson.charts(caps, v, got)
         assert figs and all(f.layout.title.text for _, f in figs), lesson.name
+
+
+@pytest.mark.gpu
+def test_gpu_captures_answer_with_measured_times_and_compiled_registers(gpu_runner):
+    cap = gpu_runner.capture("vector_add", {"n": 1 << 20, "block": 256})
+    g_us, source = A.gpu_time_us(cap)
+    assert source.startswith("measured") and g_us == pytest.approx(cap.timing["clean_ms"] * 1e3)
+    share = A.copy_share(cap)
+    assert share.source == cap.source and 0 < share.value < 100
+    regs, why = A.regs_of(cap, 999)
+    assert regs != 999 and "compiled" in why
+    assert A.warps_per_block(cap).value == 8
