@@ -94,3 +94,26 @@ def test_lessons_are_their_own_group_in_the_sidebar():
     at.radio(key="_nav_pages").set_value("grid").run()
     assert not at.exception
     assert at.session_state.page == "grid"
+
+
+def test_a_student_can_go_through_every_lesson_on_the_simulator():
+    at = open_lesson("cpu_gpu")
+    for name in [o for o in at.selectbox(key="lesson").options]:
+        at.selectbox(key="lesson").set_value(name).run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+        while True:
+            keys = sorted(
+                w.key for w in (*at.number_input, *at.radio) if str(w.key).startswith("lesson_guess_")
+            )
+            if not keys:
+                break
+            widget = next(w for w in (*at.number_input, *at.radio) if w.key == keys[0])
+            widget.set_value(widget.options[0] if hasattr(widget, "options") else 1).run()
+            at.button(key=f"lock_{keys[0]}").click().run()
+        at.button(key="lesson_run").click().run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+        assert not at.error, (name, [e.value for e in at.error])
+        answers = [m for m in at.metric if m.label == "answer (from the run)"]
+        assert answers and at.get("plotly_chart"), name
+    done = at.session_state.lesson_progress
+    assert all(done[n]["done"] for n in done) and len(done) == 10
