@@ -49,7 +49,9 @@ def test_occupancy_limiter_changes_with_block_and_registers(sim_runner):
     assert lim_small.value == "blocks"  # 32 block slots x 1 warp: half the warp slots
     assert occ_small.value == 50.0
     occ, lim = A.occupancy_answer(mid, "H200", 32)
-    assert occ.value == 100.0 and lim.value in ("warps", "registers")
+    assert occ.value == 100.0 and set(lim.facts["accepted"]) == {"warps", "registers"}  # a tie
+    assert A.grade("registers", lim.value, 0, lim.facts["accepted"])[0]
+    assert not A.grade("blocks", lim.value, 0, lim.facts["accepted"])[0]
     occ_regs, lim_regs = A.occupancy_answer(mid, "H200", 128)
     assert lim_regs.value == "registers" and occ_regs.value < occ.value
 

@@ -233,7 +233,9 @@ for i in shown:
         continue
     guess = locks.get(i)
     right, how = (
-        A.grade(guess, answer.value, q.tolerance) if guess is not None else (False, "no answer locked in")
+        A.grade(guess, answer.value, q.tolerance, answer.facts.get("accepted", ()))
+        if guess is not None
+        else (False, "no answer locked in")
     )
     m1, m2 = st.columns([2, 3] if teacher else [1, 3])
     m1.metric("answer (from the run)", fmt(answer.value, q.unit))

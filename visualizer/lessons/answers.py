@@ -111,7 +111,9 @@ def occupancy_answer(cap: Capture, gpu: str, modelled_regs: int) -> tuple[Answer
              "max_warps": occ.arch.max_warps_per_sm, "limits": dict(occ.limits), "reason": occ.reason,
              "result": occ}  # fmt: skip
     limiter = occ.limiters[0] if occ.limiters else "warps"
-    return Answer(round(100 * occ.occupancy, 1), facts, source), Answer(limiter, facts, source)
+    # limits can tie (e.g. warps and registers both allow 8 blocks): any limit that binds is right
+    bind = {**facts, "accepted": list(occ.limiters)}
+    return Answer(round(100 * occ.occupancy, 1), facts, source), Answer(limiter, bind, source)
 
 
 # --- CPU vs GPU and the memory flow ----------------------------------------------------------
@@ -314,10 +316,13 @@ def flash_smem_kib(flash: Capture) -> Answer:
 # --- grading ----------------------------------------------------------------------------------
 
 
-def grade(guess, answer, tolerance: float = 0.0) -> tuple[bool, str]:
-    """(right, how close) for a number within ``tolerance`` (relative) or an exact choice."""
+def grade(guess, answer, tolerance: float = 0.0, accepted=()) -> tuple[bool, str]:
+    """(right, how close) for a number within ``tolerance`` (relative) or a choice (``answer``, or any
+    of ``accepted`` when the run has several right answers)."""
     if isinstance(answer, str):
-        return guess == answer, "right" if guess == answer else f"the run says {answer}"
+        right = guess == answer or guess in accepted
+        also = f" (also right: {', '.join(a for a in accepted if a != guess)})" if len(accepted) > 1 else ""
+        return right, ("right" + also) if right else f"the run says {' or '.join(accepted) or answer}"
     guess, answer = float(guess), float(answer)
     if answer == 0:
         right = abs(guess) <= tolerance
