@@ -42,7 +42,8 @@ PAGES = [
     st.Page("app_pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
     st.Page("app_pages/your_kernel.py", title="Your kernel", icon=":material/code:"),
 ]
-page = navigate(PAGES)
+LESSON_PAGES = [st.Page("app_pages/lessons.py", title="Predict, run, compare", icon=":material/school:")]
+page = navigate({"": PAGES, "Lessons": LESSON_PAGES})
 sidebar()
 timing_panel()
 page.run()

@@ -604,3 +604,8 @@ from visualizer.memory_specs import SPECS as _MEMORY_SPECS  # noqa: E402
 
 for _spec in _MEMORY_SPECS:
     register(_spec)
+
+from visualizer.lesson_specs import SPECS as _LESSON_SPECS  # noqa: E402
+
+for _spec in _LESSON_SPECS:
+    register(_spec)

@@ -342,9 +342,11 @@ def install() -> None:
 
     def shared_array(self, shape, dtype, alignment=None):
         rec = _ACTIVE
-        if rec is None:
-            return orig_shared(self, shape, dtype, alignment)
         frame = sys._getframe(1)
+        if rec is None:  # not recording: still allocate "at" the kernel's line, or every site aliases
+            return _at_site(frame.f_code.co_filename, frame.f_lineno)(
+                orig_shared, self, shape, dtype, alignment
+            )
         # The simulator tells allocations apart by its caller's (file, line); called from here they
         # would all be this line and alias. Call it through a trampoline "at" the kernel's line.
         ary = _at_site(frame.f_code.co_filename, frame.f_lineno)(orig_shared, self, shape, dtype, alignment)

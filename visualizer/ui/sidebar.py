@@ -36,7 +36,7 @@ def _page_key(page) -> str:
     return page._url_path  # the name a page has in ?page=... (its file name unless given)
 
 
-def navigate(pages: list) -> st.Page:
+def navigate(pages: list | dict) -> st.Page:
     """The page to run: the one ``?page=`` names (the sidebar's page list), as the app's root page.
 
     The chosen page is registered as the default page under one fixed id, so the browser stays on the
@@ -44,6 +44,8 @@ def navigate(pages: list) -> st.Page:
     (hidden) under their own names, so a direct path such as ``/grid`` from an older link, or a
     test's ``switch_page``, still finds its page; the sidebar then follows that page.
     """
+    groups = pages if isinstance(pages, dict) else {"": pages}  # {group title: pages}; "" = no title
+    pages = [p for group in groups.values() for p in group]
     keys = [_page_key(p) for p in pages]
     chosen = st.session_state.get("page")
     if chosen is None:
@@ -64,6 +66,9 @@ def navigate(pages: list) -> st.Page:
         st.rerun()
     st.session_state._page_titles = {key: (p.title, p.icon) for p, key in zip(pages, keys, strict=True)}
     st.session_state._page_keys = keys
+    st.session_state._page_groups = [
+        (title, [_page_key(p) for p in group]) for title, group in groups.items()
+    ]
     return page
 
 
@@ -77,8 +82,23 @@ def _page_list() -> None:
         title, icon = titles[key]
         return f"{icon} {title}" if icon else title
 
-    # not bind="query-params": that would write the label into the URL; sync_query writes the key
-    st.radio("page", keys, format_func=label, key="page", label_visibility="collapsed")
+    # not bind="query-params": that would write the label into the URL; sync_query writes the key.
+    # One radio per group (the Lessons are their own group); "page" itself is plain state they set.
+    groups = st.session_state.get("_page_groups") or [("", keys)]
+    for title, group in groups:
+        widget = f"_nav_{title or 'pages'}"
+        st.session_state[widget] = st.session_state.page if st.session_state.page in group else None
+        if title:
+            st.markdown(f"**{title}**")
+        st.radio(
+            title or "page", group, format_func=label, key=widget, index=None, label_visibility="collapsed",
+            on_change=_choose_page, args=(widget,),
+        )  # fmt: skip
+
+
+def _choose_page(widget: str) -> None:
+    if st.session_state.get(widget) is not None:
+        st.session_state.page = st.session_state[widget]
 
 
 def _param_widget(spec: catalog.KernelSpec, prm: catalog.Param, value: int) -> int:

@@ -1,0 +1,68 @@
+"""Lessons in a real browser at 1280x720: predict, lock in, run, see feedback; a teacher's link opens
+one question with the answer hidden until Reveal; nothing clipped."""
+
+import pytest
+
+from .conftest import wait_for_app
+from .test_browser import CLIPPED, charts, main, open_page
+
+pytestmark = pytest.mark.e2e
+
+# widget labels cut short with an ellipsis (teacher mode's larger type must still fit)
+LABELS_CLIPPED = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stWidgetLabel] *')]
+  .filter((el) => el.scrollWidth > el.clientWidth + 1).map((el) => el.textContent.slice(0, 60))"""
+
+
+def lock_in(page):
+    """Lock in the first open question (its answer already typed or chosen)."""
+    main(page).get_by_role("button", name="Lock in my answer").first.click()
+    wait_for_app(page)
+
+
+def test_a_student_predicts_runs_and_gets_feedback_from_the_run(page, app_url):
+    page = open_page(page, app_url, "?backend=sim&page=lessons&lesson=threads")
+    m = main(page)
+    assert m.get_by_role("button", name="Run it").is_disabled()  # answer first
+    for value in ("4", "7"):
+        box = m.locator("input[type=number]").first
+        box.fill(value)
+        box.press("Enter")
+        wait_for_app(page)
+        lock_in(page)
+    assert m.get_by_text("Your answer, locked in: 4 warps").count() == 1
+    m.get_by_role("button", name="Run it").click()
+    wait_for_app(page)
+    assert m.get_by_text("Right: you said 4 warps (exactly).").count() == 1
+    assert m.get_by_text("Not quite: you said 7 lanes").count() == 1  # 24 idle lanes in this run
+    assert charts(page).count() == 1
+    assert page.get_by_test_id("stException").count() == 0
+    assert page.evaluate(CLIPPED) == []
+    assert page.evaluate(LABELS_CLIPPED) == []
+    # the sidebar's Lessons group shows where we are
+    lessons = page.get_by_test_id("stSidebar").get_by_test_id("stRadio").nth(1)
+    assert lessons.locator("input:checked").count() == 1
+
+
+def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(page, app_url):
+    page = open_page(page, app_url, "?backend=sim&page=lessons&lesson=coalescing&q=1&teacher=1")
+    m = main(page)
+    assert m.get_by_text("Q1.").count() == 1 and m.get_by_text("Q2.").count() == 0  # one question
+    size = m.locator("[data-testid=stMarkdownContainer] p").first.evaluate(
+        "(el) => parseFloat(getComputedStyle(el).fontSize)"
+    )
+    assert size >= 20  # projector type (16 px without teacher mode)
+    box = m.locator("input[type=number]").first
+    box.fill("4")
+    box.press("Enter")
+    wait_for_app(page)
+    lock_in(page)
+    m.get_by_role("button", name="Run it").click()
+    wait_for_app(page)
+    assert m.get_by_text("answer (from the run)").count() == 0  # hidden
+    m.get_by_role("button", name="Reveal the answer to Q1").click()
+    wait_for_app(page)
+    assert m.get_by_text("answer (from the run)").count() == 1
+    assert m.get_by_text("Right: you said 4 sectors").count() == 1  # stride 1: coalesced
+    assert charts(page).count() >= 1
+    assert page.evaluate(CLIPPED) == []
+    assert page.evaluate(LABELS_CLIPPED) == []

@@ -1,0 +1,119 @@
+"""The Lessons page through the app's entrypoint on the simulator: predict, lock in, run, compare."""
+
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def open_lesson(lesson: str, **query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
+    at.query_params["backend"] = "sim"
+    at.query_params["page"] = "lessons"
+    at.query_params["lesson"] = lesson
+    for k, v in query.items():
+        at.query_params[k] = str(v)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def lock(at: AppTest, index: int, value) -> None:
+    """Answer the index-th open question and lock it in."""
+    guess_keys = [w.key for w in (*at.number_input, *at.radio) if str(w.key).startswith("lesson_guess_")]
+    key = sorted(guess_keys)[index]
+    widget = next(w for w in (*at.number_input, *at.radio) if w.key == key)
+    widget.set_value(value).run()
+    at.button(key=f"lock_{key}").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_threads_lesson_predict_run_compare_and_change_the_block():
+    at = open_lesson("threads")
+    run = at.button(key="lesson_run")
+    assert run.disabled  # answer first
+    lock(at, 0, 4)
+    lock(at, 0, 24)  # the first question is locked now, so the open one is index 0
+    assert not at.button(key="lesson_run").disabled
+    at.button(key="lesson_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [m.value for m in at.metric if m.label == "answer (from the run)"] == ["4 warps", "24 lanes"]
+    assert len(at.success) == 2 and not at.warning
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert "simulated" in spec["layout"]["title"]["text"]
+    assert at.session_state.lesson_progress["threads"]["done"]
+
+    # a new launch asks again; its answer comes from its own run
+    at.select_slider(key="lesson_threads_block").set_value(48).run()
+    assert at.button(key="lesson_run").disabled
+    lock(at, 0, 2)
+    lock(at, 0, 1)
+    at.button(key="lesson_run").click().run()
+    assert [m.value for m in at.metric if m.label == "answer (from the run)"] == ["2 warps", "344 lanes"]
+    assert len(at.success) == 1 and len(at.warning) == 1  # 2 warps right, 1 idle lane wrong
+
+
+def test_teacher_link_opens_one_question_with_the_answer_hidden_until_reveal():
+    at = open_lesson("histogram", q=1, teacher=1)
+    assert at.toggle(key="teacher").value is True
+    assert any("font-size: 1.4rem" in h.proto.body for h in at.get("html"))  # projector type
+    lock(at, 0, 100)
+    at.button(key="lesson_run").click().run()
+    assert not at.exception
+    assert not [m for m in at.metric if m.label == "answer (from the run)"]  # hidden
+    assert not at.get("plotly_chart")
+    at.button(key="reveal_histogram_1").click().run()
+    answer = [m.value for m in at.metric if m.label == "answer (from the run)"]
+    assert answer and answer[0].endswith("atomics")
+    assert at.get("plotly_chart")
+
+
+def test_bad_lesson_link_falls_back_to_the_first_lesson():
+    at = open_lesson("no_such_lesson", q=99, teacher="maybe")
+    assert at.selectbox(key="lesson").value == "cpu_gpu"
+    assert at.toggle(key="teacher").value is False
+
+
+def test_cpu_vs_gpu_lesson_says_its_gpu_time_is_modelled():
+    at = open_lesson("cpu_gpu")
+    lock(at, 0, "GPU kernel")
+    at.button(key="lesson_run").click().run()
+    assert not at.exception
+    captions = " ".join(c.value for c in at.caption)
+    assert "modelled, not measured" in captions
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert {b for b in spec["data"][0]["y"]} == {"numpy on this CPU", "kernel on the GPU"}
+
+
+def test_lessons_are_their_own_group_in_the_sidebar():
+    at = open_lesson("threads")
+    assert at.radio(key="_nav_Lessons").value == "lessons"
+    assert at.radio(key="_nav_pages").value is None
+    at.radio(key="_nav_pages").set_value("grid").run()
+    assert not at.exception
+    assert at.session_state.page == "grid"
+
+
+def test_a_student_can_go_through_every_lesson_on_the_simulator():
+    at = open_lesson("cpu_gpu")
+    for name in [o for o in at.selectbox(key="lesson").options]:
+        at.selectbox(key="lesson").set_value(name).run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+        while True:
+            keys = sorted(
+                w.key for w in (*at.number_input, *at.radio) if str(w.key).startswith("lesson_guess_")
+            )
+            if not keys:
+                break
+            widget = next(w for w in (*at.number_input, *at.radio) if w.key == keys[0])
+            widget.set_value(widget.options[0] if hasattr(widget, "options") else 1).run()
+            at.button(key=f"lock_{keys[0]}").click().run()
+        at.button(key="lesson_run").click().run()
+        assert not at.exception, (name, [e.value for e in at.exception])
+        assert not at.error, (name, [e.value for e in at.error])
+        answers = [m for m in at.metric if m.label == "answer (from the run)"]
+        assert answers and at.get("plotly_chart"), name
+    done = at.session_state.lesson_progress
+    assert all(done[n]["done"] for n in done) and len(done) == 10

@@ -1,0 +1,159 @@
+"""Each lesson's answer is computed from the run's capture: change the launch and the answer follows."""
+
+import math
+
+import pytest
+
+from visualizer.lessons import answers as A
+from visualizer.lessons.catalog import LESSONS
+from visualizer.occupancy import ARCHS
+
+
+def run(sim_runner, kernel, params, accesses=False):
+    return sim_runner.capture(kernel, params, accesses=accesses, time_clean=False)
+
+
+@pytest.mark.parametrize(
+    "n,block,warps,idle",
+    [
+        (1000, 128, 4, 24),  # 8 blocks x 4 warps = 1024 lanes, 24 threads past n
+        (1000, 100, 4, 10 * 28 + 0),  # 10 blocks of 100 threads: 28 lanes without a thread each
+        (200, 48, 2, 5 * 16 + 40),  # 5 blocks of 2 warps (16 empty lanes each), 240 - 200 past n
+        (64, 32, 1, 0),
+    ],
+)
+def test_warps_and_idle_lanes_follow_the_launch(sim_runner, n, block, warps, idle):
+    cap = run(sim_runner, "vector_add", {"n": n, "block": block})
+    assert A.warps_per_block(cap).value == warps == math.ceil(block / 32)
+    lanes = A.idle_lanes(cap)
+    assert lanes.value == idle
+    assert lanes.facts["lanes"] - lanes.facts["active"] == idle
+
+
+@pytest.mark.parametrize("gpu", ["H200", "T4"])
+@pytest.mark.parametrize("n,block", [(100_000, 256), (400_000, 256), (400_000, 1024)])
+def test_waves_follow_the_grid_and_the_gpu(sim_runner, gpu, n, block):
+    cap = run(sim_runner, "vector_add", {"n": n, "block": block})
+    w = A.waves(cap, gpu, 32)
+    blocks = math.ceil(n / block)
+    assert w.facts["blocks"] == blocks
+    assert w.facts["sms"] == ARCHS[A.GPU_ARCHS[gpu]].num_sms
+    assert w.value == math.ceil(blocks / w.facts["per_wave"])
+    assert 0 < w.facts["tail_blocks"] <= w.facts["per_wave"]
+
+
+def test_occupancy_limiter_changes_with_block_and_registers(sim_runner):
+    small = run(sim_runner, "vector_add", {"n": 128, "block": 32})
+    mid = run(sim_runner, "vector_add", {"n": 1024, "block": 256})
+    occ_small, lim_small = A.occupancy_answer(small, "H200", 32)
+    assert lim_small.value == "blocks"  # 32 block slots x 1 warp: half the warp slots
+    assert occ_small.value == 50.0
+    occ, lim = A.occupancy_answer(mid, "H200", 32)
+    assert occ.value == 100.0 and set(lim.facts["accepted"]) == {"warps", "registers"}  # a tie
+    assert A.grade("registers", lim.value, 0, lim.facts["accepted"])[0]
+    assert not A.grade("blocks", lim.value, 0, lim.facts["accepted"])[0]
+    occ_regs, lim_regs = A.occupancy_answer(mid, "H200", 128)
+    assert lim_regs.value == "registers" and occ_regs.value < occ.value
+
+
+def test_cpu_vs_gpu_uses_modelled_time_on_the_simulator_and_says_so(sim_runner):
+    cap = run(sim_runner, "vector_add", {"n": 1000, "block": 256})
+    g_us, source = A.gpu_time_us(cap)
+    assert source.startswith("modelled, not measured")
+    assert g_us == pytest.approx(cap.timing["bytes_moved"] / 4.8e6 + A.MEASURED_LAUNCH_FLOOR_US)
+    ans = A.faster_side(cap, numpy_us=g_us / 2)
+    assert ans.value == "numpy (CPU)"
+    assert A.faster_side(cap, numpy_us=g_us * 2).value == "GPU kernel"
+    assert A.numpy_time_us(cap) > 0
+
+
+def test_copy_share_grows_with_nothing_but_bytes(sim_runner):
+    small = A.copy_share(run(sim_runner, "vector_add", {"n": 1000, "block": 256}))
+    big = A.copy_share(run(sim_runner, "vector_add", {"n": 100_000, "block": 256}))
+    assert small.facts["bytes_in"] == 8 * 1000 and big.facts["bytes_in"] == 8 * 100_000
+    assert big.facts["copies_us"] == pytest.approx(100 * small.facts["copies_us"])
+    assert 90 < big.value < 100  # PCIe vs HBM: the copies dominate
+
+
+@pytest.mark.parametrize("stride,sectors", [(1, 4), (2, 8), (4, 16), (8, 32), (32, 32)])
+def test_sectors_per_request_follow_the_stride(sim_runner, stride, sectors):
+    cap = run(sim_runner, "strided_copy", {"n": 256, "stride": stride, "block": 128}, accesses=True)
+    assert A.worst_sectors_per_request(cap).value == sectors
+    assert A.worst_bank_ways(cap).value == 0  # no shared memory
+
+
+@pytest.mark.parametrize("kernel,ways", [("transpose_tiled", 32), ("transpose_padded", 1)])
+def test_bank_ways_of_the_transposes(sim_runner, kernel, ways):
+    cap = run(sim_runner, kernel, {"rows": 64, "cols": 64, "tile": 32}, accesses=True)
+    assert A.worst_bank_ways(cap).value == ways
+    assert A.worst_sectors_per_request(cap).value == 4
+
+
+def test_race_answers(sim_runner):
+    race = run(sim_runner, "reduction_race", {"n": 128, "block": 32}, accesses=True)
+    ok = run(sim_runner, "reduction", {"n": 128, "block": 32}, accesses=True)
+    assert A.any_race(race).value == "yes" and A.raced_words(race).value > 0
+    assert A.any_race(ok).value == "no" and A.raced_words(ok).value == 0
+
+
+@pytest.mark.parametrize("tile", [8, 16])
+def test_halo_loads_follow_the_tile(sim_runner, tile):
+    cap = run(sim_runner, "heat_stencil", {"ny": 48, "nx": 48, "tile": tile}, accesses=True)
+    a = A.halo_loads_per_block(cap)
+    assert a.value == tile * tile + 4 * tile
+    assert a.facts["uninit"] == 0
+
+
+@pytest.mark.parametrize("nbins,hot", [(64, 0), (8, 100), (1, 0)])
+def test_busiest_bin_atomics(sim_runner, nbins, hot):
+    params = {"n": 1024, "nbins": nbins, "hot": hot, "block": 256}
+    naive = run(sim_runner, "histogram_global", params, accesses=True)
+    private = run(sim_runner, "histogram_shared", params, accesses=True)
+    counts = naive.outputs["bins"]
+    assert A.busiest_bin_atomics(naive).value == counts.max()  # one global atomic per value
+    assert A.busiest_bin_atomics(private).value <= naive.launch["blocks"] == 4
+
+
+@pytest.mark.parametrize("seq_len", [32, 64])
+def test_flash_bytes(sim_runner, seq_len):
+    p = {"seq_len": seq_len, "tile": 16, "heads": 1, "head_dim": 32}
+    naive, flash = run(sim_runner, "naive_attention", p), run(sim_runner, "flash_attention", p)
+    assert A.score_matrix_kib(naive).value == pytest.approx(seq_len * seq_len * 4 / 1024, abs=0.05)
+    smem = A.flash_smem_kib(flash)
+    assert smem.facts["bytes"] == flash.launch["static_smem_bytes"] > 0
+    assert smem.facts["extra_outputs"] == []  # the flash kernel writes no S
+
+
+def test_grade():
+    assert A.grade(4, 4) == (True, "exactly")
+    assert A.grade(5, 4)[0] is False
+    assert A.grade(104, 100, 0.05)[0] is True
+    assert A.grade("no", "yes") == (False, "the run says yes")
+
+
+def test_every_lesson_answers_and_draws_from_its_default_run(sim_runner):
+    for lesson in LESSONS:
+        v = lesson.defaults()
+        caps = {
+            role: run(sim_runner, r.kernel, r.params, accesses=r.accesses)
+            for role, r in lesson.runs(v).items()
+        }
+        got = [q.answer(caps, v) for q in lesson.questions]
+        for q, a in zip(lesson.questions, got, strict=True):
+            if q.kind == "choice":
+                assert a.value in q.choices, (lesson.name, a.value)
+            assert a.source and q.explain(a, v)
+        figs = lesson.charts(caps, v, got)
+        assert figs and all(f.layout.title.text for _, f in figs), lesson.name
+
+
+@pytest.mark.gpu
+def test_gpu_captures_answer_with_measured_times_and_compiled_registers(gpu_runner):
+    cap = gpu_runner.capture("vector_add", {"n": 1 << 20, "block": 256})
+    g_us, source = A.gpu_time_us(cap)
+    assert source.startswith("measured") and g_us == pytest.approx(cap.timing["clean_ms"] * 1e3)
+    share = A.copy_share(cap)
+    assert share.source == cap.source and 0 < share.value < 100
+    regs, why = A.regs_of(cap, 999)
+    assert regs != 999 and "compiled" in why
+    assert A.warps_per_block(cap).value == 8

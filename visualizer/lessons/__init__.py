@@ -1,0 +1,1 @@
+"""Lessons: predict, run, compare. Definitions in ``catalog``; answers from captures in ``answers``."""
