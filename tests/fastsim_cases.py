@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+if __name__ == "__main__":  # a case run; imported (test_fastsim reads the names) it must not force
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # the simulator on the test session's in-process GPU tests
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -8,6 +8,7 @@ and poisons the output with NaN, so an element the kernel never writes fails the
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -216,6 +217,8 @@ def test_recorded_h200_rows_say_which_run_and_hold_the_error_bound():
 @pytest.mark.gpu
 def test_full_size_on_the_gpu_matches_float64():
     """H200: b=1, h=8, d=64 at 4096, causal and not, against float64 on 16 query rows."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        pytest.skip("in-process GPU checks need NUMBA_ENABLE_CUDASIM=0 (see README)")
     from numba import cuda
 
     from visualizer.attention_bench import _check_rows, _reference_rows
