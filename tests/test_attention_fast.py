@@ -157,15 +157,20 @@ def test_spec_mirrors_the_kernels_configuration():
 
 
 def test_plan_geometry_and_refusals():
+    # geometry is the same on both backends; on the simulator this launch is over the cost limit
+    with pytest.raises(LaunchError, match="simulated thread-steps"):
+        plan_launch(
+            "flash_attention_fast", {"batch": 2, "heads": 3, "seq_len": 200, "head_dim": 64, "causal": 1}
+        )
     _, _, launch = plan_launch(
-        "flash_attention_fast", {"batch": 2, "heads": 3, "seq_len": 200, "head_dim": 64, "causal": 1}
+        "flash_attention_fast", {"batch": 2, "heads": 3, "seq_len": 200, "head_dim": 64, "causal": 1}, "gpu"
     )
     assert launch.grid == af.fast_grid(2, 3, 200, 64, True) == (2, 6, 1)
     assert launch.block == (af.TX, 16, 1)
     # block 0: Q tiles 3 (7 K/V steps) and 0 (2); block 1: tiles 2 (6) and 1 (4)
     assert specs.fast_steps(200, 64, 32, True) == [9, 10] and launch.tile_steps == 10
     _, _, launch = plan_launch(
-        "flash_attention_fast", {"batch": 1, "heads": 2, "seq_len": 200, "head_dim": 64, "causal": 0}
+        "flash_attention_fast", {"batch": 1, "heads": 2, "seq_len": 200, "head_dim": 64, "causal": 0}, "gpu"
     )
     assert launch.grid == (4, 2, 1) and launch.tile_steps == 7
     for bad in ({"head_dim": 16}, {"tile": 32}, {"causal": 2}):
