@@ -52,6 +52,21 @@ class DeviceLimits:
     memory_bytes: int = 143_771 * 2**20  # global memory (the H200's, as the driver reports it)
 
 
+def limits_from_info(info: dict | None) -> DeviceLimits:
+    """The limits a worker's device reports (DeviceLimits' H200 defaults for what it leaves out)."""
+    if not info:
+        return DeviceLimits()
+    defaults = DeviceLimits()
+    return DeviceLimits(
+        name=info.get("device_name", defaults.name),
+        max_threads_per_block=info.get("max_threads_per_block", defaults.max_threads_per_block),
+        smem_per_block=info.get("smem_per_block", defaults.smem_per_block),
+        smem_per_block_optin=info.get("smem_per_block_optin", defaults.smem_per_block_optin),
+        num_sms=info.get("num_sms", defaults.num_sms),
+        memory_bytes=info.get("memory_bytes") or defaults.memory_bytes,
+    )
+
+
 # The simulator (visualizer/fastsim.py) runs every CUDA thread as Python code on one OS thread,
 # ~5-30 us each (measured, docs/benchmarks.md): 2^19 threads is a capture of seconds to a minute.
 SIM_MAX_THREADS = 1 << 19  # 524,288; stock cudasim's ~0.1-2 ms per thread held this at 65,536

@@ -20,7 +20,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from visualizer.catalog import DeviceLimits, LaunchError, admit_capture
+from visualizer.catalog import LaunchError, admit_capture, limits_from_info
 from visualizer.trace import Capture, build_capture
 
 BACKENDS = ("auto", "gpu", "sim")
@@ -87,21 +87,6 @@ def resolve_backend(backend: str) -> str:
 
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def limits_from_info(info: dict | None) -> DeviceLimits:
-    """The limits a worker's device reports (DeviceLimits' H200 defaults for what it leaves out)."""
-    if not info:
-        return DeviceLimits()
-    defaults = DeviceLimits()
-    return DeviceLimits(
-        name=info.get("device_name", defaults.name),
-        max_threads_per_block=info.get("max_threads_per_block", defaults.max_threads_per_block),
-        smem_per_block=info.get("smem_per_block", defaults.smem_per_block),
-        smem_per_block_optin=info.get("smem_per_block_optin", defaults.smem_per_block_optin),
-        num_sms=info.get("num_sms", defaults.num_sms),
-        memory_bytes=info.get("memory_bytes") or defaults.memory_bytes,
-    )
 
 
 class Runner:

@@ -251,13 +251,7 @@ def capture(backend: Backend, request: dict) -> dict:
 
     cuda = backend.cuda
     info = backend.device_info()
-    limits = catalog.DeviceLimits(
-        name=info["device_name"],
-        max_threads_per_block=info["max_threads_per_block"],
-        smem_per_block=info["smem_per_block"],
-        smem_per_block_optin=info["smem_per_block_optin"],
-        num_sms=info["num_sms"],
-    )
+    limits = catalog.limits_from_info(info)
     spec, values, launch = catalog.plan_launch(request["kernel"], request.get("params"), backend.name, limits)
     rng = np.random.default_rng(request.get("seed", 0))
     inputs = spec.make_inputs(values, rng)

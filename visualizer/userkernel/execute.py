@@ -325,13 +325,7 @@ def capture_source(backend, request: dict) -> dict:
 
     cuda = backend.cuda
     info = backend.device_info()
-    limits = catalog.DeviceLimits(
-        name=info["device_name"],
-        max_threads_per_block=info["max_threads_per_block"],
-        smem_per_block=info["smem_per_block"],
-        smem_per_block_optin=info["smem_per_block_optin"],
-        num_sms=info["num_sms"],
-    )
+    limits = catalog.limits_from_info(info)
     kernel, filename, params = request["kernel"], request["filename"], list(request["params"])
     grid, block = tuple(request["grid"]), tuple(request["block"])
     launch = catalog.Launch(grid=grid, block=block, scalars={})
