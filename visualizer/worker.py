@@ -167,12 +167,6 @@ class Backend:
         self.sync()
         return out, time.perf_counter_ns() - t
 
-    def kernel_ms(self, launch_fn, repeats: int) -> list[float]:
-        """Device milliseconds of ``repeats`` launches queued behind a spin kernel (GPU only)."""
-        from visualizer import gpu_timing
-
-        return gpu_timing.measure(gpu_timing.NumbaOps(self.cuda), launch_fn, repeats).device_ms
-
 
 def build_kernels(spec, values):
     module = importlib.import_module(spec.build[0])
@@ -245,6 +239,39 @@ def resources(backend: Backend, dispatcher, launch) -> dict:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def kernel_timing(
+    backend: Backend, steps: dict, compile_ns: int, repeats: int, time_clean: bool,
+    run_clean, run_traced, nbytes: float, flops: float,
+) -> dict:  # fmt: skip
+    """timing.json for one capture (built-in or user kernel): on a GPU, device time of both builds
+    queued behind a spin kernel with launch overhead beside it (visualizer/gpu_timing.py); on the
+    simulator, CPU wall time of the instrumented launch already in ``steps`` (and one clean launch)."""
+    timing: dict = {"backend": backend.name, "host_steps_ns": steps, "compile_ns": compile_ns}
+    if backend.simulator:
+        timing["clock"] = "simulator wall time on the CPU (not GPU time)"
+        timing["method"] = {
+            "device_time": "none: the simulator has no GPU clock; times are CPU wall time of one "
+            "simulated launch, and SM placement and in-kernel times are modelled"
+        }
+        timing["instrumented_ms"] = steps["kernel"] / 1e6
+        if time_clean:
+            _, clean_ns = backend.timed(run_clean)
+            timing["clean_ms"] = clean_ns / 1e6
+    else:
+        from visualizer import gpu_timing
+
+        flush = gpu_timing.wants_l2_flush(nbytes, flops)
+        ops = gpu_timing.NumbaOps(backend.cuda)
+        cln = gpu_timing.measure(ops, run_clean, repeats, flush=flush)
+        inst = gpu_timing.measure(ops, run_traced, repeats, flush=flush)
+        one = gpu_timing.one_launch_event_ms(ops, run_clean, min(repeats, 5))
+        timing.update(gpu_timing.timing_fields(cln, inst, one))
+        timing["method"]["l2_flush_why"] = gpu_timing.l2_flush_reason(nbytes, flops)
+    if timing.get("clean_ms", 0) > 0:
+        timing["overhead_ratio"] = timing["instrumented_ms"] / timing["clean_ms"]
+    return timing
+
+
 def capture(backend: Backend, request: dict) -> dict:
     """Run one kernel: allocate, copy in, launch instrumented, copy out, time, free."""
     from visualizer import catalog
@@ -314,35 +341,22 @@ def capture(backend: Backend, request: dict) -> dict:
 
     result_arrays, steps["copy_out"] = backend.timed(copy_out)
 
-    timing: dict = {"backend": backend.name, "host_steps_ns": steps, "compile_ns": compile_ns}
     repeats = int(request.get("repeats", 20))
-    if backend.simulator:
-        timing["clock"] = "simulator wall time on the CPU (not GPU time)"
-        timing["method"] = {
-            "device_time": "none: the simulator has no GPU clock; times are CPU wall time of one "
-            "simulated launch, and SM placement and in-kernel times are modelled"
-        }
-        timing["instrumented_ms"] = steps["kernel"] / 1e6
-        if request.get("time_clean", True):
-            _, clean_ns = backend.timed(lambda: clean[config](*args))
-            timing["clean_ms"] = clean_ns / 1e6
-    else:
-        # device time queued behind a spin kernel, launch overhead beside it (visualizer/gpu_timing.py)
-        from visualizer import gpu_timing
-
-        nbytes, flops = spec.work(values)
-        flush = gpu_timing.wants_l2_flush(nbytes, flops)
-        ops = gpu_timing.NumbaOps(cuda)
-        cln = gpu_timing.measure(ops, lambda: clean[config](*args), repeats, flush=flush)
-        inst = gpu_timing.measure(ops, lambda: traced[config](*args), repeats, flush=flush)
-        one = gpu_timing.one_launch_event_ms(ops, lambda: clean[config](*args), min(repeats, 5))
-        timing.update(gpu_timing.timing_fields(cln, inst, one))
-        timing["method"]["l2_flush_why"] = gpu_timing.l2_flush_reason(nbytes, flops)
-        if request.get("torch", True):
-            timing.update(torch_baseline(spec, values, inputs, device, repeats, flush))
-    if "clean_ms" in timing and timing["clean_ms"] > 0:
-        timing["overhead_ratio"] = timing["instrumented_ms"] / timing["clean_ms"]
     nbytes, flops = spec.work(values)
+    timing = kernel_timing(
+        backend,
+        steps,
+        compile_ns,
+        repeats,
+        request.get("time_clean", True),
+        lambda: clean[config](*args),
+        lambda: traced[config](*args),
+        nbytes,
+        flops,
+    )
+    if not backend.simulator and request.get("torch", True):
+        flush = timing["method"]["l2_flush"]
+        timing.update(torch_baseline(spec, values, inputs, device, repeats, flush))
     timing["bytes_moved"] = nbytes
     timing["flops"] = flops
     if not backend.simulator:

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import resource
-import statistics
 import sys
 import time
 import traceback
@@ -321,7 +320,7 @@ def capture_source(backend, request: dict) -> dict:
     """Run a user's kernel once instrumented (and time it clean); the same payload as worker.capture."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
     from visualizer import catalog
-    from visualizer.worker import resources
+    from visualizer.worker import kernel_timing, resources
 
     cuda = backend.cuda
     info = backend.device_info()
@@ -417,40 +416,19 @@ def capture_source(backend, request: dict) -> dict:
 
         (after, recorded), steps["copy_out"] = backend.timed(copy_out)
 
-        timing: dict = {"backend": backend.name, "host_steps_ns": steps, "compile_ns": compile_ns}
-        repeats = int(request.get("repeats", 20))
-        if backend.simulator:
-            timing["clock"] = "simulator wall time on the CPU (not GPU time)"
-            timing["instrumented_ms"] = steps["kernel"] / 1e6
-            if request.get("time_clean", True):
-                _, clean_ns = backend.timed(lambda: launch_user(clean, user_args))
-                timing["clean_ms"] = clean_ns / 1e6
-        else:
-            from visualizer import gpu_timing
-
-            nbytes = float(sum(v.nbytes for v in arrays.values()))
-            if hasattr(gpu_timing, "timing_fields"):  # device time behind a spin, as the built-in kernels
-                flush = gpu_timing.wants_l2_flush(nbytes, 0.0)
-                ops = gpu_timing.NumbaOps(cuda)
-                cln = gpu_timing.measure(ops, lambda: clean[config](*user_args), repeats, flush=flush)
-                inst = gpu_timing.measure(ops, lambda: traced[config](*traced_args), repeats, flush=flush)
-                one = gpu_timing.one_launch_event_ms(ops, lambda: clean[config](*user_args), min(repeats, 5))
-                timing.update(gpu_timing.timing_fields(cln, inst, one))
-                timing["method"]["l2_flush_why"] = gpu_timing.l2_flush_reason(nbytes, 0.0)
-            else:
-                timing["clock"] = "CUDA events on the GPU, median after warm-up"
-                inst = backend.kernel_ms(lambda: traced[config](*traced_args), repeats)
-                cln = backend.kernel_ms(lambda: clean[config](*user_args), repeats)
-                timing.update(
-                    repeats=repeats,
-                    instrumented_ms=statistics.median(inst),
-                    clean_ms=statistics.median(cln),
-                    instrumented_ms_all=inst,
-                    clean_ms_all=cln,
-                )
-    if timing.get("clean_ms", 0) > 0:
-        timing["overhead_ratio"] = timing["instrumented_ms"] / timing["clean_ms"]
-    # no bytes/flops model for a user's kernel: no GB/s or GFLOP/s is claimed for it
+        # the same timing as the built-in kernels; no flops model for a user's kernel (its bytes
+        # only decide the L2 flush), so no GB/s or GFLOP/s is claimed for it
+        timing = kernel_timing(
+            backend,
+            steps,
+            compile_ns,
+            int(request.get("repeats", 20)),
+            request.get("time_clean", True),
+            lambda: launch_user(clean, user_args),
+            lambda: launch_user(traced, traced_args),
+            float(sum(v.nbytes for v in arrays.values())),
+            0.0,
+        )
 
     def free():
         device.clear()
