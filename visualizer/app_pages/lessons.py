@@ -15,7 +15,15 @@ from visualizer.lessons.catalog import LESSONS, Lesson, get
 from visualizer.runner import gpu_present
 from visualizer.ui.charts import chart
 from visualizer.ui.memory import access_capture
-from visualizer.ui.session import RunConfig, as_text, capture_cache, from_link, run_capture, to_link
+from visualizer.ui.session import (
+    RunConfig,
+    as_text,
+    capture_cache,
+    capture_key,
+    from_link,
+    run_capture,
+    to_link,
+)
 
 # Projector mode: our own fixed CSS (no visitor text), larger type in the main area only.
 TEACHER_CSS = """<style>
@@ -90,7 +98,7 @@ def cached_only(config: RunConfig):
     backend = config.backend
     if backend == "auto":
         backend = "gpu" if gpu_present() else "sim"
-    return capture_cache().get((config.kernel, config.params, backend, 0))
+    return capture_cache().get(capture_key(config.kernel, config.params, backend))
 
 
 def control(lesson: Lesson, c) -> object:

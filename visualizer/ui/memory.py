@@ -7,7 +7,7 @@ import streamlit as st
 from visualizer.catalog import LaunchError
 from visualizer.runner import KernelError
 from visualizer.trace import Capture
-from visualizer.ui.session import as_text, capture_cache, runner_for
+from visualizer.ui.session import as_text, cached_capture, capture_cache, capture_key
 
 
 def access_capture(kernel: str, params: dict, seed: int = 0) -> tuple[Capture | None, str | None]:
@@ -16,25 +16,17 @@ def access_capture(kernel: str, params: dict, seed: int = 0) -> tuple[Capture | 
     Runs through the shared cache's one-run-per-key path with a progress bar, so a visitor who leaves
     mid-run (Streamlit raises from the bar's next update) cancels the run instead of leaving it behind.
     """
-    key = ("accesses", kernel, tuple(sorted(params.items())), "sim", seed)
-    cap = capture_cache().get(key)
-    if cap is not None:
+    options = {"accesses": True, "time_clean": False}
+    cap = capture_cache().get(capture_key(kernel, tuple(params.items()), "sim", seed, **options))
+    if cap is not None:  # no progress bar for a capture already made
         return cap, None
     bar = st.progress(0.0, text=f"Recording every load and store of {kernel} on the CUDA simulator…")
 
     def progress(done, total):
         bar.progress(min(done / total, 1.0), text=f"Recording {kernel}: {done} of {total} blocks simulated")
 
-    def run() -> Capture:
-        got = runner_for("sim").capture(
-            kernel, dict(params), seed=seed, time_clean=False, accesses=True, progress=progress
-        )
-        if got.launch["kernel"] != kernel or any(got.launch["params"].get(k) != v for k, v in params.items()):
-            raise KernelError(f"the worker answered a different request than {kernel}; please run again")
-        return got
-
     try:
-        cap = capture_cache().get_or_run(key, run)
+        cap = cached_capture(kernel, tuple(params.items()), "sim", seed, progress=progress, **options)
     except (LaunchError, KernelError) as exc:
         return None, as_text(str(exc))
     finally:

@@ -211,19 +211,27 @@ def capture_cache() -> CaptureCache:
     return CaptureCache()
 
 
+def capture_key(kernel: str, params: tuple, backend: str, seed: int = 0, **options) -> tuple:
+    """The shared cache's key of a capture; ``options`` (e.g. accesses=True) are part of it."""
+    return (kernel, tuple(sorted(params)), backend, seed, *sorted(options.items()))
+
+
 def cached_capture(
-    kernel: str, params: tuple, backend: str, seed: int = 0, progress=None, waiting=None
+    kernel: str, params: tuple, backend: str, seed: int = 0, progress=None, waiting=None, **options
 ) -> Capture:
     """The capture of (kernel, params, backend, seed), launched only the first time it is asked for.
 
     ``progress(done, total)``: blocks simulated; ``waiting(ahead, running)``: runs ahead in the
     queue (ahead is None while another visitor's identical run is computing). Either may raise
     (Streamlit does when the visitor leaves): the run is then cancelled and nothing is cached.
+    ``options`` (e.g. ``accesses=True``) go to the runner and are part of the cache key.
     """
-    key = (kernel, tuple(sorted(params)), backend, seed)
+    key = capture_key(kernel, params, backend, seed, **options)
 
     def run() -> Capture:
-        cap = runner_for(backend).capture(kernel, dict(params), seed=seed, progress=progress, waiting=waiting)
+        cap = runner_for(backend).capture(
+            kernel, dict(params), seed=seed, progress=progress, waiting=waiting, **options
+        )
         got = cap.launch["params"]
         if cap.launch["kernel"] != kernel or any(got.get(k) != v for k, v in params):
             # the runner's request ids make this impossible; never show or cache it if it happens

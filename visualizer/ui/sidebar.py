@@ -14,6 +14,7 @@ from visualizer.ui.session import (
     RunConfig,
     backend_badge,
     capture_cache,
+    capture_key,
     config_from_query,
     run_capture,
     sync_query,
@@ -140,7 +141,9 @@ def load_config(config: RunConfig) -> None:
 def _is_cached(config: RunConfig) -> bool:
     """Whether this configuration has run before (then showing it costs nothing: no Run needed)."""
     backends = ("sim", "gpu") if config.backend == "auto" else (config.backend,)
-    return any(capture_cache().get((config.kernel, config.params, b, 0)) is not None for b in backends)
+    return any(
+        capture_cache().get(capture_key(config.kernel, config.params, b)) is not None for b in backends
+    )
 
 
 def sidebar() -> None:
