@@ -109,6 +109,7 @@ class Runner:
         self.device_info: dict | None = None
         self.restarts = 0  # workers replaced after a fault, a timeout or an abandoned run
         self.abandoned = 0  # runs given up while the kernel ran (caller left, time limit)
+        self.last_exit_code: int | None = None  # of the last worker that died under a request
         self.respawn = False  # start a replacement worker in the background after a kill (pools)
         self._closed = False
 
@@ -208,6 +209,7 @@ class Runner:
                 code = self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+        self.last_exit_code = code  # which limit stopped it, for callers that explain it their way
         self._stop(kill=True)
         self.restarts += 1
         if code == -signal.SIGXCPU:
@@ -255,6 +257,37 @@ class Runner:
     def warm(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def _exchange(self, request: dict, timeout: float, progress, what: str, launches: int = 1, admit=None):
+        """Send ``request`` to this runner's worker and return its reply ``(kind, id, payload...)``.
+
+        ``admit(device_info)`` may refuse the request once the worker is up. A request given up
+        for any reason (RunTimeout, a progress callback that raised, KeyboardInterrupt...) kills the
+        worker: it would go on computing for nobody, and its reply must never be read by the next
+        request. A worker that reported a GPU fault is reaped so the next call starts a fresh one.
+        """
+        with self._lock:
+            if not self.warm:
+                self._start()
+            if admit is not None:
+                admit(self.device_info)
+            request["id"] = rid = next(self._ids)
+            answered = False
+            try:
+                self._conn.send(request)
+                reply = self._receive(rid, timeout, progress, what, launches)
+                answered = True
+            finally:
+                if not answered and self._proc is not None:
+                    self._stop(kill=True)
+                    self.restarts += 1
+                    self.abandoned += 1
+                    if self.respawn:
+                        threading.Thread(target=self._warm_up, daemon=True).start()
+            if reply[0] == "fatal":
+                self._stop(kill=True)
+                self.restarts += 1
+        return reply
+
     # --- the one thing callers do ------------------------------------------------------------
     def info(self) -> dict:
         with self._lock:
@@ -288,39 +321,20 @@ class Runner:
         }
         if self.backend == "sim":
             admit_capture(kernel, params, "sim")  # refuse bad input before starting a worker
-        timeout = timeout or self.run_timeout
-        with self._lock:
-            if not self.warm:
-                self._start()
+            request["cpu_limit_s"] = SIM_RUN_CPU_S
+
+        def admit(info):  # on a GPU, against the memory the worker's device reports
             if self.backend == "gpu":
-                admit_capture(kernel, params, "gpu", limits_from_info(self.device_info))
-            request["id"] = rid = next(self._ids)
-            if self.backend == "sim":
-                request["cpu_limit_s"] = SIM_RUN_CPU_S
-            answered = False
-            try:
-                self._conn.send(request)
-                # the worker announces one launch's blocks; the simulator runs it twice when timing clean
-                launches = 2 if self.backend == "sim" and time_clean else 1
-                reply = self._receive(rid, timeout, progress, f"running {kernel}", launches)
-                answered = True
-            except RunTimeout as exc:
-                raise KernelError(f"{exc}; it was stopped (try a smaller launch)") from None
-            finally:
-                if not answered and self._proc is not None:
-                    # Given up (timeout, a progress callback that raised, KeyboardInterrupt...):
-                    # the worker would go on computing for nobody, and its reply must never be
-                    # read by the next request. Kill it; the next call starts a fresh one.
-                    self._stop(kill=True)
-                    self.restarts += 1
-                    self.abandoned += 1
-                    if self.respawn:
-                        threading.Thread(target=self._warm_up, daemon=True).start()
-            kind = reply[0]
-            if kind == "fatal":
-                # the worker exits after a GPU fault; reap it now so the next call starts a fresh one
-                self._stop(kill=True)
-                self.restarts += 1
+                admit_capture(kernel, params, "gpu", limits_from_info(info))
+
+        # the worker announces one launch's blocks; the simulator runs it twice when timing clean
+        launches = 2 if self.backend == "sim" and time_clean else 1
+        what = f"running {kernel}"
+        try:
+            reply = self._exchange(request, timeout or self.run_timeout, progress, what, launches, admit)
+        except RunTimeout as exc:
+            raise KernelError(f"{exc}; it was stopped (try a smaller launch)") from None
+        kind = reply[0]
         if kind == "invalid":
             raise LaunchError(reply[2])
         if kind == "fatal":

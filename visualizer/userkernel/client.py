@@ -8,7 +8,6 @@ here and CPU-time/memory limits inside the worker (visualizer/userkernel/execute
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import threading
@@ -23,7 +22,6 @@ from visualizer.userkernel.spec import SourceLaunch
 RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_USER_TIMEOUT_S", "120"))
 ALLOW_ENV = "VISUALIZER_ALLOW_USER_CODE"
 LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1", "[::1]")
-_ids = itertools.count(1)
 
 
 def user_code_allowed(address: str | None, env: dict | None = None) -> tuple[bool, str]:
@@ -88,53 +86,23 @@ class UserRunner(Runner):
         timeout: float | None = None,
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError."""
-        rid = next(_ids)
-        proc = None
-        request = {
-            **launch.request(self.backend, seed, repeats, accesses),
-            "id": rid,
-            "time_clean": time_clean,
-        }
+        request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
+        # the simulator runs the kernel twice when timing it clean
+        launches = 2 if self.backend == "sim" and time_clean else 1
+        self.last_exit_code = None
         try:
-            with self._lock:
-                if self._proc is None or self._proc.poll() is not None:
-                    self._start()
-                answered = False
-                proc = self._proc  # its exit code says which limit stopped it, once it is reaped
-                try:
-                    self._conn.send(request)
-                    # the simulator runs the kernel twice when timing it clean
-                    launches = 2 if self.backend == "sim" and time_clean else 1
-                    kind, _, *payload = self._receive(rid, limit, progress, what, launches)
-                    reply = (kind, *payload)
-                    answered = True
-                finally:
-                    if not answered and self._proc is not None and self._proc.poll() is None:
-                        # given up (time limit, a caller that left): the worker would compute for
-                        # nobody and its reply must never reach the next request
-                        self._stop(kill=True)
-                        self.restarts += 1
-        except Exception as exc:
-            if isinstance(exc, KernelError | RunTimeout):
-                code = proc.returncode if proc is not None else None
-                raise KernelError(_explain(str(exc), limit, code)) from None
-            raise
-        kind = reply[0]
+            kind, _, *payload = self._exchange(request, limit, progress, what, launches)
+        except (KernelError, RunTimeout) as exc:
+            raise KernelError(_explain(str(exc), limit, self.last_exit_code)) from None
         if kind == "invalid":
-            raise LaunchError(reply[1])
-        if kind == "fatal":
-            with self._lock:
-                self._stop(kill=True)
-                self.restarts += 1
-            raise KernelError(f"{launch.kernel} faulted on the GPU: {reply[1]} (the worker was restarted)")
+            raise LaunchError(payload[0])
+        if kind == "fatal":  # the worker was reaped by _exchange
+            raise KernelError(f"{launch.kernel} faulted on the GPU: {payload[0]} (the worker was restarted)")
         if kind == "error":
-            message = reply[1]
-            for prefix in ("UserCodeError: ",):
-                message = message.removeprefix(prefix)
-            raise KernelError(message)
-        return build_user_capture(reply[1])
+            raise KernelError(payload[0].removeprefix("UserCodeError: "))
+        return build_user_capture(payload[0])
 
 
 def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
