@@ -1,6 +1,6 @@
 """GPU timings of the attention kernels against PyTorch and numpy (run on a GPU, not in tests).
 
-    python -m visualizer.attention_bench [--seq-lens 512,1024,...] [--tile 32] [--causal]
+    python -m visualizer.attention_bench [--seq-lens 512,1024,...] [--tile 32] [--causal] [--json PATH]
 
 For each sequence length: the median device time (CUDA events queued behind a spin kernel, after a
 warm-up that includes compiling; visualizer/gpu_timing.py) and the host launch overhead of our
@@ -12,6 +12,8 @@ off; and numpy on the CPU at the smallest length only.
 All GPU inputs live on the device before timing starts. Errors are max |ours - torch| (or
 against a float64 numpy reference on a few rows when torch is absent), and for every row
 max |out - ref| / max |ref| against float64 numpy on 16 query rows (rel_err_f64).
+``--json PATH`` also writes the rows as a self-describing document (``write_json``), the file the
+app's FlashAttention page draws; a causal run and a non-causal run can share one file.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import math
 import os
 import statistics
+import sys
 import time
 import warnings
 
@@ -450,6 +453,135 @@ def _num(value, spec: str) -> str:
     return "" if value is None else format(value, spec)
 
 
+# --- the JSON document the app's FlashAttention page reads ------------------------------------------
+
+JSON_KIND = "visualizer.attention_bench timings"
+JSON_FORMAT_VERSION = 1
+
+
+def _mode(causal: bool) -> str:
+    return "causal" if causal else "non-causal"
+
+
+def _device_header() -> dict:
+    """The GPU the rows were measured on, read from the device."""
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    cc = tuple(dev.compute_capability)
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return {"gpu": name, "sm": f"sm_{cc[0]}{cc[1]}", "sm_count": int(dev.MULTIPROCESSOR_COUNT)}
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for package, module in (("numba", "numba"), ("numba-cuda", None), ("numpy", "numpy"), ("torch", "torch")):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:  # e.g. a torch built into the image: ask the module
+            mod = sys.modules.get(module) if module else None
+            out[package] = getattr(mod, "__version__", None)
+    return out
+
+
+def _definitions(repeats: int) -> dict:
+    """How every recorded number is defined, in words (stored in the document's config)."""
+    return {
+        "timing": (
+            f"ms: median device time of {repeats} launches queued behind a spin kernel "
+            f"(visualizer/gpu_timing.py: {gpu_timing.DEVICE_TIME_METHOD}), after 2 warm-up launches "
+            f"(the first compiles); the naive kernel min(repeats, 3) = {max(1, min(repeats, 3))} launches "
+            "after 1 warm-up; numpy float64 (CPU): wall time of one run (time.perf_counter), at the "
+            "smallest length only"
+        ),
+        "launch_us": gpu_timing.LAUNCH_OVERHEAD_METHOD + " (microseconds)",
+        "queue_covered": "whether the spin kernel was still running when the last launch was queued",
+        "flops": "4 * batch * heads * seq_len^2 * head_dim (causal: half of that)",
+        "tflops": "flops / (ms * 1e-3) / 1e12",
+        "peak_mb": (
+            "MiB; torch: torch.cuda.max_memory_allocated over the timed launches (inputs, output, "
+            "intermediates); ours: the device arrays the launch uses (q, k, v, o, plus S for the naive "
+            "kernel and the record buffers for instrumented builds); numpy: 5 x the bytes of q"
+        ),
+        "max_abs_err": (
+            "max |out - torch plain fp32 out| on 16 query rows (without torch: against float64 numpy); "
+            "numpy: against a float64 reference of those rows"
+        ),
+        "rel_err_f64": (
+            "max |out - ref| / max |ref| on 16 query rows against a float64 numpy reference; "
+            "null: the output was not finite"
+        ),
+        "backend": "SDPA default only: the backend whose forced output is bit-identical to it",
+        "registers": (
+            "ours: registers per thread of the compiled kernel (with smem_bytes per block and "
+            "local_bytes per thread); warps_per_sm and occupancy: what those allow on sm_90 "
+            "(visualizer/occupancy.py)"
+        ),
+    }
+
+
+def _json_value(value):
+    """numpy scalars as Python numbers; non-finite floats as null (strict JSON has no inf/NaN)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def timings_document(rows: list[dict], run: dict, causal: bool, existing: dict | None = None) -> dict:
+    """The document for this run's rows (one causal mode) and ``run`` (its header), keeping the rows
+    and header of the other causal mode from ``existing`` when that is the same kind of document."""
+    mode = _mode(causal)
+    doc = {"kind": JSON_KIND, "format_version": JSON_FORMAT_VERSION, "runs": {}, "rows": []}
+    same_kind = (
+        isinstance(existing, dict)
+        and existing.get("kind") == JSON_KIND
+        and existing.get("format_version") == JSON_FORMAT_VERSION
+    )
+    if same_kind:
+        other = _mode(not causal)
+        if other in existing.get("runs", {}):
+            doc["runs"][other] = existing["runs"][other]
+            doc["rows"] = [r for r in existing.get("rows", []) if bool(r.get("causal")) != causal]
+    doc["runs"][mode] = run
+    doc["rows"] += [{k: _json_value(v) for k, v in r.items()} for r in rows]
+    doc["runs"] = dict(sorted(doc["runs"].items(), reverse=True))  # non-causal first
+    doc["rows"].sort(key=lambda r: (bool(r.get("causal")), r["seq_len"]))  # stable: bench order within
+    return doc
+
+
+def write_json(path, rows: list[dict], config: dict, argv: list[str]) -> dict:
+    """Write (atomically) ``rows`` of one causal mode with a header: GPU, UTC date and time, the
+    command, versions, ``config`` and the definitions of every column; see timings_document."""
+    import datetime as dt
+    import json
+    import shlex
+    from pathlib import Path
+
+    path = Path(path)
+    now = dt.datetime.now(dt.UTC)
+    run = {
+        "measured_on": _device_header(),
+        "date": now.strftime("%Y-%m-%d"),
+        "time_utc": now.strftime("%H:%M:%S"),
+        "command": shlex.join(["python", "-m", "visualizer.attention_bench", *argv]),
+        "versions": _versions(),
+        "config": {**config, **_definitions(config["repeats"])},
+    }
+    try:
+        existing = json.loads(path.read_text())
+    except (OSError, ValueError):  # no file yet, or not JSON: start afresh
+        existing = None
+    doc = timings_document(rows, run, config["causal"], existing)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    tmp.replace(path)  # never a half-written file
+    return doc
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq-lens", default="512,1024,2048,4096,8192")
@@ -467,6 +599,8 @@ def main(argv=None) -> None:
         default="",
         help="only time fast-kernel configs 'bq,bk,ty,min_blocks,unroll,skip_rescale;...' (min_blocks 0: none)",
     )
+    ap.add_argument("--json", default=None, metavar="PATH", help="also write the rows here (write_json)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = ap.parse_args(argv)
     if a.fast_variants:
         configs = [tuple(int(x) for x in c.split(",")) for c in a.fast_variants.split(";")]
@@ -493,6 +627,21 @@ def main(argv=None) -> None:
         f"fp32; median device time of {a.repeats} launches queued behind a spin kernel, after warm-up"
     )
     print(markdown(rows))
+    if a.json:
+        config = {
+            "seq_lens": [int(x) for x in a.seq_lens.split(",")],
+            "batch": a.batch,
+            "heads": a.heads,
+            "head_dim": a.head_dim,
+            "tile": a.tile,
+            "dtype": "float32",
+            "causal": a.causal,
+            "repeats": a.repeats,
+            "naive_max_seq_len": a.naive_max,
+            "reg_budget": a.reg_budget,
+        }
+        doc = write_json(a.json, rows, config, argv)
+        print(f"wrote {a.json}: {len(doc['rows'])} rows ({', '.join(doc['runs'])})")
 
 
 if __name__ == "__main__":
