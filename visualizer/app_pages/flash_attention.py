@@ -1,6 +1,7 @@
 """FlashAttention: one block's recorded K/V loop, one row's online softmax, shared memory, H200 timings."""
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -9,13 +10,17 @@ import streamlit as st
 from visualizer import catalog
 from visualizer.attention_specs import flash_smem_bytes
 from visualizer.figures.attention import (
-    TIMING_STYLES,
+    SDPA_DEFAULT,
+    TIMING_ALIASES,
     attention_timing_figure,
     flash_loop_figure,
     loop_order_figure,
     loop_order_model,
     row_state_figure,
     smem_gauge_figure,
+    timing_modes,
+    timing_ms_table,
+    timing_rows,
     timing_source,
 )
 from visualizer.occupancy import ARCHS, KB
@@ -26,7 +31,11 @@ from visualizer.ui.sidebar import load_config
 from visualizer.ui.timing import kernel_time_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-TIMINGS_FILE = ROOT / "docs" / "attention_h200.json"
+# python -m visualizer.attention_bench ... --json docs/attention_timings_h200.json (and --causal); an
+# operator (or a test) may point the page at another recording
+TIMINGS_FILE = Path(
+    os.environ.get("VISUALIZER_ATTENTION_TIMINGS", ROOT / "docs" / "attention_timings_h200.json")
+)
 EXAMPLE = (("batch", 1), ("causal", 1), ("head_dim", 32), ("heads", 1), ("seq_len", 80), ("tile", 16))
 ATTENTION_KERNELS = ("flash_attention", "naive_attention")
 DEFAULT_ARCH = "sm_90"
@@ -221,14 +230,20 @@ def other_kernel(cap: Capture) -> None:
 
 
 def _read_timings() -> dict | None:
+    """The recorded timings document, or None after a one-line error (the rest of the page still works)."""
     try:
         doc = json.loads(TIMINGS_FILE.read_text())
-        if not doc["rows"]:
-            raise ValueError("no rows")
+        if not timing_modes(doc):
+            raise ValueError("no recorded run in it")
         return doc
-    except (OSError, ValueError, KeyError) as exc:
-        st.error(f"Cannot read the recorded timings {TIMINGS_FILE.name}: {exc}")
-        return None
+    except FileNotFoundError:
+        why = "not recorded yet (on a GPU: python -m visualizer.attention_bench --json FILE)"
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__  # without this machine's path
+    except ValueError as exc:
+        why = str(exc).splitlines()[0]
+    st.error(f"Cannot read the recorded timings {TIMINGS_FILE.name}: {why}")
+    return None
 
 
 def session_timing(cap: Capture) -> None:
@@ -236,100 +251,132 @@ def session_timing(cap: Capture) -> None:
     t = cap.timing
     st.markdown(
         f"**This session's run** — measured (GPU) on {cap.launch['device_name']}: `{cap.launch['kernel']}` "
-        f"{cap.launch['params']} (CUDA events, median after warm-up)."
+        f"{cap.launch['params']} (device time, launches queued behind a spin kernel; median after warm-up)."
     )
     c1, c2, c3 = st.columns(3)
     kernel_time_metrics(c1, c2, t, "instrumented kernel")
     c3.metric("clean TFLOP/s", f"{t['clean_gflops'] / 1e3:.2f}" if t.get("clean_gflops") else "–")
 
 
+def _pick_mode(cap: Capture, modes: list[str]) -> str:
+    """Causal or not, kept in the link; at first the mode of this session's attention run."""
+    p = cap.launch["params"]
+    ran = "causal" if cap.launch["kernel"] in ATTENTION_KERNELS and p.get("causal") else "non-causal"
+    from_link("fa_timing_mode", ran if ran in modes else modes[0], modes)
+    if st.session_state.fa_timing_mode not in modes:  # a file recorded since holds other modes
+        st.session_state.fa_timing_mode = modes[0]
+    mode = st.radio(
+        "mask",
+        modes,
+        key="fa_timing_mode",
+        horizontal=True,
+        help="causal: each query attends only to keys at or before it, so half the score matrix is skipped",
+    )
+    to_link("fa_timing_mode")
+    return mode
+
+
+def _headline(df: pd.DataFrame) -> str | None:
+    """Ours (fast) against SDPA's default and our teaching kernel at the longest recorded length."""
+    longest = df[df["seq_len"] == df["seq_len"].max()]
+    ms = dict(zip(longest["impl"].map(lambda i: TIMING_ALIASES.get(i, i)), longest["ms"], strict=True))
+    names = dict(
+        zip(longest["impl"].map(lambda i: TIMING_ALIASES.get(i, i)), longest["implementation"], strict=True)
+    )
+    fast, sdpa, teaching = "ours fast (clean)", SDPA_DEFAULT, "ours flash (clean)"
+    if fast not in ms or sdpa not in ms:
+        return None
+    ratio = ms[sdpa] / ms[fast]
+    line = (
+        f"At seq_len {int(longest['seq_len'].iloc[0])} our fast kernel takes {ms[fast]:.3g} ms and "
+        f"{names[sdpa]} {ms[sdpa]:.3g} ms: "
+        + (f"ours is {ratio:.2f}× faster" if ratio >= 1 else f"SDPA's default is {1 / ratio:.2f}× faster")
+    )
+    if teaching in ms:
+        line += (
+            f"; the teaching kernel takes {ms[teaching]:.3g} ms ({ms[teaching] / ms[fast]:.2f}× the fast one)"
+        )
+    return line + "."
+
+
 def timing_section(cap: Capture) -> None:
-    st.subheader("Timing: FlashAttention vs naive vs PyTorch vs numpy")
+    st.subheader("Timing: ours (teaching, fast) vs PyTorch (unfused, SDPA) on an H200")
     if cap.measured:
         if cap.launch["kernel"] in ATTENTION_KERNELS:
             session_timing(cap)
-        st.caption("The chart and table below are a recorded H200 run, not this session's run.")
+        st.caption("The chart and tables below are a recorded H200 run, not this session's run.")
     else:
         st.warning(
             "This session runs on the CUDA simulator: **nothing on this page is GPU time.** The simulator's "
-            "times are CPU wall time of Python threads. The chart and table below are recorded results of a "
+            "times are CPU wall time of Python threads. The chart and tables below are recorded results of a "
             "real NVIDIA H200 run, not this session's run."
         )
     doc = _read_timings()
     if doc is None:
         return
-    cfg = doc["config"]
-    note = (
-        f"batch {cfg['batch']}, {cfg['heads']} heads, head_dim {cfg['head_dim']}, tile {cfg['tile']}, "
-        f"{cfg['dtype']}, {'causal' if cfg['causal'] else 'non-causal'}"
-    )
+    mode = _pick_mode(cap, timing_modes(doc))
+    run = doc["runs"][mode]
     try:
-        fig = attention_timing_figure(doc["rows"], timing_source(doc), note)
-    except (ValueError, KeyError) as exc:
-        st.error(f"Cannot draw the recorded timings: {exc}")
+        df = timing_rows(doc, mode)
+        cfg = run["config"]
+        note = (
+            f"batch {cfg['batch']}, {cfg['heads']} heads, head_dim {cfg['head_dim']}, {cfg['dtype']}, {mode}"
+        )
+        source = timing_source(run)
+        fig = attention_timing_figure(df, source, note)
+    except (ValueError, KeyError, TypeError) as exc:
+        st.error(f"Cannot draw the recorded timings {TIMINGS_FILE.name}: {exc}")
         return
     chart(fig, key="fa_timing_chart")
-    rows = pd.DataFrame(doc["rows"])
-    longest = rows[rows["seq_len"] == rows["seq_len"].max()].set_index("impl")
-    if {"ours flash (clean)", "ours naive (clean)"} <= set(longest.index):
-        flash, naive = longest.loc["ours flash (clean)"], longest.loc["ours naive (clean)"]
-        st.markdown(
-            f"At seq_len {int(rows['seq_len'].max())} the flash kernel takes {flash['ms']:.2f} ms and "
-            f"{flash['peak_mb']:,.0f} MB; the naive kernel, which moves S through global memory, takes "
-            f"{naive['ms']:.2f} ms ({naive['ms'] / flash['ms']:.1f}× longer) and {naive['peak_mb']:,.0f} MB."
-        )
-    by_length = rows.pivot(index="seq_len", columns="impl", values="ms")
-    by_length = by_length[[c for c in TIMING_STYLES if c in by_length.columns]]
-    st.markdown("**Milliseconds per forward pass** (median; None: not timed at that length)")
-    st.dataframe(
-        by_length, column_config={c: st.column_config.NumberColumn(format="%.4g") for c in by_length}
-    )
-    with st.expander("All recorded rows: time, TFLOP/s, peak memory, error"):
-        table = rows.rename(
-            columns={
-                "impl": "implementation",
-                "ms": "ms (median)",
-                "tflops": "TFLOP/s",
-                "peak_mb": "peak MB",
-                "max_abs_err": "max |error|",
-            }
-        )
-        st.dataframe(
-            table,
-            hide_index=True,
-            column_config={"max |error|": st.column_config.NumberColumn(format="%.2e")},
-        )
-    versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
-    st.caption(
-        f"{timing_source(doc)}; {note}. {cfg['timing']}. Peak memory: {cfg['peak_mb']}. "
-        f"Errors: {cfg['max_abs_err']}. Versions: {versions}. "
-        "Recorded with `python -m visualizer.attention_bench` (docs/attention_h200.json)."
-    )
-
-
-FAST_TIMINGS_FILE = ROOT / "docs" / "attention_fast_h200.json"
-
-
-def fast_kernel_comparison() -> None:
-    """Recorded H200 rows of the fast kernel (kernels/attention_fast.py) against torch's SDPA."""
-    try:
-        doc = json.loads(FAST_TIMINGS_FILE.read_text())
-        rows = pd.DataFrame(doc["rows"]).assign(causal=lambda r: r["causal"].map({True: "yes", False: "no"}))
-        table = rows.pivot_table(index=["causal", "seq_len"], columns="impl", values="ms")
-        order = ["ours fast (clean)", "SDPA default", "SDPA math", "torch unfused", "ours teaching (clean)"]
-        table = table[[c for c in order if c in table.columns]]
-    except (OSError, ValueError, KeyError) as exc:
-        st.error(f"Cannot read the recorded fast-kernel timings {FAST_TIMINGS_FILE.name}: {exc}")
-        return
+    headline = _headline(df)
+    if headline:
+        st.markdown(headline)
+    table = timing_ms_table(df)
     st.markdown(
-        "**The fast kernel** (`flash_attention_fast`: register tiles, plain fp32 FFMA) against SDPA's default "
-        "(the memory-efficient kernel, 3xTF32 tensor cores) — milliseconds, measured (GPU)"
+        f"**Milliseconds per forward pass, {mode}** (median device time; empty: not timed at that length)"
     )
-    st.dataframe(table, column_config={c: st.column_config.NumberColumn(format="%.3f") for c in table})
+    st.dataframe(table, column_config={c: st.column_config.NumberColumn(format="%.4g") for c in table})
+    with st.expander("All recorded columns: launch overhead, TFLOP/s, memory, registers, occupancy, error"):
+        shown = df.drop(columns=["causal"]).rename(columns=RECORDED_COLUMNS)
+        first = [c for c in RECORDED_COLUMNS.values() if c in shown.columns]
+        st.dataframe(
+            shown[first + [c for c in shown.columns if c not in first]],
+            hide_index=True,
+            column_config={
+                c: st.column_config.NumberColumn(format="%.2e")
+                for c in ("max |error| vs torch unfused", "rel. error vs float64")
+            },
+        )
+        st.caption(" ".join(f"**{k}**: {cfg[k]}." for k in DEFINED if cfg.get(k)))
+    versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items() if v)
+    recorded = f"`{run['command']}`" if run.get("command") else run.get("converted_from", "")
     st.caption(
-        f"{doc['source']}. Non-causal and causal rows come from two machine starts (all implementations "
-        "of a row in one process); which build each row is, and what is not yet re-timed: docs/benchmarks.md."
+        f"{source}; {note}. SDPA is torch.nn.functional.scaled_dot_product_attention: *default* as a user "
+        "calls it (torch picks a backend), *math* forced to its reference backend; all fp32 with TF32 off. "
+        f"Versions: {versions}. Recorded with {recorded} ({TIMINGS_FILE.name})."
     )
+
+
+# attention_bench's columns as the expander shows them, in this order (others follow as recorded)
+RECORDED_COLUMNS = {
+    "implementation": "implementation",
+    "seq_len": "seq_len",
+    "ms": "ms (median)",
+    "launch_us": "launch µs",
+    "tflops": "TFLOP/s",
+    "peak_mb": "peak MB",
+    "registers": "registers",
+    "smem_bytes": "smem B",
+    "local_bytes": "local B/thread",
+    "warps_per_sm": "warps per SM",
+    "occupancy": "occupancy",
+    "rel_err_f64": "rel. error vs float64",
+    "max_abs_err": "max |error| vs torch unfused",
+    "backend": "SDPA backend",
+    "queue_covered": "queue covered",
+    "impl": "recorded as",
+}
+DEFINED = ("timing", "launch_us", "flops", "peak_mb", "rel_err_f64", "max_abs_err", "registers", "backend")
 
 
 st.title("FlashAttention")
@@ -349,4 +396,3 @@ if capture.launch["kernel"] == "flash_attention":
 else:
     other_kernel(capture)
 timing_section(capture)
-fast_kernel_comparison()

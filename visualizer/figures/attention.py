@@ -396,78 +396,192 @@ def smem_gauge_figure(
     return fig
 
 
-# implementations of visualizer.attention_bench, in legend order, with their colour and dash
+# implementations visualizer.attention_bench records, in legend order: the name it writes, then the
+# label a student reads, colour and dash (instrumented builds: their clean build's colour, dotted)
 TIMING_STYLES = {
-    "ours flash (clean)": ("#ff8c00", "solid"),
-    "ours flash (instrumented)": ("#ff8c00", "dot"),
-    "ours naive (clean)": ("#8c564b", "solid"),
-    "torch sdpa math fp32": ("#1f77b4", "solid"),
-    "torch plain fp32": ("#17becf", "dash"),
-    "numpy float64 (CPU)": ("#7f7f7f", "solid"),
+    "ours fast (clean)": ("ours: fast kernel", "#d62728", "solid"),
+    "ours fast (instrumented)": ("ours: fast kernel, instrumented", "#d62728", "dot"),
+    "ours flash (clean)": ("ours: teaching kernel", "#ff8c00", "solid"),
+    "ours flash (instrumented)": ("ours: teaching kernel, instrumented", "#ff8c00", "dot"),
+    "ours naive (clean)": ("ours: naive kernel (S in global memory)", "#8c564b", "solid"),
+    "torch sdpa default fp32": ("torch SDPA default", "#2ca02c", "solid"),
+    "torch sdpa math fp32": ("torch SDPA math backend", "#1f77b4", "solid"),
+    "torch plain fp32": ("torch unfused: matmul, softmax, matmul", "#17becf", "dash"),
+    "numpy float64 (CPU)": ("numpy float64 on the CPU (wall time)", "#7f7f7f", "solid"),
+}
+# other spellings of the same implementations (docs/benchmarks.md's tables, earlier recordings)
+TIMING_ALIASES = {
+    "ours teaching (clean)": "ours flash (clean)",
+    "ours teaching (instrumented)": "ours flash (instrumented)",
+    "torch unfused": "torch plain fp32",
+    "SDPA default": "torch sdpa default fp32",
+    "SDPA math": "torch sdpa math fp32",
+}
+SDPA_DEFAULT = "torch sdpa default fp32"
+# what attention_bench's ``backend`` column (the backend SDPA's default selection ran) means
+SDPA_BACKENDS = {
+    "flash_attention": "FlashAttention-2 kernel",
+    "efficient_attention": "memory-efficient kernel",
+    "cudnn_attention": "cuDNN kernel",
+    "math": "math backend",
 }
 TIMING_PANELS = (
     ("ms", "time per forward (ms, log)", "log"),
     ("tflops", "throughput (TFLOP/s)", "linear"),
     ("peak_mb", "peak memory (MB, log)", "log"),
 )
+TIMING_ROW_COLUMNS = ("seq_len", "impl", "causal", "ms", "tflops")
+TIMING_KIND = "visualizer.attention_bench timings"  # attention_bench.JSON_KIND
 
 
-def timing_source(header: dict) -> str:
-    """The source label of a recorded timing file (docs/attention_h200.json): where and when."""
-    return f"measured (GPU): {header['measured_on']}, {header['date']}"
+def timing_label(impl: str, backends=()) -> str:
+    """The name a student reads for a recorded implementation; SDPA default with the backend(s) it ran."""
+    key = TIMING_ALIASES.get(impl, impl)
+    label = TIMING_STYLES[key][0] if key in TIMING_STYLES else impl
+    if key == SDPA_DEFAULT:
+        picked = [SDPA_BACKENDS.get(b, str(b)) for b in dict.fromkeys(backends) if isinstance(b, str) and b]
+        label += f" ({' / '.join(picked) if picked else 'backend not recorded'})"
+    return label
+
+
+def timing_rows(doc: dict, mode: str) -> pd.DataFrame:
+    """The rows of one mode ("non-causal" or "causal") of an attention_bench JSON document, in legend
+    order, with ``implementation`` (timing_label) beside the recorded ``impl``. ValueError (one line)
+    for a document this cannot read."""
+    if not isinstance(doc, dict) or doc.get("kind") != TIMING_KIND:
+        raise ValueError(
+            f"not an attention_bench timings document (kind {doc.get('kind') if isinstance(doc, dict) else None!r})"
+        )
+    if mode not in doc.get("runs", {}):
+        raise ValueError(f"no {mode} run recorded")
+    df = pd.DataFrame(doc.get("rows") or [])
+    missing = set(TIMING_ROW_COLUMNS) - set(df.columns)
+    if df.empty or missing:
+        raise ValueError(
+            f"timing rows need {', '.join(TIMING_ROW_COLUMNS)}; missing {sorted(missing) or 'all rows'}"
+        )
+    df = df[df["causal"].astype(bool) == (mode == "causal")].copy()
+    if df.empty:
+        raise ValueError(f"no {mode} rows recorded")
+    df["ms"] = pd.to_numeric(df["ms"], errors="raise")
+    df["tflops"] = pd.to_numeric(df["tflops"], errors="raise")
+    backends = df.loc[df["impl"].map(lambda i: TIMING_ALIASES.get(i, i)) == SDPA_DEFAULT].get(
+        "backend", pd.Series()
+    )
+    df["implementation"] = [timing_label(i, backends.tolist()) for i in df["impl"]]
+    order = {name: n for n, name in enumerate(TIMING_STYLES)}
+    df["_order"] = df["impl"].map(lambda i: order.get(TIMING_ALIASES.get(i, i), len(order)))
+    return (
+        df.sort_values(["_order", "impl", "seq_len"], kind="stable")
+        .drop(columns="_order")
+        .reset_index(drop=True)
+    )
+
+
+def timing_modes(doc: dict) -> list[str]:
+    """The modes ("non-causal", "causal") an attention_bench document has a run of."""
+    runs = doc.get("runs", {}) if isinstance(doc, dict) else {}
+    return [m for m in ("non-causal", "causal") if m in runs]
+
+
+def timing_source(run: dict) -> str:
+    """Where and how one run of an attention_bench JSON document was measured (its ``runs`` entry)."""
+    on = run["measured_on"]
+    where = on["gpu"] if isinstance(on, dict) else str(on)
+    if isinstance(on, dict) and on.get("sm"):
+        where += f" ({on['sm']}, {on['sm_count']} SMs)" if on.get("sm_count") else f" ({on['sm']})"
+    when = run["date"] + (f" {run['time_utc'][:5]} UTC" if run.get("time_utc") else "")
+    repeats = run.get("config", {}).get("repeats")
+    launches = f"{repeats} launches" if repeats else "launches"
+    return f"measured (GPU): {where}, {when}; median device time of {launches} queued behind a spin kernel"
+
+
+def timing_ms_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Milliseconds by seq_len (rows) and implementation (columns, legend order) from timing_rows."""
+    table = df.pivot_table(index="seq_len", columns="implementation", values="ms", aggfunc="first")
+    return table[list(dict.fromkeys(c for c in df["implementation"] if c in table.columns))]
+
+
+LEGEND_COLUMNS = 3  # legend entries per row under the panels
+LEGEND_ROW_PX = 24
+TIMING_PLOT_PX = 290  # the panels' own height
+TIMING_TOP_PX = 135  # title, a source long enough to wrap, then the panels' titles
+AXIS_TITLE_PX = 62  # x tick labels and the x-axis title under the panels
 
 
 def attention_timing_figure(rows, source: str, note: str = "") -> go.Figure:
     """Time, TFLOP/s and peak memory against seq_len, one line per implementation.
 
-    ``rows`` are ``visualizer.attention_bench.attention_timings`` rows (dicts or a DataFrame with
-    seq_len, impl, ms, tflops, peak_mb); ``source`` says where they were measured (timing_source);
-    ``note`` (the configuration) goes under it. An implementation timed at one length (numpy) is
-    a single marker.
+    ``rows`` are ``visualizer.attention_bench.attention_timings`` rows of one causal mode (dicts or a
+    DataFrame with seq_len, impl, ms, tflops, and peak_mb where recorded; timing_rows adds readable
+    names); ``source`` says where they were measured (timing_source); ``note`` (the configuration)
+    goes under it. An implementation timed at one length (numpy) is a single marker; the memory panel
+    appears only when peak memory was recorded.
     """
     df = pd.DataFrame(rows)
-    missing = {"seq_len", "impl", "ms", "tflops", "peak_mb"} - set(df.columns)
+    missing = {"seq_len", "impl", "ms", "tflops"} - set(df.columns)
     if missing or df.empty:
-        raise ValueError(f"timing rows need seq_len, impl, ms, tflops and peak_mb; missing {sorted(missing)}")
-    impls = [i for i in TIMING_STYLES if i in set(df["impl"])]
-    impls += sorted(set(df["impl"]) - set(impls))
+        raise ValueError(f"timing rows need seq_len, impl, ms and tflops; missing {sorted(missing)}")
+    if "implementation" not in df.columns:
+        df["implementation"] = [timing_label(i, df.get("backend", pd.Series()).tolist()) for i in df["impl"]]
+    panels = [p for p in TIMING_PANELS if p[0] in df.columns and df[p[0]].notna().any()]
+    impls = list(dict.fromkeys(df["impl"]))
+    order = list(TIMING_STYLES)
+    impls.sort(
+        key=lambda i: (
+            order.index(TIMING_ALIASES.get(i, i)) if TIMING_ALIASES.get(i, i) in order else len(order)
+        )
+    )
     seq_lens = sorted(int(s) for s in df["seq_len"].unique())
     fig = make_subplots(
         rows=1,
-        cols=len(TIMING_PANELS),
-        subplot_titles=[t for _, t, _ in TIMING_PANELS],
-        horizontal_spacing=0.07,
+        cols=len(panels),
+        subplot_titles=[t for _, t, _ in panels],
+        horizontal_spacing=0.08,
     )
     for impl in impls:
         mine = df[df["impl"] == impl].sort_values("seq_len")
-        colour, dash = TIMING_STYLES.get(impl, (None, "solid"))
-        for c, (column, _, _) in enumerate(TIMING_PANELS, start=1):
+        name = str(mine["implementation"].iloc[0])
+        _, colour, dash = TIMING_STYLES.get(TIMING_ALIASES.get(impl, impl), (None, None, "solid"))
+        for c, (column, _, _) in enumerate(panels, start=1):
             fig.add_trace(
                 go.Scatter(
                     x=mine["seq_len"],
                     y=mine[column],
                     mode="lines+markers",
-                    name=impl,
+                    name=name,
                     legendgroup=impl,
                     showlegend=c == 1,
                     line={"color": colour, "dash": dash},
                     marker={"size": 8 if len(mine) == 1 else 6},
-                    hovertemplate=f"{impl}<br>seq_len %{{x}}: %{{y:.4g}}<extra></extra>",
+                    hovertemplate=f"{name}<br>seq_len %{{x}}: %{{y:.4g}}<extra></extra>",
                 ),
                 1,
                 c,
             )
-    for c, (_, _, axis_type) in enumerate(TIMING_PANELS, start=1):
+    for c, (_, _, axis_type) in enumerate(panels, start=1):
         # log axes: one tick per decade (plotly's default labels 2 and 5 of every decade as well)
         fig.update_yaxes(type=axis_type, dtick=1 if axis_type == "log" else None, row=1, col=c)
         fig.update_xaxes(type="log", tickvals=seq_lens, ticktext=[str(s) for s in seq_lens], row=1, col=c)
         fig.update_xaxes(title_text="seq_len", row=1, col=c)
+    # the legend in fixed-width columns under the x-axis titles: its height is known, so the bottom
+    # margin holds all of it whatever the number of implementations
+    legend_rows = math.ceil(len(impls) / LEGEND_COLUMNS)
+    bottom = AXIS_TITLE_PX + legend_rows * LEGEND_ROW_PX + 16
     fig.update_layout(
         title=titled(
             "Attention forward vs seq_len: time, throughput, memory", f"{source}; {note}" if note else source
         ),
-        legend={"orientation": "h", "y": -0.22, "x": 0.0, "xanchor": "left"},
-        height=495,
-        margin={"t": 135, "b": 120},  # a source long enough to wrap, then the panels' own titles
+        legend={
+            "orientation": "h",
+            "x": 0.0,
+            "xanchor": "left",
+            "y": -AXIS_TITLE_PX / TIMING_PLOT_PX,
+            "yanchor": "top",
+            "entrywidth": 1 / LEGEND_COLUMNS,
+            "entrywidthmode": "fraction",
+        },
+        height=TIMING_TOP_PX + TIMING_PLOT_PX + bottom,
+        margin={"t": TIMING_TOP_PX, "b": bottom},
     )
     return fig

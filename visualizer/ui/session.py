@@ -55,6 +55,7 @@ PAGE_QUERY_KEYS = frozenset(
         "occ_arch", "occ_threads", "occ_regs", "occ_smem_kb", "occ_static",
         "mem_kernel", "mem_layout", "mem_stride",
         "q_tile", "row", "fa_head", "fa_batch", "fa_fa1", "fa_arch", "fa_smem_tile", "fa_smem_head_dim",
+        "fa_timing_mode",
         "lesson", "q", "teacher",
     }
 )  # fmt: skip
