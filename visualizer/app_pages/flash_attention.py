@@ -266,7 +266,7 @@ def _pick_mode(cap: Capture, modes: list[str]) -> str:
     if st.session_state.fa_timing_mode not in modes:  # a file recorded since holds other modes
         st.session_state.fa_timing_mode = modes[0]
     mode = st.radio(
-        "mask",
+        "attention mask",
         modes,
         key="fa_timing_mode",
         horizontal=True,
@@ -300,7 +300,7 @@ def _headline(df: pd.DataFrame) -> str | None:
 
 
 def timing_section(cap: Capture) -> None:
-    st.subheader("Timing: ours (teaching, fast) vs PyTorch (unfused, SDPA) on an H200")
+    st.subheader("H200 timings: ours vs PyTorch (unfused, SDPA)")
     if cap.measured:
         if cap.launch["kernel"] in ATTENTION_KERNELS:
             session_timing(cap)
@@ -333,7 +333,7 @@ def timing_section(cap: Capture) -> None:
         st.markdown(headline)
     table = timing_ms_table(df)
     st.markdown(
-        f"**Milliseconds per forward pass, {mode}** (median device time; empty: not timed at that length)"
+        f"**Milliseconds per forward pass, {mode}** (median device time; None: not timed at that length)"
     )
     st.dataframe(table, column_config={c: st.column_config.NumberColumn(format="%.4g") for c in table})
     with st.expander("All recorded columns: launch overhead, TFLOP/s, memory, registers, occupancy, error"):
@@ -349,11 +349,15 @@ def timing_section(cap: Capture) -> None:
         )
         st.caption(" ".join(f"**{k}**: {cfg[k]}." for k in DEFINED if cfg.get(k)))
     versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items() if v)
-    recorded = f"`{run['command']}`" if run.get("command") else run.get("converted_from", "")
+    recorded = (
+        f"Recorded with `{run['command']}`"
+        if run.get("command")
+        else f"Converted from {run.get('converted_from', 'an unnamed source')}"
+    )
     st.caption(
         f"{source}; {note}. SDPA is torch.nn.functional.scaled_dot_product_attention: *default* as a user "
         "calls it (torch picks a backend), *math* forced to its reference backend; all fp32 with TF32 off. "
-        f"Versions: {versions}. Recorded with {recorded} ({TIMINGS_FILE.name})."
+        f"Versions: {versions}. {recorded} ({TIMINGS_FILE.name})."
     )
 
 

@@ -497,15 +497,21 @@ def timing_source(run: dict) -> str:
 
 
 def timing_ms_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Milliseconds by seq_len (rows) and implementation (columns, legend order) from timing_rows."""
-    table = df.pivot_table(index="seq_len", columns="implementation", values="ms", aggfunc="first")
-    return table[list(dict.fromkeys(c for c in df["implementation"] if c in table.columns))]
+    """Milliseconds by implementation (rows, legend order) and seq_len (columns, "seq_len 512", ...)
+    from timing_rows; NaN where an implementation was not timed at that length."""
+    table = df.pivot_table(index="implementation", columns="seq_len", values="ms", aggfunc="first")
+    table = table.loc[list(dict.fromkeys(df["implementation"]))]
+    table.columns = [f"seq_len {int(c)}" for c in table.columns]
+    return table
 
 
-LEGEND_COLUMNS = 3  # legend entries per row under the panels
+LEGEND_COLUMNS = 2  # legend entries per row under the panels
+# an entry's width as a fraction of the plot width: plotly adds the line sample (~40 px) to it, so
+# 1 / LEGEND_COLUMNS would leave room for one column fewer
+LEGEND_ENTRY_FRACTION = 0.42
 LEGEND_ROW_PX = 24
 TIMING_PLOT_PX = 290  # the panels' own height
-TIMING_TOP_PX = 135  # title, a source long enough to wrap, then the panels' titles
+TITLE_PX, TITLE_LINE_PX = 64, 22  # above the panels: the title, then each line of the source under it
 AXIS_TITLE_PX = 62  # x tick labels and the x-axis title under the panels
 
 
@@ -568,20 +574,23 @@ def attention_timing_figure(rows, source: str, note: str = "") -> go.Figure:
     # margin holds all of it whatever the number of implementations
     legend_rows = math.ceil(len(impls) / LEGEND_COLUMNS)
     bottom = AXIS_TITLE_PX + legend_rows * LEGEND_ROW_PX + 16
+    title = titled(
+        "Attention forward vs seq_len: time, throughput, memory", f"{source}; {note}" if note else source
+    )
+    top = TITLE_PX + TITLE_LINE_PX * title["text"].count("<br>")  # the panels' titles clear the source
+    title.update(yref="container", y=1, yanchor="top", pad={"t": 12})  # at the top, not mid-margin
     fig.update_layout(
-        title=titled(
-            "Attention forward vs seq_len: time, throughput, memory", f"{source}; {note}" if note else source
-        ),
+        title=title,
         legend={
             "orientation": "h",
             "x": 0.0,
             "xanchor": "left",
             "y": -AXIS_TITLE_PX / TIMING_PLOT_PX,
             "yanchor": "top",
-            "entrywidth": 1 / LEGEND_COLUMNS,
+            "entrywidth": LEGEND_ENTRY_FRACTION,
             "entrywidthmode": "fraction",
         },
-        height=TIMING_TOP_PX + TIMING_PLOT_PX + bottom,
-        margin={"t": TIMING_TOP_PX, "b": bottom},
+        height=top + TIMING_PLOT_PX + bottom,
+        margin={"t": top, "b": bottom},
     )
     return fig
