@@ -247,12 +247,18 @@ def test_full_size_on_the_gpu_matches_float64():
         assert rel_err_f64(out[:, :, rs], _reference_rows(q, k, v, bool(causal), rs)) < REL_TOL
 
 
-def test_flash_page_shows_the_fast_kernel_against_sdpa():
-    from test_app_flash_attention import SMALL, open_page
+def test_flash_page_shows_the_fast_kernel_against_sdpa(monkeypatch):
+    """The page's timing table has a row for the fast kernel and one for SDPA's default, holding the
+    recorded times (the sample document of tests/data, real H200 rows)."""
+    from test_app_flash_attention import SAMPLE, SAMPLE_FILE, SMALL, TIMINGS_ENV, open_page
 
-    at = open_page("flash_attention", **SMALL)
-    tables = [t.value for t in at.dataframe]
-    fast = [t for t in tables if "ours fast (clean)" in t.columns and "SDPA default" in t.columns]
-    assert len(fast) == 1
-    assert fast[0].loc[("no", 4096), "ours fast (clean)"] == pytest.approx(1.068)
-    assert any("fast kernel" in m.value for m in at.markdown)
+    monkeypatch.setenv(TIMINGS_ENV, str(SAMPLE_FILE))
+    at = open_page("flash_attention", **{**SMALL, "causal": 0})
+    (table,) = [t.value for t in at.dataframe if t.value.index.name == "implementation"]
+    sdpa = [name for name in table.index if name.startswith("torch SDPA default")]
+    assert len(sdpa) == 1 and "ours: fast kernel" in table.index
+    for row in SAMPLE["rows"]:
+        name = {"ours fast (clean)": "ours: fast kernel", "torch sdpa default fp32": sdpa[0]}.get(row["impl"])
+        if name and not row["causal"]:
+            assert table.loc[name, f"seq_len {row['seq_len']}"] == pytest.approx(row["ms"])
+    assert any("our fast kernel takes" in m.value for m in at.markdown)
