@@ -5,7 +5,6 @@ Sizes stay tiny: the simulator runs every thread in Python. Each case draws fres
 and poisons the output with NaN, so an element the kernel never writes fails the check.
 """
 
-import itertools
 import json
 import math
 import os
@@ -55,11 +54,11 @@ def run_fast(params: dict, seed: int, kernels=None):
 
 
 CASES = [
-    # head_dim 64 (the 64-thread build; causal: the 128-thread build small grids pick), 128 and 32,
-    # seq_len not a multiple of any tile, causal and not
-    {"batch": 1, "heads": 2, "seq_len": 70, "head_dim": 64, "causal": 0},
-    {"batch": 2, "heads": 1, "seq_len": 130, "head_dim": 64, "causal": 1},
-    {"batch": 1, "heads": 1, "seq_len": 33, "head_dim": 128, "causal": 1},
+    # head_dim 64 (8 warps x 64 keys), 128 (4 warps x 16 keys) and 32; seq_len not a multiple of
+    # any tile; causal (one long and one short Q tile per block) and not; batch and heads > 1
+    {"batch": 2, "heads": 1, "seq_len": 70, "head_dim": 64, "causal": 0},
+    {"batch": 1, "heads": 1, "seq_len": 130, "head_dim": 64, "causal": 1},
+    {"batch": 1, "heads": 2, "seq_len": 33, "head_dim": 128, "causal": 1},
     {"batch": 1, "heads": 1, "seq_len": 50, "head_dim": 128, "causal": 0},
     {"batch": 1, "heads": 1, "seq_len": 20, "head_dim": 32, "causal": 1},
 ]
@@ -77,23 +76,40 @@ def test_matches_float64_within_1e_5_relative(fast_run):
     assert rel_err_f64(x["o"], want) < REL_TOL
 
 
-def test_causal_64_thread_unrolled_build_matches_float64():
-    """The build big causal grids use (64 threads, 8 x 4 tiles, loops unrolled by 2)."""
-    params = {"batch": 1, "heads": 1, "seq_len": 150, "head_dim": 64, "causal": 1}
+def test_other_tile_sizes_match_float64():
+    """A build with 4 warps x 32 keys (not a launch default): the tile loops hold for other sizes."""
+    params = {"batch": 1, "heads": 1, "seq_len": 100, "head_dim": 64, "causal": 1}
     spec, values, launch = plan_launch("flash_attention_fast", params, backend="sim")
-    kernels = af.flash_attention_fast_kernels(64, True, 64, 32, 8, unroll=2)
+    traced, _ = af.flash_attention_fast_kernels(64, True, warps=4, block_k=32)
     x = spec.make_inputs(values, np.random.default_rng(7))
     x["o"][:] = np.nan
-    bufs = record_buffers(spec, launch)
+    n_k = -(-100 // 32)
+    bufs = {
+        "trace": np.zeros((3, 2 * 128), np.int64),
+        "active": np.zeros(2 * 128, np.uint8),
+        "tiles": np.full((1, 2 * n_k, 3, 5), -1, np.int64),
+        "rows": np.zeros((1, 2 * n_k, 64, 2), np.float32),
+    }
     args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
-    kernels[0][af.fast_grid(1, 1, 150, 64, True), (af.TX, 8, 1)](*args)
+    traced[af.fast_grid(1, 1, 100, 64, True), (32, 4, 1)](*args)
     assert rel_err_f64(x["o"], reference64(x["q"], x["k"], x["v"], True)) < REL_TOL
+
+
+def test_tensor_core_split_is_exact_and_keeps_tf32_bits():
+    """x = hi + lo exactly, hi has TF32's 10 mantissa bits, lo is at most 2^-10 of x."""
+    from kernels.tensor_core import split_tf32
+
+    for x in np.random.default_rng(0).standard_normal(200).astype(np.float32):
+        hi, lo = split_tf32(x)
+        assert np.float32(hi) + np.float32(lo) == x
+        assert np.array([hi], np.float32).view(np.uint32)[0] & 0x1FFF == 0
+        assert abs(lo) <= abs(x) * 2.0**-10
 
 
 def test_records_each_tile_it_staged(fast_run):
     params, _, bufs, launch = fast_run
     seq_len, causal = params["seq_len"], bool(params["causal"])
-    bq, bk, _, _ = specs.fast_config(params["head_dim"], causal, seq_len, params["heads"], params["batch"])
+    bq, bk, _ = specs.fast_config(params["head_dim"])
     n_q, n_k = -(-seq_len // bq), -(-seq_len // bk)
     tiles = bufs["tiles"]  # (blocks, steps, operands, 5): row0, col0, rows, cols, t
     for block in range(launch.blocks):
@@ -118,7 +134,7 @@ def test_recorded_softmax_state_is_each_rows_max_and_sum(fast_run):
     """After a Q tile's last step, m is the row's largest score and l = sum exp(s - m)."""
     params, x, bufs, launch = fast_run
     seq_len, causal, d, heads = params["seq_len"], bool(params["causal"]), params["head_dim"], params["heads"]
-    bq, bk, _, _ = specs.fast_config(d, causal, seq_len, heads, params["batch"])
+    bq, bk, _ = specs.fast_config(d)
     n_q, n_k = -(-seq_len // bq), -(-seq_len // bk)
     state = bufs["rows"]  # (blocks, steps, block_q rows, 2)
     gx = launch.grid[0]
@@ -143,17 +159,13 @@ def test_recorded_softmax_state_is_each_rows_max_and_sum(fast_run):
 
 def test_spec_mirrors_the_kernels_configuration():
     """attention_specs (host only, no numba) repeats the kernel's tile choices: keep them equal."""
-    assert specs.FAST_CONFIGS == af.CONFIGS and specs.FAST_TX == af.TX and specs.FAST_SMS == af.SMS
-    for d, causal, seq_len, heads, batch in itertools.product(
-        (32, 64, 128), (False, True), (1, 64, 4096, 8192, 20000), (1, 8, 16), (1, 2)
-    ):
-        cfg = af.fast_config(d, causal, seq_len, heads, batch)
-        assert specs.fast_config(d, causal, seq_len, heads, batch) == cfg
-        bq, bk, _, _ = cfg
-        assert specs.fast_smem_bytes(d, bq, bk) == 4 * af.fast_smem_floats(d, bq, bk) <= 48 * 1024
-    # H200, batch 1, 8 heads, causal: 4096 gets the 128-thread build, 8192 the unrolled 64-thread one
-    assert af.fast_config(64, True, 4096, 8, 1) == (64, 32, 16, 1)
-    assert af.fast_config(64, True, 8192, 8, 1) == (64, 32, 8, 2)
+    assert specs.FAST_CONFIGS == af.CONFIGS and specs.FAST_PAD == af.PAD
+    for d in (32, 64, 128):
+        warps, bk = af.fast_config(d)
+        assert specs.fast_config(d) == (16 * warps, bk, warps)
+        assert specs.fast_smem_bytes(d, bk) == 4 * af.fast_smem_floats(d, bk) <= 48 * 1024
+    with pytest.raises(ValueError, match="head_dim"):
+        af.fast_config(16)
 
 
 def test_plan_geometry_and_refusals():
@@ -165,14 +177,18 @@ def test_plan_geometry_and_refusals():
     _, _, launch = plan_launch(
         "flash_attention_fast", {"batch": 2, "heads": 3, "seq_len": 200, "head_dim": 64, "causal": 1}, "gpu"
     )
-    assert launch.grid == af.fast_grid(2, 3, 200, 64, True) == (2, 6, 1)
-    assert launch.block == (af.TX, 16, 1)
-    # block 0: Q tiles 3 (7 K/V steps) and 0 (2); block 1: tiles 2 (6) and 1 (4)
-    assert specs.fast_steps(200, 64, 32, True) == [9, 10] and launch.tile_steps == 10
+    assert launch.grid == af.fast_grid(2, 3, 200, 128, True) == (1, 6, 1)
+    assert launch.block == (32, 8, 1)
+    # the one block per (batch, head) does Q tiles 1 (4 K/V steps) and 0 (2)
+    assert specs.fast_steps(200, 128, 64, True) == [6] and launch.tile_steps == 6
     _, _, launch = plan_launch(
         "flash_attention_fast", {"batch": 1, "heads": 2, "seq_len": 200, "head_dim": 64, "causal": 0}, "gpu"
     )
-    assert launch.grid == (4, 2, 1) and launch.tile_steps == 7
+    assert launch.grid == (2, 2, 1) and launch.tile_steps == 4
+    _, _, launch = plan_launch(
+        "flash_attention_fast", {"batch": 1, "heads": 1, "seq_len": 200, "head_dim": 128, "causal": 0}, "gpu"
+    )
+    assert launch.block == (32, 4, 1) and launch.grid == (4, 1, 1) and launch.tile_steps == 13
     for bad in ({"head_dim": 16}, {"tile": 32}, {"causal": 2}):
         with pytest.raises(LaunchError):
             plan_launch("flash_attention_fast", bad)
@@ -221,7 +237,7 @@ def test_recorded_h200_rows_say_which_run_and_hold_the_error_bound():
 
 @pytest.mark.gpu
 def test_full_size_on_the_gpu_matches_float64():
-    """H200: b=1, h=8, d=64 at 4096, causal and not, against float64 on 16 query rows."""
+    """H200: b=1, h=8 at 4096, head_dim 64 and 128, causal and not, against float64 on 16 query rows."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         pytest.skip("in-process GPU checks need NUMBA_ENABLE_CUDASIM=0 (see README)")
     from numba import cuda
@@ -230,21 +246,23 @@ def test_full_size_on_the_gpu_matches_float64():
 
     L = 4096
     rng = np.random.default_rng(3)
-    q, k, v = (rng.standard_normal((1, 8, L, 64), dtype=np.float32) for _ in range(3))
-    dq, dk, dv = (cuda.to_device(a) for a in (q, k, v))
-    for causal in (0, 1):
-        do = cuda.to_device(np.full(q.shape, np.nan, np.float32))
-        _, clean = af.flash_attention_fast_for(64, causal, L, 8, 1)
-        bq, _, ty, _ = af.fast_config(64, bool(causal), L, 8, 1)
-        small = (cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8))
-        rec = (cuda.device_array((1, 1, 1, 5), np.int64), cuda.device_array((1, 1, 1, 2), np.float32))
-        clean[af.fast_grid(1, 8, L, bq, bool(causal)), (af.TX, ty, 1)](
-            dq, dk, dv, do, L, causal, *small, *rec
-        )
-        out = do.copy_to_host()
-        assert np.isfinite(out).all()
-        rs = _check_rows(L)
-        assert rel_err_f64(out[:, :, rs], _reference_rows(q, k, v, bool(causal), rs)) < REL_TOL
+    for d in (64, 128):
+        q, k, v = (rng.standard_normal((1, 8, L, d), dtype=np.float32) for _ in range(3))
+        dq, dk, dv = (cuda.to_device(a) for a in (q, k, v))
+        for causal in (0, 1):
+            do = cuda.to_device(np.full(q.shape, np.nan, np.float32))
+            _, clean = af.flash_attention_fast_for(d, causal, L, 8, 1)
+            warps, _ = af.fast_config(d)
+            small = (cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8))
+            rec = (cuda.device_array((1, 1, 1, 5), np.int64), cuda.device_array((1, 1, 1, 2), np.float32))
+            clean[af.fast_grid(1, 8, L, 16 * warps, bool(causal)), (32, warps, 1)](
+                dq, dk, dv, do, L, causal, *small, *rec
+            )
+            out = do.copy_to_host()
+            assert np.isfinite(out).all()
+            rs = _check_rows(L)
+            err = rel_err_f64(out[:, :, rs], _reference_rows(q, k, v, bool(causal), rs))
+            assert err < REL_TOL, (d, causal, err)
 
 
 def test_flash_page_shows_the_fast_kernel_against_sdpa(monkeypatch):

@@ -369,11 +369,11 @@ def correctness_sweep(seq_len: int = 77, batch: int = 2, heads: int = 3, seed: i
 def fast_variants(
     configs, seq_lens=(4096, 8192), batch=1, heads=8, head_dim=64, repeats=10, seed=0
 ) -> list[dict]:
-    """Time clean builds of kernels/attention_fast.py for several (block_q, block_k, threads_y,
-    min_blocks) configurations, causal and not: the tuning table behind attention_fast.CONFIGS."""
+    """Time clean builds of kernels/attention_fast.py for several (warps, block_k, min_blocks)
+    configurations, causal and not: the tuning table behind attention_fast.CONFIGS."""
     from numba import cuda
 
-    from kernels.attention_fast import TX, fast_grid, flash_attention_fast_kernels
+    from kernels.attention_fast import fast_grid, flash_attention_fast_kernels
     from visualizer.occupancy import occupancy
 
     rng = np.random.default_rng(seed)
@@ -389,18 +389,11 @@ def fast_variants(
         rs = _check_rows(seq_len)
         for causal in (0, 1):
             ref64 = _reference_rows(q, k, v, bool(causal), rs)
-            for bq, bk, ty, mb, unroll, skip in configs:
+            for warps, bk, mb in configs:
                 _, kern = flash_attention_fast_kernels(
-                    head_dim,
-                    bool(causal),
-                    bq,
-                    bk,
-                    ty,
-                    min_blocks=mb or None,
-                    unroll=unroll,
-                    skip_rescale=bool(skip),
+                    head_dim, bool(causal), warps, bk, min_blocks=mb or None
                 )
-                cfg = (fast_grid(batch, heads, seq_len, bq, bool(causal)), (TX, ty, 1))
+                cfg = (fast_grid(batch, heads, seq_len, 16 * warps, bool(causal)), (32, warps, 1))
                 do.copy_to_device(np.full(shape, np.nan, np.float32))
                 args = (dq, dk, dv, do, seq_len, causal, tr, act, tiles, st)
                 m = gpu_timing.measure(
@@ -409,14 +402,14 @@ def fast_variants(
                 got = do.copy_to_host()
                 res = _resources(kern)
                 occ = occupancy(
-                    "sm_90", TX * ty, res.get("registers", 0), smem_static=res.get("smem_bytes", 0)
+                    "sm_90", 32 * warps, res.get("registers", 0), smem_static=res.get("smem_bytes", 0)
                 )
                 ms = statistics.median(m.device_ms)
                 out.append(
                     {
                         "seq_len": seq_len,
                         "causal": causal,
-                        "config": f"bq{bq} bk{bk} ty{ty} minb{mb} unroll{unroll} skip{skip}",
+                        "config": f"warps{warps} bk{bk} minb{mb}",
                         "ms": ms,
                         "tflops": _flops(batch, heads, seq_len, head_dim, bool(causal)) / (ms * 1e-3) / 1e12,
                         "rel_err_f64": rel_err_f64(got[:, :, rs], ref64),
@@ -597,7 +590,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--fast-variants",
         default="",
-        help="only time fast-kernel configs 'bq,bk,ty,min_blocks,unroll,skip_rescale;...' (min_blocks 0: none)",
+        help="only time fast-kernel configs 'warps,block_k,min_blocks;...' (min_blocks 0: none)",
     )
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the rows here (write_json)")
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -246,25 +246,20 @@ NAIVE_ATTENTION = KernelSpec(
 
 # --- the fast kernel (kernels/attention_fast.py): block shape fixed per head_dim --------------------
 
-FAST_TX = 8  # kernels/attention_fast.py: threads sharing a query row
-# head_dim: (block_q, block_k, threads_y), as kernels/attention_fast.py CONFIGS and fast_config
-FAST_CONFIGS = {32: (64, 32, 8), 64: (64, 32, 8), 128: (32, 16, 8)}
-FAST_SMS = 132
+FAST_PAD = 4  # kernels/attention_fast.py: floats of padding per row of sK and sV
+# head_dim: (warps, block_k), as kernels/attention_fast.py CONFIGS; block_q = 16 * warps
+FAST_CONFIGS = {32: (8, 64), 64: (8, 64), 128: (4, 16)}
 
 
-def fast_config(head_dim: int, causal: bool, seq_len: int = 0, heads: int = 1, batch: int = 1):
-    """(block_q, block_k, threads_y, unroll): kernels/attention_fast.py:fast_config (a test keeps them equal)."""
-    if causal and head_dim == 64:
-        pairs = (ceil_div(seq_len, 64) + 1) // 2
-        return (64, 32, 8, 2) if pairs * heads * batch >= 3 * FAST_SMS else (64, 32, 16, 1)
-    return (*FAST_CONFIGS[head_dim], 1)
+def fast_config(head_dim: int) -> tuple[int, int, int]:
+    """(block_q, block_k, warps): kernels/attention_fast.py:fast_config (a test keeps them equal)."""
+    warps, block_k = FAST_CONFIGS[head_dim]
+    return 16 * warps, block_k, warps
 
 
-def fast_smem_bytes(head_dim: int, block_q: int, block_k: int) -> int:
-    """Static shared memory of one fast block (kernels/attention_fast.py:fast_smem_floats)."""
-    bq, bk = block_q, block_k
-    d = head_dim
-    return 4 * (bq * (d + PAD) + bk * (d + PAD) + bk * d + bq * (bk + PAD) + bq * FAST_TX)
+def fast_smem_bytes(head_dim: int, block_k: int) -> int:
+    """Static shared memory of one fast block on the GPU (kernels/attention_fast.py:fast_smem_floats)."""
+    return 4 * 2 * block_k * (head_dim + FAST_PAD)
 
 
 def fast_steps(seq_len: int, block_q: int, block_k: int, causal: bool) -> list[int]:
@@ -282,7 +277,7 @@ def fast_steps(seq_len: int, block_q: int, block_k: int, causal: bool) -> list[i
 
 def _fast_plan(p: dict) -> Launch:
     seq_len, head_dim, causal = p["seq_len"], p["head_dim"], bool(p["causal"])
-    bq, bk, ty, _ = fast_config(head_dim, causal, seq_len, p["heads"], p["batch"])
+    bq, bk, warps = fast_config(head_dim)
     n_q = ceil_div(seq_len, bq)
     # attention_fast.fast_grid
     grid = ((n_q + 1) // 2, p["batch"] * p["heads"], 1) if causal else (n_q, p["heads"], p["batch"])
@@ -290,9 +285,9 @@ def _fast_plan(p: dict) -> Launch:
     steps = max(fast_steps(seq_len, bq, bk, causal))
     return Launch(
         grid=grid,
-        block=(FAST_TX, ty, 1),
+        block=(32, warps, 1),
         scalars={"seq_len": seq_len, "causal": p["causal"]},
-        static_smem=fast_smem_bytes(head_dim, bq, bk),
+        static_smem=fast_smem_bytes(head_dim, bk),
         tile_steps=steps,
         row_state=(min(blocks, ROW_STATE_BLOCKS), steps, bq),
     )
@@ -301,7 +296,7 @@ def _fast_plan(p: dict) -> Launch:
 def _fast_work(p: dict) -> tuple[float, float]:
     """As _flash_work, with the fast kernel's Q tile (block_q rows) and K/V tile (block_k rows)."""
     seq_len, d = p["seq_len"], p["head_dim"]
-    bq, bk, _, _ = fast_config(d, bool(p["causal"]), seq_len, p["heads"], p["batch"])
+    bq, bk, _ = fast_config(d)
     kv_rows = 0
     for qt in range(ceil_div(seq_len, bq)):
         last = min(qt * bq + bq, seq_len) - 1
@@ -311,15 +306,32 @@ def _fast_work(p: dict) -> tuple[float, float]:
     return p["batch"] * p["heads"] * per_head, useful_flops(p)
 
 
+def _fast_cost(p: dict, launch: Launch) -> tuple[float, int]:
+    """Simulated work: the simulator multiplies each warp's 16x8x8 tiles in plain Python, the lanes
+    swapping fragments between two barriers (kernels/tensor_core.py): per thread and K/V step,
+    2 (block_k/8)(head_dim/8) such multiplies of 8 multiply-adds each, plus the quad reductions'
+    and the step's own barriers (calibrated with fastsim: the default launch ~3 s a build)."""
+    bq, bk, _ = fast_config(p["head_dim"])
+    multiplies = 2 * (bk // 8) * (p["head_dim"] // 8)
+    per_step = multiplies * (2 * BARRIER_STEPS + 8) + 8 * BARRIER_STEPS
+    # K/V steps of all blocks: fast_steps lists one row of Q tiles (or pairs); a row per head and batch
+    steps = sum(fast_steps(p["seq_len"], bq, bk, bool(p["causal"]))) * p["heads"] * p["batch"]
+    total = launch.threads * THREAD_START_STEPS + steps * launch.threads_per_block * per_step
+    return total, 4 * 4 * math.prod(_shape(p))
+
+
 FLASH_ATTENTION_FAST = KernelSpec(
     name="flash_attention_fast",
-    title="FlashAttention forward, fast (register tiles, fp32)",
-    summary="The same attention as flash_attention, built for speed: each thread keeps a register tile "
-    "of S (8 or 4 query rows x 4 keys) and of O, the online softmax stays in registers (row maxima combined "
-    "by warp shuffles), Q is pre-scaled so softmax is one exp2 per score, the next K/V tile's loads "
-    "fly while the current one is multiplied, and causal launches skip masked tiles and give each "
-    "block one long and one short Q tile, so every block has the same work. Plain fp32 arithmetic "
-    "(FFMA), no tensor cores. Tile sizes are fixed per head_dim.",
+    title="FlashAttention forward, fast (tensor cores, fp32 accuracy)",
+    summary="The same attention as flash_attention, built like FlashAttention-2 for speed: each warp owns 16 "
+    "query rows, and both products (S = Q Kᵀ and P V) are warp-wide 16x8x8 matrix multiplies on the tensor "
+    "cores, three per product (3xTF32: every fp32 operand split into a TF32 high and low part, as torch's "
+    "memory-efficient kernel does), so the result keeps fp32 accuracy. S, P and O live in registers in the "
+    "tensor cores' fragment layout; the online softmax combines a row's maximum over the 4 lanes that share "
+    "it; the next K/V tile's loads fly while the current one is multiplied; causal launches skip masked "
+    "tiles and give each block one long and one short Q tile. On the simulator, which has no tensor cores, "
+    "each warp's multiply is done in plain fp32 with the lanes' fragments exchanged through shared memory. "
+    "Tile sizes are fixed per head_dim.",
     params=(
         Param("batch", 1, 1, 64, "batch size (grid z)"),
         Param("heads", 2, 1, 128, "attention heads (grid y)"),
@@ -337,6 +349,7 @@ FLASH_ATTENTION_FAST = KernelSpec(
     tile_operands=("Q", "K", "V"),
     row_table=("softmax_state", ("m", "l")),
     work=_fast_work,
+    cost=_fast_cost,
     rtol=1e-4,
     atol=1e-4,
     torch_op=_torch_attention,

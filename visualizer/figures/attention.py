@@ -399,7 +399,7 @@ def smem_gauge_figure(
 # implementations visualizer.attention_bench records, in legend order: the name it writes, then the
 # label a student reads, colour and dash (instrumented builds: their clean build's colour, dotted)
 TIMING_STYLES = {
-    "ours fast (clean)": ("ours: fast kernel", "#d62728", "solid"),
+    "ours fast (clean)": ("ours: fast kernel (tensor cores, 3xTF32)", "#d62728", "solid"),
     "ours fast (instrumented)": ("ours: fast kernel, instrumented", "#d62728", "dot"),
     "ours flash (clean)": ("ours: teaching kernel", "#ff8c00", "solid"),
     "ours flash (instrumented)": ("ours: teaching kernel, instrumented", "#ff8c00", "dot"),
