@@ -56,8 +56,12 @@ PAGE_QUERY_KEYS = frozenset(
         "mem_kernel", "mem_layout", "mem_stride", "mem_line", "mem_block", "mem_warp", "mem_exec",
         "q_tile", "row", "fa_head", "fa_batch", "fa_fa1", "fa_arch", "fa_smem_tile", "fa_smem_head_dim",
         "lesson", "q", "teacher",
+        # a lesson's launch controls, as LESSON_LINK_PREFIX + the control's key (lessons/catalog.py)
+        "l_n", "l_block", "l_gpu", "l_regs", "l_kernel", "l_stride", "l_tile", "l_size", "l_nbins", "l_hot",
+        "l_seq_len",
     }
 )  # fmt: skip
+LESSON_LINK_PREFIX = "l_"  # not the bare name: n, block, stride... are the sidebar kernel's parameters
 
 
 @dataclass(frozen=True)
