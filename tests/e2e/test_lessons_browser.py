@@ -66,3 +66,38 @@ def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(p
     assert charts(page).count() >= 1
     assert page.evaluate(CLIPPED) == []
     assert page.evaluate(LABELS_CLIPPED) == []
+
+
+# A slider's value label meeting its rail, its handle, its own label or another control.
+SLIDER_VALUE_OVERLAPS = """() => {
+  const meet = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1
+      && b.top < a.bottom - 1;
+  const glyphs = (el) => { const r = document.createRange(); r.selectNodeContents(el);
+      return r.getBoundingClientRect(); };  // the text itself, not its line box
+  const hits = [];
+  const main = document.querySelector('[data-testid=stMain]');
+  const controls = [...main.querySelectorAll('[data-testid=stSlider], [data-testid=stRadio],'
+      + ' [data-testid=stSelectbox], [data-testid=stNumberInput], [data-testid=stButton]')];
+  for (const slider of main.querySelectorAll('[data-testid=stSlider]')) {
+    const value = slider.querySelector('[data-testid=stSliderThumbValue]');
+    const text = glyphs(value.querySelector('p'));
+    const rail = slider.querySelector('[role=group] > div').children[0];
+    const parts = [['rail', rail.getBoundingClientRect()], ['handle', value.parentElement.getBoundingClientRect()],
+        ['label', glyphs(slider.querySelector('[data-testid=stWidgetLabel] p'))]];
+    for (const other of controls)
+      if (other !== slider) parts.push([other.textContent.slice(0, 30), other.getBoundingClientRect()]);
+    for (const [name, box] of parts) if (meet(text, box)) hits.push(`${value.textContent} / ${name}`);
+  }
+  return hits;
+}"""
+
+
+@pytest.mark.parametrize("stride", [1, 32])
+def test_teacher_mode_slider_values_clear_their_track_at_1280(page, app_url, stride):
+    page = open_page(
+        page, app_url, f"?backend=sim&page=lessons&lesson=coalescing&teacher=1&l_stride={stride}"
+    )
+    m = main(page)
+    assert m.locator("[data-testid=stSliderThumbValue]").first.inner_text() == str(stride)
+    assert page.evaluate(SLIDER_VALUE_OVERLAPS) == []
+    assert page.evaluate(LABELS_CLIPPED) == []

@@ -31,7 +31,8 @@ from visualizer.ui.session import (
     to_link,
 )
 
-# Projector mode: our own fixed CSS (no visitor text), larger type in the main area only.
+# Projector mode: our own fixed CSS (no visitor text), larger type in the main area only. A slider's
+# value and end labels keep their size: they sit at fixed offsets from the track, and larger they cover it.
 TEACHER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.4rem; line-height: 1.5; }
@@ -39,6 +40,8 @@ TEACHER_CSS = """<style>
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
 [data-testid="stMain"] [data-testid="stWidgetLabel"] p { font-size: 1.25rem; }
 [data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.6rem; }
+[data-testid="stMain"] [data-testid="stSliderThumbValue"] p,
+[data-testid="stMain"] [data-testid="stSliderTickBar"] p { font-size: inherit; line-height: inherit; }
 </style>"""
 NAMES = [lesson.name for lesson in LESSONS]
 
