@@ -41,6 +41,16 @@ def test_a_student_predicts_runs_and_gets_feedback_from_the_run(page, app_url):
     # the sidebar's Lessons group shows where we are
     lessons = page.get_by_test_id("stSidebar").get_by_test_id("stRadio").nth(1)
     assert lessons.locator("input:checked").count() == 1
+    # going on in the same lesson stays in it (a lesson's name in the lesson box once changed when it
+    # was done, and the browser then sent the first lesson back with the next click)
+    m.get_by_role("button", name="Ask again with this launch").click()
+    wait_for_app(page)
+    box = m.locator("input[type=number]").first
+    box.fill("3")
+    box.press("Enter")
+    wait_for_app(page)
+    assert m.locator("h2").first.inner_text() == "Threads, blocks and warps"
+    assert "lesson=threads" in page.url
 
 
 def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(page, app_url):

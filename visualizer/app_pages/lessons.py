@@ -181,7 +181,9 @@ name = top1.selectbox(
     "lesson",
     NAMES,
     key="lesson",
-    format_func=lambda n: f"{'✓ ' if n in done else ''}{NAMES.index(n) + 1}. {get(n).title}",
+    # fixed labels: the browser resets a box whose labels change to its first option (done lessons are
+    # named in the progress line below instead)
+    format_func=lambda n: f"{NAMES.index(n) + 1}. {get(n).title}",
     on_change=_change_lesson,
 )
 top2.toggle(
@@ -194,8 +196,9 @@ show_link_notices(*notices)
 # the launch on screen (the controls below read these same values), so a link reproduces it
 launch = launch_link(lesson, {c.key: st.session_state[control_key(lesson, c)] for c in lesson.controls})
 st.caption(
-    f"Your progress in this browser session: {len(done)} of {len(LESSONS)} lessons done. "
-    f"[Link to this lesson for a class]({link(name, launch=launch)})"
+    f"Your progress in this browser session: {len(done)} of {len(LESSONS)} lessons done"
+    + (f" (✓ {', '.join(str(NAMES.index(n) + 1) for n in done)}). " if done else ". ")
+    + f"[Link to this lesson for a class]({link(name, launch=launch)})"
 )
 
 st.header(lesson.title)
