@@ -73,6 +73,11 @@ def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(p
     wait_for_app(page)
     assert m.get_by_text("answer (from the run)").count() == 1
     assert m.get_by_text("Right: you said 4 sectors").count() == 1  # stride 1: coalesced
+    # the answer is the largest text on the projector after the page title, never smaller than its label
+    px = "(el) => parseFloat(getComputedStyle(el).fontSize)"
+    value = m.locator("[data-testid=stMetricValue] p").first.evaluate(px)
+    label = m.locator("[data-testid=stMetricLabel] p").first.evaluate(px)
+    assert value >= 36 and value > 1.5 * label
     assert charts(page).count() >= 1
     assert page.evaluate(CLIPPED) == []
     assert page.evaluate(LABELS_CLIPPED) == []

@@ -31,15 +31,18 @@ from visualizer.ui.session import (
     to_link,
 )
 
-# Projector mode: our own fixed CSS (no visitor text), larger type in the main area only. A slider's
-# value and end labels keep their size: they sit at fixed offsets from the track, and larger they cover it.
+# Projector mode: our own fixed CSS (no visitor text), larger type in the main area only. A metric's
+# value is text in a paragraph too: it is sized after the paragraphs, or it came out smaller than its
+# label. A slider's value and end labels keep their size: at fixed offsets from the track, larger
+# they cover it.
 TEACHER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.4rem; line-height: 1.5; }
 [data-testid="stMain"] h1 { font-size: 2.9rem; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
 [data-testid="stMain"] [data-testid="stWidgetLabel"] p { font-size: 1.25rem; }
-[data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.6rem; }
+[data-testid="stMain"] [data-testid="stMetricValue"] p { font-size: 2.6rem; line-height: 1.25; }
+[data-testid="stMain"] [data-testid="stMetricLabel"] p { font-size: 1.25rem; }
 [data-testid="stMain"] [data-testid="stSliderThumbValue"] p,
 [data-testid="stMain"] [data-testid="stSliderTickBar"] p { font-size: inherit; line-height: inherit; }
 </style>"""
