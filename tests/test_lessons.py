@@ -169,3 +169,4 @@ def test_cpu_vs_gpu_bars_show_the_shorter_time_as_a_bar_with_a_level_label():
     assert (math.log10(0.52) - lo) / (hi - lo) > 0.25
     assert hi >= math.log10(4.0)
     assert fig.data[0].textangle == 0  # never turned sideways into a sliver of a bar
+    assert list(fig.layout.xaxis.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5"]

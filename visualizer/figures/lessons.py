@@ -35,7 +35,10 @@ def time_bars_figure(rows: list[tuple[str, float, str]], title: str) -> go.Figur
     # bars on a log axis start at its left edge: start it a decade below the shortest, so no bar is a
     # sliver just because the axis began where it ends (and a short bar's label goes beside it, level)
     lo, hi = np.log10(min(values)) - 1, np.log10(max(values)) + 0.2
-    fig.update_xaxes(type="log", title="µs (log scale)", range=[lo, hi], autorange=False)
+    ticks = [m * 10.0**d for d in range(int(np.floor(lo)), int(np.ceil(hi)) + 1) for m in (1, 2, 5)]
+    ticks = [t for t in ticks if lo <= np.log10(t) <= hi]  # 1-2-5 steps: plain numbers, not 7 8 9 0.1 2 3
+    fig.update_xaxes(type="log", title="µs (log scale)", range=[lo, hi], autorange=False,
+                     tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])  # fmt: skip
     fig.update_yaxes(automargin=True)
     return _layout(fig, title, " · ".join(sorted({r[2].split(":")[0] for r in rows})))
 
