@@ -117,3 +117,65 @@ def test_a_student_can_go_through_every_lesson_on_the_simulator():
         assert answers and at.get("plotly_chart"), name
     done = at.session_state.lesson_progress
     assert all(done[n]["done"] for n in done) and len(done) == 10
+
+
+def launch_widgets(at: AppTest, lesson: str) -> dict:
+    prefix = f"lesson_{lesson}_"
+    return {
+        str(w.key)[len(prefix) :]: w.value
+        for w in (*at.select_slider, *at.radio)
+        if str(w.key).startswith(prefix)
+    }
+
+
+def test_every_lesson_control_has_a_link_key():
+    from visualizer.lessons.catalog import LESSONS
+    from visualizer.ui.session import LESSON_LINK_PREFIX, PAGE_QUERY_KEYS
+
+    keys = {LESSON_LINK_PREFIX + c.key for lesson in LESSONS for c in lesson.controls}
+    assert keys <= PAGE_QUERY_KEYS
+    assert {k for k in PAGE_QUERY_KEYS if k.startswith(LESSON_LINK_PREFIX)} == keys
+
+
+def test_a_teachers_link_reproduces_the_lessons_launch():
+    at = open_lesson("coalescing", q=1, teacher=1)
+    at.select_slider(key="lesson_coalescing_stride").set_value(8).run()
+    at.radio(key="lesson_coalescing_kernel").set_value("transpose_naive").run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = launch_widgets(at, "coalescing")
+    assert shown == {"kernel": "transpose_naive", "stride": 8}
+    link = {k: at.query_params[k] for k in at.query_params}
+    assert link["l_stride"] == "8" and link["l_kernel"] == "transpose_naive"
+    # the links the page offers carry the launch too
+    text = " ".join(m.value for m in (*at.markdown, *at.caption))
+    assert "lesson=coalescing&l_kernel=transpose_naive&l_stride=8&q=1&teacher=1" in text
+    assert "lesson=coalescing&l_kernel=transpose_naive&l_stride=8&teacher=1" in text
+    runs = [c.value for c in at.main.caption if "Runs `" in c.value]
+    assert runs and "`transpose_naive`" in runs[0]
+
+    again = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
+    for k, v in link.items():
+        again.query_params[k] = v
+    again.run()
+    assert not again.exception, [e.value for e in again.exception]
+    assert launch_widgets(again, "coalescing") == shown
+    assert [c.value for c in again.main.caption if "Runs `" in c.value] == runs  # the same launch
+    assert not again.warning
+
+
+def test_a_bad_launch_in_a_lesson_link_falls_back_with_a_notice():
+    at = open_lesson("threads", l_block=2048, l_n="many", l_stride=4)
+    assert not at.exception, [e.value for e in at.exception]
+    assert launch_widgets(at, "threads") == {"n": 1000, "block": 128}  # the defaults
+    notices = [w.value.replace("\\", "").replace("\u200b", "") for w in at.warning]
+    assert len(notices) == 2 and any("l_block=2048" in n for n in notices), notices
+    assert "l_stride" not in at.query_params  # not a control of this lesson
+
+
+def test_another_lesson_starts_from_its_own_defaults():
+    at = open_lesson("threads", l_block=32)  # barriers has 32 too, but starts from its default, 64
+    assert launch_widgets(at, "threads")["block"] == 32
+    at.selectbox(key="lesson").set_value("barriers").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert launch_widgets(at, "barriers") == {"kernel": "reduction_race", "block": 64}
+    assert "l_block" not in at.query_params  # the default is left out of the link

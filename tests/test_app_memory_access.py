@@ -65,3 +65,59 @@ def test_strided_copy_stride_control_and_race_table():
     assert not at.exception
     assert int(metric(at, "raced shared words").replace(",", "")) > 0
     assert any("Hazards:" in e.proto.label for e in at.expander)
+
+
+def request_widgets(at: AppTest) -> dict:
+    """The chosen access, block, warp and execution (their keys name the kernel and the access)."""
+    line = next(s for s in at.selectbox if str(s.key).startswith("mem_line_"))
+    boxes = {str(n.key).split("_")[1]: n.value for n in at.number_input if str(n.key).startswith("mem_")}
+    return {"line": line.value, **boxes}
+
+
+def test_a_link_reopens_the_same_line_block_and_warp():
+    at = open_page("transpose_naive", rows=64, cols=64, tile=32)
+    line = next(s for s in at.selectbox if str(s.key).startswith("mem_line_"))
+    other = next(o for o in line.options if o != line.value)  # not the worst access the page opens on
+    line.set_value(other).run()
+    next(n for n in at.number_input if str(n.key).startswith("mem_block_")).set_value(2).run()
+    next(n for n in at.number_input if str(n.key).startswith("mem_warp_")).set_value(5).run()
+    assert not at.exception, [e.value for e in at.exception]
+    chosen = request_widgets(at)
+    assert chosen["block"] == 2 and chosen["warp"] == 5 and chosen["line"] == other
+    title = charts(at)[0]["layout"]["title"]["text"]
+    link = {k: at.query_params[k] for k in at.query_params}
+    assert (
+        link["mem_block"] == "2"
+        and link["mem_warp"] == "5"
+        and link["mem_line"].startswith(other.split(":")[0][5:] + "-")
+    )
+
+    # a new visitor opening that link sees the same request
+    again = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
+    for k, v in link.items():
+        again.query_params[k] = v
+    again.run()
+    assert not again.exception, [e.value for e in again.exception]
+    assert request_widgets(again) == chosen
+    assert charts(again)[0]["layout"]["title"]["text"] == title
+    assert not again.warning
+
+
+def test_a_bad_request_in_the_link_falls_back_with_a_notice():
+    at = open_page("transpose_naive", rows=32, cols=32, tile=32)
+    worst = request_widgets(at)
+    for query, word in (
+        ({"mem_line": "9999-load-x"}, "mem_line=9999"),
+        ({"mem_line": "abc", "mem_block": "-3"}, "mem_block=-3"),
+        ({"mem_block": "1e9", "mem_warp": "99999", "mem_exec": "x"}, "mem_warp=99999"),
+    ):
+        bad = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
+        for k, v in {"kernel": "transpose_naive", "backend": "sim", "rows": "32", "cols": "32",
+                     "tile": "32", "page": "memory_access", **query}.items():  # fmt: skip
+            bad.query_params[k] = v
+        bad.run()
+        assert not bad.exception, [e.value for e in bad.exception]
+        notices = [w.value.replace("\\", "").replace("\u200b", "") for w in bad.warning]  # escaped
+        assert len(notices) == len(query) and any(word in n for n in notices), notices
+        assert request_widgets(bad) == worst  # the defaults: the worst request
+        assert charts(bad)

@@ -157,3 +157,16 @@ def test_gpu_captures_answer_with_measured_times_and_compiled_registers(gpu_runn
     regs, why = A.regs_of(cap, 999)
     assert regs != 999 and "compiled" in why
     assert A.warps_per_block(cap).value == 8
+
+
+def test_cpu_vs_gpu_bars_show_the_shorter_time_as_a_bar_with_a_level_label():
+    from visualizer.figures.lessons import time_bars_figure
+
+    fig = time_bars_figure([("numpy", 0.52, "measured: numpy"), ("kernel", 4.0, "modelled: H200")], "t")
+    lo, hi = fig.layout.xaxis.range
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.autorange is False
+    # on a log axis a bar runs from the axis' left edge: the shorter one must still be a visible bar
+    assert (math.log10(0.52) - lo) / (hi - lo) > 0.25
+    assert hi >= math.log10(4.0)
+    assert fig.data[0].textangle == 0  # never turned sideways into a sliver of a bar
+    assert list(fig.layout.xaxis.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5"]

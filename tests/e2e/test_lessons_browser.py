@@ -41,6 +41,16 @@ def test_a_student_predicts_runs_and_gets_feedback_from_the_run(page, app_url):
     # the sidebar's Lessons group shows where we are
     lessons = page.get_by_test_id("stSidebar").get_by_test_id("stRadio").nth(1)
     assert lessons.locator("input:checked").count() == 1
+    # going on in the same lesson stays in it (a lesson's name in the lesson box once changed when it
+    # was done, and the browser then sent the first lesson back with the next click)
+    m.get_by_role("button", name="Ask again with this launch").click()
+    wait_for_app(page)
+    box = m.locator("input[type=number]").first
+    box.fill("3")
+    box.press("Enter")
+    wait_for_app(page)
+    assert m.locator("h2").first.inner_text() == "Threads, blocks and warps"
+    assert "lesson=threads" in page.url
 
 
 def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(page, app_url):
@@ -63,6 +73,46 @@ def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(p
     wait_for_app(page)
     assert m.get_by_text("answer (from the run)").count() == 1
     assert m.get_by_text("Right: you said 4 sectors").count() == 1  # stride 1: coalesced
+    # the answer is the largest text on the projector after the page title, never smaller than its label
+    px = "(el) => parseFloat(getComputedStyle(el).fontSize)"
+    value = m.locator("[data-testid=stMetricValue] p").first.evaluate(px)
+    label = m.locator("[data-testid=stMetricLabel] p").first.evaluate(px)
+    assert value >= 36 and value > 1.5 * label
     assert charts(page).count() >= 1
     assert page.evaluate(CLIPPED) == []
+    assert page.evaluate(LABELS_CLIPPED) == []
+
+
+# A slider's value label meeting its rail, its handle, its own label or another control.
+SLIDER_VALUE_OVERLAPS = """() => {
+  const meet = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1
+      && b.top < a.bottom - 1;
+  const glyphs = (el) => { const r = document.createRange(); r.selectNodeContents(el);
+      return r.getBoundingClientRect(); };  // the text itself, not its line box
+  const hits = [];
+  const main = document.querySelector('[data-testid=stMain]');
+  const controls = [...main.querySelectorAll('[data-testid=stSlider], [data-testid=stRadio],'
+      + ' [data-testid=stSelectbox], [data-testid=stNumberInput], [data-testid=stButton]')];
+  for (const slider of main.querySelectorAll('[data-testid=stSlider]')) {
+    const value = slider.querySelector('[data-testid=stSliderThumbValue]');
+    const text = glyphs(value.querySelector('p'));
+    const rail = slider.querySelector('[role=group] > div').children[0];
+    const parts = [['rail', rail.getBoundingClientRect()], ['handle', value.parentElement.getBoundingClientRect()],
+        ['label', glyphs(slider.querySelector('[data-testid=stWidgetLabel] p'))]];
+    for (const other of controls)
+      if (other !== slider) parts.push([other.textContent.slice(0, 30), other.getBoundingClientRect()]);
+    for (const [name, box] of parts) if (meet(text, box)) hits.push(`${value.textContent} / ${name}`);
+  }
+  return hits;
+}"""
+
+
+@pytest.mark.parametrize("stride", [1, 32])
+def test_teacher_mode_slider_values_clear_their_track_at_1280(page, app_url, stride):
+    page = open_page(
+        page, app_url, f"?backend=sim&page=lessons&lesson=coalescing&teacher=1&l_stride={stride}"
+    )
+    m = main(page)
+    assert m.locator("[data-testid=stSliderThumbValue]").first.inner_text() == str(stride)
+    assert page.evaluate(SLIDER_VALUE_OVERLAPS) == []
     assert page.evaluate(LABELS_CLIPPED) == []

@@ -18,3 +18,20 @@ def test_memory_access_page_transpose_what_if(open_app):
     assert page.get_by_test_id("stException").count() == 0
     page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
     assert "conflict-free" in page.locator(".js-plotly-plot").first.inner_text()
+
+
+# The source block beside the sector chart: lines running past its right edge (cut off or scrolled)
+SOURCE_CUT = """() => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stHtml] div')]
+  .filter((el) => el.style.fontFamily === 'monospace')
+  .flatMap((box) => [box, ...box.children])
+  .filter((el) => el.scrollWidth > el.clientWidth + 1).map((el) => el.textContent.slice(0, 60))"""
+
+
+def test_the_highlighted_source_line_fits_its_column_at_1280(open_app):
+    page = open_app("", "?backend=sim&page=memory_access&mem_kernel=transpose_naive")
+    source = page.locator("[data-testid=stMain] [data-testid=stHtml]").filter(
+        has_text="out[x, y] = inp[y, x]"
+    )
+    source.first.wait_for(timeout=120_000)
+    assert "stores a whole row apart" in source.first.inner_text()
+    assert page.evaluate(SOURCE_CUT) == []

@@ -16,23 +16,35 @@ from visualizer.runner import gpu_present
 from visualizer.ui.charts import chart
 from visualizer.ui.memory import access_capture
 from visualizer.ui.session import (
+    LESSON_LINK_PREFIX,
+    PAGE_QUERY_KEYS,
     RunConfig,
     as_text,
     capture_cache,
     capture_key,
+    drop_link,
     from_link,
+    link_value,
     run_capture,
+    set_link,
+    show_link_notices,
     to_link,
 )
 
-# Projector mode: our own fixed CSS (no visitor text), larger type in the main area only.
+# Projector mode: our own fixed CSS (no visitor text), larger type in the main area only. A metric's
+# value is text in a paragraph too: it is sized after the paragraphs, or it came out smaller than its
+# label. A slider's value and end labels keep their size: at fixed offsets from the track, larger
+# they cover it.
 TEACHER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.4rem; line-height: 1.5; }
 [data-testid="stMain"] h1 { font-size: 2.9rem; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.1rem; }
 [data-testid="stMain"] [data-testid="stWidgetLabel"] p { font-size: 1.25rem; }
-[data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.6rem; }
+[data-testid="stMain"] [data-testid="stMetricValue"] p { font-size: 2.6rem; line-height: 1.25; }
+[data-testid="stMain"] [data-testid="stMetricLabel"] p { font-size: 1.25rem; }
+[data-testid="stMain"] [data-testid="stSliderThumbValue"] p,
+[data-testid="stMain"] [data-testid="stSliderTickBar"] p { font-size: inherit; line-height: inherit; }
 </style>"""
 NAMES = [lesson.name for lesson in LESSONS]
 
@@ -46,8 +58,47 @@ def lesson_state(name: str) -> dict:
     return progress().setdefault(name, {"locks": {}, "results": {}, "done": False})
 
 
-def link(name: str, q: int | None = None, teacher: bool = True) -> str:
-    return f"?page=lessons&lesson={name}" + (f"&q={q}" if q else "") + ("&teacher=1" if teacher else "")
+LAUNCH_LINK_KEYS = sorted(k for k in PAGE_QUERY_KEYS if k.startswith(LESSON_LINK_PREFIX))
+
+
+def launch_link(lesson: Lesson, values: dict) -> dict[str, str]:
+    """The launch controls a link carries: those not at their default (a default is left out)."""
+    return {
+        LESSON_LINK_PREFIX + c.key: str(values[c.key])
+        for c in lesson.controls
+        if values.get(c.key, c.default) != c.default
+    }
+
+
+def link(name: str, q: int | None = None, teacher: bool = True, launch: dict | None = None) -> str:
+    """A link to a lesson (one question: ``q``) with the launch ``launch`` (launch_link's)."""
+    return (
+        f"?page=lessons&lesson={name}"
+        + "".join(f"&{k}={v}" for k, v in (launch or {}).items())
+        + (f"&q={q}" if q else "")
+        + ("&teacher=1" if teacher else "")
+    )
+
+
+def control_key(lesson: Lesson, c) -> str:
+    return f"lesson_{lesson.name}_{c.key}"
+
+
+def seed_controls(lesson: Lesson) -> list[str | None]:
+    """Seed the lesson's launch controls from the link (once per widget); notices for bad values."""
+    notices = []
+    for c in lesson.controls:
+        key = control_key(lesson, c)
+        if key not in st.session_state:
+            st.session_state[key], notice = link_value(LESSON_LINK_PREFIX + c.key, c.default, list(c.options))
+            notices.append(notice)
+    return notices
+
+
+def _change_lesson() -> None:
+    """Another lesson: all its questions, and none of the last lesson's launch from the link."""
+    _show_all()
+    drop_link(*LAUNCH_LINK_KEYS)
 
 
 def launch_key(values: dict) -> tuple:
@@ -102,7 +153,7 @@ def cached_only(config: RunConfig):
 
 
 def control(lesson: Lesson, c) -> object:
-    key = f"lesson_{lesson.name}_{c.key}"
+    key = control_key(lesson, c)
     if key not in st.session_state:
         st.session_state[key] = c.default
     if all(isinstance(o, int) for o in c.options):
@@ -121,9 +172,7 @@ def fmt(value, unit: str = "") -> str:
 
 # --- the page ---------------------------------------------------------------------------------
 
-from_link("lesson", NAMES[0], NAMES)
-from_link("teacher", False)
-from_link("q", 0, (0, 9))
+notices = [from_link("lesson", NAMES[0], NAMES), from_link("teacher", False), from_link("q", 0, (0, 9))]
 teacher = bool(st.session_state.teacher)
 if teacher:
     st.html(TEACHER_CSS)
@@ -135,17 +184,24 @@ name = top1.selectbox(
     "lesson",
     NAMES,
     key="lesson",
-    format_func=lambda n: f"{'✓ ' if n in done else ''}{NAMES.index(n) + 1}. {get(n).title}",
-    on_change=_show_all,
+    # fixed labels: the browser resets a box whose labels change to its first option (done lessons are
+    # named in the progress line below instead)
+    format_func=lambda n: f"{NAMES.index(n) + 1}. {get(n).title}",
+    on_change=_change_lesson,
 )
 top2.toggle(
     "Teacher mode", key="teacher", help="Larger type for a projector; answers stay hidden until Reveal."
 )
 to_link("lesson", "teacher", "q")
 lesson = get(name)
+notices += seed_controls(lesson)
+show_link_notices(*notices)
+# the launch on screen (the controls below read these same values), so a link reproduces it
+launch = launch_link(lesson, {c.key: st.session_state[control_key(lesson, c)] for c in lesson.controls})
 st.caption(
-    f"Your progress in this browser session: {len(done)} of {len(LESSONS)} lessons done. "
-    f"[Link to this lesson for a class]({link(name)})"
+    f"Your progress in this browser session: {len(done)} of {len(LESSONS)} lessons done"
+    + (f" (✓ {', '.join(str(NAMES.index(n) + 1) for n in done)}). " if done else ". ")
+    + f"[Link to this lesson for a class]({link(name, launch=launch)})"
 )
 
 st.header(lesson.title)
@@ -157,6 +213,10 @@ for col, c in zip(cols, lesson.controls, strict=True):
     with col:
         values[c.key] = control(lesson, c)
 vkey = launch_key(values)
+launch = launch_link(lesson, values)
+drop_link(*(k for k in LAUNCH_LINK_KEYS if k not in launch))
+for k, v in launch.items():
+    set_link(k, v)
 state = lesson_state(name)
 locks = state["locks"].get(vkey, {})
 result = state["results"].get(vkey)
@@ -171,7 +231,7 @@ if only:
 st.subheader("1. Predict")
 for i in shown:
     q = lesson.questions[i - 1]
-    st.markdown(f"**Q{i}.** {q.prompt} [link]({link(name, i)})")
+    st.markdown(f"**Q{i}.** {q.prompt} [link]({link(name, i, launch=launch)})")
     widget = f"lesson_guess_{name}_{i}_" + "_".join(f"{k}{v}" for k, v in vkey)
     if i in locks:
         st.info(f"Your answer, locked in: **{fmt(locks[i], q.unit)}**", icon=":material/lock:")

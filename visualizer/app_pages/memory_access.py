@@ -17,7 +17,16 @@ from visualizer.figures.memory import (
 from visualizer.memory.tables import line_summary
 from visualizer.ui.charts import chart
 from visualizer.ui.memory import access_capture
-from visualizer.ui.session import HIDDEN_KERNELS, from_link, to_link
+from visualizer.ui.session import (
+    HIDDEN_KERNELS,
+    as_text,
+    drop_link,
+    from_link,
+    link_value,
+    set_link,
+    show_link_notices,
+    to_link,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSPOSES = {"transpose_naive": "naive", "transpose_tiled": "tiled", "transpose_padded": "tiled + padding"}
@@ -27,6 +36,47 @@ LESSON_KERNELS = ("transpose_naive", "transpose_tiled", "transpose_padded", "str
 def kernel_source(kernel: str) -> list[str]:
     """The lines of the kernel's module in kernels/ (line numbers match the recorded ones)."""
     return (ROOT / (catalog.get(kernel).build[0].replace(".", "/") + ".py")).read_text().splitlines()
+
+
+REQUEST_LINK_KEYS = ("mem_line", "mem_block", "mem_warp", "mem_exec")  # the warp request shown
+
+
+def _forget_request() -> None:
+    """The kernel, layout or access changed: the link's request (line, block, warp) no longer applies."""
+    drop_link(*REQUEST_LINK_KEYS)
+
+
+def _forget_block() -> None:
+    drop_link(*REQUEST_LINK_KEYS[1:])
+
+
+def line_link(line: int, op: str, array: str) -> str:
+    """An access (source line, op, array) as the link writes it: ``57-load-tile``."""
+    return f"{int(line)}-{op}-{array}"
+
+
+def line_from_link(raw: str, lines) -> int | None:
+    """The row of ``lines`` a link's ``mem_line`` names (``57-load-tile``, or just ``57``), or None."""
+    number, _, rest = raw.partition("-")
+    try:
+        line = int(number)
+    except ValueError:
+        return None
+    for i, row in enumerate(lines.itertuples()):
+        if row.line == line and (not rest or line_link(row.line, row.op, row.array) == raw):
+            return i
+    return None
+
+
+def seed_number(key: str, link_key: str, default: int, hi: int, notices: list) -> None:
+    """Seed number box ``key`` (0..hi) from the link's ``link_key`` once; keep a stale value in range."""
+    if key in st.session_state:
+        if not 0 <= st.session_state[key] <= hi:  # a new launch or block has fewer: the default
+            st.session_state[key] = default
+        return
+    value, notice = link_value(link_key, default, (0, hi))
+    st.session_state[key] = value
+    notices.append(notice)
 
 
 def counters(summ: dict) -> dict[str, float]:
@@ -56,10 +106,13 @@ config = st.session_state.get("config")
 kernels = [k for k in catalog.KERNELS if k not in HIDDEN_KERNELS]
 sidebar_kernel = config.kernel if config is not None else "transpose_naive"
 default = sidebar_kernel if sidebar_kernel in kernels else "transpose_naive"
+notices = [from_link("mem_kernel", default, kernels)]
 c1, c2 = st.columns([2, 3])
 with c1:
-    from_link("mem_kernel", default, kernels)
-    kernel = st.selectbox("kernel", kernels, format_func=lambda k: catalog.KERNELS[k].title, key="mem_kernel")
+    kernel = st.selectbox(
+        "kernel", kernels, format_func=lambda k: catalog.KERNELS[k].title, key="mem_kernel",
+        on_change=_forget_request,
+    )  # fmt: skip
 spec = catalog.get(kernel)
 params = dict(config.param_dict) if config is not None and config.kernel == kernel else spec.defaults()
 with c2:
@@ -67,11 +120,11 @@ with c2:
     if kernel in TRANSPOSES:
         layout_key = f"mem_variant_{kernel}"
         if layout_key not in st.session_state:  # the link's layout, else the kernel's own
-            linked = st.query_params.get("mem_layout")
-            st.session_state[layout_key] = linked if linked in TRANSPOSES else kernel
+            st.session_state[layout_key], notice = link_value("mem_layout", kernel, list(TRANSPOSES))
+            notices.append(notice)
         variant = st.radio(
             "tile layout (what if?)", list(TRANSPOSES), format_func=TRANSPOSES.get, horizontal=True,
-            key=layout_key,
+            key=layout_key, on_change=_forget_request,
         )  # fmt: skip
         if st.query_params.get("mem_layout") != variant:
             st.query_params["mem_layout"] = variant
@@ -79,7 +132,9 @@ with c2:
             kernel, spec = variant, catalog.get(variant)
     elif kernel == "strided_copy":
         strides = [1, 2, 4, 8, 16, 32]
-        from_link("mem_stride", min(strides, key=lambda s: abs(s - params["stride"])), strides)
+        notices.append(
+            from_link("mem_stride", min(strides, key=lambda s: abs(s - params["stride"])), strides)
+        )
         params["stride"] = st.select_slider("stride (what if?)", strides, key="mem_stride")
         to_link("mem_stride")
     else:
@@ -89,6 +144,8 @@ with c2:
             + "."
         )
 to_link("mem_kernel")
+show_link_notices(*notices)
+notices = []
 st.caption(
     f"Launch: `{kernel}` with "
     + ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
@@ -145,9 +202,20 @@ p1, p2, p3, p4 = st.columns([3, 1, 1, 1])
 with p1:
     # keyed by the kernel's module: the tiled and padded transposes share their lines, so a what-if
     # switch keeps the access in view
-    choice = st.selectbox(
-        "access (source line, op, array)", choices, index=worst_line, key=f"mem_line_{spec.build[0]}"
-    )
+    line_key = f"mem_line_{spec.build[0]}"
+    if st.session_state.get(line_key) not in choices:  # first visit, or another layout's line
+        linked, raw = None, st.query_params.get("mem_line")
+        if raw is not None:
+            linked = line_from_link(raw, lines)
+            if linked is None:
+                notices.append(
+                    as_text(
+                        f"The link's mem_line={raw} was ignored (no such access in {kernel}); "
+                        f"showing the worst access, line {lines['line'].iloc[worst_line]}, instead."
+                    )
+                )
+        st.session_state[line_key] = choices[worst_line if linked is None else linked]
+    choice = st.selectbox("access (source line, op, array)", choices, key=line_key, on_change=_forget_block)
 pick = choices.index(choice) if choice in choices else worst_line
 row = lines.iloc[pick]
 mine = req[
@@ -157,30 +225,28 @@ mine = req[
 ]
 worst = worst_request(mine)
 with p2:
-    block = int(
-        st.number_input(
-            "block", 0, int(mine["block"].max()), int(worst["block"]), key=f"mem_block_{kernel}_{pick}"
-        )
-    )
+    block_key = f"mem_block_{kernel}_{pick}"
+    seed_number(block_key, "mem_block", int(worst["block"]), int(mine["block"].max()), notices)
+    block = int(st.number_input("block", 0, int(mine["block"].max()), key=block_key))
 with p3:
     warps = mine[mine["block"] == block]
     wmax = int(warps["warp"].max()) if len(warps) else 0
-    warp = int(
-        st.number_input("warp", 0, wmax, min(int(worst["warp"]), wmax), key=f"mem_warp_{kernel}_{pick}")
-    )
+    warp_key = f"mem_warp_{kernel}_{pick}"
+    seed_number(warp_key, "mem_warp", min(int(worst["warp"]), wmax), wmax, notices)
+    warp = int(st.number_input("warp", 0, wmax, key=warp_key))
 with p4:
     execs = warps[warps["warp"] == warp]
     omax = int(execs["occurrence"].max()) if len(execs) else 0
+    occ_key = f"mem_occ_{kernel}_{pick}"
+    seed_number(occ_key, "mem_exec", 0, omax, notices)
     occ = int(
-        st.number_input(
-            "execution",
-            0,
-            omax,
-            0,
-            key=f"mem_occ_{kernel}_{pick}",
-            help="the n-th time these lanes ran this line",
-        )
+        st.number_input("execution", 0, omax, key=occ_key, help="the n-th time these lanes ran this line")
     )
+show_link_notices(*notices)
+set_link("mem_line", line_link(row["line"], row["op"], row["array"]))
+set_link("mem_block", block)
+set_link("mem_warp", warp)
+set_link("mem_exec", occ)
 sel = execs[execs["occurrence"] == occ]
 if sel.empty:
     st.info("That warp did not execute this access that many times; showing the worst request instead.")

@@ -186,6 +186,7 @@ elif run:
             status.update(label=f"Ran {kernel} on {cap.launch['device_name']}", state="complete")
         st.session_state.capture = cap
         st.session_state.timing_history = []
+        st.session_state.pending_run = False  # the sidebar's first run must not replace it later
         st.session_state.uk_error = None
     except (LaunchError, KernelError) as exc:
         st.session_state.uk_error = str(exc)

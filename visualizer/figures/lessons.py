@@ -28,11 +28,17 @@ def time_bars_figure(rows: list[tuple[str, float, str]], title: str) -> go.Figur
     fig = go.Figure(
         go.Bar(
             y=labels, x=values, orientation="h", marker_color=["#1f77b4", "#76B900"][: len(rows)] * len(rows),
-            text=[f"{v:,.2f} µs" for v in values], textposition="auto",
+            text=[f"{v:,.2f} µs" for v in values], textposition="auto", textangle=0,
             hovertext=[r[2] for r in rows], hoverinfo="text+x",
         )
     )  # fmt: skip
-    fig.update_xaxes(type="log", title="µs (log scale)")
+    # bars on a log axis start at its left edge: start it a decade below the shortest, so no bar is a
+    # sliver just because the axis began where it ends (and a short bar's label goes beside it, level)
+    lo, hi = np.log10(min(values)) - 1, np.log10(max(values)) + 0.2
+    ticks = [m * 10.0**d for d in range(int(np.floor(lo)), int(np.ceil(hi)) + 1) for m in (1, 2, 5)]
+    ticks = [t for t in ticks if lo <= np.log10(t) <= hi]  # 1-2-5 steps: plain numbers, not 7 8 9 0.1 2 3
+    fig.update_xaxes(type="log", title="µs (log scale)", range=[lo, hi], autorange=False,
+                     tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])  # fmt: skip
     fig.update_yaxes(automargin=True)
     return _layout(fig, title, " · ".join(sorted({r[2].split(":")[0] for r in rows})))
 
@@ -79,7 +85,7 @@ def bytes_figure(rows: list[tuple[str, float]], source: str) -> go.Figure:
     """Bars of bytes on a log axis (e.g. the N×N score matrix vs one block's shared-memory tiles)."""
     fig = go.Figure(
         go.Bar(y=[r[0] for r in rows], x=[r[1] for r in rows], orientation="h", marker_color="#9467bd",
-               text=[f"{r[1] / 1024:,.1f} KiB" for r in rows], textposition="auto")
+               text=[f"{r[1] / 1024:,.1f} KiB" for r in rows], textposition="auto", textangle=0)
     )  # fmt: skip
     fig.update_xaxes(title="bytes", rangemode="tozero")
     fig.update_yaxes(automargin=True)

@@ -249,13 +249,20 @@ def race_pairs(haz: pd.DataFrame, limit: int = 200) -> pd.DataFrame:
 
 
 def source_html(lines: list[str], first_line: int, highlight: int | None) -> str:
-    """Kernel source as an HTML block with line numbers and one highlighted line (escaped)."""
+    """Kernel source as an HTML block with line numbers and one highlighted line (escaped).
+
+    A long line wraps under its own text (a hanging indent past the line number) instead of running
+    out of a half-width column: scrolled sideways, the highlighted access was cut off on a projector.
+    """
     out = []
     for i, text in enumerate(lines):
         n = first_line + i
         style = "background:#ffe08a;font-weight:600;" if n == highlight else ""
-        out.append(f'<div style="{style}white-space:pre;">{n:4d}  {html.escape(text.rstrip())}</div>')
+        out.append(
+            f'<div style="{style}white-space:pre-wrap;overflow-wrap:anywhere;padding-left:6ch;'
+            f'text-indent:-6ch;">{n:4d}  {html.escape(text.rstrip())}</div>'
+        )
     return (
         '<div style="font-family:monospace;font-size:13px;line-height:1.45;border:1px solid #ddd;'
-        'border-radius:6px;padding:6px;overflow-x:auto;">' + "".join(out) + "</div>"
+        'border-radius:6px;padding:6px;">' + "".join(out) + "</div>"
     )

@@ -53,12 +53,16 @@ PAGE_QUERY_KEYS = frozenset(
         "smem_block_x", "smem_block_y", "smem_tree_block",
         "flow_view", "flow_animate", "flow_gpu",
         "occ_arch", "occ_threads", "occ_regs", "occ_smem_kb", "occ_static",
-        "mem_kernel", "mem_layout", "mem_stride",
+        "mem_kernel", "mem_layout", "mem_stride", "mem_line", "mem_block", "mem_warp", "mem_exec",
         "q_tile", "row", "fa_head", "fa_batch", "fa_fa1", "fa_arch", "fa_smem_tile", "fa_smem_head_dim",
         "fa_timing_mode",
         "lesson", "q", "teacher",
+        # a lesson's launch controls, as LESSON_LINK_PREFIX + the control's key (lessons/catalog.py)
+        "l_n", "l_block", "l_gpu", "l_regs", "l_kernel", "l_stride", "l_tile", "l_size", "l_nbins", "l_hot",
+        "l_seq_len",
     }
 )  # fmt: skip
+LESSON_LINK_PREFIX = "l_"  # not the bare name: n, block, stride... are the sidebar kernel's parameters
 
 
 @dataclass(frozen=True)
@@ -336,39 +340,79 @@ def _parse_query_value(raw: str, like):
     return type(like)(raw)
 
 
-def from_link(key: str, default, allowed=None) -> None:
+def _allowed_text(allowed) -> str:
+    if isinstance(allowed, list):
+        shown = ", ".join(str(a) for a in allowed[:8]) + (", …" if len(allowed) > 8 else "")
+        return f"one of {shown}"
+    return f"from {allowed[0]} to {allowed[1]}"
+
+
+def link_value(key: str, default, allowed=None, raw: str | None = None) -> tuple[object, str | None]:
+    """The value the link gives for ``key`` (``raw``, else the address bar's), checked; or the default.
+
+    ``default`` gives the type; ``allowed`` is a list of valid values or a (lo, hi) range. Returns
+    (value, None), or (default, a one-line notice, already escaped) when the link's value is malformed
+    or out of range, so a bad link never breaks a page: the page shows the notice and goes on.
+    """
+    if raw is None:
+        raw = st.query_params.get(key)
+    if raw is None:
+        return default, None
+    try:
+        parsed = _parse_query_value(raw, default)
+    except ValueError:
+        parsed, why = None, "not a value this control takes"
+    else:
+        ok = allowed is None or (
+            parsed in allowed if isinstance(allowed, list) else allowed[0] <= parsed <= allowed[1]
+        )
+        why = None if ok else _allowed_text(allowed)
+    if why is None:
+        return parsed, None
+    return default, as_text(f"The link's {key}={raw} was ignored ({why}); showing {default} instead.")
+
+
+def from_link(key: str, default, allowed=None) -> str | None:
     """Seed the page widget ``key`` from the link, when the widget has no state yet.
 
     ``default`` gives the type; ``allowed`` is a list of valid values or a (lo, hi) range. A value the
-    widget could not take is ignored (the widget keeps its default), so a bad link never breaks a page.
-    The widget must then be created without ``value=`` (it reads its state). ``key`` must be one of
-    PAGE_QUERY_KEYS.
+    widget could not take is ignored (the widget keeps its default) and a one-line notice returned
+    for the page to show (None otherwise), so a bad link never breaks a page. The widget must then be
+    created without ``value=`` (it reads its state). ``key`` must be one of PAGE_QUERY_KEYS.
     """
     if key in st.session_state:
-        return
-    raw = st.query_params.get(key)
-    value = default
-    if raw is not None:
-        try:
-            parsed = _parse_query_value(raw, default)
-            if allowed is None or (
-                parsed in allowed if isinstance(allowed, list) else allowed[0] <= parsed <= allowed[1]
-            ):
-                value = parsed
-        except ValueError:
-            pass
+        return None
+    value, notice = link_value(key, default, allowed)
     st.session_state[key] = value
+    return notice
+
+
+def show_link_notices(*notices: str | None) -> None:
+    """The link's ignored values, one line each, where the page's controls are."""
+    for notice in notices:
+        if notice:
+            st.warning(notice, icon=":material/link_off:")
 
 
 def to_link(*keys: str) -> None:
     """Write the current value of page widgets ``keys`` into the link (the address bar)."""
     for key in keys:
-        if key not in st.session_state:
-            continue
-        value = st.session_state[key]
-        text = str(int(value)) if isinstance(value, bool) else str(value)
-        if st.query_params.get(key) != text:
-            st.query_params[key] = text
+        if key in st.session_state:
+            set_link(key, st.session_state[key])
+
+
+def set_link(key: str, value) -> None:
+    """Write ``value`` into the link under ``key`` (one of PAGE_QUERY_KEYS); bools as 0/1."""
+    text = str(int(value)) if isinstance(value, bool) else str(value)
+    if st.query_params.get(key) != text:
+        st.query_params[key] = text
+
+
+def drop_link(*keys: str) -> None:
+    """Remove page choices from the link (for a callback whose change makes them stale)."""
+    for key in keys:
+        if key in st.query_params:
+            del st.query_params[key]
 
 
 def current_capture() -> Capture | None:

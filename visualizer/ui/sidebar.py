@@ -31,6 +31,14 @@ RUN_STICKY_CSS = (
 
 
 ROOT_PAGE = "view"  # the url_path the chosen page runs under: one page id whatever page is shown
+# Pages with launch controls of their own: the sidebar's kernel, backend, parameters and Run (and the
+# timing of the sidebar's run) would do nothing there, so they are not drawn.
+OWN_LAUNCH_PAGES = frozenset({"lessons", "your_kernel"})
+
+
+def kernel_controls_shown() -> bool:
+    """Whether the page being shown uses the sidebar's kernel controls and its capture."""
+    return st.session_state.get("page") not in OWN_LAUNCH_PAGES
 
 
 def _page_key(page) -> str:
@@ -158,6 +166,10 @@ def sidebar() -> None:
 
     with st.sidebar:
         _page_list()
+        if not kernel_controls_shown():
+            # nothing runs here: a first visit's run waits for a page that shows it (pending_run stays)
+            sync_query(config, page=st.session_state.get("page"))
+            return
         kernels = visible_kernels()
         if st.session_state.get("kernel_pick") not in kernels:
             st.session_state.kernel_pick = config.kernel if config.kernel in kernels else kernels[0]

@@ -89,6 +89,9 @@ def gpu_timing_notes(t: dict) -> list[str]:
 @st.fragment
 def timing_panel() -> None:
     cap = st.session_state.get("capture")
+    page = st.session_state.get("page")
+    if page == "lessons" or (page == "your_kernel" and not (cap and cap.launch.get("user_kernel"))):
+        return  # the sidebar's run is not on these pages: only the visitor's own kernel is timed here
     with st.sidebar:
         st.markdown("### Timing")
         if cap is None:

@@ -1,0 +1,59 @@
+"""The sidebar's kernel controls (kernel, backend, parameters, Run, timing) only where a page uses them."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+
+
+def open_app(**query) -> AppTest:
+    at = AppTest.from_file(ENTRY, default_timeout=180)
+    for k, v in {"kernel": "vector_add", "backend": "sim", "n": "200", "block": "48", **query}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def kernel_controls(at: AppTest) -> dict:
+    """What of the kernel controls the sidebar draws (the page list is always there)."""
+    side = at.sidebar
+    return {
+        "kernel": any(s.key == "kernel_pick" for s in side.selectbox),
+        "backend": any(r.key == "backend_pick" for r in side.radio),
+        "params": any(str(w.key).startswith("param_") for w in (*side.slider, *side.number_input)),
+        "run": any(b.key == "sidebar_run" for b in side.button),
+        "timing": any("Timing" in m.value for m in side.markdown),
+    }
+
+
+@pytest.mark.parametrize("page", ["lessons", "your_kernel"])
+def test_pages_with_their_own_launch_have_no_kernel_controls(page):
+    at = open_app(page=page)
+    assert not any(kernel_controls(at).values()), kernel_controls(at)
+    assert at.sidebar.radio(key="_nav_pages") is not None  # the page list stays
+    assert "capture" not in at.session_state  # nothing ran for a sidebar that is not there
+    at.radio(key="_nav_pages").set_value("grid").run()  # a page that uses them: drawn, and run
+    assert not at.exception, [e.value for e in at.exception]
+    assert all(kernel_controls(at).values()), kernel_controls(at)
+    assert at.session_state.capture.launch["params"] == {"n": 200, "block": 48}
+    assert at.get("plotly_chart")
+
+
+@pytest.mark.parametrize("page", ["overview", "grid", "memory_access", "occupancy"])
+def test_pages_that_use_the_sidebars_kernel_show_its_controls(page):
+    at = open_app(page=page)
+    assert all(kernel_controls(at).values()), kernel_controls(at)
+
+
+def test_your_kernels_capture_is_kept_and_timed_when_it_is_the_first_page():
+    at = open_app(page="your_kernel")
+    at.radio(key="uk_backend").set_value("sim")
+    next(b for b in at.button if b.label == "Run your kernel").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state.capture.launch["user_kernel"]
+    assert kernel_controls(at)["timing"]  # the visitor's own kernel is timed here
+    at.radio(key="_nav_pages").set_value("grid").run()
+    assert at.session_state.capture.launch["user_kernel"]  # not replaced by the sidebar's first run
