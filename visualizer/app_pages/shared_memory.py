@@ -161,10 +161,12 @@ def reduction_section(cap: Capture) -> None:
 
 
 def other_kernel(cap: Capture) -> None:
+    kernel = cap.launch["kernel"]
     st.info(
-        f"`{cap.launch['kernel']}` does not use shared memory. This page needs **matmul_tiled** "
-        "(tiles staged in shared memory) or **reduction** / **reduction_race** (a tree in shared "
-        "memory): pick one in the sidebar, or load an example here."
+        "This page draws the shared memory of **matmul_tiled** (tiles staged in shared memory) and "
+        f"**reduction** / **reduction_race** (a tree in shared memory), not of `{kernel}`"
+        + ("; the FlashAttention page draws the attention tiles" if "attention" in kernel else "")
+        + ": pick one in the sidebar, or load an example here."
     )
     c1, c2, _ = st.columns([3, 3, 2])  # room for the whole button labels at 1280 px
     c1.button(

@@ -163,6 +163,10 @@ def sidebar() -> None:
         st.session_state.url_error = error
         st.session_state.pending_run = True
     config: RunConfig = st.session_state.config
+    # main-area notice while a run that is not cached yet goes on: its progress sits under Run in the
+    # sidebar, below a 720-px screen's edge for kernels with many parameters, and the page itself
+    # draws only after the run, so without this the main area stayed blank for the whole run
+    running_notice = st.empty()
 
     with st.sidebar:
         _page_list()
@@ -226,7 +230,14 @@ def sidebar() -> None:
 
         sync_query(config, page=st.session_state.get("page"))
         if st.session_state.get("pending_run", False):
+            if not _is_cached(config):
+                running_notice.info(
+                    f"Running **{config.kernel}**… the page appears when the run is done "
+                    "(progress under Run in the sidebar).",
+                    icon=":material/hourglass_top:",
+                )
             cap, error = run_capture(config)
+            running_notice.empty()
             # cleared only once the run is over: a run cut short by a page switch runs again there
             st.session_state.pending_run = False
             st.session_state.run_error = error
