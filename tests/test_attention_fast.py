@@ -273,10 +273,13 @@ def test_flash_page_shows_the_fast_kernel_against_sdpa(monkeypatch):
     monkeypatch.setenv(TIMINGS_ENV, str(SAMPLE_FILE))
     at = open_page("flash_attention", **{**SMALL, "causal": 0})
     (table,) = [t.value for t in at.dataframe if t.value.index.name == "implementation"]
+    from visualizer.figures.attention import TIMING_STYLES
+
+    fast = TIMING_STYLES["ours fast (clean)"][0]
     sdpa = [name for name in table.index if name.startswith("torch SDPA default")]
-    assert len(sdpa) == 1 and "ours: fast kernel" in table.index
+    assert len(sdpa) == 1 and fast in table.index
     for row in SAMPLE["rows"]:
-        name = {"ours fast (clean)": "ours: fast kernel", "torch sdpa default fp32": sdpa[0]}.get(row["impl"])
+        name = {"ours fast (clean)": fast, "torch sdpa default fp32": sdpa[0]}.get(row["impl"])
         if name and not row["causal"]:
             assert table.loc[name, f"seq_len {row['seq_len']}"] == pytest.approx(row["ms"])
     assert any("our fast kernel takes" in m.value for m in at.markdown)
