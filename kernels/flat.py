@@ -7,8 +7,8 @@ FlashAttention tile loop then needs 250+ registers and spills. Written as ``load
 with ``base = g * row_width + t`` computed once and C a constant of the unrolled loop, each
 access compiles to one instruction with C folded in as its immediate offset.
 
-No bounds or sign checks: the caller guarantees 0 <= i < arr.size. On the simulator these are the
-plain numpy accesses (``arr.reshape(-1)`` is a view, so stores land in the array).
+No bounds or sign checks: the caller guarantees 0 <= i < arr.size. On the simulator these are
+plain element accesses at the equivalent multi-dimensional index.
 """
 
 from kernels.probes import SIMULATOR
@@ -16,13 +16,21 @@ from kernels.probes import SIMULATOR
 if SIMULATOR:
     from numba import cuda
 
+    def _at(shape, i):
+        """The multi-dimensional index of flat element i (so the access recorder sees an element)."""
+        index = []
+        for n in reversed(shape):
+            i, r = divmod(int(i), n)
+            index.append(r)
+        return tuple(reversed(index))
+
     @cuda.jit(device=True)
     def load(arr, i):
-        return arr.reshape(-1)[i]
+        return arr[_at(arr.shape, i)]
 
     @cuda.jit(device=True)
     def store(arr, i, x):
-        arr.reshape(-1)[i] = x
+        arr[_at(arr.shape, i)] = x
 
 else:
     from numba.cuda import types as nbtypes

@@ -15,10 +15,11 @@ A B ~ A_lo B_hi + A_hi B_lo + A_hi B_hi (the dropped A_lo B_lo is ~2^-22 of the 
 accuracy at tensor-core speed. A is passed already split (a_hi, a_lo: one split serves a whole row
 of B tiles); B is split here.
 
-The simulator has no warps and no tensor cores: there the lanes of a warp swap their fragments
-through ``scratch`` (shared memory, ``cuda.shared.array(scratch_shape(warps), float32)``) between
-two block barriers and each lane computes its four outputs in plain fp32. Every thread of the block
-must therefore call these helpers together (uniform control flow), which the kernels do anyway.
+The simulator has no warps and no tensor cores: there the lanes of a warp put their fragments in
+``scratch`` (shared memory, ``cuda.shared.array(scratch_shape(warps), float32)``), lane 0 multiplies
+the warp's tiles in plain fp32 and each lane reads its four results back, between two block
+barriers. Every thread of the block must therefore call these helpers together (uniform control
+flow), which the kernels do anyway.
 On the GPU ``scratch`` is unused (declare it with ``scratch_shape``: one float there).
 
 ``quad_max(x, ...)`` / ``quad_sum(x, ...)``: x combined over the 4 lanes of a quad (the lanes that
@@ -32,7 +33,7 @@ from kernels.probes import SIMULATOR
 
 def scratch_shape(warps: int) -> tuple[int, ...]:
     """Shape of the shared scratch a block declares for these helpers (only the simulator uses it)."""
-    return (warps, 32, 6) if SIMULATOR else (1,)
+    return (warps, 32, 10) if SIMULATOR else (1,)
 
 
 if SIMULATOR:
@@ -44,26 +45,34 @@ if SIMULATOR:
         hi = (np.array([x], dtype=np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)[0]
         return hi, np.float32(x) - hi
 
+    # where A[row][k], B[k][col] and D's four values of each lane sit in a warp's (lane, slot) scratch
+    _ROW, _K = np.meshgrid(np.arange(16), np.arange(8), indexing="ij")
+    _A_AT = ((_ROW % 8) * 4 + _K % 4, _ROW // 8 + 2 * (_K // 4))
+    _K8, _COL = np.meshgrid(np.arange(8), np.arange(8), indexing="ij")
+    _B_AT = (_COL * 4 + _K8 % 4, 4 + _K8 // 4)
+    _LANE, _E = np.meshgrid(np.arange(32), np.arange(4), indexing="ij")
+    _D_AT = (_LANE // 4 + 8 * (_E // 2), 2 * (_LANE % 4) + _E % 2)
+
     @cuda.jit(device=True)
     def mma_fp32(acc, n, a_hi, a_lo, b0, b1, scratch, warp, lane):
-        """acc[n] += A B for this warp: the lanes' fragments meet in shared memory (no tensor cores)."""
+        """acc[n] += A B for this warp, no tensor cores: the lanes write their fragments to shared
+        memory, lane 0 multiplies the whole 16 x 8 x 8 tile in fp32 (one numpy product instead of
+        32 lanes x 32 Python multiply-adds), every lane reads its four results back."""
         for e in range(4):
             scratch[warp, lane, e] = a_hi[e] + a_lo[e]
         scratch[warp, lane, 4] = b0
         scratch[warp, lane, 5] = b1
         cuda.syncthreads()
-        g = lane // 4
-        t = lane % 4
-        for e in range(4):
-            row = g + 8 * (e // 2)
-            col = 2 * t + e % 2
-            x = acc[n, e]
-            for kk in range(8):
-                a = scratch[warp, (row % 8) * 4 + kk % 4, row // 8 + 2 * (kk // 4)]  # A[row][kk]
-                b = scratch[warp, col * 4 + kk % 4, 4 + kk // 4]  # B[kk][col]
-                x += a * b
-            acc[n, e] = x
+        if lane == 0:
+            frags = np.asarray(scratch[warp, :, 0:6])
+            product = frags[_A_AT] @ frags[_B_AT]  # (16 x 8) @ (8 x 8), float32
+            out = product[_D_AT]
+            for ln in range(32):  # element by element, as lanes would (the access recorder sees them)
+                for e in range(4):
+                    scratch[warp, ln, 6 + e] = out[ln, e]
         cuda.syncthreads()
+        for e in range(4):
+            acc[n, e] += scratch[warp, lane, 6 + e]
 
     @cuda.jit(device=True)
     def _quad(x, scratch, warp, lane, take_max):

@@ -310,7 +310,7 @@ def _fast_cost(p: dict, launch: Launch) -> tuple[float, int]:
     """Simulated work: the simulator multiplies each warp's 16x8x8 tiles in plain Python, the lanes
     swapping fragments between two barriers (kernels/tensor_core.py): per thread and K/V step,
     2 (block_k/8)(head_dim/8) such multiplies of 8 multiply-adds each, plus the quad reductions'
-    and the step's own barriers (calibrated with fastsim: the default launch ~3 s a build)."""
+    and the step's own barriers (calibrated with fastsim: ~1 µs a step, the default launch ~2 s a build)."""
     bq, bk, _ = fast_config(p["head_dim"])
     multiplies = 2 * (bk // 8) * (p["head_dim"] // 8)
     per_step = multiplies * (2 * BARRIER_STEPS + 8) + 8 * BARRIER_STEPS

@@ -360,6 +360,9 @@ def install() -> None:
                 return known[1]
             code = rec.code_info(frame.f_code)
             name = code.names.get(frame.f_lineno, f"shared@{frame.f_lineno}")
+            if name in SIMULATOR_ONLY_SHARED:  # not wrapped: not recorded
+                rec.shared_sites[site] = (ary, ary)
+                return ary
             wrapper = RecordedArray(ary, None)
             wrapper._info = rec.register(wrapper, ary, name, "shared")
             rec.shared_sites[site] = (ary, wrapper)
@@ -447,6 +450,12 @@ def install() -> None:
     if hasattr(atomics, "compare_and_swap"):
         atomics.compare_and_swap = atomic(atomics.compare_and_swap, index_arg=False)
     _installed = True
+
+
+# Shared arrays that exist only on the simulator: kernels/tensor_core.py's lane exchange stands in for
+# warp registers and tensor cores (warp shuffles and mma.sync on the GPU), so its traffic is not
+# memory the GPU build touches and is not recorded.
+SIMULATOR_ONLY_SHARED = {"scratch"}
 
 
 def start(named_args: dict, excluded: set[str], grid, block, limit: int = RECORD_LIMIT) -> Recorder:

@@ -64,12 +64,16 @@ def accesses_table(buffers: dict) -> pd.DataFrame:
     aid = cols["array"].astype(np.int64)
     itemsize = np.array([a["itemsize"] for a in arrays] or [1], np.int64)[aid]
     space_of = np.array([SPACES.index(a["space"]) for a in arrays] or [0], np.int64)[aid]
-    # flat C-order element index from the per-dimension indices
+    # flat C-order element index from the per-dimension indices; arrays of more than 3 dimensions
+    # (attention's q, k, v, o) keep only 3 of them, so their index is the recorded element offset
+    # (C order too: the recorder's arrays are contiguous); before, every o[b, h, row, col] with
+    # the same b, h and row looked like one word, and attention kernels showed write races
     flat = np.zeros(len(rows), np.int64)
+    ndim = np.array([len(a["shape"]) for a in arrays] or [1], np.int64)[aid]
     for k in range(3):
         dim = np.array([a["shape"][k] if len(a["shape"]) > k else 1 for a in arrays] or [1], np.int64)[aid]
-        ndim = np.array([len(a["shape"]) for a in arrays] or [1], np.int64)[aid]
         flat = np.where(k < ndim, flat * dim + cols[f"i{k}"], flat)
+    flat = np.where(ndim > 3, cols["offset"].astype(np.int64), flat)
     thread = cols["thread"].astype(np.int64)
     df = pd.DataFrame(
         {
