@@ -220,7 +220,7 @@ def flash_loop_figure(
 
     skipped = f"; {n_k - reach} K/V tiles skipped (causal)" if reach < n_k else ""
     shape = f"tile {bq}" if bk == bq else f"S tiles {bq} x {bk} (queries x keys)"
-    where = "" if block == (q_tile, head, batch) else f"block {block}, "
+    where = "" if block == (q_tile, head, batch) and not paired else f"block {block}, "
     fig = go.Figure(data=frames[0].data, frames=frames)
     buttons, sliders = animation_controls(names, labels, "K/V step ", -0.1, FRAME_MS)
     fig.update_layout(
