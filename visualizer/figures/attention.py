@@ -192,14 +192,14 @@ def flash_loop_figure(
         z = grid_at(kt, done)
         note = (
             f"step {step}: K/V rows {k0}–{k0 + krows - 1} in shared memory "
-            f"({krows} x {int(rec['cols'])}{', partial tile' if krows < bk else ''}); "
-            f"K staged at +{int(rec['t_ns']) - t0:,} ns (from {'the block' if not first else 'this part'}'s "
-            "first tile)"
+            f"({krows} x {int(rec['cols'])}{', partial tile' if krows < bk else ''})"
         )
-        if slot in vrec.index:
-            note += f", V at +{int(vrec.loc[slot, 't_ns']) - t0:,} ns"
         if causal and k0 + bk - 1 > q0:
             note += "; diagonal tile: keys after each query masked"
+        note += f"<br>K staged at +{int(rec['t_ns']) - t0:,} ns"
+        if slot in vrec.index:
+            note += f", V at +{int(vrec.loc[slot, 't_ns']) - t0:,} ns"
+        note += f" (from {'the block' if not first else 'this part'}'s first tile)"
         if rows_state is not None and len(rows_state):
             now = rows_state[rows_state["step"] == slot].set_index("row")["m"]
             before = rows_state[rows_state["step"] == slot - 1].set_index("row")["m"]
@@ -251,7 +251,7 @@ def flash_loop_figure(
 
 LOOP_PLOT_PX, LOOP_MARGIN_T = 370, 150
 LOOP_CONTROLS_GAP = 24  # the key axis is on top, so the controls sit right under the plot
-LOOP_MARGIN_B = LOOP_CONTROLS_GAP + CONTROLS_PX + 36  # and the step note under them
+LOOP_MARGIN_B = LOOP_CONTROLS_GAP + CONTROLS_PX + 52  # and the step note's three lines under them
 
 
 def _note(text: str) -> dict:
@@ -321,7 +321,9 @@ def row_state_figure(
     fig.update_xaxes(title_text="K/V step", dtick=1, row=3, col=1)
     fig.update_layout(
         title=titled(
-            f"Online softmax of query row {row} of Q tile {q_tile} (head {head}, batch {batch})",
+            f"Online softmax of query row {row} of Q tile {q_tile} ("
+            + (f"block {block}, " if block and (block != (q_tile, head, batch) or first > 0) else "")
+            + f"head {head}, batch {batch})",
             f"data: {source_of(softmax_state)}",
         ),
         showlegend=False,
