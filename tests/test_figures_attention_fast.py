@@ -137,6 +137,7 @@ def test_row_state_follows_the_chosen_part_and_matches_numpy(causal_cap):
         fig = row_state_figure(cap.row_state, q_tile, row, block=(0, 0, 0), slots=slots)
         m, l, alpha = (np.asarray(t.y, dtype=float) for t in fig.data)  # noqa: E741
         assert list(fig.data[0].x) == list(range(slots[1] - slots[0]))  # this Q tile's K/V steps
+        assert "computed by block (0, 0, 0)" in fig.layout.title.text
         assert (np.diff(m) >= 0).all() and alpha[0] == 0 and ((alpha > 0) & (alpha <= 1))[1:].all()
         query = q_tile * BQ + row
         assert m[-1] == pytest.approx(s[query].max(), rel=1e-5, abs=1e-5)

@@ -319,16 +319,20 @@ def row_state_figure(
     )
     fig.update_yaxes(range=[0, 1.05], row=3, col=1)
     fig.update_xaxes(title_text="K/V step", dtick=1, row=3, col=1)
-    fig.update_layout(
-        title=titled(
-            f"Online softmax of query row {row} of Q tile {q_tile} ("
-            + (f"block {block}, " if block and (block != (q_tile, head, batch) or first > 0) else "")
-            + f"head {head}, batch {batch})",
-            f"data: {source_of(softmax_state)}",
+    title = titled(
+        f"Online softmax of query row {row} of Q tile {q_tile} (head {head}, batch {batch})",
+        f"data: {source_of(softmax_state)}"
+        + (
+            f"; computed by block {block}, from its record slot {first}"
+            if block and (block != (q_tile, head, batch) or first > 0)
+            else ""
         ),
+    )
+    fig.update_layout(
+        title=title,
         showlegend=False,
-        height=620,
-        margin={"t": 100},
+        height=620 + 18 * (title["text"].count("<br>") - 1),
+        margin={"t": 100 + 18 * (title["text"].count("<br>") - 1)},  # room for each extra source line
     )
     return fig
 
