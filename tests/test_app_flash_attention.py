@@ -162,7 +162,7 @@ def test_gpu_capture_also_shows_this_sessions_kernel_times(flash_page):
 
 def test_other_kernel_explains_and_loads_the_example():
     at = open_page("vector_add", n=256, block=64)
-    assert any("need a **flash_attention** run" in i.value for i in at.info)
+    assert any("need a **flash_attention** or **flash_attention_fast** run" in i.value for i in at.info)
     assert not [t for t in charts(at) if t.startswith("FlashAttention")]
     assert [t for t in charts(at) if t.startswith("Attention forward vs seq_len")]  # recorded timings stay
 
@@ -362,3 +362,71 @@ def test_blocks_without_recorded_softmax_state_say_so():
     assert any("first 64 blocks only" in i.value for i in at.info)
     assert "Q tile 4 (queries 32–39, head 12" in loop_chart(at)["layout"]["title"]["text"]
     assert not [t for t in charts(at) if t.startswith("Online softmax")]
+
+
+# --- the fast kernel (flash_attention_fast): rectangular tiles, paired causal blocks -------------
+
+# 3 Q tiles of 128 rows, 5 K/V tiles of 64 keys; causal: block 0 computes Q tiles 2 and 0, block 1 Q tile 1
+FAST_SMALL = {"seq_len": 260, "head_dim": 32, "heads": 1, "batch": 1, "causal": 1}
+
+
+def row_chart(at: AppTest) -> dict:
+    (fig,) = [f for t, f in charts(at).items() if t.startswith("Online softmax")]
+    return fig
+
+
+def test_fast_kernel_page_maps_q_tiles_to_paired_blocks():
+    at = open_page("flash_attention_fast", **FAST_SMALL)
+    assert not at.error
+    loop = loop_chart(at)
+    title = loop["layout"]["title"]["text"]
+    assert "Q tile 1 (queries 128–255, head 0" in title and "S tiles 128 x 64" in title  # the middle one
+    assert len(loop["frames"]) == 4 and "simulated" in title
+    assert any("block x = 1 computes the middle Q tile only" in c.value for c in at.caption)
+    assert any("matches the float64 numpy reference" in s.value for s in at.success)
+    assert any("nothing on this page is GPU time" in w.value for w in at.warning)
+    assert not [t for t in at.toggle if t.key == "fa_fa1"]  # the FA1 model is the teaching kernel's
+
+    at.number_input(key="q_tile").set_value(0).run()
+    assert not at.exception, [e.value for e in at.exception]
+    loop = loop_chart(at)
+    assert "Q tile 0 (queries 0–127, block (0, 0, 0)" in loop["layout"]["title"]["text"]
+    assert len(loop["frames"]) == 2  # causal: K/V tiles 0 and 1 of 5
+    (caption,) = [c.value for c in at.caption if "pair Q tiles" in c.value]
+    assert "block x = 0 also computes Q tile 2" in caption and "3 tiles right of the diagonal" in caption
+    row = row_chart(at)
+    assert row["layout"]["title"]["text"].startswith("Online softmax of query row 0 of Q tile 0")
+    m = array(row["data"][0]["y"])
+    assert len(m) == 2 and (np.diff(m) >= 0).all()  # the second part's own two steps
+
+    at.number_input(key="q_tile").set_value(2).run()  # queries 256-259: rows 0..3
+    assert at.number_input(key="row").max == 3
+    assert len(loop_chart(at)["frames"]) == 5 and len(array(row_chart(at)["data"][0]["y"])) == 5
+
+
+def test_fast_kernel_shared_memory_is_k_and_v_only():
+    at = open_page("flash_attention_fast", **{**FAST_SMALL, "seq_len": 150, "causal": 0})
+    (gauge,) = [f for t, f in charts(at).items() if t.startswith("Shared memory per block")]
+    text = gauge["layout"]["title"]["text"]
+    assert "18,432 of 49,152 bytes (fits)" in text and "modelled: sK + sV" in text  # 2 x 64 x (32+4) floats
+    assert any("There is no sQ" in c.value and "S, P and O stay in registers" in c.value for c in at.caption)
+    # non-causal: one Q tile per block, block x = Q tile (the middle of 2 by default)
+    assert any("Block (1, 0, 0) holds queries 128–149 in registers" in c.value for c in at.caption)
+    at.select_slider(key="fa_fast_head_dim").set_value(128).run()
+    assert not at.exception
+    (gauge,) = [f for t, f in charts(at).items() if t.startswith("Shared memory per block")]
+    assert "16,896 of 49,152 bytes" in gauge["layout"]["title"]["text"]  # 2 x 16 x (128+4) floats
+    assert at.query_params["fa_fast_head_dim"] == "128"
+
+
+def test_other_kernel_loads_the_fast_example():
+    at = open_page("vector_add", n=256, block=64)
+    at.button(key="fa_load_fast_example").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    cap = at.session_state.capture
+    assert cap.launch["kernel"] == "flash_attention_fast"
+    assert cap.launch["params"] == {"batch": 1, "causal": 1, "head_dim": 64, "heads": 1, "seq_len": 200}
+    assert at.sidebar.selectbox(key="kernel_pick").value == "flash_attention_fast"
+    loop = loop_chart(at)  # 2 Q tiles in one block: Q tile 1 (the default) is its long part
+    assert "Q tile 1 (queries 128–199, block (0, 0, 0)" in loop["layout"]["title"]["text"]
+    assert len(loop["frames"]) == 4

@@ -1,6 +1,7 @@
 """FlashAttention: one block's recorded K/V loop, one row's online softmax, shared memory, H200 timings."""
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -8,14 +9,16 @@ import pandas as pd
 import streamlit as st
 
 from visualizer import catalog
-from visualizer.attention_specs import flash_smem_bytes
+from visualizer.attention_specs import fast_config, fast_smem_bytes, flash_smem_bytes
 from visualizer.figures.attention import (
     SDPA_DEFAULT,
     TIMING_ALIASES,
     attention_timing_figure,
+    fast_block,
     flash_loop_figure,
     loop_order_figure,
     loop_order_model,
+    recorded_part,
     row_state_figure,
     smem_gauge_figure,
     timing_modes,
@@ -37,13 +40,45 @@ TIMINGS_FILE = Path(
     os.environ.get("VISUALIZER_ATTENTION_TIMINGS", ROOT / "docs" / "attention_timings_h200.json")
 )
 EXAMPLE = (("batch", 1), ("causal", 1), ("head_dim", 32), ("heads", 1), ("seq_len", 80), ("tile", 16))
-ATTENTION_KERNELS = ("flash_attention", "naive_attention")
+# the fast kernel's smallest causal launch with two Q tiles (one block computes both): ~11 s on the
+# simulator of a 2-core machine, which multiplies its tensor-core tiles in Python
+FAST_EXAMPLE = (("batch", 1), ("causal", 1), ("head_dim", 64), ("heads", 1), ("seq_len", 200))
+FAST = "flash_attention_fast"
+FLASH_KERNELS = ("flash_attention", FAST)  # kernels that record their tiles and softmax state
+ATTENTION_KERNELS = ("flash_attention", "naive_attention", FAST)
 DEFAULT_ARCH = "sm_90"
 
 
 def _load_example() -> None:
     """Button callback: the example becomes the whole run configuration (sidebar included) and runs."""
     load_config(RunConfig("flash_attention", st.session_state.config.backend, EXAMPLE))
+
+
+def _load_fast_example() -> None:
+    """Button callback: the fast kernel's example becomes the run configuration and runs."""
+    load_config(RunConfig(FAST, st.session_state.config.backend, FAST_EXAMPLE))
+
+
+def example_buttons() -> None:
+    """Both examples side by side."""
+    c1, c2, _ = st.columns([2, 2, 3])
+    c1.button("Load FlashAttention example", key="fa_load_example", on_click=_load_example)
+    c2.button(
+        "Load fast kernel example",
+        key="fa_load_fast_example",
+        on_click=_load_fast_example,
+        help="flash_attention_fast, seq_len 200, head_dim 64, causal: two Q tiles of 128 rows computed by "
+        "one block. The simulator multiplies its tensor-core tiles in Python: about 10 s on a small machine.",
+    )
+
+
+def tile_sizes(cap: Capture) -> tuple[int, int]:
+    """(query rows, keys) of one S tile: the teaching kernel's tile x tile, the fast one's block_q x block_k."""
+    p = cap.launch["params"]
+    if cap.launch["kernel"] == FAST:
+        block_q, block_k, _ = fast_config(p["head_dim"])
+        return block_q, block_k
+    return p["tile"], p["tile"]
 
 
 def _index_input(label: str, key: str, hi: int, default: int, help_text: str) -> int:
@@ -80,29 +115,92 @@ def numerical_check(cap: Capture) -> None:
         )
 
 
+def _block_caption(cap: Capture, q_tile: int, head: int, batch: int, block: tuple[int, int, int]) -> str:
+    """Which block computed the chosen Q tile, and what it kept where."""
+    p = cap.launch["params"]
+    seq_len, causal = p["seq_len"], bool(p["causal"])
+    bq, bk = tile_sizes(cap)
+    n_q, n_k = math.ceil(seq_len / bq), math.ceil(seq_len / bk)
+    q0 = q_tile * bq
+    q1 = min(q0 + bq, seq_len) - 1
+    mine = cap.tiles[
+        (cap.tiles["block_x"] == block[0])
+        & (cap.tiles["block_y"] == block[1])
+        & (cap.tiles["block_z"] == block[2])
+    ]
+    first, end = recorded_part(cap.tiles, block, q0)
+    part = mine[(mine["step"] >= first) & (mine["step"] < end)]
+    visited = int((part["operand"].astype(str) == "K").sum())  # K/V steps recorded for this Q tile
+    tiles = f"K/V tile{'s' if visited != 1 else ''}"
+    if cap.launch["kernel"] != FAST:
+        text = (
+            f"Block ({q_tile}, {head}, {batch}) keeps queries {q0}–{q1} in shared memory and "
+            f"streams {visited} {tiles} past them"
+        )
+    else:
+        text = (
+            f"Block {block} holds queries {q0}–{q1} in registers (each of its "
+            f"{cap.launch['block'][1]} warps owns 16 rows, as tensor-core fragments) and streams {visited} "
+            f"{tiles} of {bk} keys through shared memory"
+        )
+        if causal:
+            x, other = block[0], n_q - 1 - block[0]
+            pair = (
+                f"block x = {x} also computes Q tile {other if q_tile == x else x}: Q tile {other} first "
+                f"(the long one), then Q tile {x}, so every block does about the same work"
+                if other != x
+                else f"block x = {x} computes the middle Q tile only"
+            )
+            text = (
+                f"Causal launches pair Q tiles: Q tile {q_tile} is computed by block {block} "
+                f"(blockIdx.y = batch·heads + head = {block[1]}), and {pair}. " + text
+            )
+    skipped = n_k - visited
+    return (
+        text
+        + (
+            f"; the {skipped} tiles right of the diagonal are skipped (causal)."
+            if causal and skipped > 0
+            else "."
+        )
+        + " Press Play, or drag the slider, to step through the recorded K/V steps."
+    )
+
+
 def loop_section(cap: Capture) -> None:
     p = cap.launch["params"]
-    seq_len, tile, head_dim, causal = p["seq_len"], p["tile"], p["head_dim"], bool(p["causal"])
+    seq_len, head_dim, causal = p["seq_len"], p["head_dim"], bool(p["causal"])
+    fast = cap.launch["kernel"] == FAST
+    bq, bk = tile_sizes(cap)
+    n_q, heads, batches = math.ceil(seq_len / bq), p["heads"], p["batch"]
     gx, gy, gz = cap.launch["grid"]
+    shape = f"tile {bq}" if not fast else f"S tiles {bq} × {bk} (block_q × block_k)"
+    blocks = f" in {gx} × {gy} blocks (pairs of Q tiles)" if fast and causal else ""
     st.subheader(
-        f"One block's K/V loop — seq_len {seq_len}, tile {tile}, head_dim {head_dim}"
-        f"{', causal' if causal else ''}: {gx} Q tiles × {gy} heads × {gz} batch"
+        f"One block's K/V loop — seq_len {seq_len}, {shape}, head_dim {head_dim}"
+        f"{', causal' if causal else ''}: {n_q} Q tiles × {heads} heads × {batches} batch{blocks}"
     )
+    paired = fast and causal
     c1, c2, c3, c4 = st.columns(4)
     with c1:
         q_tile = _index_input(
-            "Q tile (blockIdx.x)",
+            "Q tile" if paired else "Q tile (blockIdx.x)",
             "q_tile",
-            gx - 1,
-            gx // 2,
-            "which block of query rows",
+            n_q - 1,
+            n_q // 2,
+            "which block of query rows"
+            + ("; causal launches give block x the Q tiles x and n_q−1−x" if paired else ""),
         )
     with c2:
-        head = _index_input("head (blockIdx.y)", "fa_head", gy - 1, 0, "which attention head")
+        head = _index_input(
+            "head" if paired else "head (blockIdx.y)", "fa_head", heads - 1, 0, "which attention head"
+        )
     with c3:
-        batch = _index_input("batch (blockIdx.z)", "fa_batch", gz - 1, 0, "which batch element")
-    q0 = q_tile * tile
-    rows_here = min(tile, seq_len - q0)
+        batch = _index_input(
+            "batch" if paired else "batch (blockIdx.z)", "fa_batch", batches - 1, 0, "which batch element"
+        )
+    q0 = q_tile * bq
+    rows_here = min(bq, seq_len - q0)
     with c4:
         row = _index_input(
             "row within the tile",
@@ -111,23 +209,21 @@ def loop_section(cap: Capture) -> None:
             0,
             f"query row q0 + row; this tile holds queries {q0}–{q0 + rows_here - 1}",
         )
-    mine = cap.tiles[
-        (cap.tiles["block_x"] == q_tile) & (cap.tiles["block_y"] == head) & (cap.tiles["block_z"] == batch)
-    ]
-    visited = int((mine["operand"].astype(str) == "K").sum())  # K/V steps this block recorded
-    st.caption(
-        f"Block ({q_tile}, {head}, {batch}) keeps queries {q0}–{q0 + rows_here - 1} in shared memory and "
-        f"streams {visited} K/V tile{'s' if visited != 1 else ''} past them"
-        + (
-            f"; the {-(-seq_len // tile) - visited} tiles right of the diagonal are skipped (causal)."
-            if causal and visited < -(-seq_len // tile)
-            else "."
-        )
-        + " Press Play, or drag the slider, to step through the recorded K/V steps."
-    )
+    block = fast_block(q_tile, n_q, head, batch, heads, causal) if fast else (q_tile, head, batch)
+    st.caption(_block_caption(cap, q_tile, head, batch, block))
     try:
         loop_fig = flash_loop_figure(
-            cap.tiles, cap.row_state, q_tile, seq_len, tile, causal, cap.source, head=head, batch=batch
+            cap.tiles,
+            cap.row_state,
+            q_tile,
+            seq_len,
+            bq,
+            causal,
+            cap.source,
+            head=head,
+            batch=batch,
+            block_k=bk,
+            block=block,
         )
     except ValueError as exc:
         st.error(str(exc))
@@ -136,12 +232,20 @@ def loop_section(cap: Capture) -> None:
 
     left, right = st.columns([3, 2])
     try:
-        row_fig = row_state_figure(cap.row_state, q_tile, row, head=head, batch=batch)
+        row_fig = row_state_figure(
+            cap.row_state,
+            q_tile,
+            row,
+            head=head,
+            batch=batch,
+            block=block,
+            slots=recorded_part(cap.tiles, block, q0),
+        )
     except ValueError:
         recorded = int(cap.row_state["block"].max()) + 1 if len(cap.row_state) else 0
         left.info(
             f"The kernel records the running m and l of its first {recorded} blocks only; block "
-            f"({q_tile}, {head}, {batch}) is not among them. Pick head 0, batch 0 or a lower Q tile."
+            f"{block} is not among them. Pick head 0, batch 0 or a lower Q tile."
         )
     else:
         with left:
@@ -154,14 +258,26 @@ def loop_section(cap: Capture) -> None:
         "row and l accumulated so far are multiplied by it (1 means m did not grow).\n\n"
         "At the end O is divided by l: the same result as a softmax over the whole row, without ever "
         "holding the row."
+        + (
+            "\n\nIn the fast kernel a row's scores sit in the registers of the 4 lanes of a quad: m is their "
+            "maximum over two shuffles, and the recorded l is the sum of the 4 lanes' partial sums."
+            if fast
+            else ""
+        )
     )
+    if fast:
+        st.caption(
+            "The FA1 loop-order comparison (modelled) uses the teaching kernel's square tiles: load the "
+            "FlashAttention example to see it."
+        )
+        return
 
     from_link("fa_fa1", False)
     fa1 = st.toggle("Compare with the FA1 loop order (modelled)", key="fa_fa1")
     to_link("fa_fa1")
     if fa1:
-        chart(loop_order_figure(seq_len, tile, causal, "both"), key="fa_loop_order_chart")
-        model = pd.DataFrame(loop_order_model(seq_len, tile, causal)).T
+        chart(loop_order_figure(seq_len, bq, causal, "both"), key="fa_loop_order_chart")
+        model = pd.DataFrame(loop_order_model(seq_len, bq, causal)).T
         st.dataframe(model, width="content")
         st.caption(
             "Modelled from the two loop nests (tile loads between global and shared memory for one head), "
@@ -214,6 +330,61 @@ def smem_section(cap: Capture) -> None:
     )
 
 
+def fast_smem_section(cap: Capture) -> None:
+    """What the fast kernel keeps in shared memory (K and V only), against the per-block limit."""
+    p = cap.launch["params"]
+    choices = [list(prm.choices) for prm in catalog.get(FAST).params if prm.name == "head_dim"][0]
+    st.subheader("Shared memory per block")
+    run_key = (cap.launch["kernel"], cap.launch["backend"], tuple(sorted(p.items())))
+    seen = st.session_state.get("fa_smem_run")
+    if seen is not None and seen != run_key:  # a new run: start the what-if from it
+        st.session_state.fa_arch = _arch_of(cap)
+        st.session_state.fa_fast_head_dim = p["head_dim"]
+    st.session_state.fa_smem_run = run_key
+    from_link("fa_arch", _arch_of(cap), list(ARCHS))
+    from_link("fa_fast_head_dim", p["head_dim"], choices)
+    c1, c2, _ = st.columns([2, 2, 2])
+    arch = c1.selectbox("GPU generation", list(ARCHS), format_func=lambda a: ARCHS[a].label, key="fa_arch")
+    head_dim = c2.select_slider(
+        "head_dim",
+        choices,
+        key="fa_fast_head_dim",
+        help="the fast kernel's tile sizes are fixed per head_dim: (block_q, block_k) = (128, 64) for 32 "
+        "and 64, (64, 16) for 128",
+    )
+    to_link("fa_arch", "fa_fast_head_dim")
+    limits = ARCHS[arch]
+    bq, bk, warps = fast_config(head_dim)
+    if cap.measured and head_dim == p["head_dim"]:
+        needed = int(cap.launch["static_smem_bytes"])
+        where = f"measured (GPU): the compiled kernel's static shared memory on {cap.launch['device_name']}"
+    else:
+        needed = fast_smem_bytes(head_dim, bk)
+        where = (
+            "modelled: sK + sV, block_k × (head_dim+4) floats each, as the kernel declares them on a GPU "
+            "(fast_smem_bytes)"
+        )
+    chart(
+        smem_gauge_figure(
+            needed,
+            limits.smem_per_block,
+            f"{where}; limits of {limits.label}",
+            optin_bytes=limits.smem_per_block_optin,
+        ),
+        key="fa_smem_chart",
+    )
+    st.caption(
+        f"Only K and V pass through shared memory: sK and sV hold one tile of {bk} keys × ({head_dim}+4) "
+        "floats each (the 4 floats of padding put the 32 lanes of a fragment load in 32 different banks). "
+        f"There is no sQ: each of the {warps} warps loads its 16 query rows of the {bq}-row Q tile straight "
+        "from global memory into registers, as tensor-core fragments, and S, P and O stay in registers in "
+        "the same fragment layout, so shared memory does not grow with block_q. On the GPU both products "
+        "run on tensor cores (3xTF32: fp32 accuracy); the simulator, which has none, emulates them and "
+        "declares a scratch array for the lanes' fragments, which the gauge leaves out. "
+        f"{limits.smem_per_block // KB} KB is the static limit per block on {limits.label}."
+    )
+
+
 def other_kernel(cap: Capture) -> None:
     kernel = cap.launch["kernel"]
     why = (
@@ -223,10 +394,12 @@ def other_kernel(cap: Capture) -> None:
         else "is not FlashAttention"
     )
     st.info(
-        f"`{kernel}` {why}. The tile loop and the online softmax need a **flash_attention** run: pick it in "
-        "the sidebar, or load an example (seq_len 80, tile 16, causal) here. The recorded H200 timings are below."
+        f"`{kernel}` {why}. The tile loop and the online softmax need a **flash_attention** or "
+        "**flash_attention_fast** run: pick one in the sidebar, or load an example here (the teaching kernel: "
+        "seq_len 80, tile 16, causal; the fast kernel: seq_len 200, head_dim 64, causal). The recorded H200 "
+        "timings are below."
     )
-    st.button("Load FlashAttention example", key="fa_load_example", on_click=_load_example)
+    example_buttons()
 
 
 def _read_timings() -> dict | None:
@@ -397,6 +570,15 @@ if capture.launch["kernel"] == "flash_attention":
     loop_section(capture)
     numerical_check(capture)
     smem_section(capture)
+elif capture.launch["kernel"] == FAST:
+    st.markdown(
+        "**The fast kernel** (`flash_attention_fast`) runs the same loop with S tiles of block_q query rows × "
+        "block_k keys: Q stays in registers as tensor-core fragments, only K and V go through shared memory, "
+        "and both products run on tensor cores (3xTF32) on the GPU — emulated, and slow, on the simulator."
+    )
+    loop_section(capture)
+    numerical_check(capture)
+    fast_smem_section(capture)
 else:
     other_kernel(capture)
 timing_section(capture)

@@ -19,15 +19,16 @@ from visualizer.figures.common import CONTROLS_PX, animation_controls, place_con
 FRAME_MS = 700
 
 # states of an S tile in the loop figure (heatmap values) and their colours
-OTHER, TODO, DONE, CURRENT, SKIPPED = 0, 1, 2, 3, 4
+OTHER, TODO, DONE, CURRENT, SKIPPED, PAIRED = 0, 1, 2, 3, 4, 5
 STATE_LABELS = (
     "other blocks' Q tiles",
     "not reached yet",
     "done",
     "K/V in shared memory now",
     "skipped (causal)",
+    "this block's other Q tile",  # only the fast kernel's causal blocks, which do two Q tiles
 )
-STATE_COLOURS = ("#f2f2f2", "#dbe7f5", "#6495ed", "#ff8c00", "#9e9e9e")
+STATE_COLOURS = ("#f2f2f2", "#dbe7f5", "#6495ed", "#ff8c00", "#9e9e9e", "#f5deb3")
 M_COLOUR, L_COLOUR, ALPHA_COLOUR = "#1f77b4", "#2ca02c", "#d62728"
 
 
@@ -44,6 +45,44 @@ def _one_block(df: pd.DataFrame, q_tile: int, head: int, batch: int) -> pd.DataF
     return df[(df["block_x"] == q_tile) & (df["block_y"] == head) & (df["block_z"] == batch)]
 
 
+def _block_rows(df: pd.DataFrame, block: tuple[int, int, int]) -> pd.DataFrame:
+    bx, by, bz = block
+    return df[(df["block_x"] == bx) & (df["block_y"] == by) & (df["block_z"] == bz)]
+
+
+def fast_block(
+    q_tile: int, n_q: int, head: int, batch: int, heads: int, causal: bool
+) -> tuple[int, int, int]:
+    """The block of flash_attention_fast that computes Q tile ``q_tile`` (of ``n_q``).
+
+    Non-causal: grid (n_q, heads, batch), one Q tile per block. Causal: grid ((n_q+1)//2,
+    batch*heads, 1), and block x computes Q tiles n_q-1-x (first) and x, so the block of Q tile
+    q is x = min(q, n_q-1-q), y = batch*heads + head (kernels/attention_fast.py).
+    """
+    if not causal:
+        return q_tile, head, batch
+    return min(q_tile, n_q - 1 - q_tile), batch * heads + head, 0
+
+
+def recorded_part(tiles: pd.DataFrame, block: tuple[int, int, int], q0: int) -> tuple[int, int]:
+    """Record slots [first, end) of the part of ``block`` that computed the Q tile starting at query q0.
+
+    A block records its Q tile at the part's first slot and its K/V tiles at the following ones; the
+    fast kernel's causal blocks record two parts one after the other. The teaching kernel's single
+    part is [0, its step count); a block without a recorded Q tile at q0 gives its whole record.
+    """
+    mine = _block_rows(tiles, block)
+    q_rec = mine[mine["operand"].astype(str) == "Q"]
+    starts = sorted(int(s) for s in q_rec["step"])
+    here = q_rec[q_rec["row0"] == q0]
+    end = int(mine["step"].max()) + 1 if len(mine) else 0
+    if here.empty:
+        return 0, end
+    first = int(here["step"].iloc[0])
+    later = [s for s in starts if s > first]
+    return first, later[0] if later else end
+
+
 def flash_loop_figure(
     tiles: pd.DataFrame,
     softmax_state: pd.DataFrame,
@@ -55,35 +94,55 @@ def flash_loop_figure(
     loop_order: str = "fa2",
     head: int = 0,
     batch: int = 0,
+    block_k: int | None = None,
+    block: tuple[int, int, int] | None = None,
 ) -> go.Figure:
-    """Animation over the K/V steps one flash block (Q tile ``q_tile``) recorded.
+    """Animation over the K/V steps one flash block recorded for Q tile ``q_tile``.
 
-    The seq_len x seq_len attention matrix is drawn as tile x tile S tiles (the last row and column
-    of tiles are partial when tile does not divide seq_len). Each frame is one recorded step: the
-    K/V tile then in shared memory, the S tiles of this Q tile already done, those not reached, and
-    (causal) the tiles right of the diagonal the kernel skipped. Only recorded steps become frames.
+    The seq_len x seq_len attention matrix is drawn as S tiles of ``tile`` query rows x ``block_k``
+    keys (default: square, as the teaching kernel; the fast kernel's are block_q x block_k); the last
+    row and column of tiles are partial when the sizes do not divide seq_len. Each frame is one
+    recorded step: the K/V tile then in shared memory, the S tiles of this Q tile already done, those
+    not reached, and (causal) the tiles right of the diagonal the kernel skipped. Only recorded steps
+    become frames. ``block`` is the block that computed the Q tile (default (q_tile, head, batch));
+    when it recorded another Q tile as well (the fast kernel's causal pairs) only this Q tile's part
+    is animated and the other is drawn as the block's other Q tile.
     """
     if loop_order != "fa2":
         raise ValueError(
             f"recorded traces come from the FA2-order kernel, not {loop_order!r}; "
             "loop_order_figure models the FA1 order"
         )
-    mine = _one_block(tiles, q_tile, head, batch)
-    kv = mine[mine["operand"].astype(str) == "K"].sort_values("step")
-    vrec = mine[mine["operand"].astype(str) == "V"].set_index("step")
-    q_rec = mine[mine["operand"].astype(str) == "Q"]
+    bq, bk = tile, block_k or tile
+    block = block or (q_tile, head, batch)
+    q0 = q_tile * bq
+    mine = _block_rows(tiles, block)
+    first, end = recorded_part(tiles, block, q0)
+    part = mine[(mine["step"] >= first) & (mine["step"] < end)]
+    kv = part[part["operand"].astype(str) == "K"].sort_values("step")
+    vrec = part[part["operand"].astype(str) == "V"].set_index("step")
+    q_rec = part[(part["operand"].astype(str) == "Q") & (part["row0"] == q0)]
     if kv.empty:
         raise ValueError(f"no K/V tiles were recorded for Q tile {q_tile} (head {head}, batch {batch})")
-    n = math.ceil(seq_len / tile)
-    edges = [min(i * tile, seq_len) for i in range(n + 1)]  # the last tile may be partial
-    q_rows = int(q_rec["rows"].iloc[0]) if len(q_rec) else min(tile, seq_len - q_tile * tile)
+    other_q = mine[(mine["operand"].astype(str) == "Q") & (mine["row0"] != q0)]
+    paired = sorted({int(r) // bq for r in other_q["row0"]})  # this block's other Q tile(s)
+    n_q, n_k = math.ceil(seq_len / bq), math.ceil(seq_len / bk)
+    q_edges = [min(i * bq, seq_len) for i in range(n_q + 1)]  # the last tiles may be partial
+    k_edges = [min(i * bk, seq_len) for i in range(n_k + 1)]
+    q_rows = int(q_rec["rows"].iloc[0]) if len(q_rec) else min(bq, seq_len - q0)
+    last_query = q0 + q_rows - 1
+    reach = last_query // bk + 1 if causal else n_k  # K/V tiles up to the diagonal
 
-    rows_state = _one_block(softmax_state, q_tile, head, batch) if softmax_state is not None else None
+    rows_state = None
+    if softmax_state is not None:
+        rows_state = _block_rows(softmax_state, block)
+        rows_state = rows_state[(rows_state["step"] >= first) & (rows_state["step"] < end)]
 
     def grid_at(step_kt: int | None, done: set[int]) -> np.ndarray:
-        z = np.full((n, n), OTHER, dtype=float)
-        for kt in range(n):
-            if causal and kt > q_tile:
+        z = np.full((n_q, n_k), OTHER, dtype=float)
+        z[paired, :] = PAIRED
+        for kt in range(n_k):
+            if kt >= reach:
                 z[q_tile, kt] = SKIPPED
             elif kt == step_kt:
                 z[q_tile, kt] = CURRENT
@@ -93,53 +152,57 @@ def flash_loop_figure(
                 z[q_tile, kt] = TODO
         return z
 
-    hover = np.empty((n, n), dtype=object)
-    for i in range(n):
-        for kt in range(n):
+    hover = np.empty((n_q, n_k), dtype=object)
+    for i in range(n_q):
+        for kt in range(n_k):
             hover[i, kt] = (
-                f"S tile (Q {i}, K/V {kt})<br>queries {edges[i]}–{edges[i + 1] - 1}, "
-                f"keys {edges[kt]}–{edges[kt + 1] - 1}"
+                f"S tile (Q {i}, K/V {kt})<br>queries {q_edges[i]}–{q_edges[i + 1] - 1}, "
+                f"keys {k_edges[kt]}–{k_edges[kt + 1] - 1}"
             )
+    labels_shown = STATE_LABELS if paired else STATE_LABELS[:PAIRED]
+    colours_shown = STATE_COLOURS[: len(labels_shown)]
 
     def heatmap(z: np.ndarray) -> go.Heatmap:
         return go.Heatmap(
             z=z,
-            x=edges,
-            y=edges,
+            x=k_edges,
+            y=q_edges,
             zmin=-0.5,
-            zmax=len(STATE_LABELS) - 0.5,
-            colorscale=_discrete_colourscale(STATE_COLOURS),
+            zmax=len(labels_shown) - 0.5,
+            colorscale=_discrete_colourscale(colours_shown),
             xgap=1,
             ygap=1,
             text=hover,
             hovertemplate="%{text}<extra></extra>",
             colorbar={
-                "tickvals": list(range(len(STATE_LABELS))),
-                "ticktext": list(STATE_LABELS),
+                "tickvals": list(range(len(labels_shown))),
+                "ticktext": list(labels_shown),
                 "title": {"text": "S tile"},
             },
         )
 
     frames, names, labels = [], [], []
     done: set[int] = set()
-    t0 = int(mine["t_ns"].min())  # times relative to this block's first staged tile
+    t0 = int(part["t_ns"].min())  # times relative to this Q tile's first staged tile
     for _, rec in kv.iterrows():
-        step = int(rec["step"])
+        slot = int(rec["step"])
+        step = slot - first  # the K/V step of this Q tile (the record slot in a second part)
         k0, krows = int(rec["row0"]), int(rec["rows"])
-        kt = k0 // tile
+        kt = k0 // bk
         z = grid_at(kt, done)
         note = (
             f"step {step}: K/V rows {k0}–{k0 + krows - 1} in shared memory "
-            f"({krows} x {int(rec['cols'])}{', partial tile' if krows < tile else ''}); "
-            f"K staged at +{int(rec['t_ns']) - t0:,} ns (from the block's first tile)"
+            f"({krows} x {int(rec['cols'])}{', partial tile' if krows < bk else ''})"
         )
-        if step in vrec.index:
-            note += f", V at +{int(vrec.loc[step, 't_ns']) - t0:,} ns"
-        if causal and kt == q_tile:
+        if causal and k0 + bk - 1 > q0:
             note += "; diagonal tile: keys after each query masked"
+        note += f"<br>K staged at +{int(rec['t_ns']) - t0:,} ns"
+        if slot in vrec.index:
+            note += f", V at +{int(vrec.loc[slot, 't_ns']) - t0:,} ns"
+        note += f" (from {'the block' if not first else 'this part'}'s first tile)"
         if rows_state is not None and len(rows_state):
-            now = rows_state[rows_state["step"] == step].set_index("row")["m"]
-            before = rows_state[rows_state["step"] == step - 1].set_index("row")["m"]
+            now = rows_state[rows_state["step"] == slot].set_index("row")["m"]
+            before = rows_state[rows_state["step"] == slot - 1].set_index("row")["m"]
             if step > 0 and len(now) and len(before):
                 grew = int((now.reindex(before.index) > before).sum())
                 note += f"<br>row max m grew in {grew} of {len(before)} rows: their O and l were rescaled"
@@ -155,14 +218,16 @@ def flash_loop_figure(
         labels.append(str(step))
         done.add(kt)
 
-    skipped = f"; {n - q_tile - 1} K/V tiles skipped (causal)" if causal and q_tile < n - 1 else ""
+    skipped = f"; {n_k - reach} K/V tiles skipped (causal)" if reach < n_k else ""
+    shape = f"tile {bq}" if bk == bq else f"S tiles {bq} x {bk} (queries x keys)"
+    where = "" if block == (q_tile, head, batch) and not paired else f"block {block}, "
     fig = go.Figure(data=frames[0].data, frames=frames)
     buttons, sliders = animation_controls(names, labels, "K/V step ", -0.1, FRAME_MS)
     fig.update_layout(
         title=titled(
-            f"FlashAttention (FA2 order), Q tile {q_tile} (queries {edges[q_tile]}–{edges[q_tile] + q_rows - 1}, "
-            f"head {head}, batch {batch}):<br>{len(frames)} recorded K/V steps{skipped}",
-            f"data: {source}; tile {tile}, seq_len {seq_len}",
+            f"FlashAttention (FA2 order), Q tile {q_tile} (queries {q0}–{last_query}, "
+            f"{where}head {head}, batch {batch}):<br>{len(frames)} recorded K/V steps{skipped}",
+            f"data: {source}; {shape}, seq_len {seq_len}",
         ),
         # constrain="domain": a wide chart narrows the square plot instead of widening the key range
         xaxis={
@@ -186,7 +251,7 @@ def flash_loop_figure(
 
 LOOP_PLOT_PX, LOOP_MARGIN_T = 370, 150
 LOOP_CONTROLS_GAP = 24  # the key axis is on top, so the controls sit right under the plot
-LOOP_MARGIN_B = LOOP_CONTROLS_GAP + CONTROLS_PX + 36  # and the step note under them
+LOOP_MARGIN_B = LOOP_CONTROLS_GAP + CONTROLS_PX + 52  # and the step note's three lines under them
 
 
 def _note(text: str) -> dict:
@@ -204,20 +269,33 @@ def _note(text: str) -> dict:
 
 
 def row_state_figure(
-    softmax_state: pd.DataFrame, q_tile: int, row: int, head: int = 0, batch: int = 0
+    softmax_state: pd.DataFrame,
+    q_tile: int,
+    row: int,
+    head: int = 0,
+    batch: int = 0,
+    block: tuple[int, int, int] | None = None,
+    slots: tuple[int, int] | None = None,
 ) -> go.Figure:
     """Running max m, running sum l and the rescale factor exp(m_prev - m_new) of one query row.
 
     ``row`` is the row within the Q tile (0 .. tile-1). m is in units of the scaled score
     q·k/sqrt(d). At step 0 there is nothing to rescale yet (O is empty), so its factor is 0.
+    ``block`` is the block that computed the Q tile (default (q_tile, head, batch)) and ``slots``
+    the record slots [first, end) of its part (recorded_part; default all), for the fast kernel's
+    causal blocks, which record two Q tiles one after the other; steps are counted from ``first``.
     """
-    mine = _one_block(softmax_state, q_tile, head, batch)
-    mine = mine[mine["row"] == row].sort_values("step")
+    mine = _block_rows(softmax_state, block or (q_tile, head, batch))
+    first, end = slots or (0, None)
+    mine = mine[(mine["row"] == row) & (mine["step"] >= first)]
+    if end is not None:
+        mine = mine[mine["step"] < end]
+    mine = mine.sort_values("step")
     if mine.empty:
         raise ValueError(
             f"no softmax state recorded for Q tile {q_tile}, row {row} (only the first blocks record it)"
         )
-    steps = mine["step"].to_numpy()
+    steps = mine["step"].to_numpy() - first
     m = mine["m"].to_numpy(dtype=np.float64)
     l = mine["l"].to_numpy(dtype=np.float64)  # noqa: E741 - the softmax row sum's usual name
     alpha = np.exp(np.concatenate([[-np.inf], m[:-1]]) - m)
@@ -241,14 +319,20 @@ def row_state_figure(
     )
     fig.update_yaxes(range=[0, 1.05], row=3, col=1)
     fig.update_xaxes(title_text="K/V step", dtick=1, row=3, col=1)
-    fig.update_layout(
-        title=titled(
-            f"Online softmax of query row {row} of Q tile {q_tile} (head {head}, batch {batch})",
-            f"data: {source_of(softmax_state)}",
+    title = titled(
+        f"Online softmax of query row {row} of Q tile {q_tile} (head {head}, batch {batch})",
+        f"data: {source_of(softmax_state)}"
+        + (
+            f"; computed by block {block}, from its record slot {first}"
+            if block and (block != (q_tile, head, batch) or first > 0)
+            else ""
         ),
+    )
+    fig.update_layout(
+        title=title,
         showlegend=False,
-        height=620,
-        margin={"t": 100},
+        height=620 + 18 * (title["text"].count("<br>") - 1),
+        margin={"t": 100 + 18 * (title["text"].count("<br>") - 1)},  # room for each extra source line
     )
     return fig
 
