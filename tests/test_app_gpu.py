@@ -19,6 +19,7 @@ PAGES = ["grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "fla
         {"kernel": "matmul_tiled", "n": "256", "tile": "16"},
         {"kernel": "reduction", "n": "65536", "block": "256"},
         {"kernel": "flash_attention", "seq_len": "256", "head_dim": "64", "tile": "32", "causal": "1"},
+        {"kernel": "flash_attention_fast", "seq_len": "1000", "head_dim": "64", "heads": "2", "causal": "1"},
     ],
 )
 def test_pages_render_from_gpu_capture(query):
@@ -36,6 +37,8 @@ def test_pages_render_from_gpu_capture(query):
         for chart in at.get("plotly_chart"):
             spec = json.loads(chart.proto.spec)
             titles.append((page, json.dumps(spec.get("layout", {}).get("title", ""))))
+    if "attention" in query["kernel"]:  # the recorded K/V loop and the row state, from this capture
+        assert len([t for p, t in titles if p == "flash_attention"]) >= 3, titles
     sched = [t for p, t in titles if p == "scheduling"]
     assert sched and any("measured" in t.lower() for t in sched), sched
     print(f"{query['kernel']}: {len(titles)} charts across {len(PAGES)} pages")
