@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 
-from visualizer import trace
 from visualizer.figures.attention import (
     CURRENT,
     DONE,
@@ -40,19 +39,10 @@ def causal_cap(sim_runner):
 
 
 @pytest.fixture(scope="module")
-def plain_tables():
-    """The instrumented build launched in-process (tests/test_attention_fast.py:run_fast)."""
-    from test_attention_fast import run_fast
-
-    _, bufs, launch = run_fast(PLAIN, seed=5)
-    info = {
-        "grid": list(launch.grid),
-        "tile_operands": ["Q", "K", "V"],
-        "row_table": ["softmax_state", ["m", "l"]],
-        "source": "simulated (CUDA simulator)",
-    }
-    t0 = int(bufs["trace"][1].min())
-    return trace.tiles_table(info, bufs["tiles"], t0), trace.row_state_table(info, bufs["rows"])
+def plain_tables(sim_runner):
+    cap = sim_runner.capture("flash_attention_fast", PLAIN)
+    assert cap.check["correct"], cap.check
+    return cap.tiles, cap.row_state
 
 
 def z_of(frame) -> np.ndarray:
