@@ -308,12 +308,28 @@ def smem_section(cap: Capture) -> None:
     head_dim = c3.select_slider("head_dim", choices["head_dim"], key="fa_smem_head_dim")
     to_link("fa_arch", "fa_smem_tile", "fa_smem_head_dim")
     limits = ARCHS[arch]
-    if cap.measured and (tile, head_dim) == (p["tile"], p["head_dim"]):
+    _smem_gauge(
+        cap,
+        limits,
+        (tile, head_dim) == (p["tile"], p["head_dim"]),
+        flash_smem_bytes(tile, head_dim),
+        "sQ + sKP + sV + sMax + sSum as the kernel declares them (flash_smem_bytes)",
+    )
+    st.caption(
+        f"The kernel declares its shared arrays statically, so {limits.smem_per_block // KB} KB per block is "
+        f"its limit on {limits.label}; {limits.smem_per_block_optin // KB} KB is reachable only with dynamic "
+        "shared memory and an explicit opt-in. Try tile 64 with head_dim 128."
+    )
+
+
+def _smem_gauge(cap: Capture, limits, as_run: bool, modelled_bytes: int, modelled_how: str) -> None:
+    """The shared-memory gauge: the compiled kernel's own figure when a GPU ran this very build
+    (``as_run``: the what-if matches the run), else the model of what the kernel declares."""
+    if cap.measured and as_run:
         needed = int(cap.launch["static_smem_bytes"])
         where = f"measured (GPU): the compiled kernel's static shared memory on {cap.launch['device_name']}"
     else:
-        needed = flash_smem_bytes(tile, head_dim)
-        where = "modelled: sQ + sKP + sV + sMax + sSum as the kernel declares them (flash_smem_bytes)"
+        needed, where = modelled_bytes, f"modelled: {modelled_how}"
     chart(
         smem_gauge_figure(
             needed,
@@ -322,11 +338,6 @@ def smem_section(cap: Capture) -> None:
             optin_bytes=limits.smem_per_block_optin,
         ),
         key="fa_smem_chart",
-    )
-    st.caption(
-        f"The kernel declares its shared arrays statically, so {limits.smem_per_block // KB} KB per block is "
-        f"its limit on {limits.label}; {limits.smem_per_block_optin // KB} KB is reachable only with dynamic "
-        "shared memory and an explicit opt-in. Try tile 64 with head_dim 128."
     )
 
 
@@ -355,23 +366,12 @@ def fast_smem_section(cap: Capture) -> None:
     to_link("fa_arch", "fa_fast_head_dim")
     limits = ARCHS[arch]
     bq, bk, warps = fast_config(head_dim)
-    if cap.measured and head_dim == p["head_dim"]:
-        needed = int(cap.launch["static_smem_bytes"])
-        where = f"measured (GPU): the compiled kernel's static shared memory on {cap.launch['device_name']}"
-    else:
-        needed = fast_smem_bytes(head_dim, bk)
-        where = (
-            "modelled: sK + sV, block_k × (head_dim+4) floats each, as the kernel declares them on a GPU "
-            "(fast_smem_bytes)"
-        )
-    chart(
-        smem_gauge_figure(
-            needed,
-            limits.smem_per_block,
-            f"{where}; limits of {limits.label}",
-            optin_bytes=limits.smem_per_block_optin,
-        ),
-        key="fa_smem_chart",
+    _smem_gauge(
+        cap,
+        limits,
+        head_dim == p["head_dim"],
+        fast_smem_bytes(head_dim, bk),
+        "sK + sV, block_k × (head_dim+4) floats each, as the kernel declares them on a GPU (fast_smem_bytes)",
     )
     st.caption(
         f"Only K and V pass through shared memory: sK and sV hold one tile of {bk} keys × ({head_dim}+4) "
