@@ -14,23 +14,16 @@ plain element accesses at the equivalent multi-dimensional index.
 from kernels.probes import SIMULATOR
 
 if SIMULATOR:
+    import numpy as np
     from numba import cuda
-
-    def _at(shape, i):
-        """The multi-dimensional index of flat element i (so the access recorder sees an element)."""
-        index = []
-        for n in reversed(shape):
-            i, r = divmod(int(i), n)
-            index.append(r)
-        return tuple(reversed(index))
 
     @cuda.jit(device=True)
     def load(arr, i):
-        return arr[_at(arr.shape, i)]
+        return arr[np.unravel_index(i, arr.shape)]  # an element index, so the access recorder sees it
 
     @cuda.jit(device=True)
     def store(arr, i, x):
-        arr[_at(arr.shape, i)] = x
+        arr[np.unravel_index(i, arr.shape)] = x
 
 else:
     from numba.cuda import types as nbtypes
