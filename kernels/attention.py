@@ -33,7 +33,7 @@ NEG_BIG = float32(-1.0e30)  # "minus infinity" that stays finite (fastmath assum
 SMEM_ALIGN = None if SIMULATOR else 16
 # Optional register budget for the flash kernel (launch bounds); None lets the compiler choose.
 # On an H200 (tile 32, head_dim 64) no bound was fastest: ~230-254 registers, 4 blocks per SM;
-# a 168-register budget (6 blocks per SM) ran ~10% slower (visualizer/attention_bench.py).
+# a 168-register budget (6 blocks per SM) ran ~10% slower (visualizer/tools/attention_bench.py).
 REG_BUDGET = None
 
 

@@ -21,7 +21,7 @@ from visualizer.figures.attention import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = "app_pages/flash_attention.py"
+PAGE = "web/pages/flash_attention.py"
 SMALL = {"seq_len": 40, "tile": 16, "head_dim": 16, "heads": 1, "batch": 1, "causal": 1}
 # real H200 rows in attention_bench's JSON format (tests/data: converted, not the page's recording)
 SAMPLE_FILE = ROOT / "tests" / "data" / "attention_timings_sample.json"
@@ -260,7 +260,7 @@ def test_timing_mode_comes_from_the_link_and_a_bad_one_is_ignored():
         None,
         "{not json",
         '{"kind": "something else", "runs": {"causal": {}}}',
-        '{"kind": "visualizer.attention_bench timings", "runs": {"causal": {"config": {}}}, "rows": []}',
+        '{"kind": "visualizer.tools.attention_bench timings", "runs": {"causal": {"config": {}}}, "rows": []}',
     ],
     ids=["missing", "not-json", "other-kind", "no-rows"],
 )

@@ -32,7 +32,7 @@ def test_pages_render_from_gpu_capture(query):
     assert at.session_state.capture.measured
     titles = []
     for page in PAGES:
-        at.switch_page(f"app_pages/{page}.py").run()
+        at.switch_page(f"web/pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
         for chart in at.get("plotly_chart"):
             spec = json.loads(chart.proto.spec)

@@ -19,7 +19,7 @@ def _page(page: str, **query) -> AppTest:
         at.query_params[k] = v
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    at.switch_page(f"app_pages/{page}.py").run()
+    at.switch_page(f"web/pages/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

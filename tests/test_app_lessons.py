@@ -129,8 +129,8 @@ def launch_widgets(at: AppTest, lesson: str) -> dict:
 
 
 def test_every_lesson_control_has_a_link_key():
-    from visualizer.lessons.catalog import LESSONS
-    from visualizer.ui.session import LESSON_LINK_PREFIX, PAGE_QUERY_KEYS
+    from visualizer.web.lessons import LESSONS
+    from visualizer.web.session import LESSON_LINK_PREFIX, PAGE_QUERY_KEYS
 
     keys = {LESSON_LINK_PREFIX + c.key for lesson in LESSONS for c in lesson.controls}
     assert keys <= PAGE_QUERY_KEYS

@@ -6,7 +6,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = "app_pages/memory_access.py"
+PAGE = "web/pages/memory_access.py"
 SOURCE = "recorded addresses, simulator"
 
 

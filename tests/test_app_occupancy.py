@@ -8,7 +8,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
-PAGE = "app_pages/occupancy.py"
+PAGE = "web/pages/occupancy.py"
 
 
 def _page(**query) -> AppTest:

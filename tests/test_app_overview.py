@@ -55,7 +55,7 @@ def test_exports_tables_and_figures():
     at = _app(kernel="matmul_tiled", backend="sim", n="20", tile="8").run()
     labels = [b.label for b in at.get("download_button")]
     assert {"threads.csv", "threads.parquet", "tiles.csv", "tiles.parquet"} <= set(labels), labels
-    at.switch_page("app_pages/grid.py").run()
+    at.switch_page("web/pages/grid.py").run()
     assert not at.exception
     assert "Download figure (HTML)" in [b.label for b in at.get("download_button")]
 
@@ -88,7 +88,7 @@ def test_unrun_parameters_are_named_and_a_configuration_run_before_shows_at_once
 
 def test_a_failed_run_replaces_the_charts_with_its_error():
     at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
-    at.switch_page("app_pages/grid.py").run()
+    at.switch_page("web/pages/grid.py").run()
     assert at.get("plotly_chart")
     at.slider(key="param_vector_add_block").set_value(0)
     at.sidebar.button(key="sidebar_run").click().run()

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
-PAGE = "app_pages/scheduling.py"
+PAGE = "web/pages/scheduling.py"
 
 
 def _page(**query) -> AppTest:

@@ -6,7 +6,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = "app_pages/shared_memory.py"
+PAGE = "web/pages/shared_memory.py"
 
 
 def open_page(kernel: str, **params) -> AppTest:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from visualizer.userkernel.client import user_code_allowed
+from visualizer.engine.user_runner import user_code_allowed
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 PAGES = ["overview", "grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "flash_attention"]
@@ -16,7 +16,7 @@ def _your_kernel_page() -> AppTest:
     at.query_params["backend"] = "sim"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    at.switch_page("app_pages/your_kernel.py").run()
+    at.switch_page("web/pages/your_kernel.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -37,12 +37,12 @@ def test_example_runs_and_every_page_shows_the_users_capture():
     cap = at.session_state["capture"]
     assert cap.launch["kernel"] == "matmul_tiled (yours)" and cap.launch["user_kernel"]
     for page in PAGES:
-        at.switch_page(f"app_pages/{page}.py").run()
+        at.switch_page(f"web/pages/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.session_state["capture"].launch["kernel"] == "matmul_tiled (yours)", page
         if page == "occupancy":  # its re-launch button points back here instead of at the catalog
             assert any("Your kernel: change its block" in c.value for c in at.caption)
-    at.switch_page("app_pages/grid.py").run()
+    at.switch_page("web/pages/grid.py").run()
     assert at.get("plotly_chart"), "the grid page draws the user's kernel"
 
 
@@ -104,7 +104,7 @@ def test_page_says_how_to_enable_when_off(address, monkeypatch):
     old = config.get_option("server.address")
     config.set_option("server.address", address)
     try:
-        at.switch_page("app_pages/your_kernel.py").run()
+        at.switch_page("web/pages/your_kernel.py").run()
     finally:
         config.set_option("server.address", old)
     assert not at.exception

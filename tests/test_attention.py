@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from kernels.attention import Q_TILE, flash_attention_kernels, flash_smem_floats, naive_attention_kernels
-from visualizer import trace
-from visualizer.attention_specs import attention_reference, flash_smem_bytes, kv_tiles
-from visualizer.catalog import LaunchError, plan_launch
-from visualizer.worker import record_buffers
+from visualizer.analysis import capture as trace
+from visualizer.engine.worker import record_buffers
+from visualizer.specs.attention import attention_reference, flash_smem_bytes, kv_tiles
+from visualizer.specs.catalog import LaunchError, plan_launch
 
 SOURCE = "simulated (CUDA simulator; SM ids and times modelled)"
 
@@ -172,7 +172,7 @@ def test_smem_formula_matches_kernel_module():
 
 
 def test_work_counts():
-    from visualizer.catalog import get
+    from visualizer.specs.catalog import get
 
     p = {"batch": 1, "heads": 2, "seq_len": 64, "head_dim": 16, "tile": 16, "causal": 0}
     fbytes, fflops = get("flash_attention").work(p)

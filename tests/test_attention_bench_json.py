@@ -1,4 +1,4 @@
-"""``python -m visualizer.attention_bench --json PATH``: the document the FlashAttention page reads.
+"""``python -m visualizer.tools.attention_bench --json PATH``: the document the FlashAttention page reads.
 
 No GPU here: the measurement itself is replaced by rows made with the bench's own ``_row`` and the
 device header by a stand-in; what is checked is the document (header, rows, merging of a causal and
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from visualizer import attention_bench as ab
 from visualizer.figures.attention import timing_modes, timing_rows
+from visualizer.tools import attention_bench as ab
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "attention_timings_sample.json"
 DEVICE = {"gpu": "Stand-in GPU", "sm": "sm_90", "sm_count": 3}

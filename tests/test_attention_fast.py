@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from kernels import attention_fast as af
-from visualizer import attention_specs as specs
-from visualizer.attention_bench import rel_err_f64
-from visualizer.catalog import LaunchError, plan_launch
-from visualizer.worker import record_buffers
+from visualizer.engine.worker import record_buffers
+from visualizer.specs import attention as specs
+from visualizer.specs.catalog import LaunchError, plan_launch
+from visualizer.tools.attention_bench import rel_err_f64
 
 ROOT = Path(__file__).resolve().parents[1]
 REL_TOL = 1e-5  # max |out - ref| / max |ref| against float64
@@ -261,7 +261,7 @@ def test_full_size_on_the_gpu_matches_float64():
         pytest.skip("in-process GPU checks need NUMBA_ENABLE_CUDASIM=0 (see README)")
     from numba import cuda
 
-    from visualizer.attention_bench import _check_rows, _reference_rows
+    from visualizer.tools.attention_bench import _check_rows, _reference_rows
 
     L = 4096
     rng = np.random.default_rng(3)

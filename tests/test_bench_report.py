@@ -1,6 +1,6 @@
 """The bench's GPU report from recorded numbers (made-up values here; the GPU run writes real ones)."""
 
-from visualizer.bench import gpu_markdown, markdown, targets
+from visualizer.tools.bench import gpu_markdown, markdown, targets
 
 METHODS_ROW = {
     "n": 1000,
@@ -95,7 +95,7 @@ def test_whole_report_with_gpu_section():
 
 
 def test_flash_target_ignores_causal_rows():
-    from visualizer.bench import _flash_speedup
+    from visualizer.tools.bench import _flash_speedup
 
     def row(seq_len, impl, ms, causal):
         return {"seq_len": seq_len, "impl": impl, "ms": ms, "causal": causal}

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from visualizer.catalog import LaunchError
-from visualizer.runner import KernelError
+from visualizer.engine.runner import KernelError
+from visualizer.specs.catalog import LaunchError
 
 THREAD_COLUMNS = [
     "block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z", "block", "thread",
@@ -99,7 +99,7 @@ def test_fault_reported_and_runner_survives(sim_runner):
 
 
 def test_timeout_kills_and_restarts_worker():
-    from visualizer.runner import Runner
+    from visualizer.engine.runner import Runner
 
     with Runner("sim") as runner:
         with pytest.raises(KernelError, match="timed out"):

@@ -98,7 +98,7 @@ def test_bad_input_one_line_exit_2(tmp_path, args, words):
 
 
 def test_too_much_shared_memory_is_refused():
-    from visualizer.catalog import DeviceLimits, Launch, LaunchError, check_launch
+    from visualizer.specs.catalog import DeviceLimits, Launch, LaunchError, check_launch
 
     launch = Launch(grid=(1, 1, 1), block=(128, 1, 1), scalars={}, static_smem=64 * 1024)
     with pytest.raises(LaunchError, match="static shared memory"):

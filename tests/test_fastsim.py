@@ -1,4 +1,4 @@
-"""visualizer.fastsim against the stock numba-cuda simulator: the same kernels, each engine in its own
+"""visualizer.engine.fastsim against the stock numba-cuda simulator: the same kernels, each engine in its own
 process (fastsim is installed by monkeypatching), results compared exactly.
 
 Also the places where fastsim differs on purpose (per-block poisoned shared memory, exceptions stock
@@ -205,7 +205,7 @@ def test_recorder_hooks(tmp_path):
 
 
 def test_simulator_launch_cap_is_named_in_the_refusal():
-    from visualizer import catalog
+    from visualizer.specs import catalog
 
     assert catalog.SIM_MAX_THREADS == 524_288
     catalog.plan_launch("vector_add", {"n": 524_288, "block": 256}, "sim")  # at the cap: accepted

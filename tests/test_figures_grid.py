@@ -6,9 +6,9 @@ import numpy as np
 import plotly.io
 import pytest
 
+from visualizer.analysis.capture import GPU_SOURCE, SIM_SOURCE, threads_table
 from visualizer.figures import grid as G
 from visualizer.figures.memory_flow import GPU_CLOCK_LABEL, SIM_CLOCK_LABEL, memory_flow_figure
-from visualizer.trace import GPU_SOURCE, SIM_SOURCE, threads_table
 
 MB = 1_000_000
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tests.test_memory_tables import LOAD, STORE, G, S, buffers, warp_request
+from visualizer.analysis import memory as tables
 from visualizer.figures import memory as figs
-from visualizer.memory import tables
 
 
 def build(acc):

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from visualizer.analysis.capture import GPU_SOURCE, threads_table
+from visualizer.analysis.occupancy import ARCHS, occupancy
 from visualizer.figures.occupancy import (
     CURRENT_COLOUR,
     CURRENT_NAME,
@@ -21,8 +23,6 @@ from visualizer.figures.occupancy import (
     modelled_active_warps,
     occupancy_opted_in,
 )
-from visualizer.occupancy import ARCHS, occupancy
-from visualizer.trace import GPU_SOURCE, threads_table
 
 KB = 1024
 

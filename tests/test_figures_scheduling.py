@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from visualizer import schedule
+from visualizer.analysis import schedule
 from visualizer.figures import scheduling as figs
 
 GPU = "measured (GPU)"

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from visualizer.analysis.capture import SIM_SOURCE, row_state_table, tiles_table
 from visualizer.figures.shared_memory import (
     MAX_BLOCKS_SHOWN,
     MISMATCH,
@@ -11,7 +12,6 @@ from visualizer.figures.shared_memory import (
     race_tree_diff_figure,
     reduction_tree_figure,
 )
-from visualizer.trace import SIM_SOURCE, row_state_table, tiles_table
 
 N, TILE = 20, 8  # 3 steps; the last one's tiles are partial (8x4 and 4x8)
 RED_N, RED_BLOCK = 64, 32

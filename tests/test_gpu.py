@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from visualizer.runner import KernelError
+from visualizer.engine.runner import KernelError
 
 pytestmark = pytest.mark.gpu
 

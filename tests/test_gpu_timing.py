@@ -8,8 +8,8 @@ measuring again), and what timing.json gets.
 
 import pytest
 
-from visualizer import catalog, gpu_timing
-from visualizer.gpu_timing import (
+from visualizer.engine import gpu_timing
+from visualizer.engine.gpu_timing import (
     SPIN_MAX_NS,
     SPIN_MIN_NS,
     measure,
@@ -21,6 +21,7 @@ from visualizer.gpu_timing import (
     torch_fields,
     wants_l2_flush,
 )
+from visualizer.specs import catalog
 
 
 class FakeEvent:

@@ -61,7 +61,7 @@ def _small_add(cuda, n=1000):
 
 
 def test_spin_covers_the_queue_and_its_absence_is_detected(gpu_numba):
-    from visualizer import gpu_timing
+    from visualizer.engine import gpu_timing
 
     cuda = gpu_numba
     launch, c = _small_add(cuda)
@@ -78,7 +78,7 @@ def test_spin_covers_the_queue_and_its_absence_is_detected(gpu_numba):
 
 def test_torch_queues_behind_the_spin_on_its_stream(gpu_numba):
     torch = pytest.importorskip("torch")
-    from visualizer import gpu_timing
+    from visualizer.engine import gpu_timing
 
     x = torch.randn(1000, device="cuda")
     y = torch.empty_like(x)

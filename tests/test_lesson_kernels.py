@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from visualizer import catalog
-from visualizer.lesson_specs import heat_step_reference, histogram_values
+from visualizer.specs import catalog
+from visualizer.specs.lessons import heat_step_reference, histogram_values
 
 STENCIL_LAUNCHES = [
     {"ny": 40, "nx": 37, "tile": 16},  # ragged edge blocks both ways

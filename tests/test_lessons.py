@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from visualizer.lessons import answers as A
-from visualizer.lessons.catalog import LESSONS
-from visualizer.occupancy import ARCHS
+from visualizer.analysis import lesson_answers as A
+from visualizer.analysis.occupancy import ARCHS
+from visualizer.web.lessons import LESSONS
 
 
 def run(sim_runner, kernel, params, accesses=False):

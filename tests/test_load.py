@@ -1,12 +1,12 @@
 """A classroom on one server (127.0.0.1 only): 30 visitors open links, leave mid-run, switch pages
 and kernels mid-run and resubmit the form, all at once; each must see exactly the capture it asked
 for. Before request ids, most of them were shown someone else's capture (python -m
-visualizer.loadtest against the old runner: 22 of 25 wrong)."""
+visualizer.tools.loadtest against the old runner: 22 of 25 wrong)."""
 
 import pytest
 
-from visualizer.loadtest import Server, Visitor, classroom, query
-from visualizer.runner import default_workers
+from visualizer.engine.runner import default_workers
+from visualizer.tools.loadtest import Server, Visitor, classroom, query
 
 
 @pytest.fixture(scope="module")

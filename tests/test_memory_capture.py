@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from visualizer.memory import tables
-from visualizer.trace import save
+from visualizer.analysis import memory as tables
+from visualizer.analysis.capture import save
 
 
 def capture(sim_runner, kernel, params=None):
@@ -174,7 +174,7 @@ def test_kernels_json_lists_memory_kernels():
 
 
 def test_numpy_references():
-    from visualizer import catalog
+    from visualizer.specs import catalog
 
     rng = np.random.default_rng(0)
     spec = catalog.get("strided_copy")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from visualizer.catalog import LaunchError
+from visualizer.specs.catalog import LaunchError
 
 pytestmark = pytest.mark.gpu
 

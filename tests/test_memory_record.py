@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from numba import cuda, float32
 
-from visualizer.memory import record, tables
+from visualizer.analysis import memory as tables
+from visualizer.engine import access_record as record
 
 
 def probe_kernel(x, out, counter):

@@ -1,4 +1,4 @@
-"""Tests for the occupancy calculator (visualizer/occupancy.py).
+"""Tests for the occupancy calculator (visualizer/analysis/occupancy.py).
 
 Expected values are worked out by hand from the formula in docs/anchors §5.1 (cuda_occupancy.h) and
 the §5.2 constants, never taken from the code under test. Notation in the comments:
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from visualizer.occupancy import (
+from visualizer.analysis.occupancy import (
     ARCHS,
     LIMIT_NAMES,
     get_arch,
@@ -533,7 +533,7 @@ def test_main_returns_codes_without_exiting(capsys):
 
 def test_import_is_light():
     code = (
-        "import visualizer.occupancy, sys; "
+        "import visualizer.analysis.occupancy, sys; "
         "assert 'numba' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)"
     )
     completed = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""Scheduling tables (visualizer/schedule.py) on hand-made interval tables and a real simulator capture.
+"""Scheduling tables (visualizer/analysis/schedule.py) on hand-made interval tables and a real simulator capture.
 
 Expected values are worked out by hand in the comments, never taken from the code under test.
 """
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from visualizer import schedule
-from visualizer.occupancy import ARCHS
+from visualizer.analysis import schedule
+from visualizer.analysis.occupancy import ARCHS
 
 SRC = "measured (GPU)"
 

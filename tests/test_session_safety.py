@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from visualizer.ui.session import CaptureCache, as_text, capture_nbytes, queue_text
+from visualizer.web.session import CaptureCache, as_text, capture_nbytes, queue_text
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 INJECTIONS = [

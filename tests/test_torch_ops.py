@@ -5,8 +5,8 @@ Checked on CPU tensors here; skipped where torch is not installed (it is optiona
 import numpy as np
 import pytest
 
-from visualizer import catalog
-from visualizer.trace import check_outputs
+from visualizer.analysis.capture import check_outputs
+from visualizer.specs import catalog
 
 torch = pytest.importorskip("torch")
 

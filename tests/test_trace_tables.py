@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from visualizer.catalog import get
-from visualizer.trace import check_outputs, threads_table
+from visualizer.analysis.capture import check_outputs, threads_table
+from visualizer.specs.catalog import get
 
 
 def _launch(grid, block, per):

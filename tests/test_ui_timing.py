@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from visualizer.ui.timing import fmt_us, gpu_timing_notes
+from visualizer.web.timing import fmt_us, gpu_timing_notes
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from visualizer.runner import KernelError
-from visualizer.userkernel.client import UserRunner, arrays_after
-from visualizer.userkernel.examples import EXAMPLES
-from visualizer.userkernel.spec import plan_source_launch
+from visualizer.engine.runner import KernelError
+from visualizer.engine.user_runner import UserRunner, arrays_after
+from visualizer.specs.source import plan_source_launch
+from visualizer.web.examples import EXAMPLES
 
 pytestmark = pytest.mark.gpu
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from visualizer.catalog import LaunchError
-from visualizer.userkernel import spec as uspec
+from visualizer.specs import source as uspec
+from visualizer.specs.catalog import LaunchError
 
 VADD = """
 from numba import cuda

@@ -1,1 +1,2 @@
-"""Interactive GPU execution visualizer: host side (runner, trace tables, CLI, app)."""
+"""Interactive GPU execution visualizer. Layers, each importing only those below it:
+specs -> analysis -> engine -> figures -> web / tools (see ARCHITECTURE.md)."""

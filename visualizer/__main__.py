@@ -1,5 +1,5 @@
 import sys
 
-from visualizer.cli import main
+from visualizer.tools.cli import main
 
 sys.exit(main(sys.argv[1:]))

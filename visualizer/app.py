@@ -11,9 +11,9 @@ import numpy as np  # noqa: E402
 import streamlit as st  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from visualizer.ui.guard import guard_server  # noqa: E402
-from visualizer.ui.sidebar import navigate, sidebar  # noqa: E402
-from visualizer.ui.timing import timing_panel  # noqa: E402
+from visualizer.web.guard import guard_server  # noqa: E402
+from visualizer.web.sidebar import navigate, sidebar  # noqa: E402
+from visualizer.web.timing import timing_panel  # noqa: E402
 
 
 def _favicon() -> Image.Image:
@@ -32,17 +32,17 @@ st.set_page_config(page_title="GPU execution visualizer", page_icon=_favicon(), 
 guard_server()  # remote visitors only when the operator allowed them; no tracebacks (ui/guard.py)
 
 PAGES = [
-    st.Page("app_pages/overview.py", title="Overview", icon=":material/home:", default=True),
-    st.Page("app_pages/grid.py", title="Grid layout", icon=":material/grid_on:"),
-    st.Page("app_pages/scheduling.py", title="Warp & SM scheduling", icon=":material/timeline:"),
-    st.Page("app_pages/shared_memory.py", title="Shared memory", icon=":material/memory:"),
-    st.Page("app_pages/memory_flow.py", title="Memory flow", icon=":material/swap_horiz:"),
-    st.Page("app_pages/memory_access.py", title="Memory access", icon=":material/grid_view:"),
-    st.Page("app_pages/occupancy.py", title="Occupancy", icon=":material/speed:"),
-    st.Page("app_pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
-    st.Page("app_pages/your_kernel.py", title="Your kernel", icon=":material/code:"),
+    st.Page("web/pages/overview.py", title="Overview", icon=":material/home:", default=True),
+    st.Page("web/pages/grid.py", title="Grid layout", icon=":material/grid_on:"),
+    st.Page("web/pages/scheduling.py", title="Warp & SM scheduling", icon=":material/timeline:"),
+    st.Page("web/pages/shared_memory.py", title="Shared memory", icon=":material/memory:"),
+    st.Page("web/pages/memory_flow.py", title="Memory flow", icon=":material/swap_horiz:"),
+    st.Page("web/pages/memory_access.py", title="Memory access", icon=":material/grid_view:"),
+    st.Page("web/pages/occupancy.py", title="Occupancy", icon=":material/speed:"),
+    st.Page("web/pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
+    st.Page("web/pages/your_kernel.py", title="Your kernel", icon=":material/code:"),
 ]
-LESSON_PAGES = [st.Page("app_pages/lessons.py", title="Predict, run, compare", icon=":material/school:")]
+LESSON_PAGES = [st.Page("web/pages/lessons.py", title="Predict, run, compare", icon=":material/school:")]
 page = navigate({"": PAGES, "Lessons": LESSON_PAGES})
 sidebar()
 timing_panel()

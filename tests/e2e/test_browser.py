@@ -4,7 +4,7 @@ or covered, and nothing is fetched from outside the machine."""
 
 import pytest
 
-from visualizer.runner import gpu_present
+from visualizer.engine.runner import gpu_present
 
 from .conftest import wait_for_app
 

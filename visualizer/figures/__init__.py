@@ -1,1 +1,4 @@
-"""Pure Plotly figure builders: DataFrame in, go.Figure out. No Streamlit in here."""
+"""Figures: pure Plotly builders. Tables in, ``go.Figure`` out; no Streamlit.
+
+May import ``analysis`` and ``specs``; never numba or the engine.
+"""

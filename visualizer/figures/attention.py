@@ -480,7 +480,7 @@ def smem_gauge_figure(
     return fig
 
 
-# implementations visualizer.attention_bench records, in legend order: the name it writes, then the
+# implementations visualizer.tools.attention_bench records, in legend order: the name it writes, then the
 # label a student reads, colour and dash (instrumented builds: their clean build's colour, dotted)
 TIMING_STYLES = {
     "ours fast (clean)": ("ours: fast kernel (tensor cores, 3xTF32)", "#d62728", "solid"),
@@ -515,7 +515,7 @@ TIMING_PANELS = (
     ("peak_mb", "peak memory (MB, log)", "log"),
 )
 TIMING_ROW_COLUMNS = ("seq_len", "impl", "causal", "ms", "tflops")
-TIMING_KIND = "visualizer.attention_bench timings"  # attention_bench.JSON_KIND
+TIMING_KIND = "visualizer.tools.attention_bench timings"  # attention_bench.JSON_KIND
 
 
 def timing_label(impl: str, backends=()) -> str:
@@ -602,7 +602,7 @@ AXIS_TITLE_PX = 62  # x tick labels and the x-axis title under the panels
 def attention_timing_figure(rows, source: str, note: str = "") -> go.Figure:
     """Time, TFLOP/s and peak memory against seq_len, one line per implementation.
 
-    ``rows`` are ``visualizer.attention_bench.attention_timings`` rows of one causal mode (dicts or a
+    ``rows`` are ``visualizer.tools.attention_bench.attention_timings`` rows of one causal mode (dicts or a
     DataFrame with seq_len, impl, ms, tflops, and peak_mb where recorded; timing_rows adds readable
     names); ``source`` says where they were measured (timing_source); ``note`` (the configuration)
     goes under it. An implementation timed at one length (numpy) is a single marker; the memory panel

@@ -1,5 +1,5 @@
 """Figures of recorded memory accesses: sectors of one warp request, shared-memory banks, a
-per-warp heatmap of sectors per request, raced words. DataFrames in (visualizer/memory/tables.py),
+per-warp heatmap of sectors per request, raced words. DataFrames in (visualizer/analysis/memory.py),
 go.Figure out; every title says where the numbers come from ("recorded addresses, simulator")."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from visualizer.analysis.memory import BANKS, REQUEST_KEY, SECTOR_BYTES, SOURCE, WORD_BYTES
 from visualizer.figures.common import titled
-from visualizer.memory.tables import BANKS, REQUEST_KEY, SECTOR_BYTES, SOURCE, WORD_BYTES
 
 LANE_SCALE = "Turbo"
 

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from visualizer.occupancy import (
+from visualizer.analysis.occupancy import (
     LIMIT_NAMES,
     WARP_SIZE,
     Arch,
@@ -23,7 +23,7 @@ from visualizer.occupancy import (
     sweep_shared_memory,
     sweep_threads,
 )
-from visualizer.schedule import step_sweep, warp_intervals
+from visualizer.analysis.schedule import step_sweep, warp_intervals
 
 KB = 1024
 LINE_COLOUR = "#1f77b4"

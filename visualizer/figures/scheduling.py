@@ -1,6 +1,6 @@
 """Scheduling figures: blocks on SMs over time, one SM's warps, resident warps, waves arriving.
 
-Pure builders (DataFrame in, ``go.Figure`` out) over the tables of ``visualizer.schedule``. Time axes
+Pure builders (DataFrame in, ``go.Figure`` out) over the tables of ``visualizer.analysis.schedule``. Time axes
 are LINEAR in nanoseconds since the kernel's first timestamp (never a date axis, never rounded to ms);
 every title carries the table's source label: measured (GPU), simulated, or modelled.
 """
@@ -13,9 +13,9 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from visualizer import schedule
+from visualizer.analysis import schedule
+from visualizer.analysis.occupancy import ARCHS, occupancy
 from visualizer.figures.common import animation_controls, place_controls
-from visualizer.occupancy import ARCHS, occupancy
 
 MAX_BARS = 5000  # above this many intervals, draw WebGL line segments instead of SVG bars
 MAX_SEGMENTS = 80_000  # SM timeline: beyond this many blocks show the first SMs' rows only (payload)

@@ -1,0 +1,227 @@
+"""Turn the buffers a kernel recorded into tidy pandas tables, check its output, save a bundle.
+
+Tables (each says where its numbers come from in a ``source`` column and in ``df.attrs``):
+
+* ``threads``: one row per thread of the launch: block_x/y/z, thread_x/y/z, block (linear),
+  thread (linear in the block), warp, lane, global_id, sm, t_start_ns, t_end_ns (relative to
+  the kernel's first timestamp), active. When the kernel recorded per warp (big grids), sm and
+  times are the warp's, and ``recorded_per`` says so.
+* ``tiles``: block, block_x/y/z, step, operand, row0, col0, rows, cols, t_ns.
+* a per-kernel row-state table (``softmax_state``: m, l; ``reduction_tree``: value):
+  block, block_x/y/z, step, row, and the values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from visualizer.specs import catalog
+
+GPU_SOURCE = "measured (GPU)"
+SIM_SOURCE = "simulated (CUDA simulator; SM ids and times modelled)"
+
+
+@dataclass
+class Capture:
+    launch: dict
+    timing: dict
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+    threads: pd.DataFrame
+    tiles: pd.DataFrame | None = None
+    row_state: pd.DataFrame | None = None
+    check: dict = field(default_factory=dict)
+    # memory accesses recorded on the simulator (visualizer/analysis/memory.py); None when not recorded
+    accesses: pd.DataFrame | None = None
+    requests: pd.DataFrame | None = None
+    hazards: pd.DataFrame | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.launch["backend"] == "gpu"
+
+    @property
+    def source(self) -> str:
+        return self.launch["source"]
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        out = {"threads": self.threads}
+        if self.tiles is not None:
+            out["tiles"] = self.tiles
+        if self.row_state is not None:
+            out[self.launch["row_table"][0]] = self.row_state
+        return out
+
+
+def _label(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    df["source"] = pd.Categorical([source] * len(df)) if len(df) else pd.Series([], dtype="category")
+    df.attrs["source"] = source
+    return df
+
+
+def block_coords(block: np.ndarray, grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    gx, gy, _ = grid
+    return block % gx, (block // gx) % gy, block // (gx * gy)
+
+
+def threads_table(launch: dict, trace: np.ndarray, active: np.ndarray) -> pd.DataFrame:
+    """``trace``: one (sm, t_start, t_end) record per row, per thread or per warp."""
+    grid, blk = launch["grid"], launch["block"]
+    tpb = launch["threads_per_block"]
+    g = np.arange(launch["threads"], dtype=np.int64)
+    block, thread = g // tpb, g % tpb
+    bx, by, bz = block_coords(block, grid)
+    warp, lane = thread // 32, thread % 32
+    if launch["recorded_per"] == "warp":
+        slot = block * ((tpb + 31) // 32) + warp
+    else:
+        slot = g
+    rec = trace[slot]
+    t0 = trace[:, 1].min() if len(trace) else 0
+    small = np.int32 if launch["threads"] < 2**31 else np.int64
+    df = pd.DataFrame(
+        {
+            "block_x": bx.astype(np.int32),
+            "block_y": by.astype(np.int32),
+            "block_z": bz.astype(np.int32),
+            "thread_x": (thread % blk[0]).astype(np.int16),
+            "thread_y": ((thread // blk[0]) % blk[1]).astype(np.int16),
+            "thread_z": (thread // (blk[0] * blk[1])).astype(np.int16),
+            "block": block.astype(small),
+            "thread": thread.astype(np.int16),
+            "warp": warp.astype(np.int16),
+            "lane": lane.astype(np.int8),
+            "global_id": g.astype(small),
+            "sm": rec[:, 0].astype(np.int32),
+            "t_start_ns": rec[:, 1] - t0,
+            "t_end_ns": rec[:, 2] - t0,
+            "active": active.astype(bool),
+        }
+    )
+    df.attrs["recorded_per"] = launch["recorded_per"]
+    return _label(df, launch["source"])
+
+
+def tiles_table(launch: dict, tiles: np.ndarray, t0: int) -> pd.DataFrame:
+    operands = launch["tile_operands"]
+    nblocks, nsteps, nops, _ = tiles.shape
+    block, step, op = np.meshgrid(np.arange(nblocks), np.arange(nsteps), np.arange(nops), indexing="ij")
+    flat = tiles.reshape(-1, 5)
+    keep = flat[:, 4] >= 0  # slots the kernel never reached (e.g. causally skipped) stay -1
+    block, step, op, flat = block.ravel()[keep], step.ravel()[keep], op.ravel()[keep], flat[keep]
+    bx, by, bz = block_coords(block, launch["grid"])
+    df = pd.DataFrame(
+        {
+            "block": block,
+            "block_x": bx,
+            "block_y": by,
+            "block_z": bz,
+            "step": step,
+            "operand": pd.Categorical(np.asarray(operands)[op], categories=operands),
+            "row0": flat[:, 0],
+            "col0": flat[:, 1],
+            "rows": flat[:, 2],
+            "cols": flat[:, 3],
+            "t_ns": flat[:, 4] - t0,
+        }
+    )
+    df = df.sort_values(["block", "step", "operand"], kind="stable").reset_index(drop=True)
+    return _label(df, launch["source"])
+
+
+def row_state_table(launch: dict, rows: np.ndarray) -> pd.DataFrame:
+    _, columns = launch["row_table"]
+    nblocks, nsteps, nrows, _ = rows.shape
+    block, step, row = np.meshgrid(np.arange(nblocks), np.arange(nsteps), np.arange(nrows), indexing="ij")
+    flat = rows.reshape(-1, 2)
+    keep = ~np.isnan(flat[:, 0])
+    bx, by, bz = block_coords(block.ravel()[keep], launch["grid"])
+    data = {
+        "block": block.ravel()[keep],
+        "block_x": bx,
+        "block_y": by,
+        "block_z": bz,
+        "step": step.ravel()[keep],
+        "row": row.ravel()[keep],
+    }
+    for i, name in enumerate(columns):
+        data[name] = flat[keep, i]
+    return _label(pd.DataFrame(data), launch["source"])
+
+
+def check_outputs(spec: catalog.KernelSpec, params: dict, inputs: dict, outputs: dict) -> dict:
+    """Compare every output with the numpy reference."""
+    expected = spec.reference(inputs, params)
+    atol = spec.atol(params) if callable(spec.atol) else spec.atol
+    result = {"correct": True, "outputs": {}, "rtol": spec.rtol, "atol": atol}
+    for name, want in expected.items():
+        got = outputs[name]
+        close = np.isclose(got, want, rtol=spec.rtol, atol=atol)
+        bad = int((~close).sum())
+        result["outputs"][name] = {
+            "mismatches": bad,
+            "elements": int(close.size),
+            "max_abs_error": float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0,
+        }
+        result["correct"] &= bad == 0
+    result["expected_wrong"] = spec.deliberately_wrong
+    return result
+
+
+def build_capture(reply: dict) -> Capture:
+    launch, timing, arrays, inputs = reply["launch"], reply["timing"], reply["arrays"], reply["inputs"]
+    spec = catalog.get(launch["kernel"])
+    records = arrays["trace"].T  # the kernel writes (3, records); tables read one record per row
+    t0 = int(records[:, 1].min()) if len(records) else 0
+    threads = threads_table(launch, records, arrays["active"])
+    if len(records):
+        timing["kernel_span_ns"] = int(records[:, 2].max() - t0)  # from in-kernel timestamps
+    tiles = tiles_table(launch, arrays["tiles"], t0) if "tiles" in arrays else None
+    row_state = row_state_table(launch, arrays["rows"]) if "rows" in arrays else None
+    data_args = [a for a in spec.args if a in inputs]
+    outputs = {a: arrays[a] for a in spec.outputs}
+    ins = {a: inputs[a] for a in data_args if a not in spec.outputs}
+    check = check_outputs(spec, launch["params"], inputs, outputs)
+    cap = Capture(launch, timing, ins, outputs, threads, tiles, row_state, check)
+    if "accesses" in reply:
+        from visualizer.analysis import memory as memory_tables
+
+        cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
+    return cap
+
+
+def save(cap: Capture, out_dir: str | Path) -> list[Path]:
+    """Write the capture bundle: one Parquet file per table, launch.json, timing.json, arrays.npz."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, df in cap.tables().items():
+        path = out / f"{name}.parquet"
+        df.to_parquet(path, index=False)
+        written.append(path)
+    if cap.accesses is not None:  # present (possibly empty) whenever accesses were recorded
+        for name, df in (("accesses", cap.accesses), ("requests", cap.requests), ("hazards", cap.hazards)):
+            path = out / f"{name}.parquet"
+            df.to_parquet(path, index=False)
+            written.append(path)
+    for name, obj in (("launch", {**cap.launch, "check": cap.check}), ("timing", cap.timing)):
+        path = out / f"{name}.json"
+        path.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+        written.append(path)
+    path = out / "arrays.npz"
+    np.savez_compressed(path, **cap.inputs, **cap.outputs)
+    written.append(path)
+    return written
+
+
+def _jsonable(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")

@@ -1,0 +1,334 @@
+"""Lesson answers, computed from a run's own capture (pure functions: no Streamlit, no constants).
+
+Each function takes the Capture(s) a lesson ran (plus the lesson's modelling choices: a GPU model,
+registers per thread) and returns the number or choice the learner is asked to predict, together
+with the figures the explanation quotes. Nothing here is a hard-coded answer: change the launch and
+the answer follows the recorded tables.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from visualizer.analysis.capture import Capture
+from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
+from visualizer.figures.memory_flow import MODEL_GPUS, modelled_gpu_timing
+
+# The GPU models the lessons offer (their occupancy calculator arch); same names as the other pages.
+GPU_ARCHS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}
+# The smallest GPU time of a launch the project measured on the H200 (docs/benchmarks.md, vector
+# add of 1,000 elements: 4 us of device time). Used only in the clearly-labelled modelled estimate.
+MEASURED_LAUNCH_FLOOR_US = 4.0
+
+
+@dataclass
+class Answer:
+    """What a question's answer is, and the numbers behind it (for the explanation)."""
+
+    value: float | int | str
+    facts: dict = field(default_factory=dict)
+    source: str = ""  # measured / simulated / modelled, as every chart says
+
+
+# --- threads, blocks, warps -----------------------------------------------------------------
+
+
+def warps_per_block(cap: Capture) -> Answer:
+    """Warps of the largest block, counted from the threads table (its warp column)."""
+    per_block = cap.threads.groupby("block", observed=True)["warp"].nunique()
+    tpb = int(cap.launch["threads_per_block"])
+    return Answer(int(per_block.max()), {"threads_per_block": tpb, "blocks": int(len(per_block))}, cap.source)
+
+
+def idle_lanes(cap: Capture) -> Answer:
+    """Lanes that run but do no work: 32 lanes per warp, minus the threads that recorded active work.
+
+    Counts both kinds: lanes of a last, partial warp of each block (no thread there at all) and
+    threads past the end of the data (they exist but skip the work, e.g. i >= n).
+    """
+    threads = cap.threads
+    warps = int(threads.groupby("block", observed=True)["warp"].nunique().sum())
+    active = int(threads["active"].astype(bool).sum())
+    missing = warps * WARP_SIZE - len(threads)
+    return Answer(
+        warps * WARP_SIZE - active,
+        {"warps": warps, "lanes": warps * WARP_SIZE, "active": active, "no_thread": missing,
+         "inactive_threads": len(threads) - active},
+        cap.source,
+    )  # fmt: skip
+
+
+# --- the block scheduler and occupancy ---------------------------------------------------------
+
+
+def regs_of(cap: Capture, modelled_regs: int) -> tuple[int, str]:
+    """Registers per thread: the compiled kernel's (GPU capture) or the learner's modelled value."""
+    regs = (cap.launch.get("instrumented") or {}).get("registers_per_thread")
+    if regs is not None:
+        return int(regs), "the compiled kernel's registers (GPU)"
+    return int(modelled_regs), "registers per thread you chose (modelled: the simulator compiles no code)"
+
+
+def occupancy_of(cap: Capture, gpu: str, modelled_regs: int):
+    """The occupancy calculator's answer for this capture's block size and shared memory on ``gpu``."""
+    regs, _ = regs_of(cap, modelled_regs)
+    launch = cap.launch
+    return occupancy(
+        GPU_ARCHS[gpu],
+        int(launch["threads_per_block"]),
+        regs,
+        int(launch.get("dynamic_smem_bytes") or 0),
+        int(launch.get("static_smem_bytes") or 0),
+    )
+
+
+def waves(cap: Capture, gpu: str, modelled_regs: int) -> Answer:
+    """Waves of blocks: blocks ÷ (SMs × resident blocks per SM), rounded up; and the last wave's fill."""
+    occ = occupancy_of(cap, gpu, modelled_regs)
+    sms = ARCHS[GPU_ARCHS[gpu]].num_sms
+    per_wave = sms * occ.blocks_per_sm
+    blocks = int(cap.launch["blocks"])
+    n = math.ceil(blocks / per_wave) if per_wave else 0
+    tail = blocks - (n - 1) * per_wave if n else 0
+    return Answer(
+        n,
+        {"blocks": blocks, "sms": sms, "blocks_per_sm": occ.blocks_per_sm, "per_wave": per_wave,
+         "tail_blocks": tail, "tail_fill": tail / per_wave if per_wave else 0.0},
+        f"modelled: occupancy calculator for {GPU_ARCHS[gpu]}, the launch's recorded grid",
+    )  # fmt: skip
+
+
+def occupancy_answer(cap: Capture, gpu: str, modelled_regs: int) -> tuple[Answer, Answer]:
+    """(theoretical occupancy in %, the limit that binds) for the capture's launch on ``gpu``."""
+    occ = occupancy_of(cap, gpu, modelled_regs)
+    source = f"modelled: occupancy calculator for {GPU_ARCHS[gpu]} ({regs_of(cap, modelled_regs)[1]})"
+    facts = {"blocks_per_sm": occ.blocks_per_sm, "warps_per_sm": occ.warps_per_sm,
+             "max_warps": occ.arch.max_warps_per_sm, "limits": dict(occ.limits), "reason": occ.reason,
+             "result": occ}  # fmt: skip
+    limiter = occ.limiters[0] if occ.limiters else "warps"
+    # limits can tie (e.g. warps and registers both allow 8 blocks): any limit that binds is right
+    bind = {**facts, "accepted": list(occ.limiters)}
+    return Answer(round(100 * occ.occupancy, 1), facts, source), Answer(limiter, bind, source)
+
+
+# --- CPU vs GPU and the memory flow ----------------------------------------------------------
+
+
+def numpy_time_us(cap: Capture, repeats: int = 7) -> float:
+    """The same work in numpy on this machine's CPU, timed now on the capture's own inputs (best of)."""
+    kernel = cap.launch["kernel"]
+    if kernel not in ("vector_add", "vector_add_x4"):
+        raise ValueError(f"no numpy equivalent timed for {kernel}")
+    a, b = cap.inputs["a"], cap.inputs["b"]
+    out = np.empty_like(a)
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter_ns()
+        np.add(a, b, out=out)
+        best = min(best, time.perf_counter_ns() - t)
+    return best / 1e3
+
+
+def gpu_time_us(cap: Capture, gpu: str = "H200") -> tuple[float, str]:
+    """(kernel time in µs, where it comes from): the recorded device time of a GPU capture, else a
+    modelled estimate: the kernel's bytes ÷ ``gpu``'s memory bandwidth, plus the smallest launch the
+    project measured on the H200 (a kernel is never faster than that)."""
+    if cap.measured and cap.timing.get("clean_ms") is not None:
+        return float(cap.timing["clean_ms"]) * 1e3, "measured: GPU device time of this run (clean build)"
+    nbytes = float(cap.timing.get("bytes_moved") or 0.0)
+    kernel_us = nbytes / (MODEL_GPUS[gpu]["mem_gbs"] * 1e3)  # bytes / (GB/s) = ns; /1e3 = µs
+    return kernel_us + MEASURED_LAUNCH_FLOOR_US, (
+        f"modelled, not measured: {nbytes:,.0f} bytes ÷ {MODEL_GPUS[gpu]['mem_gbs']:,.0f} GB/s "
+        f"({gpu} {MODEL_GPUS[gpu]['mem']}) + {MEASURED_LAUNCH_FLOOR_US:g} µs (the shortest launch "
+        "measured on the H200, docs/benchmarks.md)"
+    )
+
+
+def faster_side(cap: Capture, numpy_us: float, gpu: str = "H200") -> Answer:
+    """Which is faster for this launch's data: numpy on the CPU or the kernel on the GPU."""
+    g_us, g_source = gpu_time_us(cap, gpu)
+    value = "numpy (CPU)" if numpy_us < g_us else "GPU kernel"
+    return Answer(value, {"numpy_us": numpy_us, "gpu_us": g_us, "n": cap.launch["params"].get("n")}, g_source)
+
+
+def data_bytes(cap: Capture) -> tuple[int, int]:
+    return (int(sum(a.nbytes for a in cap.inputs.values())), int(sum(a.nbytes for a in cap.outputs.values())))
+
+
+def copy_share(cap: Capture, gpu: str = "H200") -> Answer:
+    """Percent of allocate → copy → kernel → copy → free spent in the two copies: the run's own host
+    step times on a GPU capture, else the same bytes over ``gpu``'s nominal link and memory (modelled)."""
+    bytes_in, bytes_out = data_bytes(cap)
+    if cap.measured:
+        steps, source = cap.timing["host_steps_ns"], cap.source
+    else:
+        steps = modelled_gpu_timing(bytes_in, bytes_out, gpu)["host_steps_ns"]
+        source = f"modelled: the run's {bytes_in + bytes_out:,} data bytes over a {gpu}'s nominal bandwidths"
+    total = sum(float(v) for v in steps.values())
+    copies = float(steps["copy_in"]) + float(steps["copy_out"])
+    return Answer(
+        round(100 * copies / total, 1) if total else 0.0,
+        {"copies_us": copies / 1e3, "kernel_us": float(steps["kernel"]) / 1e3, "bytes_in": bytes_in,
+         "bytes_out": bytes_out, "steps": dict(steps)},
+        source,
+    )  # fmt: skip
+
+
+# --- memory access (recorded on the simulator) -------------------------------------------------
+
+
+def _requests(cap: Capture, space: str, op: str | None = None) -> pd.DataFrame:
+    if cap.requests is None:
+        raise ValueError("this capture has no recorded accesses (run it with accesses=True)")
+    r = cap.requests
+    keep = r["space"].astype(str) == space
+    if op is not None:
+        keep &= r["op"].astype(str) == op
+    return r[keep]
+
+
+def worst_sectors_per_request(cap: Capture, op: str | None = None) -> Answer:
+    """Sectors per warp request of the global ``op`` (load/store) line that moves the most sectors per
+    request, averaged over that line's requests (the number Nsight Compute shows per source line)."""
+    r = _requests(cap, "global", op)
+    if r.empty:
+        return Answer(0, {"requests": 0}, "recorded addresses, simulator")
+    per_line = r.groupby(["line", "array"], observed=True).agg(
+        sectors=("sectors", "sum"), requests=("sectors", "size"), ideal=("ideal_sectors", "sum")
+    )
+    per_line["per_request"] = per_line["sectors"] / per_line["requests"]
+    worst = per_line.sort_values("per_request").iloc[-1]
+    return Answer(
+        round(float(worst["per_request"]), 2),
+        {"line": int(worst.name[0]), "array": str(worst.name[1]), "requests": int(worst["requests"]),
+         "ideal_per_request": float(worst["ideal"] / worst["requests"])},
+        "recorded addresses, simulator",
+    )  # fmt: skip
+
+
+def worst_bank_ways(cap: Capture) -> Answer:
+    """The most distinct words any shared-memory request put in one bank (1 = conflict-free; 0 = the
+    kernel has no shared-memory access)."""
+    r = _requests(cap, "shared")
+    if r.empty:
+        return Answer(0, {"requests": 0}, "recorded addresses, simulator")
+    worst = r.sort_values("bank_ways").iloc[-1]
+    return Answer(
+        int(worst["bank_ways"]),
+        {"line": int(worst["line"]), "array": str(worst["array"]), "op": str(worst["op"]),
+         "conflicts": int(r["extra_wavefronts"].sum()), "requests": int(len(r))},
+        "recorded addresses, simulator",
+    )  # fmt: skip
+
+
+def raced_words(cap: Capture) -> Answer:
+    """Shared words two threads touched with no barrier between them (one writing)."""
+    haz = cap.hazards
+    if haz is None:
+        raise ValueError("this capture has no recorded accesses (run it with accesses=True)")
+    races = haz[haz["kind"] != "UNINIT"]
+    words = int(races[["space", "array", "block", "index"]].drop_duplicates().shape[0]) if len(races) else 0
+    return Answer(
+        words,
+        {"blocks": int(races["block"].nunique()) if len(races) else 0, "kinds": races["kind"].value_counts().to_dict(),
+         "correct": bool(cap.check.get("correct"))},
+        "recorded addresses, simulator",
+    )  # fmt: skip
+
+
+def any_race(cap: Capture) -> Answer:
+    words = raced_words(cap)
+    return Answer("yes" if words.value else "no", words.facts, words.source)
+
+
+def halo_loads_per_block(cap: Capture, array: str = "u") -> Answer:
+    """Global loads of ``array`` by the block that loaded the most (an interior block: tile + halo)."""
+    acc = cap.accesses
+    if acc is None:
+        raise ValueError("this capture has no recorded accesses (run it with accesses=True)")
+    loads = acc[(acc["array"].astype(str) == array) & (acc["op"].astype(str) == "load")]
+    per_block = loads.groupby("block", observed=True).size()
+    block = int(per_block.idxmax())
+    tile = int(cap.launch["block"][0]) * int(cap.launch["block"][1])
+    distinct = int(loads[loads["block"] == block]["index"].nunique())
+    uninit = int(cap.hazards[cap.hazards["kind"] == "UNINIT"]["pairs"].sum()) if len(cap.hazards) else 0
+    return Answer(
+        int(per_block.max()),
+        {"block": block, "tile_cells": tile, "halo": int(per_block.max()) - tile, "distinct": distinct,
+         "uninit": uninit},
+        "recorded addresses, simulator",
+    )  # fmt: skip
+
+
+def atomics_per_bin(cap: Capture, array: str = "bins") -> pd.Series:
+    """Global atomic updates per bin index (bins nobody touched are absent)."""
+    acc = cap.accesses
+    if acc is None:
+        raise ValueError("this capture has no recorded accesses (run it with accesses=True)")
+    at = acc[(acc["array"].astype(str) == array) & (acc["op"].astype(str) == "atomic")]
+    return at.groupby("index").size().rename("atomics")
+
+
+def busiest_bin_atomics(cap: Capture) -> Answer:
+    """Atomic updates to the busiest global bin: they are serialised on one address."""
+    per_bin = atomics_per_bin(cap)
+    if per_bin.empty:
+        return Answer(0, {"bin": None, "total": 0}, "recorded addresses, simulator")
+    return Answer(
+        int(per_bin.max()),
+        {"bin": int(per_bin.idxmax()), "total": int(per_bin.sum()), "blocks": int(cap.launch["blocks"]),
+         "n": int(cap.launch["params"]["n"])},
+        "recorded addresses, simulator",
+    )  # fmt: skip
+
+
+# --- FlashAttention's tiling -----------------------------------------------------------------
+
+
+def score_matrix_kib(naive: Capture) -> Answer:
+    """KiB of the N x N score matrix S one (batch, head) of the naive kernel writes to global memory."""
+    s = naive.outputs.get("s")
+    if s is None:
+        s = naive.inputs["s"]
+    b, h = s.shape[0], s.shape[1]
+    return Answer(
+        round(s.nbytes / (b * h) / 1024, 1),
+        {"seq_len": int(s.shape[-1]), "total_bytes": int(s.nbytes)},
+        naive.source,
+    )
+
+
+def flash_smem_kib(flash: Capture) -> Answer:
+    """KiB of shared memory one FlashAttention block holds (its Q, K, V and score tiles)."""
+    nbytes = int(flash.launch.get("static_smem_bytes") or 0) + int(
+        flash.launch.get("dynamic_smem_bytes") or 0
+    )
+    extra = sorted(set(flash.outputs) - {"o"})
+    return Answer(round(nbytes / 1024, 1), {"bytes": nbytes, "extra_outputs": extra,
+                                             "tile": int(flash.launch["params"]["tile"])}, flash.source)  # fmt: skip
+
+
+# --- grading ----------------------------------------------------------------------------------
+
+
+def grade(guess, answer, tolerance: float = 0.0, accepted=()) -> tuple[bool, str]:
+    """(right, how close) for a number within ``tolerance`` (relative) or a choice (``answer``, or any
+    of ``accepted`` when the run has several right answers)."""
+    if isinstance(answer, str):
+        right = guess == answer or guess in accepted
+        also = f" (also right: {', '.join(a for a in accepted if a != guess)})" if len(accepted) > 1 else ""
+        return right, ("right" + also) if right else f"the run says {' or '.join(accepted) or answer}"
+    guess, answer = float(guess), float(answer)
+    if answer == 0:
+        right = abs(guess) <= tolerance
+        return right, "exactly" if guess == 0 else f"off by {guess:g}"
+    err = abs(guess - answer) / abs(answer)
+    right = err <= tolerance
+    if guess == answer:
+        return True, "exactly"
+    return right, f"off by {guess - answer:+g} ({err:.0%} of the answer)"

@@ -1,0 +1,469 @@
+"""Tidy tables of recorded memory accesses: accesses, warp requests, hazards and summaries.
+
+Pure pandas (no numba): built from the buffers ``record.Recorder.buffers()`` returns, or from any
+DataFrame with the same columns (tests build small ones by hand).
+
+Definitions (issue 9):
+
+* A **warp request** is the n-th execution of one access of source line L by the lanes of one
+  warp: rows with equal (block, warp, code, line, pc, occurrence). ``pc`` (the bytecode offset)
+  tells apart two accesses on one line, as two instructions would be on a GPU.
+* ``sectors``: distinct 32-byte sectors the request touches (global and local memory; arrays start
+  on a 256-byte boundary, as CUDA allocations do). ``ideal_sectors``: the fewest sectors its
+  distinct bytes could occupy, ceil(distinct bytes / 32).
+* ``bank_ways`` (shared memory): the largest number of distinct 4-byte words that fall in one
+  bank (bank = word address mod 32; each shared array starts on a 128-byte boundary). Lanes
+  reading the same word are a broadcast, not a conflict; 1 = conflict-free. Nsight Compute counts
+  ``bank_ways - 1`` extra wavefronts as bank conflicts (a 32-way conflicted request adds 31).
+* **Hazards** (compute-sanitizer racecheck's idea): two different threads of one block touching
+  the same shared word in the same barrier epoch, at least one storing (RAW, WAR, WAW); global
+  words touched by threads nothing orders (different blocks, or one block in the same epoch),
+  atomics excluded. Which one came "first" is decided by each thread's own program order (its
+  n-th access), never by how the simulator interleaved threads: RAW when the read is a later
+  access of its thread than the write is of its thread, else WAR.
+* **UNINIT** (compute-sanitizer initcheck's idea): a read of a shared word that no thread of the
+  same block wrote earlier in the launch, where earlier means in an earlier barrier epoch, or
+  earlier in the reading thread's own program order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SOURCE = "recorded addresses, simulator"
+SECTOR_BYTES = 32
+BANKS = 32
+WORD_BYTES = 4
+MAX_PAIRS_PER_WORD = 8  # hazard rows kept per (word, kind); the count of all pairs is in ``pairs``
+
+ACCESS_COLUMNS = [
+    "block", "thread", "warp", "lane", "tseq", "array", "space", "op", "i0", "i1", "i2", "index",
+    "offset_bytes", "bytes", "epoch", "line", "occurrence", "pc", "code",
+]  # fmt: skip
+REQUEST_KEY = ["block", "warp", "code", "line", "pc", "occurrence", "array", "space", "op"]
+HAZARD_COLUMNS = [
+    "kind", "space", "array", "index", "block", "epoch", "thread_a", "thread_b", "line_a", "line_b",
+    "block_b", "epoch_b", "pairs",
+]  # fmt: skip
+
+
+def _label(df: pd.DataFrame) -> pd.DataFrame:
+    df.attrs["source"] = SOURCE
+    return df
+
+
+def accesses_table(buffers: dict) -> pd.DataFrame:
+    """One row per recorded access, ordered by (block, thread, the thread's own sequence)."""
+    from visualizer.engine.access_record import OPS, SPACES
+
+    rows = buffers["records"]
+    cols = {name: rows[:, i] for i, name in enumerate(buffers["columns"])}
+    arrays = buffers["arrays"]
+    names = [a["name"] for a in arrays] or ["?"]
+    aid = cols["array"].astype(np.int64)
+    itemsize = np.array([a["itemsize"] for a in arrays] or [1], np.int64)[aid]
+    space_of = np.array([SPACES.index(a["space"]) for a in arrays] or [0], np.int64)[aid]
+    # flat C-order element index from the per-dimension indices; arrays of more than 3 dimensions
+    # (attention's q, k, v, o) keep only 3 of them, so their index is the recorded element offset
+    # (C order too: the recorder's arrays are contiguous); before, every o[b, h, row, col] with
+    # the same b, h and row looked like one word, and attention kernels showed write races
+    flat = np.zeros(len(rows), np.int64)
+    ndim = np.array([len(a["shape"]) for a in arrays] or [1], np.int64)[aid]
+    for k in range(3):
+        dim = np.array([a["shape"][k] if len(a["shape"]) > k else 1 for a in arrays] or [1], np.int64)[aid]
+        flat = np.where(k < ndim, flat * dim + cols[f"i{k}"], flat)
+    flat = np.where(ndim > 3, cols["offset"].astype(np.int64), flat)
+    thread = cols["thread"].astype(np.int64)
+    df = pd.DataFrame(
+        {
+            "block": cols["block"].astype(np.int64),
+            "thread": thread,
+            "warp": thread // 32,
+            "lane": (thread % 32).astype(np.int8),
+            "tseq": cols["tseq"].astype(np.int64),
+            "array": pd.Categorical(np.array(names, dtype=object)[aid]),
+            "space": pd.Categorical.from_codes(space_of, categories=list(SPACES)),
+            "op": pd.Categorical.from_codes(cols["op"].astype(np.int64), categories=list(OPS)),
+            "i0": cols["i0"],
+            "i1": cols["i1"],
+            "i2": cols["i2"],
+            "index": flat,
+            "offset_bytes": cols["offset"].astype(np.int64) * itemsize,
+            "bytes": itemsize,
+            "epoch": cols["epoch"].astype(np.int64),
+            "line": cols["line"].astype(np.int64),
+            "occurrence": cols["occurrence"].astype(np.int64),
+            "pc": cols["pc"].astype(np.int64),
+            "code": cols["code"].astype(np.int64),
+        }
+    )
+    df = df.sort_values(["block", "thread", "tseq"], kind="stable").reset_index(drop=True)
+    return _label(df)
+
+
+def empty_accesses() -> pd.DataFrame:
+    return _label(pd.DataFrame({c: pd.Series(dtype="int64") for c in ACCESS_COLUMNS}))
+
+
+def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
+    """One row per warp request: lanes, bytes, sectors, ideal_sectors, bank_ways, extra wavefronts."""
+    cols = [
+        *REQUEST_KEY, "epoch", "lanes", "bytes", "addresses", "sectors", "ideal_sectors",
+        "bank_ways", "extra_wavefronts",
+    ]  # fmt: skip
+    if acc.empty:
+        return _label(pd.DataFrame({c: pd.Series(dtype="int64") for c in cols}))
+    a = acc.copy()
+    a["array"] = a["array"].astype(str)
+    a["space"] = a["space"].astype(str)
+    a["op"] = a["op"].astype(str)
+    a["sector"] = a["offset_bytes"] // SECTOR_BYTES
+    g = a.groupby(REQUEST_KEY, sort=True, observed=True)
+    req = g.agg(
+        epoch=("epoch", "min"),
+        lanes=("lane", "nunique"),
+        bytes=("bytes", "sum"),
+        itemsize=("bytes", "max"),
+        addresses=("offset_bytes", "nunique"),
+        sectors=("sector", "nunique"),
+    ).reset_index()
+    req["ideal_sectors"] = -(-(req["addresses"] * req["itemsize"]) // SECTOR_BYTES)
+    # shared memory: distinct words per bank (a word wider than 4 bytes covers consecutive banks)
+    sh = a[a["space"] == "shared"]
+    if len(sh):
+        words = []
+        for extra in range(int(sh["bytes"].max() // WORD_BYTES) or 1):
+            part = sh[sh["bytes"] > extra * WORD_BYTES] if extra else sh
+            w = part[REQUEST_KEY].copy()
+            w["word"] = part["offset_bytes"] // WORD_BYTES + extra
+            words.append(w)
+        w = pd.concat(words).drop_duplicates()
+        w["bank"] = w["word"] % BANKS
+        ways = w.groupby([*REQUEST_KEY, "bank"], observed=True).size().groupby(level=REQUEST_KEY).max()
+        ways = ways.rename("bank_ways").reset_index()
+        req = req.merge(ways, on=REQUEST_KEY, how="left")
+        req["bank_ways"] = req["bank_ways"].fillna(0).astype(np.int64)
+    else:
+        req["bank_ways"] = 0
+    shared = req["space"] == "shared"
+    req.loc[shared, ["sectors", "ideal_sectors"]] = 0  # sectors are a global/local notion
+    req["extra_wavefronts"] = np.where(shared, np.maximum(req["bank_ways"] - 1, 0), 0)
+    req = req.drop(columns="itemsize")[cols]
+    req = req.sort_values(["block", "warp", "line", "pc", "occurrence"], kind="stable").reset_index(drop=True)
+    for c in ("space", "op"):
+        req[c] = req[c].astype("category")
+    return _label(req)
+
+
+def _thread_first(a: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per (word, thread): first load and first store (sequence and line) and whether atomic."""
+    loads = (
+        a[a["op"] == "load"]
+        .groupby([*keys, "thread"], observed=True)
+        .agg(load_seq=("tseq", "min"), load_line=("line", "first"))
+    )
+    stores = (
+        a[a["op"] == "store"]
+        .groupby([*keys, "thread"], observed=True)
+        .agg(store_seq=("tseq", "min"), store_line=("line", "first"))
+    )
+    return loads.join(stores, how="outer").reset_index()
+
+
+def _pairs(word: pd.DataFrame) -> list[tuple]:
+    """Hazard pairs of one word's threads (one row per thread: load/store seq and line)."""
+    out = []
+    writers = word[word["store_seq"].notna()]
+    readers = word[word["load_seq"].notna()]
+    w = writers[["thread", "store_seq", "store_line"]].to_numpy()
+    r = readers[["thread", "load_seq", "load_line"]].to_numpy()
+    waw = [
+        (int(w[i][0]), int(w[j][0]), int(w[i][2]), int(w[j][2]))
+        for i in range(len(w))
+        for j in range(i + 1, len(w))
+    ]
+    raw, war = [], []
+    for tw, sw, lw in w:
+        for tr, sr, lr in r:
+            if tw == tr:
+                continue
+            if sr > sw:
+                raw.append((int(tw), int(tr), int(lw), int(lr)))
+            else:
+                war.append((int(tr), int(tw), int(lr), int(lw)))
+    for kind, pairs in (("RAW", raw), ("WAR", war), ("WAW", waw)):
+        if pairs:
+            pairs.sort()
+            out.extend((kind, *p, len(pairs)) for p in pairs[:MAX_PAIRS_PER_WORD])
+    return out
+
+
+def hazards_table(acc: pd.DataFrame) -> pd.DataFrame:
+    """RAW/WAR/WAW between unordered threads, and UNINIT shared reads (see the module docstring)."""
+    rows: list[dict] = []
+    if not acc.empty:
+        a = acc[["block", "thread", "tseq", "array", "space", "op", "index", "epoch", "line"]].copy()
+        a["array"] = a["array"].astype(str)
+        a["space"] = a["space"].astype(str)
+        a["op"] = a["op"].astype(str)
+        rows += _shared_hazards(a[a["space"] == "shared"])
+        rows += _global_hazards(a[a["space"] == "global"])
+        rows += _uninit(a[a["space"] == "shared"])
+    df = pd.DataFrame(rows, columns=HAZARD_COLUMNS)
+    for c in HAZARD_COLUMNS:
+        if c not in ("kind", "space", "array"):
+            df[c] = df[c].astype(np.int64)
+    df = df.sort_values(
+        ["space", "array", "block", "epoch", "index", "kind", "thread_a", "thread_b"], kind="stable"
+    )
+    df = df.reset_index(drop=True)
+    for c in ("kind", "space"):
+        df[c] = df[c].astype(str)
+    return _label(df)
+
+
+def _shared_hazards(sh: pd.DataFrame) -> list[dict]:
+    if sh.empty:
+        return []
+    keys = ["block", "epoch", "array", "index"]
+    plain = sh[sh["op"] != "atomic"].assign(is_store=lambda d: d["op"] == "store")
+    stats = plain.groupby(keys, observed=True).agg(threads=("thread", "nunique"), stores=("is_store", "sum"))
+    hot = stats[(stats["threads"] > 1) & (stats["stores"] > 0)].reset_index()[keys]
+    if hot.empty:
+        return []
+    sub = plain.merge(hot, on=keys)
+    per = _thread_first(sub, keys)
+    out = []
+    for (block, epoch, array, index), word in per.groupby(keys, sort=True, observed=True):
+        for kind, ta, tb, la, lb, n in _pairs(word):
+            out.append(
+                dict(
+                    kind=kind,
+                    space="shared",
+                    array=array,
+                    index=index,
+                    block=block,
+                    epoch=epoch,
+                    thread_a=ta,
+                    thread_b=tb,
+                    line_a=la,
+                    line_b=lb,
+                    block_b=block,
+                    epoch_b=epoch,
+                    pairs=n,
+                )
+            )
+    return out
+
+
+def _global_hazards(gl: pd.DataFrame) -> list[dict]:
+    """Global words touched by >= 2 (block, thread) with a store, by threads nothing orders."""
+    if gl.empty:
+        return []
+    plain = gl[gl["op"] != "atomic"].copy()
+    plain["who"] = plain["block"] * (1 << 20) + plain["thread"]
+    keys = ["array", "index"]
+    plain["is_store"] = plain["op"] == "store"
+    stats = plain.groupby(keys, observed=True).agg(threads=("who", "nunique"), stores=("is_store", "sum"))
+    hot = stats[(stats["threads"] > 1) & (stats["stores"] > 0)].reset_index()[keys]
+    if hot.empty:
+        return []
+    sub = plain.merge(hot, on=keys)
+    first = (
+        sub.groupby([*keys, "block", "thread", "op"], observed=True)
+        .agg(seq=("tseq", "min"), line=("line", "first"), epoch=("epoch", "min"))
+        .reset_index()
+    )
+    out = []
+    for (array, index), word in first.groupby(keys, sort=True, observed=True):
+        recs = word.to_dict("records")
+        found: dict[str, list] = {"RAW": [], "WAR": [], "WAW": []}
+        for i, x in enumerate(recs):
+            for y in recs[i + 1 :]:
+                if (x["block"], x["thread"]) == (y["block"], y["thread"]):
+                    continue
+                if x["op"] == "load" and y["op"] == "load":
+                    continue
+                if x["block"] == y["block"] and x["epoch"] != y["epoch"]:
+                    continue  # a barrier between them orders the two
+                if x["op"] == "store" and y["op"] == "store":
+                    kind, first_, second = "WAW", x, y
+                else:
+                    w, r = (x, y) if x["op"] == "store" else (y, x)
+                    if r["seq"] > w["seq"]:
+                        kind, first_, second = "RAW", w, r
+                    else:
+                        kind, first_, second = "WAR", r, w
+                found[kind].append(
+                    (
+                        first_["block"],
+                        first_["thread"],
+                        second["block"],
+                        second["thread"],
+                        first_["line"],
+                        second["line"],
+                        first_["epoch"],
+                        second["epoch"],
+                    )
+                )
+        for kind, pairs in found.items():
+            pairs = sorted(set(pairs))
+            for ba, ta, bb, tb, la, lb, ea, eb in pairs[:MAX_PAIRS_PER_WORD]:
+                out.append(
+                    dict(
+                        kind=kind,
+                        space="global",
+                        array=array,
+                        index=index,
+                        block=ba,
+                        epoch=ea,
+                        thread_a=ta,
+                        thread_b=tb,
+                        line_a=la,
+                        line_b=lb,
+                        block_b=bb,
+                        epoch_b=eb,
+                        pairs=len(pairs),
+                    )
+                )
+    return out
+
+
+def _uninit(sh: pd.DataFrame) -> list[dict]:
+    """Shared reads (loads and atomics) of words nothing in the block wrote earlier."""
+    if sh.empty:
+        return []
+    keys = ["block", "array", "index"]
+    reads = sh[sh["op"] != "store"]
+    writes = sh[sh["op"] != "load"]  # stores and atomics initialise a word
+    if reads.empty:
+        return []
+    first_epoch = writes.groupby(keys, observed=True)["epoch"].min().rename("first_write_epoch")
+    own = writes.groupby([*keys, "thread", "epoch"], observed=True)["tseq"].min().rename("own_write_seq")
+    r = reads.join(first_epoch, on=keys).join(own, on=[*keys, "thread", "epoch"])
+    ok = (r["first_write_epoch"] < r["epoch"]) | (r["own_write_seq"] < r["tseq"])
+    bad = r[~ok.fillna(False)]
+    if bad.empty:
+        return []
+    first = (
+        bad.sort_values("tseq")
+        .groupby([*keys, "thread"], observed=True)
+        .agg(epoch=("epoch", "first"), line=("line", "first"), reads=("tseq", "size"))
+        .reset_index()
+    )
+    return [
+        dict(
+            kind="UNINIT",
+            space="shared",
+            array=x["array"],
+            index=x["index"],
+            block=x["block"],
+            epoch=x["epoch"],
+            thread_a=x["thread"],
+            thread_b=-1,
+            line_a=x["line"],
+            line_b=-1,
+            block_b=-1,
+            epoch_b=-1,
+            pairs=x["reads"],
+        )
+        for x in first.to_dict("records")
+    ]
+
+
+# --- summaries ---------------------------------------------------------------------------------
+
+
+def line_summary(req: pd.DataFrame) -> pd.DataFrame:
+    """Per source line, array, space and op: requests, sectors per request, bank conflicts."""
+    cols = ["line", "array", "space", "op", "requests", "lanes", "sectors", "ideal_sectors",
+            "sectors_per_request", "ideal_per_request", "bank_conflicts", "max_bank_ways"]  # fmt: skip
+    if req.empty:
+        return _label(pd.DataFrame(columns=cols))
+    s = (
+        req.groupby(["line", "array", "space", "op"], observed=True, sort=True)
+        .agg(
+            requests=("lanes", "size"),
+            lanes=("lanes", "sum"),
+            sectors=("sectors", "sum"),
+            ideal_sectors=("ideal_sectors", "sum"),
+            bank_conflicts=("extra_wavefronts", "sum"),
+            max_bank_ways=("bank_ways", "max"),
+        )
+        .reset_index()
+    )
+    s["sectors_per_request"] = s["sectors"] / s["requests"]
+    s["ideal_per_request"] = s["ideal_sectors"] / s["requests"]
+    return _label(s[cols])
+
+
+def summary(req: pd.DataFrame, haz: pd.DataFrame, accesses: int, limit: int | None = None) -> dict:
+    """Per-kernel totals, as Nsight Compute names them where it has a counter for them."""
+
+    def part(space, op):
+        r = req[(req["space"].astype(str) == space) & (req["op"].astype(str) == op)] if len(req) else req
+        return r
+
+    out: dict = {"source": SOURCE, "accesses": int(accesses)}
+    if limit is not None:
+        out["record_limit"] = int(limit)
+    for op, short in (("load", "ld"), ("store", "st")):
+        g = part("global", op)
+        out[f"global_{short}_requests"] = int(len(g))
+        out[f"global_{short}_sectors"] = int(g["sectors"].sum()) if len(g) else 0
+        out[f"global_{short}_ideal_sectors"] = int(g["ideal_sectors"].sum()) if len(g) else 0
+        s = part("shared", op)
+        out[f"shared_{short}_requests"] = int(len(s))
+        out[f"shared_{short}_bank_conflicts"] = int(s["extra_wavefronts"].sum()) if len(s) else 0
+    out["global_atomic_requests"] = int(len(part("global", "atomic")))
+    out["shared_atomic_requests"] = int(len(part("shared", "atomic")))
+    kinds = haz["kind"].value_counts().to_dict() if len(haz) else {}
+    out["hazards"] = {k: int(kinds.get(k, 0)) for k in ("RAW", "WAR", "WAW", "UNINIT")}
+    races = haz[haz["kind"] != "UNINIT"] if len(haz) else haz
+    out["raced_words"] = (
+        int(races[["space", "array", "block", "index"]].drop_duplicates().shape[0]) if len(races) else 0
+    )
+    out["raced_blocks"] = int(races["block"].nunique()) if len(races) else 0
+    unin = haz[haz["kind"] == "UNINIT"] if len(haz) else haz
+    out["uninit_reads"] = int(unin["pairs"].sum()) if len(unin) else 0
+    return out
+
+
+def build(buffers: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+    """(accesses, requests, hazards, summary) from a recorder's buffers."""
+    acc = accesses_table(buffers)
+    req = requests_table(acc)
+    haz = hazards_table(acc)
+    summ = summary(req, haz, len(acc), buffers.get("limit"))
+    per_line = line_summary(req)
+    per_line["array"] = per_line["array"].astype(str)
+    summ["per_line"] = [
+        {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+        for row in per_line.astype({"space": str, "op": str}).to_dict("records")
+    ]
+    return acc, req, haz, summ
+
+
+def describe(summ: dict) -> list[str]:
+    """A few lines of text for the CLI from ``summary()``."""
+    lines = [f"memory accesses ({summ['source']}): {summ['accesses']} recorded"]
+    for short, op in (("ld", "loads"), ("st", "stores")):
+        req = summ[f"global_{short}_requests"]
+        if req:
+            sec = summ[f"global_{short}_sectors"]
+            lines.append(
+                f"global {op}: {req} requests, {sec} sectors ({sec / req:.1f} per request, "
+                f"ideal {summ[f'global_{short}_ideal_sectors'] / req:.1f})"
+            )
+        sreq = summ[f"shared_{short}_requests"]
+        if sreq:
+            lines.append(
+                f"shared {op}: {sreq} requests, {summ[f'shared_{short}_bank_conflicts']} bank conflicts"
+            )
+    h = summ["hazards"]
+    lines.append(
+        f"hazards: RAW {h['RAW']}, WAR {h['WAR']}, WAW {h['WAW']} ({summ['raced_words']} raced words in "
+        f"{summ['raced_blocks']} blocks); uninitialised shared reads: {summ['uninit_reads']}"
+    )
+    return lines

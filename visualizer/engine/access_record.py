@@ -1,0 +1,477 @@
+"""Record every load, store and atomic a simulated kernel makes, with no change to its source.
+
+Installed in the simulator worker only (``install()``), and active for one launch at a time
+(``start()`` ... ``stop()``). It patches the simulator's fake arrays:
+
+* kernel arguments: ``FakeWithinKernelCUDAArray.__getitem__/__setitem__``, named by the kernel's
+  parameter names (probe buffers such as ``trace`` are registered as excluded);
+* ``cuda.shared.array`` / ``cuda.local.array``: returned wrapped, named by the variable they are
+  assigned to (parsed from the kernel source);
+* ``cuda.atomic.*``: one ``atomic`` record instead of the load and store inside the simulator;
+* ``syncthreads`` (and the _count/_and/_or forms, grid sync): a per-thread barrier epoch.
+
+Each record is one row of int64 in preallocated chunks of a numpy buffer (chunks never move, so
+threads write without a lock). Which thread wrote first is never stored: rows are ordered later by
+(block, thread, the thread's own sequence number), so the tables never depend on the interleaving.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import dis
+import inspect
+import itertools
+import sys
+import textwrap
+import threading
+
+import numpy as np
+
+RECORD_LIMIT = 2_000_000  # accesses one launch may record (x 112 bytes: ~220 MB at most)
+CHUNK_BITS = 16
+CHUNK = 1 << CHUNK_BITS
+COLUMNS = (
+    "block", "thread", "tseq", "array", "op", "offset", "epoch",
+    "line", "pc", "code", "occurrence", "i0", "i1", "i2",
+)  # fmt: skip
+LOAD, STORE, ATOMIC = 0, 1, 2
+OPS = ("load", "store", "atomic")
+SPACES = ("global", "shared", "local")
+PROBE_CALLS = frozenset({"trace_begin", "trace_end", "trace_tile", "trace_row_state"})
+PROBE_BUFFERS = frozenset({"trace", "active", "tiles", "rows"})  # spec.args roles of probe buffers
+
+
+class RecordLimitError(RuntimeError):
+    """More accesses than RECORD_LIMIT; one message argument (the simulator re-creates it)."""
+
+
+def thread_lookup():
+    """The function that returns the simulated CUDA thread running now: fastsim's
+    ``current_thread`` where it provides one (it may move to greenlets), else the OS thread that the
+    stock simulator runs each CUDA thread on. Resolved once per recorded launch."""
+    try:
+        from visualizer.engine import fastsim
+
+        return fastsim.current_thread
+    except (ImportError, AttributeError):
+        return threading.current_thread
+
+
+class ArrayInfo:
+    __slots__ = ("id", "name", "space", "itemsize", "shape", "elem_strides", "ndim", "excluded", "dtype")
+
+    def __init__(self, aid, name, space, ary, excluded=False):
+        self.id = aid
+        self.name = name
+        self.space = space
+        self.itemsize = ary.dtype.itemsize
+        self.dtype = str(ary.dtype)
+        self.shape = tuple(int(s) for s in ary.shape)
+        self.elem_strides = tuple(int(s) // max(self.itemsize, 1) for s in ary.strides)
+        self.ndim = ary.ndim
+        self.excluded = excluded
+
+    def meta(self) -> dict:
+        return {
+            "name": self.name,
+            "space": self.space,
+            "itemsize": self.itemsize,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+        }
+
+
+class CodeInfo:
+    """Per kernel/device-function code object: lines that call probes, shared/local array names."""
+
+    __slots__ = ("id", "probe_lines", "names", "file", "func", "starts", "pcs")
+
+    def __init__(self, cid, code):
+        self.id = cid
+        self.file = code.co_filename
+        self.func = code.co_name
+        self.probe_lines: set[int] = set()
+        self.names: dict[int, str] = {}
+        self.starts = [ins.offset for ins in dis.get_instructions(code)]
+        self.pcs: dict[int, int] = {}
+        try:
+            lines, start = inspect.getsourcelines(code)
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except (OSError, TypeError, SyntaxError):
+            return
+        off = start - 1
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if name in PROBE_CALLS:
+                    self.probe_lines.update(
+                        range(node.lineno + off, (node.end_lineno or node.lineno) + off + 1)
+                    )
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                self.names[node.lineno + off] = node.targets[0].id
+
+    def instruction(self, lasti: int) -> int:
+        """The offset of the instruction ``f_lasti`` is in. Python 3.11+ may report an offset inside
+        a specialised instruction's inline caches, and which one depends on when the interpreter
+        specialised it (i.e. on timing); the instruction's own offset does not."""
+        pc = self.pcs.get(lasti)
+        if pc is None:
+            pc = self.starts[max(bisect.bisect_right(self.starts, lasti) - 1, 0)] if self.starts else lasti
+            self.pcs[lasti] = pc
+        return pc
+
+
+class ThreadState:
+    __slots__ = ("launch", "block_key", "block", "thread", "seq", "epoch", "lines")
+
+
+class Recorder:
+    """One launch's records: numpy chunks plus the arrays and code objects they refer to."""
+
+    def __init__(self, limit: int = RECORD_LIMIT):
+        self.limit = limit
+        self.chunks: list[np.ndarray] = []
+        self._next = itertools.count()
+        self._lock = threading.RLock()  # shared_array holds it while naming (code_info)
+        self.arrays: list[ArrayInfo] = []
+        self.by_object: dict[int, ArrayInfo] = {}  # id(fake array or wrapper) -> info
+        self._keep: list = []  # keep registered objects alive so their ids stay unique
+        self.codes: dict[object, CodeInfo] = {}
+        self.shared_sites: dict[tuple, tuple] = {}  # (file, line) -> (ndarray, wrapper)
+        self.overflow = False
+        self.generation = object()
+        self.grid = (1, 1, 1)
+        self.block_dim = (1, 1, 1)
+        self.current_thread = thread_lookup()
+
+    # --- registration ------------------------------------------------------------------------
+    def register(self, obj, ary, name: str, space: str, excluded: bool = False) -> ArrayInfo:
+        info = ArrayInfo(len(self.arrays), name, space, ary, excluded)
+        self.arrays.append(info)
+        self.by_object[id(obj)] = info
+        self._keep.append(obj)
+        return info
+
+    def code_info(self, code) -> CodeInfo:
+        info = self.codes.get(code)
+        if info is None:
+            with self._lock:
+                info = self.codes.get(code)
+                if info is None:
+                    info = CodeInfo(len(self.codes), code)
+                    self.codes[code] = info
+        return info
+
+    # --- per-thread state --------------------------------------------------------------------
+    def state(self) -> ThreadState:
+        t = self.current_thread()
+        d = t.__dict__
+        st = d.get("_memrec")
+        bi = t.blockIdx
+        if st is None or st.block_key is not bi or st.launch is not self.generation:
+            st = ThreadState()
+            st.launch = self.generation
+            st.block_key = bi
+            gx, gy, _ = self.grid
+            bx, by, _ = self.block_dim
+            st.block = bi.x + gx * (bi.y + gy * bi.z)
+            ti = t.threadIdx
+            st.thread = ti.x + bx * (ti.y + by * ti.z)
+            st.seq = 0
+            st.epoch = 0
+            st.lines = {}
+            d["_memrec"] = st
+        return st
+
+    def barrier(self) -> None:
+        self.state().epoch += 1
+
+    # --- recording ---------------------------------------------------------------------------
+    def record(self, info: ArrayInfo, idx, op: int, frame) -> None:
+        if type(idx) is not tuple:
+            idx = (idx,)
+        if len(idx) != info.ndim:
+            return  # a partial index (a row view) or slices: not an element access
+        dims = [0, 0, 0]
+        offset = 0
+        for k, i in enumerate(idx):
+            if type(i) is not int:
+                if not isinstance(i, (np.integer, bool, np.bool_)):
+                    return
+                i = int(i)
+            if i < 0:
+                i += info.shape[k]
+            if k < 3:
+                dims[k] = i
+            offset += i * info.elem_strides[k]
+        code = self.code_info(frame.f_code)
+        line = frame.f_lineno
+        if line in code.probe_lines:
+            return  # an argument of a probe call: the clean build does not make this access
+        pc = code.instruction(frame.f_lasti)
+        st = self.state()
+        key = (code.id << 24) | line
+        ent = st.lines.get(key)
+        if ent is None:
+            ent = st.lines[key] = [pc, 0]
+        elif pc <= ent[0]:  # back at (or before) an access already made on this line: a new execution
+            ent[1] += 1
+        ent[0] = pc
+        seq = st.seq
+        st.seq = seq + 1
+        n = next(self._next)
+        if n >= self.limit:
+            self.overflow = True
+            raise RecordLimitError(f"more than {self.limit} accesses to record (the recording limit)")
+        c = n >> CHUNK_BITS
+        if c >= len(self.chunks):
+            with self._lock:
+                while len(self.chunks) <= c:
+                    self.chunks.append(np.empty((CHUNK, len(COLUMNS)), np.int64))
+        self.chunks[c][n & (CHUNK - 1)] = (
+            st.block, st.thread, seq, info.id, op, offset, st.epoch,
+            line, pc, code.id, ent[1], dims[0], dims[1], dims[2],
+        )  # fmt: skip
+
+    def buffers(self) -> dict:
+        """The records (one int64 row each, unsorted) and what their ids mean."""
+        n = min(next(self._next), self.limit)
+        rows = np.concatenate(self.chunks)[:n] if self.chunks else np.empty((0, len(COLUMNS)), np.int64)
+        return {
+            "records": rows.copy(),
+            "columns": list(COLUMNS),
+            "arrays": [a.meta() for a in self.arrays],
+            "codes": [
+                {"file": c.file, "func": c.func} for c in sorted(self.codes.values(), key=lambda c: c.id)
+            ],
+            "limit": self.limit,
+            "grid": list(self.grid),
+            "block": list(self.block_dim),
+        }
+
+
+_ACTIVE: Recorder | None = None
+
+
+class RecordedArray:
+    """A shared or local array of the simulator, wrapped so that element accesses are recorded."""
+
+    __slots__ = ("_ary", "_info", "__weakref__")
+
+    def __init__(self, ary, info):
+        self._ary = ary
+        self._info = info
+
+    def __getitem__(self, idx):
+        val = self._ary[idx]
+        rec = _ACTIVE
+        if rec is not None:
+            rec.record(self._info, idx, LOAD, sys._getframe(1))
+        return val
+
+    def __setitem__(self, idx, val):
+        self._ary[idx] = val
+        rec = _ACTIVE
+        if rec is not None:
+            rec.record(self._info, idx, STORE, sys._getframe(1))
+
+    def __len__(self):
+        return len(self._ary)
+
+    def __getattr__(self, name):  # shape, size, dtype, ndim ...
+        return getattr(self._ary, name)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._ary if dtype is None else self._ary.astype(dtype)
+
+
+_installed = False
+_trampolines: dict[tuple[str, int], object] = {}
+
+
+def _at_site(filename: str, line: int):
+    """A function whose only frame says it is at (filename, line): it calls f(*args)."""
+    fn = _trampolines.get((filename, line))
+    if fn is None:
+        scope: dict = {}
+        code = compile("\n" * (line - 1) + "def trampoline(f, *args): return f(*args)", filename, "exec")
+        exec(code, scope)  # compiles our own one-line helper (no user input): only its line number matters
+        fn = _trampolines[(filename, line)] = scope["trampoline"]
+    return fn
+
+
+def install() -> None:
+    """Patch the simulator (idempotent). Costs one global check per access while no launch records."""
+    global _installed
+    if _installed:
+        return
+    from numba.cuda.simulator import kernelapi
+    from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray
+
+    orig_get = FakeWithinKernelCUDAArray.__getitem__
+    orig_set = FakeWithinKernelCUDAArray.__setitem__
+
+    def getitem(self, idx):
+        val = orig_get(self, idx)
+        rec = _ACTIVE
+        if rec is not None:
+            info = rec.by_object.get(id(self.__dict__["_item"]))
+            if info is not None and not info.excluded:
+                rec.record(info, idx, LOAD, sys._getframe(1))
+        return val
+
+    def setitem(self, idx, val):
+        orig_set(self, idx, val)
+        rec = _ACTIVE
+        if rec is not None:
+            info = rec.by_object.get(id(self.__dict__["_item"]))
+            if info is not None and not info.excluded:
+                rec.record(info, idx, STORE, sys._getframe(1))
+
+    FakeWithinKernelCUDAArray.__getitem__ = getitem
+    FakeWithinKernelCUDAArray.__setitem__ = setitem
+
+    orig_shared = kernelapi.FakeCUDAShared.array
+    orig_local = kernelapi.FakeCUDALocal.array
+
+    def shared_array(self, shape, dtype, alignment=None):
+        rec = _ACTIVE
+        frame = sys._getframe(1)
+        if rec is None:  # not recording: still allocate "at" the kernel's line, or every site aliases
+            return _at_site(frame.f_code.co_filename, frame.f_lineno)(
+                orig_shared, self, shape, dtype, alignment
+            )
+        # The simulator tells allocations apart by its caller's (file, line); called from here they
+        # would all be this line and alias. Call it through a trampoline "at" the kernel's line.
+        ary = _at_site(frame.f_code.co_filename, frame.f_lineno)(orig_shared, self, shape, dtype, alignment)
+        site = (frame.f_code.co_filename, frame.f_lineno)
+        known = rec.shared_sites.get(site)
+        if known is not None and known[0] is ary:
+            return known[1]
+        with rec._lock:  # one wrapper per allocation (the simulator's own identity rule)
+            known = rec.shared_sites.get(site)
+            if known is not None and known[0] is ary:
+                return known[1]
+            code = rec.code_info(frame.f_code)
+            name = code.names.get(frame.f_lineno, f"shared@{frame.f_lineno}")
+            if name in SIMULATOR_ONLY_SHARED:  # not wrapped: not recorded
+                rec.shared_sites[site] = (ary, ary)
+                return ary
+            wrapper = RecordedArray(ary, None)
+            wrapper._info = rec.register(wrapper, ary, name, "shared")
+            rec.shared_sites[site] = (ary, wrapper)
+            return wrapper
+
+    def local_array(self, shape, dtype, alignment=None):
+        ary = orig_local(self, shape, dtype, alignment)
+        rec = _ACTIVE
+        if rec is None:
+            return ary
+        frame = sys._getframe(1)
+        code = rec.code_info(frame.f_code)
+        name = code.names.get(frame.f_lineno, f"local@{frame.f_lineno}")
+        with rec._lock:
+            # one name per allocation site; every thread's own copy shares its ArrayInfo
+            key = ("local", frame.f_code.co_filename, frame.f_lineno)
+            info = rec.shared_sites.get(key)
+            if info is None:
+                info = rec.register(object(), ary, name, "local")
+                rec.shared_sites[key] = info
+        return RecordedArray(ary, info)
+
+    kernelapi.FakeCUDAShared.array = shared_array
+    kernelapi.FakeCUDALocal.array = local_array
+
+    # barriers: count them per thread (the epoch), after the barrier is passed
+    def counted(orig):
+        def wrapper(self, *args):
+            out = orig(self, *args)
+            rec = _ACTIVE
+            if rec is not None:
+                rec.barrier()
+            return out
+
+        wrapper.__name__ = orig.__name__
+        return wrapper
+
+    # fastsim replaces the in-kernel module with a subclass that defines its own barriers: patch the
+    # class launches actually instantiate (numba's kernel module's name for it) as well as the stock one
+    from numba.cuda.simulator import kernel as simkernel
+
+    for module in {kernelapi.FakeCUDAModule, simkernel.FakeCUDAModule}:
+        for name in ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or"):
+            if name in vars(module):
+                setattr(module, name, counted(vars(module)[name]))
+    kernelapi.GridGroup.sync = counted(kernelapi.GridGroup.sync)
+
+    # atomics: one record of op "atomic"; the simulator's own read-modify-write is not recorded
+    def atomic(orig, index_arg=True):
+        def wrapper(self, array, *args):
+            rec = _ACTIVE
+            if rec is None:
+                return orig(self, array, *args)
+            raw, info = array, None
+            if isinstance(array, RecordedArray):
+                raw, info = array._ary, array._info
+            elif isinstance(array, FakeWithinKernelCUDAArray):
+                raw = array.__dict__["_item"]
+                info = rec.by_object.get(id(raw))
+            out = orig(self, raw, *args)
+            if info is not None and not info.excluded:
+                rec.record(info, args[0] if index_arg else 0, ATOMIC, sys._getframe(1))
+            return out
+
+        return wrapper
+
+    atomics = kernelapi.FakeCUDAAtomic
+    for name in (
+        "add",
+        "sub",
+        "and_",
+        "or_",
+        "xor",
+        "inc",
+        "dec",
+        "exch",
+        "max",
+        "min",
+        "nanmax",
+        "nanmin",
+        "cas",
+    ):
+        if hasattr(atomics, name):
+            setattr(atomics, name, atomic(getattr(atomics, name)))
+    if hasattr(atomics, "compare_and_swap"):
+        atomics.compare_and_swap = atomic(atomics.compare_and_swap, index_arg=False)
+    _installed = True
+
+
+# Shared arrays that exist only on the simulator: kernels/tensor_core.py's lane exchange stands in for
+# warp registers and tensor cores (warp shuffles and mma.sync on the GPU), so its traffic is not
+# memory the GPU build touches and is not recorded.
+SIMULATOR_ONLY_SHARED = {"scratch"}
+
+
+def start(named_args: dict, excluded: set[str], grid, block, limit: int = RECORD_LIMIT) -> Recorder:
+    """Begin recording the next launch. ``named_args``: kernel parameter name -> device array."""
+    global _ACTIVE
+    install()
+    rec = Recorder(limit)
+    rec.grid = tuple(grid)
+    rec.block_dim = tuple(block)
+    for name, dev in named_args.items():
+        ary = dev._ary if hasattr(dev, "_ary") else np.asarray(dev)
+        rec.register(dev, ary, name, "global", excluded=name in excluded)
+    _ACTIVE = rec
+    return rec
+
+
+def stop() -> None:
+    global _ACTIVE
+    _ACTIVE = None

@@ -1,0 +1,457 @@
+"""Runs kernels in one worker process per backend and turns what they record into a Capture.
+
+The caller (CLI, web app, tests) never imports numba: a kernel that faults, hangs or floods the
+GIL with simulator threads only ever hurts its worker, which is restarted for the next launch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from visualizer.analysis.capture import Capture, build_capture
+from visualizer.specs.catalog import LaunchError, admit_capture, limits_from_info
+
+BACKENDS = ("auto", "gpu", "sim")
+START_TIMEOUT_S = 180.0  # importing numba and creating a CUDA context can take a while on a cold machine
+# Per-run wall-clock limits. The simulator's is short: catalog.SIM_MAX_THREAD_STEPS admits runs of
+# ~20 s on an idle core, and a run past this is stopped so it cannot hold a worker for long.
+SIM_RUN_TIMEOUT_S = 60.0
+GPU_RUN_TIMEOUT_S = 300.0  # compiles both builds, then times each over repeats (and torch)
+RUN_TIMEOUT_S = {"sim": SIM_RUN_TIMEOUT_S, "gpu": GPU_RUN_TIMEOUT_S}
+# CPU seconds one run may use in a simulator worker (the kernel enforces it: SIGXCPU); above the
+# wall limit, so the wall limit speaks first, but it holds even if the app stops watching.
+SIM_RUN_CPU_S = 90
+SIM_MEMORY_BYTES = 8 * 2**30  # address space of one simulator worker (RLIMIT_AS)
+
+
+def default_workers(backend: str) -> int:
+    """Simulator workers: two where there are two cores or more (one heavy run then holds one
+    worker, not every visitor; each worker runs its simulated threads on one OS thread), up to
+    four on big machines. The GPU gets one worker: concurrent captures would distort each other's timings."""
+    if backend != "sim":
+        return 1
+    env = os.environ.get("VISUALIZER_SIM_WORKERS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores, max(2, cores - 1)))
+
+
+STUCK_EXIT_CODE = (
+    70  # = visualizer.engine.fastsim.STUCK_EXIT_CODE (not imported: the runner never loads the simulator)
+)
+
+
+class KernelError(RuntimeError):
+    """The kernel (or its worker) failed; the message is one line, the runner stays usable."""
+
+
+@functools.cache
+def gpu_present() -> bool:
+    """Ask the CUDA driver directly (no numba import): is there at least one GPU?"""
+    for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            cu = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        if cu.cuInit(0) != 0:
+            return False
+        return cu.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    return False
+
+
+def resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise LaunchError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "gpu" if gpu_present() else "sim"
+    if backend == "gpu" and not gpu_present():
+        raise LaunchError("backend 'gpu' asked for, but this machine has no CUDA GPU (use sim or auto)")
+    return backend
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Runner:
+    """One worker process for one backend ("gpu" or "sim"); launches are serialised by a lock.
+
+    Every request carries an id and the worker echoes it on every message, so a reply is only
+    ever taken by the request that asked for it. A request given up while its kernel runs (the
+    caller's progress callback raised, as Streamlit does when a visitor leaves or changes a
+    widget; a timeout; KeyboardInterrupt) kills the worker: nothing computes for nobody, and
+    nothing the abandoned run produced can reach another caller.
+    """
+
+    def __init__(self, backend: str = "auto", run_timeout: float | None = None):
+        self.backend = resolve_backend(backend)
+        self.run_timeout = run_timeout or RUN_TIMEOUT_S[self.backend]
+        self._lock = threading.Lock()
+        self._proc = None
+        self._conn = None
+        self._ids = itertools.count(1)
+        self.device_info: dict | None = None
+        self.restarts = 0  # workers replaced after a fault, a timeout or an abandoned run
+        self.abandoned = 0  # runs given up while the kernel ran (caller left, time limit)
+        self.last_exit_code: int | None = None  # of the last worker that died under a request
+        self.respawn = False  # start a replacement worker in the background after a kill (pools)
+        self._closed = False
+
+    # --- process management ----------------------------------------------------------------
+    def _start(self) -> None:
+        # A fresh interpreter (not fork: never copy a process that may hold a CUDA context; not
+        # multiprocessing's spawn: it re-imports the caller's __main__, e.g. a test or app script).
+        parent, child = socket.socketpair()
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        if self.backend == "sim":
+            env["VISUALIZER_WORKER_MEMORY"] = str(SIM_MEMORY_BYTES)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "visualizer.engine.worker", str(child.fileno()), self.backend],
+            pass_fds=[child.fileno()],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+        )
+        child.close()
+        self._proc, self._conn = proc, Connection(parent.detach())
+        try:
+            kind, _, *payload = self._receive(None, START_TIMEOUT_S, None, "starting the worker")
+        except RunTimeout as exc:
+            self._stop(kill=True)
+            raise KernelError(f"{exc}; the worker was stopped") from None
+        if kind != "ready":
+            self._stop()
+            raise KernelError(f"{self.backend} worker failed to start: {payload[0]}")
+        self.device_info = payload[0]
+
+    def _stop(self, kill: bool = False) -> None:
+        """Ask the worker to leave (or kill it: a busy worker never reads the request to leave)."""
+        if self._proc is not None:
+            if not kill:
+                try:
+                    self._conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+            try:
+                self._proc.wait(timeout=0 if kill else 2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=5)
+            self._conn.close()
+        self._proc = self._conn = None
+
+    def _receive(self, rid, timeout: float, progress, what: str, launches: int = 1):
+        """The reply to request ``rid``; its progress goes to the callback on the way.
+
+        Messages for any other request are dropped: they answer a request nobody waits for.
+        The callback is also called about once a second while nothing arrives, so a caller that
+        wants to leave (Streamlit raises from its next element update) is heard promptly.
+        """
+        deadline = time.monotonic() + timeout
+        total = done = 0  # blocks of every launch the simulator runs for this request
+        last_call = time.monotonic()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                where = "simulator" if self.backend == "sim" else "GPU"
+                raise RunTimeout(f"{what} timed out: over the {where}'s limit of {timeout:g} s per run")
+            try:
+                ready = self._conn.poll(min(left, 0.25))
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                if self._proc.poll() is not None:
+                    return self._died(what)
+                if progress is not None and total and time.monotonic() - last_call > 1.0:
+                    last_call = time.monotonic()
+                    progress(done, total)
+                continue
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                return self._died(what)
+            if msg[1] != rid:
+                continue  # left over from an earlier request
+            if msg[0] == "progress":
+                if msg[2] < 0:
+                    total, done = -msg[2] * launches, 0
+                else:
+                    done += msg[2]
+                if progress is not None and total:
+                    last_call = time.monotonic()
+                    progress(done, total)
+                continue
+            return msg
+
+    def _died(self, what: str):
+        code = None
+        if self._proc is not None:
+            try:  # the pipe can close a moment before the exit status is there
+                code = self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        self.last_exit_code = code  # which limit stopped it, for callers that explain it their way
+        self._stop(kill=True)
+        self.restarts += 1
+        if code == -signal.SIGXCPU:
+            raise KernelError(
+                f"{what} used more than its {SIM_RUN_CPU_S} s of CPU time and was stopped; use a smaller launch"
+            )
+        if code == STUCK_EXIT_CODE:  # visualizer/engine/fastsim.py's watchdog gave up interrupting the kernel
+            raise KernelError(
+                f"{what}: the simulated kernel hung (a deadlock or an endless loop) where the simulator's "
+                "watchdog could not stop it; the worker was restarted"
+            )
+        if code == -signal.SIGKILL:
+            raise KernelError(
+                f"the {self.backend} worker was killed while {what} (out of memory?); it will be restarted"
+            )
+        raise KernelError(
+            f"the {self.backend} worker died while {what} (exit code {code}); it will be restarted"
+        )
+
+    def _warm_up(self) -> None:
+        """Start a worker now, so the next visitor does not wait for numba to import."""
+        with self._lock:
+            if not self._closed and not self.warm:
+                try:
+                    self._start()
+                except KernelError:
+                    pass  # the next capture tries again and reports it
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    @property
+    def warm(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _exchange(self, request: dict, timeout: float, progress, what: str, launches: int = 1, admit=None):
+        """Send ``request`` to this runner's worker and return its reply ``(kind, id, payload...)``.
+
+        ``admit(device_info)`` may refuse the request once the worker is up. A request given up
+        for any reason (RunTimeout, a progress callback that raised, KeyboardInterrupt...) kills the
+        worker: it would go on computing for nobody, and its reply must never be read by the next
+        request. A worker that reported a GPU fault is reaped so the next call starts a fresh one.
+        """
+        with self._lock:
+            if not self.warm:
+                self._start()
+            if admit is not None:
+                admit(self.device_info)
+            request["id"] = rid = next(self._ids)
+            answered = False
+            try:
+                self._conn.send(request)
+                reply = self._receive(rid, timeout, progress, what, launches)
+                answered = True
+            finally:
+                if not answered and self._proc is not None:
+                    self._stop(kill=True)
+                    self.restarts += 1
+                    self.abandoned += 1
+                    if self.respawn:
+                        threading.Thread(target=self._warm_up, daemon=True).start()
+            if reply[0] == "fatal":
+                self._stop(kill=True)
+                self.restarts += 1
+        return reply
+
+    # --- the one thing callers do ------------------------------------------------------------
+    def info(self) -> dict:
+        with self._lock:
+            if not self.warm:
+                self._start()
+            return dict(self.device_info)
+
+    def capture(
+        self,
+        kernel: str,
+        params: dict | None = None,
+        *,
+        seed: int = 0,
+        repeats: int = 20,
+        time_clean: bool = True,
+        progress=None,
+        timeout: float | None = None,
+        **options,
+    ) -> Capture:
+        """Launch ``kernel`` once instrumented (and timed clean); raises LaunchError or KernelError.
+
+        ``options`` (e.g. ``accesses=True``) go to the worker's request unchanged.
+        """
+        request = {
+            **options,
+            "kernel": kernel,
+            "params": dict(params or {}),
+            "seed": seed,
+            "repeats": repeats,
+            "time_clean": time_clean,
+        }
+        if self.backend == "sim":
+            admit_capture(kernel, params, "sim")  # refuse bad input before starting a worker
+            request["cpu_limit_s"] = SIM_RUN_CPU_S
+
+        def admit(info):  # on a GPU, against the memory the worker's device reports
+            if self.backend == "gpu":
+                admit_capture(kernel, params, "gpu", limits_from_info(info))
+
+        # the worker announces one launch's blocks; the simulator runs it twice when timing clean
+        launches = 2 if self.backend == "sim" and time_clean else 1
+        what = f"running {kernel}"
+        try:
+            reply = self._exchange(request, timeout or self.run_timeout, progress, what, launches, admit)
+        except RunTimeout as exc:
+            raise KernelError(f"{exc}; it was stopped (try a smaller launch)") from None
+        kind = reply[0]
+        if kind == "invalid":
+            raise LaunchError(reply[2])
+        if kind == "fatal":
+            raise KernelError(f"{kernel} faulted on the GPU: {reply[2]} (the worker was restarted)")
+        if kind == "error":
+            raise KernelError(f"{kernel} failed: {reply[2]}")
+        return build_capture(reply[2])
+
+
+class RunTimeout(Exception):
+    pass
+
+
+class RunQueue:
+    """One first-come-first-served queue in front of a small pool of workers of one backend.
+
+    A caller waiting for a free worker is told its place (``waiting(ahead, running)``) about once
+    a second; if that callback raises (the visitor left), it leaves the queue.
+    """
+
+    def __init__(self, backend: str = "auto", workers: int | None = None, run_timeout: float | None = None):
+        self.backend = resolve_backend(backend)
+        n = workers or default_workers(self.backend)
+        self.runners = [Runner(self.backend, run_timeout) for _ in range(n)]
+        for r in self.runners:
+            r.respawn = True
+        self._cond = threading.Condition()
+        self._queue: deque = deque()
+        self._idle = list(self.runners)
+
+    @property
+    def restarts(self) -> int:
+        return sum(r.restarts for r in self.runners)
+
+    @property
+    def abandoned(self) -> int:
+        return sum(r.abandoned for r in self.runners)
+
+    def status(self) -> dict:
+        with self._cond:
+            return {
+                "workers": len(self.runners),
+                "running": len(self.runners) - len(self._idle),
+                "queued": len(self._queue),
+            }
+
+    def _acquire(self, waiting) -> Runner:
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+        try:
+            while True:
+                with self._cond:
+                    if self._queue[0] is ticket and self._idle:
+                        self._queue.popleft()
+                        # a worker that is already up first (starting one takes a second or two)
+                        runner = max(self._idle, key=lambda r: r.warm)
+                        self._idle.remove(runner)
+                        self._cond.notify_all()
+                        return runner
+                    running = len(self.runners) - len(self._idle)
+                    ahead = self._queue.index(ticket) + running
+                if waiting is not None:
+                    waiting(ahead, running)  # may raise: the caller left the queue
+                with self._cond:
+                    self._cond.wait(timeout=1.0)
+        except BaseException:
+            with self._cond:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                self._cond.notify_all()
+            raise
+
+    def _release(self, runner: Runner) -> None:
+        with self._cond:
+            self._idle.append(runner)
+            self._cond.notify_all()
+
+    def info(self) -> dict:
+        runner = self._acquire(None)
+        try:
+            return runner.info()
+        finally:
+            self._release(runner)
+
+    def capture(self, kernel: str, params: dict | None = None, *, waiting=None, **kwargs) -> Capture:
+        """Runner.capture on the next free worker, after waiting in line (see ``waiting``)."""
+        admit_capture(kernel, params, self.backend)  # a refused launch never waits in line
+        runner = self._acquire(waiting)
+        try:
+            return runner.capture(kernel, params, **kwargs)
+        finally:
+            self._release(runner)
+
+    def close(self) -> None:
+        for r in self.runners:
+            r.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+_RUNNERS: dict[str, RunQueue] = {}
+_RUNNERS_LOCK = threading.Lock()
+
+
+def get_runner(backend: str = "auto") -> RunQueue:
+    """The process-wide queue of workers for a backend, created on first use."""
+    name = resolve_backend(backend)
+    with _RUNNERS_LOCK:
+        if name not in _RUNNERS:
+            _RUNNERS[name] = RunQueue(name)
+        return _RUNNERS[name]
+
+
+def capture(kernel: str, params: dict | None = None, backend: str = "auto", **kwargs) -> Capture:
+    return get_runner(backend).capture(kernel, params, **kwargs)

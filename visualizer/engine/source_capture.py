@@ -1,0 +1,504 @@
+"""Load, instrument, compile and launch a user's kernel. Runs ONLY in a worker process.
+
+``capture_source(backend, request)`` is the worker's counterpart of ``worker.capture`` for a
+request with ``op == "source"``: allocate -> copy in -> launch instrumented -> copy out -> time
+(clean beside instrumented) -> check against the user's reference, and reply with the same
+payload shape (launch info, timing, trace buffers) plus every array argument after the launch.
+
+Errors in the user's code are normal here and become one line (``UserCodeError``): a syntax
+error names its line; a Numba typing error is cut down to its first message and the user's line;
+an exception in one simulated thread names the thread, the block and the user's line. CUDA
+errors (an illegal address on a GPU) are re-raised unchanged so the worker's loop treats them as
+fatal and the runner restarts the worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import linecache
+import math
+import os
+import re
+import resource
+import sys
+import time
+import traceback
+import types
+from contextlib import contextmanager
+
+import numpy as np
+
+from visualizer.engine.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
+from visualizer.specs.source import ArgSpec, make_array
+
+# Per-run limits for user code (on top of the runner's wall-clock limit): CPU seconds, and on the
+# simulator the memory the run may add to the worker's address space.
+CPU_LIMIT_S = int(os.environ.get("VISUALIZER_USER_CPU_S", "120"))
+MEMORY_LIMIT_BYTES = int(os.environ.get("VISUALIZER_USER_MEMORY_MB", "4096")) << 20
+PER_WARP_ABOVE = 1 << 16
+_module_ids = itertools.count()
+
+
+class UserCodeError(Exception):
+    """The user's code failed; the message is one line that says where."""
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text))  # numba colours its messages
+    return " ".join(text.split())[:limit]
+
+
+def _user_frame(tb, filename: str):
+    """The innermost traceback frame in the user's file: (line number, source line) or None."""
+    hit = None
+    for frame in traceback.extract_tb(tb):
+        if frame.filename == filename:
+            hit = (frame.lineno, (frame.line or linecache.getline(filename, frame.lineno)).strip())
+    return hit
+
+
+def _where(filename: str, hit) -> str:
+    if hit is None:
+        return ""
+    line, text = hit
+    return f" at {os.path.basename(filename)} line {line}" + (f": {text}" if text else "")
+
+
+def load_module(source: str, filename: str, kernel: str):
+    """Execute the user's module, instrumented, in a fresh module namespace with the probes in it."""
+    from kernels.probes import trace_begin, trace_end
+
+    try:
+        tree = ast.parse(source, filename=filename)
+    except SyntaxError as exc:
+        text = (exc.text or "").strip()
+        raise UserCodeError(
+            f"syntax error at {os.path.basename(filename)} line {exc.lineno}: {exc.msg}"
+            + (f": {text[:80]}" if text else "")
+        ) from None
+    try:
+        code = compile(instrument(tree, kernel), filename, "exec")
+    except KeyError:
+        raise UserCodeError(
+            f"no function {kernel!r} at the top level of {os.path.basename(filename)}"
+        ) from None
+    # tracebacks and Numba's messages read the user's lines from here (mtime None: never re-read)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    for old in [m for m in sys.modules if m.startswith("user_kernel_")]:
+        del sys.modules[old]  # earlier runs' modules: their kernels are not launched again
+    name = f"user_kernel_{next(_module_ids)}"
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    module.__dict__[BEGIN] = trace_begin
+    module.__dict__[END] = trace_end
+    sys.modules[name] = module  # numba and inspect look modules up by name
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:
+        hit = _user_frame(exc.__traceback__, filename)
+        raise UserCodeError(
+            f"running the module failed{_where(filename, hit)}: {type(exc).__name__}: {_short(exc)}"
+        ) from None
+    return module
+
+
+def _is_kernel_object(obj) -> bool:
+    return hasattr(obj, "py_func") or type(obj).__name__ == "FakeCUDAKernel"
+
+
+def _is_device_function(obj) -> bool:
+    if hasattr(obj, "targetoptions"):
+        return bool(obj.targetoptions.get("device"))
+    return bool(getattr(obj, "_device", False))
+
+
+def kernel_pair(cuda, module, kernel: str):
+    """(instrumented, clean) dispatchers: ours, and the user's own (jitted here if it was a plain def)."""
+    clean = module.__dict__.get(kernel)
+    traced = module.__dict__.get(traced_name(kernel))
+    if clean is None or traced is None:
+        raise UserCodeError(f"{kernel!r} was redefined or deleted by the module after its def")
+    if _is_kernel_object(clean):
+        if _is_device_function(clean):
+            raise UserCodeError(f"{kernel} is a device function (device=True), not a kernel to launch")
+    elif callable(clean):
+        clean = cuda.jit(clean)
+    else:
+        raise UserCodeError(f"{kernel} is a {type(clean).__name__}, not a function")
+    if not _is_kernel_object(traced):
+        traced = cuda.jit(traced)
+    return traced, clean
+
+
+# --- errors while compiling or running ------------------------------------------------------------
+
+
+def describe_failure(exc: BaseException, filename: str, simulator: bool) -> UserCodeError | None:
+    """A one-line UserCodeError for an exception from the user's kernel; None for CUDA faults."""
+    text = f"{type(exc).__name__} {exc}"
+    if any(s in text for s in ("CudaAPIError", "CUDA_ERROR", "ILLEGAL_ADDRESS", "LAUNCH_FAILED")):
+        return None  # the worker's loop handles these: fatal, restart
+    base = os.path.basename(filename)
+    if simulator:
+        msg = str(exc)
+        m = re.match(r"tid=\[([\d, ]+)\] ctaid=\[([\d, ]+)\]:?\s*(.*)", msg, re.S)
+        hit = _user_frame(exc.__traceback__, filename)
+        if m:
+            tid = "(" + m.group(1).replace(" ", "") + ")"
+            ctaid = "(" + m.group(2).replace(" ", "") + ")"
+            return UserCodeError(
+                f"{type(exc).__name__} in thread {tid} of block {ctaid}{_where(filename, hit)}: "
+                f"{_short(m.group(3)) or 'no message'}"
+            )
+        return UserCodeError(f"{type(exc).__name__}{_where(filename, hit)}: {_short(msg)}")
+    # Numba: the first paragraph (and the signature it announces), and the user's line from the
+    # error's location or its 'File "...", line N:' pointer
+    msg = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    msg = re.sub(r"(?m)^\s*Failed in .*pipeline.*$", "", msg)  # which compiler pass: not the user's concern
+    paragraphs = [p for p in re.split(r"\n\s*\n", msg) if p.strip()] or [msg]
+    first = re.split(r"\n\s*(During:|File \")", paragraphs[0])[0]
+    if first.rstrip().endswith(":") and len(paragraphs) > 1:
+        first += " " + paragraphs[1]
+    lines = [int(n) for f, n in re.findall(r'File "([^"]+)", line (\d+)', msg) if os.path.basename(f) == base]
+    loc = getattr(exc, "loc", None)
+    if loc is not None and os.path.basename(str(getattr(loc, "filename", ""))) == base:
+        lines.insert(0, int(loc.line))
+    missing = re.search(r"NameError: name '(\w+)' is not defined", msg)
+    if not lines and missing:  # numba names no line for an unknown global: find where it is used
+        source = linecache.getlines(filename)
+        used = [i + 1 for i, text in enumerate(source) if re.search(rf"\b{missing.group(1)}\b", text)]
+        lines = used[:1]
+    where = ""
+    if lines:
+        where = f" at {base} line {lines[0]}: {linecache.getline(filename, lines[0]).strip()}"
+    kind = "typing error" if "TypingError" in type(exc).__name__ else type(exc).__name__
+    return UserCodeError(f"{kind}{where}: {_short(first, 240)}")
+
+
+@contextmanager
+def user_limits(simulator: bool, threads_per_block: int):
+    """CPU seconds for this run (SIGXCPU ends the worker past it), and address space on the simulator."""
+    old_cpu = resource.getrlimit(resource.RLIMIT_CPU)
+    old_as = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        used = time.process_time()
+        hard = old_cpu[1]
+        soft = int(used) + CPU_LIMIT_S
+        if hard == resource.RLIM_INFINITY or soft <= hard:
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        if simulator:  # a GPU context reserves huge virtual ranges: no address-space cap there
+            with open("/proc/self/statm") as f:
+                vsize = int(f.read().split()[0]) * resource.getpagesize()
+            stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+            stack = 8 << 20 if stack == resource.RLIM_INFINITY else stack
+            # two pools of block threads may overlap (instrumented, then clean), each thread with its stack
+            cap = vsize + MEMORY_LIMIT_BYTES + 2 * (threads_per_block + 8) * stack
+            if old_as[1] == resource.RLIM_INFINITY or cap <= old_as[1]:
+                resource.setrlimit(resource.RLIMIT_AS, (cap, old_as[1]))
+    except (OSError, ValueError):
+        pass  # limits are a safeguard; the runner's wall-clock limit still applies
+    try:
+        yield
+    finally:
+        for which, old in ((resource.RLIMIT_CPU, old_cpu), (resource.RLIMIT_AS, old_as)):
+            try:
+                resource.setrlimit(which, old)
+            except (OSError, ValueError):
+                pass
+
+
+@contextmanager
+def shared_allocations(simulator: bool, found: list):
+    """On the simulator: collect each launch's shared arrays (their bytes are the kernel's static smem)."""
+    if not simulator:
+        yield
+        return
+    from numba.cuda.simulator import kernelapi
+
+    original = kernelapi.FakeCUDAModule.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        found.append(self)
+
+    kernelapi.FakeCUDAModule.__init__ = init
+    try:
+        yield
+    finally:
+        kernelapi.FakeCUDAModule.__init__ = original
+
+
+def _static_smem(fake_modules: list) -> int:
+    sizes = [
+        sum(int(a.nbytes) for a in getattr(getattr(m, "_shared", None), "_allocations", {}).values())
+        for m in fake_modules
+    ]
+    return max(sizes, default=0)
+
+
+# --- the reference check ------------------------------------------------------------------------
+
+
+def _numbers(module) -> dict:
+    return {
+        k: v
+        for k, v in vars(module).items()
+        if not k.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def check_reference(request: dict, module, before: dict, after: dict, filename: str) -> dict:
+    """Compare the arrays after the launch with numpy: NAME=EXPR lines, or fn:NAME in the source."""
+    rtol, atol = float(request.get("rtol", 1e-4)), float(request.get("atol", 1e-5))
+    result = {"correct": None, "outputs": {}, "rtol": rtol, "atol": atol, "expected_wrong": False}
+    refs = request.get("reference") or []
+    if not refs:
+        result["reference"] = None
+        return result
+    expected: dict[str, np.ndarray] = {}
+    for ref in refs:
+        copies = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in before.items()}
+        if ref.startswith("fn:"):
+            fname = ref[3:]
+            fn = getattr(module, fname, None)
+            if not callable(fn):
+                raise UserCodeError(f"reference function {fname!r} is not defined in the source")
+            try:
+                out = fn(*[copies[p] for p in request["params"]])
+            except Exception as exc:
+                hit = _user_frame(exc.__traceback__, filename)
+                raise UserCodeError(
+                    f"reference {fname} failed{_where(filename, hit)}: {type(exc).__name__}: {_short(exc)}"
+                ) from None
+            if isinstance(out, dict):
+                expected.update({k: np.asarray(v) for k, v in out.items()})
+            else:  # it wrote its results into the arrays, like the kernel: compare every array
+                expected.update({k: v for k, v in copies.items() if isinstance(v, np.ndarray)})
+            continue
+        name, _, expr = ref.partition("=")
+        scope = {**_numbers(module), **copies}
+        try:
+            value = eval(expr, {"np": np, "numpy": np, "math": math, "__builtins__": {}}, scope)  # noqa: S307 - worker only
+        except Exception as exc:
+            raise UserCodeError(
+                f"reference {name}={expr} failed: {type(exc).__name__}: {_short(exc)}"
+            ) from None
+        expected[name] = np.asarray(value)
+    result["reference"] = refs
+    correct = True
+    for name, want in expected.items():
+        if name not in after:
+            raise UserCodeError(f"the reference names {name!r}, which is not an array argument of the kernel")
+        got = after[name]
+        try:
+            want = np.broadcast_to(want, got.shape)
+        except ValueError:
+            raise UserCodeError(
+                f"reference {name}: shape {want.shape} does not match the argument's {got.shape}"
+            ) from None
+        close = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+        bad = int((~close).sum())
+        diff = np.abs(got.astype(np.complex128 if got.dtype.kind == "c" else np.float64) - want)
+        result["outputs"][name] = {
+            "mismatches": bad,
+            "elements": int(close.size),
+            "max_abs_error": float(np.max(diff)) if got.size else 0.0,
+        }
+        correct &= bad == 0
+    result["correct"] = bool(correct)
+    return result
+
+
+# --- the capture ---------------------------------------------------------------------------------
+
+
+def capture_source(backend, request: dict) -> dict:
+    """Run a user's kernel once instrumented (and time it clean); the same payload as worker.capture."""
+    from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
+    from visualizer.engine.worker import kernel_timing, resources
+    from visualizer.specs import catalog
+
+    cuda = backend.cuda
+    info = backend.device_info()
+    limits = catalog.limits_from_info(info)
+    kernel, filename, params = request["kernel"], request["filename"], list(request["params"])
+    grid, block = tuple(request["grid"]), tuple(request["block"])
+    launch = catalog.Launch(grid=grid, block=block, scalars={})
+    catalog.check_launch(launch, limits, backend.name)  # checked again here, against this device
+
+    rng = np.random.default_rng(request.get("seed", 0))
+    values: dict = {}
+    for name in params:
+        a = request["args"][name]
+        if a["kind"] == "scalar":
+            values[name] = a["value"]
+        else:
+            spec = ArgSpec(name, a["text"], a["kind"], a["dtype"], tuple(a["shape"]), a["value"], a["array"])
+            values[name] = make_array(spec, rng)
+    arrays = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
+    before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
+
+    threads, tpb = launch.threads, launch.threads_per_block
+    records = launch.blocks * ((tpb + 31) // 32) if threads > PER_WARP_ABOVE else threads
+    buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
+
+    t_compile = time.perf_counter_ns()
+    module = load_module(request["source"], filename, kernel)
+    traced, clean = kernel_pair(cuda, module, kernel)
+    config = (grid, block)
+    steps: dict[str, float] = {}
+    if backend.progress is not None:
+        backend.progress(-launch.blocks)
+
+    # user arrays and trace buffers are kept apart, so a user argument may be called "trace"
+    (device, bufs), steps["allocate"] = backend.timed(
+        lambda: (
+            {k: cuda.device_array(v.shape, v.dtype) for k, v in arrays.items()},
+            {k: cuda.device_array(v.shape, v.dtype) for k, v in buffers.items()},
+        )
+    )
+
+    def copy_in():
+        for k, v in arrays.items():
+            device[k].copy_to_device(v)
+        for k, v in buffers.items():
+            bufs[k].copy_to_device(v)
+
+    _, steps["copy_in"] = backend.timed(copy_in)
+    user_args = [device[p] if p in arrays else values[p] for p in params]
+    traced_args = [*user_args, bufs["trace"], bufs["active"]]
+
+    def launch_user(fn, args):
+        try:
+            return fn[config](*args)
+        except UserCodeError:
+            raise
+        except Exception as exc:
+            described = describe_failure(exc, filename, backend.simulator)
+            if described is None:
+                raise
+            raise described from None
+
+    fake_modules: list = []
+    with user_limits(backend.simulator, tpb):
+        compile_ns = 0
+        if not backend.simulator:
+            t = time.perf_counter_ns()
+            launch_user(traced, traced_args)  # compiles both builds (excluded from timing)...
+            launch_user(clean, user_args)
+            cuda.synchronize()
+            compile_ns = time.perf_counter_ns() - t
+            copy_in()  # ...then every buffer starts again from its initial contents
+        else:
+            compile_ns = time.perf_counter_ns() - t_compile
+        recorder = (
+            start_access_recording(backend, request, device, bufs, grid, block)
+            if request.get("accesses")
+            else None
+        )
+        try:
+            with shared_allocations(backend.simulator, fake_modules):
+                _, steps["kernel"] = backend.timed(lambda: launch_user(traced, traced_args))
+        finally:
+            if recorder is not None:
+                from visualizer.engine import access_record as record
+
+                record.stop()
+
+        def copy_out():
+            return {k: device[k].copy_to_host() for k in arrays}, {
+                k: v.copy_to_host() for k, v in bufs.items()
+            }
+
+        (after, recorded), steps["copy_out"] = backend.timed(copy_out)
+
+        # the same timing as the built-in kernels; no flops model for a user's kernel (its bytes
+        # only decide the L2 flush), so no GB/s or GFLOP/s is claimed for it
+        timing = kernel_timing(
+            backend,
+            steps,
+            compile_ns,
+            int(request.get("repeats", 20)),
+            request.get("time_clean", True),
+            lambda: launch_user(clean, user_args),
+            lambda: launch_user(traced, traced_args),
+            float(sum(v.nbytes for v in arrays.values())),
+            0.0,
+        )
+
+    def free():
+        device.clear()
+        bufs.clear()
+        if not backend.simulator:
+            cuda.current_context().deallocations.clear()
+
+    check = check_reference(request, module, before, after, filename)
+    res_inst, res_clean = resources(backend, traced, launch), resources(backend, clean, launch)
+    _, steps["free"] = backend.timed(free)
+
+    static_smem = _static_smem(fake_modules) if backend.simulator else res_inst.get("static_smem_bytes", 0)
+    changed = [
+        k for k in arrays if not np.array_equal(before[k], after[k], equal_nan=after[k].dtype.kind in "fc")
+    ]
+    launch_info = {
+        **info,
+        # "(yours)": never mistaken for a built-in kernel of the same name by a page or the timing panel
+        "kernel": f"{kernel} (yours)",
+        "kernel_name": kernel,
+        "user_kernel": True,
+        "filename": os.path.basename(filename),
+        "params": {p: request["args"][p]["text"] for p in params},
+        "arg_order": params,
+        "written": changed,
+        "grid": list(grid),
+        "block": list(block),
+        "threads": threads,
+        "blocks": launch.blocks,
+        "threads_per_block": tpb,
+        "static_smem_bytes": int(static_smem or 0),
+        "dynamic_smem_bytes": 0,
+        "recorded_per": "warp" if records < threads else "thread",
+        "tile_operands": [],
+        "row_table": None,
+        "source": "measured (GPU)"
+        if not backend.simulator
+        else "simulated (CUDA simulator; SM ids and times modelled)",
+        "instrumented": res_inst,
+        "clean": res_clean,
+        "kernel_source": request["source"],
+        "reference": request.get("reference") or [],
+    }
+    reply = {
+        "launch": launch_info,
+        "timing": timing,
+        "arrays": recorded,
+        "outputs": {k: after[k] for k in changed},
+        "inputs": {k: after[k] for k in arrays if k not in changed},
+        "check": check,
+    }
+    if recorder is not None:
+        reply["accesses"] = recorder.buffers()
+    return reply
+
+
+def start_access_recording(backend, request: dict, device: dict, bufs: dict, grid, block):
+    """Record the instrumented launch's loads and stores with the memory engine (simulator only).
+
+    Arrays are named by the kernel's own parameter names; the trace buffers are excluded.
+    """
+    from visualizer.specs.catalog import LaunchError
+
+    try:
+        from visualizer.engine import access_record as record
+    except ImportError:
+        raise LaunchError(
+            "recording memory accesses needs the memory-access engine (visualizer/engine/access_record.py), not in this build"
+        ) from None
+    if not backend.simulator:
+        raise LaunchError("memory-access recording needs the simulator backend (--backend sim)")
+    named = {**device, TRACE: bufs["trace"], ACTIVE: bufs["active"]}
+    return record.start(named, {TRACE, ACTIVE}, grid, block)

@@ -1,0 +1,150 @@
+"""The host side of "your own kernel": a dedicated worker per backend, the request, the Capture.
+
+Nothing here executes the user's code: the source is parsed with ``ast`` for a syntax check and
+the kernel's parameter names, then sent to a worker process, which is the only place it runs.
+User code gets its own workers (not the ones the built-in kernels share), with a wall-clock limit
+here and CPU-time/memory limits inside the worker (visualizer/engine/source_capture.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import numpy as np
+
+from visualizer.analysis.capture import Capture, threads_table
+from visualizer.engine.runner import KernelError, Runner, RunTimeout, resolve_backend
+from visualizer.specs.catalog import LaunchError
+from visualizer.specs.source import SourceLaunch
+
+RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_USER_TIMEOUT_S", "120"))
+ALLOW_ENV = "VISUALIZER_ALLOW_USER_CODE"
+LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def user_code_allowed(address: str | None, env: dict | None = None) -> tuple[bool, str]:
+    """May this server run code its visitors type? (allowed, one-line reason).
+
+    On by default only when the server listens on localhost; an operator can force it on or off
+    with VISUALIZER_ALLOW_USER_CODE=1 / 0.
+    """
+    env = os.environ if env is None else env
+    flag = str(env.get(ALLOW_ENV, "")).strip().lower()
+    if flag in ("1", "true", "yes", "on"):
+        return True, f"enabled by the operator ({ALLOW_ENV}=1)"
+    if flag in ("0", "false", "no", "off"):
+        return False, f"disabled by the operator ({ALLOW_ENV}={env.get(ALLOW_ENV)})"
+    if address and address.strip() in LOCAL_ADDRESSES:
+        return True, f"on because the server listens on {address} only"
+    where = address or "every network interface"
+    return False, (
+        f"off because this server listens on {where}, so anyone who can reach it could run code here; "
+        f"the operator can start it with {ALLOW_ENV}=1 to allow it (code runs in a worker process with "
+        "CPU-time, memory and wall-clock limits, not in the server)"
+    )
+
+
+def build_user_capture(reply: dict) -> Capture:
+    """A Capture from a source run's reply: the same tables as a built-in kernel's."""
+    launch, timing, recorded = reply["launch"], reply["timing"], reply["arrays"]
+    records = recorded["trace"].T
+    threads = threads_table(launch, records, recorded["active"])
+    if len(records):
+        timing["kernel_span_ns"] = int(records[:, 2].max() - records[:, 1].min())
+    cap = Capture(
+        launch=launch,
+        timing=timing,
+        inputs=dict(reply["inputs"]),
+        outputs=dict(reply["outputs"]),
+        threads=threads,
+        check=reply["check"],
+    )
+    if (
+        "accesses" in reply
+    ):  # recorded by the memory engine (visualizer/engine/access_record.py), as for built-in kernels
+        from visualizer.analysis import memory as memory_tables
+
+        cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
+    return cap
+
+
+class UserRunner(Runner):
+    """A Runner whose worker runs users' kernels from source (request op "source")."""
+
+    def __init__(self, backend: str = "auto", run_timeout: float = RUN_TIMEOUT_S):
+        super().__init__(backend, run_timeout)
+
+    def capture_source(
+        self,
+        launch: SourceLaunch,
+        *,
+        seed: int = 0,
+        repeats: int = 20,
+        accesses: bool = False,
+        time_clean: bool = True,
+        progress=None,
+        timeout: float | None = None,
+    ) -> Capture:
+        """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError."""
+        request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
+        limit = timeout or self.run_timeout
+        what = f"running your kernel {launch.kernel}"
+        # the simulator runs the kernel twice when timing it clean
+        launches = 2 if self.backend == "sim" and time_clean else 1
+        self.last_exit_code = None
+        try:
+            kind, _, *payload = self._exchange(request, limit, progress, what, launches)
+        except (KernelError, RunTimeout) as exc:
+            raise KernelError(_explain(str(exc), limit, self.last_exit_code)) from None
+        if kind == "invalid":
+            raise LaunchError(payload[0])
+        if kind == "fatal":  # the worker was reaped by _exchange
+            raise KernelError(f"{launch.kernel} faulted on the GPU: {payload[0]} (the worker was restarted)")
+        if kind == "error":
+            raise KernelError(payload[0].removeprefix("UserCodeError: "))
+        return build_user_capture(payload[0])
+
+
+def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
+    """The runner's messages about a lost worker, said in terms of the user-code limits."""
+    cpu_limit = int(os.environ.get("VISUALIZER_USER_CPU_S", "120"))  # as the worker read it at its start
+    if "timed out" in message or "over the" in message:
+        return (
+            f"your kernel did not finish within {limit:.0f} s, the time limit for user code (an endless "
+            "loop?); the worker was stopped and restarted"
+        )
+    if exit_code == -signal.SIGXCPU or f"exit code {-signal.SIGXCPU}" in message or "of CPU time" in message:
+        return (
+            f"your kernel used more than {cpu_limit} s of CPU time, the limit for user code (an endless "
+            "loop?); the worker was stopped and restarted"
+        )
+    if exit_code in (-signal.SIGKILL, -signal.SIGSEGV):
+        return f"{message} (out of memory? user code may add {_memory_mb()} MiB on the simulator)"
+    return message
+
+
+def _memory_mb() -> int:
+    from visualizer.engine.source_capture import MEMORY_LIMIT_BYTES
+
+    return MEMORY_LIMIT_BYTES >> 20
+
+
+_RUNNERS: dict[str, UserRunner] = {}
+_LOCK = threading.Lock()
+
+
+def get_user_runner(backend: str = "auto") -> UserRunner:
+    """The process-wide runner for user code on a backend (its own worker), created on first use."""
+    name = resolve_backend(backend)
+    with _LOCK:
+        if name not in _RUNNERS:
+            _RUNNERS[name] = UserRunner(name)
+        return _RUNNERS[name]
+
+
+def arrays_after(cap: Capture) -> dict[str, np.ndarray]:
+    """Every array argument after the launch, in the kernel's parameter order."""
+    both = {**cap.inputs, **cap.outputs}
+    return {k: both[k] for k in cap.launch.get("arg_order", both) if k in both}

@@ -1,1 +1,0 @@
-"""Lessons: predict, run, compare. Definitions in ``catalog``; answers from captures in ``answers``."""

@@ -1,0 +1,144 @@
+"""``python -m visualizer capture --source FILE.py --kernel NAME ...``: a user's kernel from a file.
+
+Bad input (a missing argument, an unknown dtype, a syntax error, a launch too big) exits 2 with
+one line; a kernel that fails when it runs exits 1 with one line saying where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def wants_source(argv: list[str]) -> bool:
+    return any(a == "--source" or a.startswith("--source=") for a in argv)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m visualizer capture --source",
+        description="Run your own Numba CUDA kernel instrumented; write its trace bundle.",
+    )
+    p.add_argument("--source", required=True, metavar="FILE.py", help="a Python module with the kernel")
+    p.add_argument("--kernel", help="the kernel's function name (optional if the file has one kernel)")
+    p.add_argument("--grid", metavar="X[,Y[,Z]]", help="blocks per grid")
+    p.add_argument("--block", required=True, metavar="X[,Y[,Z]]", help="threads per block")
+    p.add_argument(
+        "--threads-for", type=int, metavar="N", help="instead of --grid: one thread per element of N (1-D)"
+    )
+    p.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="NAME=SPEC",
+        help="rand|zeros|ones|arange:DTYPE:SHAPE (SHAPE like 1000 or 64x64), file:PATH.npy, or a number",
+    )
+    p.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="NAME=EXPR|fn:NAME",
+        help="numpy expression over the argument names for an array's expected value, or a function "
+        "in the source taking the kernel's arguments",
+    )
+    p.add_argument("--rtol", type=float, default=None)
+    p.add_argument("--atol", type=float, default=None)
+    p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
+    p.add_argument("--accesses", action="store_true", help="record memory accesses (simulator)")
+    p.add_argument("--out", required=True, help="directory for the trace bundle")
+    p.add_argument("--repeats", type=int, default=20, help="timed launches per build on the GPU")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=None, help="wall-clock limit in seconds")
+    return p
+
+
+def cmd_capture_source(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+
+    from visualizer.analysis.capture import save
+    from visualizer.engine.runner import KernelError, resolve_backend
+    from visualizer.engine.user_runner import UserRunner, arrays_after
+    from visualizer.specs import source as uspec
+    from visualizer.specs.catalog import LaunchError
+
+    path = Path(args.source)
+    try:
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LaunchError(f"cannot read {args.source}: {exc.strerror or exc}") from None
+        kernel = args.kernel
+        if kernel is None:
+            uspec.syntax_check(source, path.name)
+            found = uspec.kernel_names(source)
+            if len(found) != 1:
+                listed = ", ".join(found) or "none found"
+                raise LaunchError(f"--kernel NAME is needed: {path.name} has kernels: {listed}")
+            kernel = found[0]
+        backend = resolve_backend(args.backend)
+        tolerances = {k: v for k, v in (("rtol", args.rtol), ("atol", args.atol)) if v is not None}
+        launch = uspec.plan_source_launch(
+            source,
+            kernel,
+            grid=args.grid,
+            block=args.block,
+            args=args.arg,
+            threads_for_n=args.threads_for,
+            reference=args.reference,
+            backend=backend,
+            filename=str(path.resolve()),
+            **tolerances,
+        )
+        with UserRunner(backend) as runner:
+            cap = runner.capture_source(
+                launch, seed=args.seed, repeats=args.repeats, accesses=args.accesses, timeout=args.timeout
+            )
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KernelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    written = save(cap, args.out)
+    info, timing, check = cap.launch, cap.timing, cap.check
+    print(f"{info['kernel_name']} from {path.name} on {info['device_name']} ({info['source']})")
+    print(f"  grid {tuple(info['grid'])} x block {tuple(info['block'])} = {info['threads']} threads")
+    print(f"  SMs used: {cap.threads['sm'].nunique()} ({'measured' if cap.measured else 'modelled'})")
+    line = f"  kernel: instrumented {timing['instrumented_ms']:.4f} ms"
+    if "clean_ms" in timing:
+        line += (
+            f", clean {timing['clean_ms']:.4f} ms, overhead x{timing.get('overhead_ratio', float('nan')):.2f}"
+        )
+    print(f"{line}  [{timing['clock']}]")
+    for build in ("clean", "instrumented"):
+        res = info.get(build) or {}
+        if "registers_per_thread" in res:
+            print(
+                f"  {build} build: {res['registers_per_thread']} registers/thread, "
+                f"{res['static_smem_bytes']} B static shared memory, {res['driver_blocks_per_sm']} blocks/SM"
+            )
+    print(
+        f"  arrays after the launch: {', '.join(arrays_after(cap))} (written: {', '.join(info['written']) or 'none'})"
+    )
+    if getattr(cap, "accesses", None) is not None:
+        print(f"  memory accesses recorded: {len(cap.accesses):,} ({len(cap.hazards):,} hazards)")
+    print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
+    if check.get("correct") is None:
+        print("  no --reference given: the outputs were not checked")
+        return 0
+    for name, res in check["outputs"].items():
+        print(
+            f"  {name}: {res['mismatches']} of {res['elements']} wrong (max abs error {res['max_abs_error']:.3g})"
+        )
+    if check["correct"]:
+        print("  output matches the numpy reference")
+        return 0
+    print("error: output does not match the numpy reference", file=sys.stderr)
+    return 1

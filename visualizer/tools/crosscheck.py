@@ -1,0 +1,299 @@
+"""Cross-check the access engine against Nsight Compute and compute-sanitizer on a real GPU.
+
+Three steps (``python -m visualizer crosscheck ...``):
+
+* ``gpu --out DIR`` (on the GPU machine): launches the CLEAN build (no probe traffic) of each case
+  once, under ``ncu`` for the L1TEX sector/request/bank-conflict counters, then runs
+  ``compute-sanitizer --tool racecheck`` on the race demo and on correct kernels. Writes
+  ``DIR/cases.json``, ``DIR/ncu.csv``, ``DIR/racecheck.json`` (+ the raw logs).
+* ``compare DIR`` (anywhere): captures the same launches on the simulator with access recording
+  and prints one table: Nsight Compute's counter, the engine's total, equal or not.
+* ``launch`` (internal): the GPU launches themselves, the process ncu and the sanitizer watch.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+CASES: list[tuple[str, dict]] = [
+    ("vector_add", {"n": 4096, "block": 128}),
+    ("vector_add_x4", {"n": 4096, "block": 128}),
+    ("matmul_naive", {"n": 48, "tile": 16}),
+    ("matmul_tiled", {"n": 48, "tile": 16}),
+    ("reduction", {"n": 1024, "block": 128}),
+    ("reduction_race", {"n": 1024, "block": 128}),
+    ("transpose_naive", {"rows": 64, "cols": 64, "tile": 32}),
+    ("transpose_tiled", {"rows": 64, "cols": 64, "tile": 32}),
+    ("transpose_padded", {"rows": 64, "cols": 64, "tile": 32}),
+    ("transpose_tiled", {"rows": 32, "cols": 32, "tile": 32}),  # the issue's one-block reference: 992
+    ("strided_copy", {"n": 1024, "stride": 1, "block": 128}),
+    ("strided_copy", {"n": 1024, "stride": 8, "block": 128}),
+    ("strided_copy", {"n": 1024, "stride": 32, "block": 128}),
+]
+RACECHECK = ["reduction_race", "reduction", "matmul_tiled", "transpose_tiled", "transpose_padded"]
+
+# (Nsight Compute metric, the engine's summary key)
+METRICS = [
+    ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "global_ld_requests"),
+    ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "global_ld_sectors"),
+    ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "global_st_requests"),
+    ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "global_st_sectors"),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "shared_ld_bank_conflicts"),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "shared_st_bank_conflicts"),
+    ("smsp__sass_inst_executed_op_shared_ld.sum", "shared_ld_requests"),
+    ("smsp__sass_inst_executed_op_shared_st.sum", "shared_st_requests"),
+]
+NCU = "/usr/local/cuda/bin/ncu"
+SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def case_label(kernel: str, params: dict) -> str:
+    return kernel + (" " + " ".join(f"{k}={v}" for k, v in params.items()) if params else "")
+
+
+# --- on the GPU ------------------------------------------------------------------------------
+
+
+def launch(indices: list[int]) -> int:
+    """Launch the clean build of each case once (the process ncu / the sanitizer profiles)."""
+    import numpy as np
+
+    from visualizer.engine.worker import Backend, build_kernels, configure_backend, record_buffers
+    from visualizer.specs import catalog
+
+    configure_backend("gpu")
+    backend = Backend("gpu")
+    cuda = backend.cuda
+    for i in indices:
+        kernel, params = CASES[i]
+        spec, values, plan = catalog.plan_launch(kernel, params, "gpu")
+        inputs = spec.make_inputs(values, np.random.default_rng(0))
+        host = {**inputs, **{k: v for k, v in record_buffers(spec, plan).items() if k in spec.args}}
+        device = {k: cuda.to_device(v) for k, v in host.items()}
+        args = [device[a] if a in device else plan.scalars[a] for a in spec.args]
+        _, clean = build_kernels(spec, values)
+        clean[plan.grid, plan.block](*args)
+        cuda.synchronize()
+        outputs = {k: device[k].copy_to_host() for k in spec.outputs}
+        want = spec.reference(inputs, values)
+        ok = all(np.allclose(outputs[k], want[k], rtol=spec.rtol, atol=1e-3) for k in want)
+        print(
+            json.dumps({"case": i, "label": case_label(kernel, params), "matches_numpy": bool(ok)}),
+            flush=True,
+        )
+    return 0
+
+
+def _self(*args: str) -> list[str]:
+    return [sys.executable, "-m", "visualizer", "crosscheck", *args]
+
+
+def gpu(out_dir: str) -> int:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    metrics = ",".join(m for m, _ in METRICS)
+    cmd = [NCU, "--csv", "--metrics", metrics, "--log-file", str(out / "ncu.csv"), *_self("launch")]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=500)
+    (out / "launch.log").write_text(res.stdout + res.stderr)
+    cases = [{"kernel": k, "params": p, "label": case_label(k, p)} for k, p in CASES]
+    for line in res.stdout.splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            cases[rec["case"]]["matches_numpy"] = rec["matches_numpy"]
+    (out / "cases.json").write_text(json.dumps(cases, indent=1))
+    races, logs = [], []
+    for kernel in RACECHECK:
+        idx = next(i for i, (k, _) in enumerate(CASES) if k == kernel)
+        cmd = [SANITIZER, "--tool", "racecheck", "--racecheck-report", "all", *_self("launch", str(idx))]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        text = r.stdout + r.stderr
+        summary = [ln.strip("= ").strip() for ln in text.splitlines() if "RACECHECK SUMMARY" in ln]
+        hazards = re.findall(r"(\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
+        races.append(
+            {
+                "kernel": kernel,
+                "label": CASES[idx][1] and case_label(*CASES[idx]),
+                "summary": summary,
+                "hazards": int(hazards[0][0]) if hazards else 0,
+                "errors": int(hazards[0][1]) if hazards else 0,
+                "warnings": int(hazards[0][2]) if hazards else 0,
+                "returncode": r.returncode,
+                "sample": [ln for ln in text.splitlines() if "Race reported" in ln or "hazard" in ln.lower()][
+                    :6
+                ],
+            }
+        )
+        logs.append(f"##### {kernel}\n{text[-20000:]}")
+    (out / "racecheck.json").write_text(json.dumps(races, indent=1))
+    (out / "racecheck.txt").write_text("\n".join(logs))
+    print(f"wrote {out}/cases.json, ncu.csv, racecheck.json (ncu exit {res.returncode})")
+    return 0 if res.returncode == 0 else 1
+
+
+# --- anywhere: compare with the engine -------------------------------------------------------
+
+
+def read_ncu(path: str | Path) -> dict[int, dict[str, float]]:
+    """Profiled kernels in launch order -> {metric: value} from ncu's --csv log."""
+    lines = Path(path).read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith('"ID"'))
+    kernels: dict[int, dict[str, float]] = {}
+    for row in csv.DictReader(lines[start:]):
+        value = row.get("Metric Value", "").replace(",", "")
+        try:
+            kernels.setdefault(int(row["ID"]), {})[row["Metric Name"]] = float(value)
+        except ValueError:
+            continue
+    return dict(enumerate(kernels[k] for k in sorted(kernels)))
+
+
+def compare(profile_dir: str) -> list[dict]:
+    """One row per (case, metric): ncu's count and the engine's, from the same launch."""
+    from visualizer.engine.runner import Runner
+
+    ncu = read_ncu(Path(profile_dir) / "ncu.csv")
+    rows = []
+    with Runner("sim") as runner:
+        for i, (kernel, params) in enumerate(CASES):
+            cap = runner.capture(kernel, params, accesses=True, time_clean=False)
+            summ = cap.launch["accesses"]
+            for metric, key in METRICS:
+                measured = ncu.get(i, {}).get(metric)
+                rows.append(
+                    {
+                        "case": case_label(kernel, params),
+                        "metric": metric,
+                        "ncu": None if measured is None else int(measured),
+                        "engine": int(summ[key]),
+                        "equal": measured is not None and int(measured) == int(summ[key]),
+                        "hazards": summ["hazards"],
+                    }
+                )
+    return rows
+
+
+def markdown(rows: list[dict], races: list[dict]) -> str:
+    short = {m: m.replace("l1tex__", "").replace("_pipe_lsu_mem", "").replace(".sum", "") for m, _ in METRICS}
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    head = "| launch | " + " | ".join(f"`{short[m]}` ncu / engine" for m, _ in METRICS) + " |"
+    out = [head, "|" + "---|" * (len(METRICS) + 1)]
+    for case in cases:
+        cells = []
+        for m, _ in METRICS:
+            r = next(x for x in rows if x["case"] == case and x["metric"] == m)
+            mark = "" if r["equal"] else " **≠**"
+            cells.append(f"{r['ncu']} / {r['engine']}{mark}")
+        out.append(f"| {case} | " + " | ".join(cells) + " |")
+    if races:
+        out += [
+            "",
+            "| kernel | racecheck hazards (errors, warnings) | engine hazards RAW/WAR/WAW | UNINIT |",
+            "|---|---|---|---|",
+        ]
+        for race in races:
+            eng = next((r["hazards"] for r in rows if r["case"].startswith(race["kernel"] + " ")), {})
+            out.append(
+                f"| {race['kernel']} | {race['hazards']} ({race['errors']}, {race['warnings']}) | "
+                f"{eng.get('RAW', 0)}/{eng.get('WAR', 0)}/{eng.get('WAW', 0)} | {eng.get('UNINIT', 0)} |"
+            )
+    return "\n".join(out)
+
+
+COST_CASES = [
+    ("vector_add", {"n": 4096, "block": 256}),
+    ("matmul_tiled", {"n": 64, "tile": 16}),
+    ("reduction", {"n": 4096, "block": 256}),
+    ("transpose_tiled", {"rows": 64, "cols": 64, "tile": 32}),
+]
+
+
+def cost(repeats: int = 3) -> list[dict]:
+    """Simulator time of the instrumented launch without and with access recording, in one run."""
+    import platform
+    import statistics
+    import time
+
+    from visualizer.engine.runner import Runner
+
+    rows = []
+    with Runner("sim") as runner:
+        for kernel, params in COST_CASES:
+            runner.capture(kernel, params, time_clean=False)  # warm the worker
+            plain, recorded, tables_s, n = [], [], [], 0
+            for _ in range(repeats):
+                cap = runner.capture(kernel, params, time_clean=False)
+                plain.append(cap.timing["instrumented_ms"])
+                t = time.perf_counter()
+                cap = runner.capture(kernel, params, time_clean=False, accesses=True)
+                tables_s.append(time.perf_counter() - t)
+                recorded.append(cap.timing["instrumented_ms"])
+                n = cap.launch["accesses"]["accesses"]
+            p, r = statistics.median(plain), statistics.median(recorded)
+            rows.append(
+                {
+                    "case": case_label(kernel, params),
+                    "accesses": n,
+                    "launch_ms": round(p, 1),
+                    "launch_recording_ms": round(r, 1),
+                    "ratio": round(r / p, 2),
+                    "us_per_access": round((r - p) * 1e3 / max(n, 1), 2),
+                    "capture_with_tables_s": round(statistics.median(tables_s), 2),
+                }
+            )
+    meta = (
+        f"{platform.node()} {platform.processor() or platform.machine()}, Python {platform.python_version()}"
+    )
+    for r in rows:
+        r["machine"] = meta
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m visualizer crosscheck")
+    sub = p.add_subparsers(dest="step", required=True)
+    g = sub.add_parser("gpu", help="on a GPU machine: ncu + compute-sanitizer racecheck")
+    g.add_argument("--out", required=True)
+    c = sub.add_parser("compare", help="the engine's totals beside a gpu step's results")
+    c.add_argument("dir")
+    c.add_argument("--json", help="also write the rows here")
+    sub.add_parser("cost", help="simulator time with and without access recording (one run)")
+    lp = sub.add_parser("launch", help=argparse.SUPPRESS)
+    lp.add_argument("cases", nargs="*", type=int)
+    args = p.parse_args(argv)
+    if args.step == "launch":
+        return launch(args.cases or list(range(len(CASES))))
+    if args.step == "gpu":
+        return gpu(args.out)
+    if args.step == "cost":
+        rows = cost()
+        print(
+            "| launch | accesses | launch ms | with recording ms | ratio | µs per access | capture + tables s |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['case']} | {r['accesses']} | {r['launch_ms']} | {r['launch_recording_ms']} | "
+                f"{r['ratio']} | {r['us_per_access']} | {r['capture_with_tables_s']} |"
+            )
+        print(f"\n{rows[0]['machine']}")
+        return 0
+    rows = compare(args.dir)
+    races_path = Path(args.dir) / "racecheck.json"
+    races = json.loads(races_path.read_text()) if races_path.exists() else []
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "racecheck": races}, indent=1))
+    print(markdown(rows, races))
+    return 0

@@ -1,1 +1,0 @@
-"""Streamlit glue shared by the pages: the run configuration, the URL, cached captures, timing."""

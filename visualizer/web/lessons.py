@@ -1,0 +1,559 @@
+"""The lessons: what each asks, which launches it runs, and how it answers from those runs.
+
+Plain data and pure functions (no Streamlit): ``visualizer/web/pages/lessons.py`` draws them. The
+order follows how CUDA is usually taught. Every answer comes from ``answers.py`` applied to the
+captures of the learner's own launch; the explanations quote the numbers those functions return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+
+from visualizer.analysis import lesson_answers as A
+from visualizer.analysis.occupancy import LIMIT_NAMES
+from visualizer.figures import lessons as lfigs
+from visualizer.figures.memory_flow import memory_flow_figure, modelled_gpu_timing
+
+
+@dataclass(frozen=True)
+class Control:
+    """A launch setting the learner may change (a select slider, or a radio for words)."""
+
+    key: str
+    label: str
+    options: tuple
+    default: object
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Run:
+    kernel: str
+    params: dict
+    accesses: bool = False  # recorded loads/stores (always on the simulator)
+
+
+@dataclass(frozen=True)
+class Question:
+    prompt: str
+    answer: Callable[[dict, dict], A.Answer]  # (captures by role, control values) -> Answer
+    explain: Callable[[A.Answer, dict], str]
+    kind: str = "number"  # or "choice"
+    choices: tuple = ()
+    tolerance: float = 0.0  # relative, for numbers
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str
+    title: str
+    intro: str
+    controls: tuple[Control, ...]
+    runs: Callable[[dict], dict[str, Run]]
+    questions: tuple[Question, ...]
+    charts: Callable[[dict, dict, list], list[tuple[str, go.Figure]]]  # (captures, values, answers)
+    takeaway: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def defaults(self) -> dict:
+        return {c.key: c.default for c in self.controls}
+
+
+# --- 1. CPU vs GPU ----------------------------------------------------------------------------
+
+
+def _cpu_gpu_answer(caps, v):
+    cap = caps["main"]
+    return A.faster_side(cap, A.numpy_time_us(cap), "H200")
+
+
+def _cpu_gpu_charts(caps, v, answers):
+    answer = answers[0]
+    f = answer.facts
+    rows = [
+        ("numpy on this CPU", f["numpy_us"], "measured: numpy.add on this machine, best of 7"),
+        ("kernel on the GPU", f["gpu_us"], answer.source),
+    ]
+    return [("", lfigs.time_bars_figure(rows, f"c = a + b, n = {f['n']:,}: CPU vs GPU"))]
+
+
+CPU_GPU = Lesson(
+    name="cpu_gpu",
+    title="CPU vs GPU: when does the kernel win?",
+    intro="A GPU kernel adds two vectors with thousands of threads at once, but every launch has a fixed "
+    "cost, and numpy on one CPU core is already fast for small arrays. Which wins depends on **n**.",
+    controls=(Control("n", "elements n", (1000, 10_000, 100_000, 524_288), 1000),),
+    runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": 256})},
+    questions=(
+        Question(
+            "Which is faster for this n: numpy on the CPU, or the vector-add kernel on an H200?",
+            lambda caps, v: _cpu_gpu_answer(caps, v),
+            lambda a, v: (
+                f"numpy took {a.facts['numpy_us']:,.2f} µs here; the GPU kernel {a.facts['gpu_us']:,.2f} µs "
+                f"({a.source}). A launch never takes less than a few µs, so small arrays lose; the GPU "
+                "pulls ahead once the data is big enough for its bandwidth to matter."
+            ),
+            kind="choice",
+            choices=("numpy (CPU)", "GPU kernel"),
+        ),
+    ),
+    charts=_cpu_gpu_charts,  # drawn from the stored answer: the numpy time is measured once per run
+    takeaway="Try n = 1,000 and then n = 524,288: the crossover is where the launch cost stops dominating.",
+)
+
+
+# --- 2. threads, blocks, warps ------------------------------------------------------------------
+
+
+def _grid_chart(caps, v, answers):
+    from visualizer.figures.grid import grid_figure
+
+    cap = caps["main"]
+    return [("", grid_figure(cap.threads, cap.launch, "active", animate=False))]
+
+
+THREADS = Lesson(
+    name="threads",
+    title="Threads, blocks and warps",
+    intro="Threads come in **blocks**; the hardware runs a block's threads in **warps** of 32 lanes. A "
+    "block of 100 threads still occupies 4 warps (128 lanes): 28 lanes have no thread. Threads past the "
+    "end of the data (`i >= n`) exist but do nothing. Both are **idle lanes**.",
+    controls=(
+        Control("n", "elements n", (200, 500, 1000, 2000), 1000),
+        Control("block", "threads per block", (32, 48, 64, 100, 128, 256), 128),
+    ),
+    runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": v["block"]})},
+    questions=(
+        Question(
+            "How many warps does one block have?",
+            lambda caps, v: A.warps_per_block(caps["main"]),
+            lambda a, v: (
+                f"{a.facts['threads_per_block']} threads ÷ 32 lanes, rounded up = {a.value} warps "
+                f"(counted from the warp column of the {a.facts['blocks']} recorded blocks)."
+            ),
+            unit="warps",
+        ),
+        Question(
+            "How many lanes in the whole launch sit idle (no thread, or a thread with i ≥ n)?",
+            lambda caps, v: A.idle_lanes(caps["main"]),
+            lambda a, v: (
+                f"{a.facts['warps']} warps × 32 = {a.facts['lanes']:,} lanes, of which {a.facts['active']:,} "
+                f"did work: {a.facts['no_thread']} lanes had no thread (partial warps) and "
+                f"{a.facts['inactive_threads']} threads were past n. The grey cells in the chart are these."
+            ),
+            unit="lanes",
+        ),
+    ),
+    charts=_grid_chart,
+    takeaway="Pick a block size that is a multiple of 32 and the partial warps vanish.",
+)
+
+
+# --- 3. the block scheduler -------------------------------------------------------------------
+
+
+def _waves_chart(caps, v, answers):
+    from visualizer.analysis import schedule
+    from visualizer.figures.scheduling import waves_animation_figure
+
+    cap = caps["main"]
+    blocks = schedule.modelled_schedule(cap.launch, A.GPU_ARCHS[v["gpu"]], 32)
+    blocks = schedule.assign_waves(blocks, int(blocks.attrs["blocks_per_sm"]))
+    return [("", waves_animation_figure(blocks, int(blocks.attrs["num_sms"])))]
+
+
+SCHEDULER = Lesson(
+    name="scheduler",
+    title="The block scheduler: waves and the tail",
+    intro="The GPU hands blocks to its SMs; each SM holds as many as its limits allow. A grid bigger than "
+    "SMs × blocks-per-SM runs in **waves**, and a last wave that is only partly full leaves most SMs "
+    "idle: the **tail**. (Registers per thread: 32, modelled on the simulator.)",
+    controls=(
+        Control("n", "elements n", (100_000, 270_336, 400_000, 524_288), 400_000),
+        Control("block", "threads per block", (128, 256, 512, 1024), 256),
+        Control("gpu", "GPU model", tuple(A.GPU_ARCHS), "H200"),
+    ),
+    runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": v["block"]})},
+    questions=(
+        Question(
+            "How many waves does this grid take on the chosen GPU?",
+            lambda caps, v: A.waves(caps["main"], v["gpu"], 32),
+            lambda a, v: (
+                f"{a.facts['blocks']:,} blocks; a wave is {a.facts['sms']} SMs × {a.facts['blocks_per_sm']} "
+                f"resident blocks = {a.facts['per_wave']:,} blocks, so {a.value} wave(s); the last holds "
+                f"{a.facts['tail_blocks']:,} blocks ({a.facts['tail_fill']:.0%} full). Play the chart: "
+                "the light cells in the last frame are SMs left idle."
+            ),
+            unit="waves",
+        ),
+    ),
+    charts=_waves_chart,
+    takeaway="A T4 has 40 SMs, an H200 132: the same grid takes more waves on the smaller GPU.",
+)
+
+
+# --- 4. occupancy -----------------------------------------------------------------------------
+
+LIMIT_WORDS = {
+    "warps": "warp slots",
+    "registers": "registers",
+    "shared_memory": "shared memory",
+    "blocks": "block slots",
+    "barriers": "barriers",
+}
+
+
+def _occ_charts(caps, v, answers):
+    from visualizer.figures.occupancy import limits_figure
+
+    return [("", limits_figure(A.occupancy_of(caps["main"], v["gpu"], v["regs"])))]
+
+
+OCCUPANCY = Lesson(
+    name="occupancy",
+    title="Occupancy: what limits it?",
+    intro="**Occupancy** is resident warps ÷ the SM's maximum. Each SM has a fixed number of warp slots, "
+    "block slots, registers and bytes of shared memory; the scarcest one for your launch sets how many "
+    "blocks fit. Registers per thread are modelled on the simulator (it compiles no code).",
+    controls=(
+        Control("block", "threads per block", (32, 64, 128, 256, 768, 1024), 256),
+        Control("regs", "registers per thread", (16, 32, 64, 128, 255), 32),
+        Control("gpu", "GPU model", tuple(A.GPU_ARCHS), "H200"),
+    ),
+    runs=lambda v: {"main": Run("vector_add", {"n": 4 * v["block"], "block": v["block"]})},
+    questions=(
+        Question(
+            "Which resource limits the blocks per SM?",
+            lambda caps, v: A.occupancy_answer(caps["main"], v["gpu"], v["regs"])[1],
+            lambda a, v: (
+                "Blocks per SM allowed by each limit: "
+                + ", ".join(f"{LIMIT_WORDS[k]} {x}" for k, x in a.facts["limits"].items() if x is not None)
+                + f". The smallest wins: {a.facts['blocks_per_sm']} blocks ({a.facts['reason']})."
+            ),
+            kind="choice",
+            choices=tuple(n for n in LIMIT_NAMES if n != "barriers"),
+        ),
+        Question(
+            "What is the theoretical occupancy, in percent?",
+            lambda caps, v: A.occupancy_answer(caps["main"], v["gpu"], v["regs"])[0],
+            lambda a, v: (
+                f"{a.facts['warps_per_sm']} resident warps of {a.facts['max_warps']} = {a.value} %. "
+                "The red bar in the chart is the limit that bound."
+            ),
+            tolerance=0.1,
+            unit="%",
+        ),
+    ),
+    charts=_occ_charts,
+    takeaway="Try 32-thread blocks (block slots bind) and 128 registers (registers bind).",
+)
+
+
+# --- 5. the memory flow -----------------------------------------------------------------------
+
+
+def _flow_charts(caps, v, answers):
+    cap = caps["main"]
+    bytes_in, bytes_out = A.data_bytes(cap)
+    if cap.measured:
+        fig = memory_flow_figure(cap.timing, cap.launch, bytes_in, bytes_out, view="timeline")
+    else:
+        fig = memory_flow_figure(
+            modelled_gpu_timing(bytes_in, bytes_out, "H200"), cap.launch, bytes_in, bytes_out,
+            view="timeline", modelled_gpu="H200",
+        )  # fmt: skip
+    return [("", fig)]
+
+
+MEMORY_FLOW = Lesson(
+    name="memory_flow",
+    title="The memory flow: malloc → copy → kernel → copy → free",
+    intro="A kernel only sees device memory: the inputs cross the host link (PCIe) to the GPU, the kernel "
+    "runs, the results cross back. The link is ~75× slower than the GPU's own memory, so for a job that "
+    "touches each byte once, the copies cost far more than the kernel.",
+    controls=(Control("n", "elements n", (1000, 100_000, 524_288), 100_000),),
+    runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": 256})},
+    questions=(
+        Question(
+            "What share of the whole flow do the two copies take, in percent?",
+            lambda caps, v: A.copy_share(caps["main"], "H200"),
+            lambda a, v: (
+                f"Copies {a.facts['copies_us']:,.2f} µs against a kernel of {a.facts['kernel_us']:,.3f} µs "
+                f"for {a.facts['bytes_in']:,} bytes in and {a.facts['bytes_out']:,} out ({a.source}). "
+                "That is why real code keeps data on the GPU across many kernels."
+            ),
+            tolerance=0.1,
+            unit="%",
+        ),
+    ),
+    charts=_flow_charts,
+)
+
+
+# --- 6. coalescing and bank conflicts ---------------------------------------------------------
+
+COALESCING_KERNELS = ("strided_copy", "transpose_naive", "transpose_tiled", "transpose_padded")
+
+
+def _coalescing_run(v):
+    if v["kernel"] == "strided_copy":
+        return {"main": Run("strided_copy", {"n": 1024, "stride": v["stride"], "block": 128}, accesses=True)}
+    return {"main": Run(v["kernel"], {"rows": 64, "cols": 64, "tile": 32}, accesses=True)}
+
+
+def _coalescing_charts(caps, v, answers):
+    from visualizer.figures.memory import bank_figure, request_accesses, sector_figure, worst_request
+
+    cap = caps["main"]
+    out = []
+    glob = cap.requests[cap.requests["space"].astype(str) == "global"]
+    worst = glob.sort_values("sectors").iloc[-1]
+    out.append(("The worst global request", sector_figure(request_accesses(cap.accesses, worst), worst)))
+    shared = cap.requests[cap.requests["space"].astype(str) == "shared"]
+    if len(shared):
+        w = worst_request(shared)
+        out.append(("The worst shared-memory request", bank_figure(request_accesses(cap.accesses, w), w)))
+    return out
+
+
+COALESCING = Lesson(
+    name="coalescing",
+    title="Coalescing and bank conflicts",
+    intro="A warp's 32 loads are served together. Global memory moves **32-byte sectors**: 32 neighbouring "
+    "floats are 4 sectors, 32 scattered ones 32. Shared memory has **32 banks**: two different words in "
+    "one bank take turns (a bank conflict). The answers come from every address the run touched.",
+    controls=(
+        Control("kernel", "kernel", COALESCING_KERNELS, "strided_copy"),
+        Control("stride", "stride (strided copy)", (1, 2, 4, 8, 16, 32), 1),
+    ),
+    runs=_coalescing_run,
+    questions=(
+        Question(
+            "Sectors per warp request of the worst global load or store (4 = perfectly coalesced floats)?",
+            lambda caps, v: A.worst_sectors_per_request(caps["main"], None),
+            lambda a, v: (
+                f"Line {a.facts.get('line')} ({a.facts.get('array')}): {a.value} sectors per request where "
+                f"{a.facts.get('ideal_per_request', 0):.0f} would hold the same bytes. The chart shows one "
+                "such request: each row a sector the warp had to move."
+            ),
+            tolerance=0.05,
+            unit="sectors",
+        ),
+        Question(
+            "Worst shared-memory bank conflict: how many words in one bank (1 = none, 0 = no shared memory)?",
+            lambda caps, v: A.worst_bank_ways(caps["main"]),
+            lambda a, v: (
+                "This kernel does not use shared memory."
+                if not a.facts.get("requests")
+                else f"Line {a.facts['line']} ({a.facts['array']}, {a.facts['op']}): {a.value} distinct "
+                f"words in one bank, {a.facts['conflicts']:,} extra wavefronts over {a.facts['requests']:,} "
+                "requests. Padding the tile by one column shifts each row into the next bank."
+            ),
+            unit="ways",
+        ),
+    ),
+    charts=_coalescing_charts,
+)
+
+
+# --- 7. shared memory and barriers ------------------------------------------------------------
+
+
+def _barrier_charts(caps, v, answers):
+    from visualizer.figures.memory import raced_words_figure, requests_heatmap
+
+    cap = caps["main"]
+    if len(cap.hazards) and (cap.hazards["kind"] != "UNINIT").any():
+        return [("", raced_words_figure(cap.hazards))]
+    return [("", requests_heatmap(cap.requests, "shared"))]
+
+
+BARRIERS = Lesson(
+    name="barriers",
+    title="Shared memory and barriers: the race",
+    intro="A block sums its slice in shared memory as a tree: each level, thread t adds slot t + stride into "
+    "slot t. `cuda.syncthreads()` between levels makes every thread wait until the level is done. Take "
+    "it out and a thread may read a partner's slot before the partner wrote it: a **race**.",
+    controls=(
+        Control("kernel", "version", ("reduction", "reduction_race"), "reduction_race"),
+        Control("block", "threads per block", (32, 64, 128, 256), 64),
+    ),
+    runs=lambda v: {"main": Run(v["kernel"], {"n": 4 * v["block"], "block": v["block"]}, accesses=True)},
+    questions=(
+        Question(
+            "Will the recorder find a race (two threads, one word, no barrier between them)?",
+            lambda caps, v: A.any_race(caps["main"]),
+            lambda a, v: (
+                f"Recorded from which thread touched which shared word in which barrier epoch: "
+                f"{a.facts['blocks']} block(s) raced ({a.facts['kinds'] or 'none'}). The sums "
+                f"{'still matched numpy on this run' if a.facts['correct'] else 'did not match numpy'}: "
+                "a race is a bug even when a run happens to get lucky."
+            ),
+            kind="choice",
+            choices=("yes", "no"),
+        ),
+        Question(
+            "How many shared words were raced on, over all blocks?",
+            lambda caps, v: A.raced_words(caps["main"]),
+            lambda a, v: f"{a.value} words in {a.facts['blocks']} block(s); the chart marks each one.",
+            unit="words",
+        ),
+    ),
+    charts=_barrier_charts,
+)
+
+
+# --- 8. a stencil: the heat equation ------------------------------------------------------------
+
+
+def _stencil_charts(caps, v, answers):
+    cap = caps["main"]
+    a = A.halo_loads_per_block(cap)
+    return [("", lfigs.block_loads_figure(cap.accesses, a.facts["block"], (v["size"], v["size"])))]
+
+
+STENCIL = Lesson(
+    name="stencil",
+    title="A stencil: one heat-equation step with a halo",
+    intro="Each point of a plate becomes its temperature plus r × (its four neighbours − 4 × itself). A "
+    "tile × tile block stages its cells in shared memory, plus a one-cell **halo** around the tile so the "
+    "edge points can see their neighbours; then it reads only shared memory. Checked against numpy "
+    "(float64) on every run.",
+    controls=(
+        Control("tile", "tile edge", (8, 16, 32), 16),
+        Control("size", "plate size (cells per side)", (32, 48, 64), 48),
+    ),
+    runs=lambda v: {
+        "main": Run("heat_stencil", {"ny": v["size"], "nx": v["size"], "tile": v["tile"]}, accesses=True)
+    },
+    questions=(
+        Question(
+            "How many global loads does the busiest block make (its tile plus the halo)?",
+            lambda caps, v: A.halo_loads_per_block(caps["main"]),
+            lambda a, v: (
+                f"Block {a.facts['block']}: {a.facts['tile_cells']} tile cells + {a.facts['halo']} halo "
+                f"cells = {a.value} loads (tile² + 4 × tile for an interior block: corners are not needed). "
+                f"Without the shared tile each point would load 5 values. Uninitialised shared reads: "
+                f"{a.facts['uninit']}."
+            ),
+            unit="loads",
+        ),
+    ),
+    charts=_stencil_charts,
+)
+
+
+# --- 9. atomics: a histogram ------------------------------------------------------------------
+
+
+def _hist_charts(caps, v, answers):
+    cap = caps["main"]
+    return [("", lfigs.atomics_figure(A.atomics_per_bin(cap), v["nbins"], cap.launch["kernel"]))]
+
+
+HISTOGRAM = Lesson(
+    name="histogram",
+    title="Atomics: a histogram and its contention",
+    intro="Counting values into bins with `cuda.atomic.add` is correct however threads interleave, but "
+    "atomics on one address are served one after another. With few bins or skewed data many threads "
+    "queue on one bin. The fix: each block counts into **private bins in shared memory**, then adds each "
+    "bin to global memory once. 4,096 values, 256 threads per block.",
+    controls=(
+        Control("kernel", "version", ("histogram_global", "histogram_shared"), "histogram_global"),
+        Control("nbins", "bins", (1, 8, 64, 256), 64),
+        Control("hot", "% of values in bin 0", (0, 50, 100), 0),
+    ),
+    runs=lambda v: {
+        "main": Run(
+            v["kernel"], {"n": 4096, "nbins": v["nbins"], "hot": v["hot"], "block": 256}, accesses=True
+        )
+    },
+    questions=(
+        Question(
+            "How many atomic updates land on the busiest bin in global memory?",
+            lambda caps, v: A.busiest_bin_atomics(caps["main"]),
+            lambda a, v: (
+                f"Bin {a.facts['bin']} took {a.value:,} global atomics of {a.facts['total']:,} "
+                f"({a.facts['n']:,} values, {a.facts['blocks']} blocks). Global atomics: one per value, so "
+                "the busiest bin queues as many as it has values. Privatised: at most one per block."
+            ),
+            unit="atomics",
+        ),
+    ),
+    charts=_hist_charts,
+)
+
+
+# --- 10. FlashAttention's tiling --------------------------------------------------------------
+
+
+def _flash_answer_s(caps, v):
+    return A.score_matrix_kib(caps["naive"])
+
+
+def _flash_charts(caps, v, answers):
+    s = A.score_matrix_kib(caps["naive"])
+    t = A.flash_smem_kib(caps["flash"])
+    rows = [
+        (f"naive: S is N×N = {s.facts['seq_len']}² floats (global)", s.value * 1024),
+        (f"flash: one block's tiles (shared), tile {t.facts['tile']}", t.value * 1024),
+    ]
+    return [("", lfigs.bytes_figure(rows, caps["flash"].source))]
+
+
+FLASH = Lesson(
+    name="flash",
+    title="FlashAttention's tiling: never the N×N matrix",
+    intro="Attention scores every query against every key: an N×N matrix S per head. The naive kernel "
+    "writes all of S to global memory, so its memory grows with N². FlashAttention walks K and V in "
+    "tiles, keeps a running max and sum per row, and never stores S: each block holds a few tiles in "
+    "shared memory, whatever N is.",
+    controls=(
+        Control("seq_len", "sequence length N", (32, 64, 128, 256), 64),
+        Control("tile", "tile", (16, 32), 16),
+    ),
+    runs=lambda v: {
+        "naive": Run(
+            "naive_attention", {"seq_len": v["seq_len"], "tile": v["tile"], "heads": 1, "head_dim": 32}
+        ),
+        "flash": Run(
+            "flash_attention", {"seq_len": v["seq_len"], "tile": v["tile"], "heads": 1, "head_dim": 32}
+        ),
+    },
+    questions=(
+        Question(
+            "How many KiB does the naive kernel's score matrix S take per head (float32)?",
+            _flash_answer_s,
+            lambda a, v: (
+                f"N = {a.facts['seq_len']}: N² × 4 bytes = {a.value} KiB. Double N, four times the bytes."
+            ),
+            tolerance=0.05,
+            unit="KiB",
+        ),
+        Question(
+            "How many KiB of shared memory does one FlashAttention block hold?",
+            lambda caps, v: A.flash_smem_kib(caps["flash"]),
+            lambda a, v: (
+                f"{a.facts['bytes']:,} bytes for tile {a.facts['tile']}: it depends on the tile and head "
+                "size, not on N. The kernel writes no S at all (its only output is O)."
+            ),
+            tolerance=0.05,
+            unit="KiB",
+        ),
+    ),
+    charts=_flash_charts,
+)
+
+
+LESSONS: tuple[Lesson, ...] = (
+    CPU_GPU, THREADS, SCHEDULER, OCCUPANCY, MEMORY_FLOW, COALESCING, BARRIERS, STENCIL, HISTOGRAM, FLASH,
+)  # fmt: skip
+BY_NAME = {lesson.name: lesson for lesson in LESSONS}
+
+
+def get(name: str) -> Lesson:
+    return BY_NAME.get(name, LESSONS[0])

@@ -1,0 +1,305 @@
+"""Memory access: coalescing (sectors per warp request), shared-memory bank conflicts and races,
+all drawn from the addresses every thread touched, recorded on the CUDA simulator."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from visualizer.analysis.memory import line_summary
+from visualizer.figures.memory import (
+    bank_figure,
+    request_accesses,
+    requests_heatmap,
+    sector_figure,
+    source_html,
+    worst_request,
+)
+from visualizer.specs import catalog
+from visualizer.web.charts import chart
+from visualizer.web.memory import access_capture
+from visualizer.web.session import (
+    HIDDEN_KERNELS,
+    as_text,
+    drop_link,
+    from_link,
+    link_value,
+    set_link,
+    show_link_notices,
+    to_link,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+TRANSPOSES = {"transpose_naive": "naive", "transpose_tiled": "tiled", "transpose_padded": "tiled + padding"}
+LESSON_KERNELS = ("transpose_naive", "transpose_tiled", "transpose_padded", "strided_copy")
+
+
+def kernel_source(kernel: str) -> list[str]:
+    """The lines of the kernel's module in kernels/ (line numbers match the recorded ones)."""
+    return (ROOT / (catalog.get(kernel).build[0].replace(".", "/") + ".py")).read_text().splitlines()
+
+
+REQUEST_LINK_KEYS = ("mem_line", "mem_block", "mem_warp", "mem_exec")  # the warp request shown
+
+
+def _forget_request() -> None:
+    """The kernel, layout or access changed: the link's request (line, block, warp) no longer applies."""
+    drop_link(*REQUEST_LINK_KEYS)
+
+
+def _forget_block() -> None:
+    drop_link(*REQUEST_LINK_KEYS[1:])
+
+
+def line_link(line: int, op: str, array: str) -> str:
+    """An access (source line, op, array) as the link writes it: ``57-load-tile``."""
+    return f"{int(line)}-{op}-{array}"
+
+
+def line_from_link(raw: str, lines) -> int | None:
+    """The row of ``lines`` a link's ``mem_line`` names (``57-load-tile``, or just ``57``), or None."""
+    number, _, rest = raw.partition("-")
+    try:
+        line = int(number)
+    except ValueError:
+        return None
+    for i, row in enumerate(lines.itertuples()):
+        if row.line == line and (not rest or line_link(row.line, row.op, row.array) == raw):
+            return i
+    return None
+
+
+def seed_number(key: str, link_key: str, default: int, hi: int, notices: list) -> None:
+    """Seed number box ``key`` (0..hi) from the link's ``link_key`` once; keep a stale value in range."""
+    if key in st.session_state:
+        if not 0 <= st.session_state[key] <= hi:  # a new launch or block has fewer: the default
+            st.session_state[key] = default
+        return
+    value, notice = link_value(link_key, default, (0, hi))
+    st.session_state[key] = value
+    notices.append(notice)
+
+
+def counters(summ: dict) -> dict[str, float]:
+    out = {}
+    for short, word in (("ld", "load"), ("st", "store")):
+        req = summ[f"global_{short}_requests"]
+        if req:
+            out[f"global {word} sectors / request"] = summ[f"global_{short}_sectors"] / req
+    for short, word in (("ld", "load"), ("st", "store")):
+        if summ[f"shared_{short}_requests"]:
+            out[f"shared {word} bank conflicts"] = summ[f"shared_{short}_bank_conflicts"]
+    out["raced shared words"] = summ["raced_words"]
+    out["uninitialised shared reads"] = summ["uninit_reads"]
+    return out
+
+
+st.title("Memory access")
+st.markdown(
+    "A warp's 32 loads or stores are served together: global memory moves **32-byte sectors**, so 32 "
+    "neighbouring floats cost 4 sectors but 32 scattered ones cost 32; shared memory has **32 banks**, and "
+    "two different words in one bank take turns (a bank conflict). Every chart here is drawn from the "
+    "address each thread touched, recorded on the CUDA simulator and grouped into warp requests. "
+    "**Try:** *Transpose (naive)*, then switch the layout to tiled and tiled + padding."
+)
+
+config = st.session_state.get("config")
+kernels = [k for k in catalog.KERNELS if k not in HIDDEN_KERNELS]
+sidebar_kernel = config.kernel if config is not None else "transpose_naive"
+default = sidebar_kernel if sidebar_kernel in kernels else "transpose_naive"
+notices = [from_link("mem_kernel", default, kernels)]
+c1, c2 = st.columns([2, 3])
+with c1:
+    kernel = st.selectbox(
+        "kernel", kernels, format_func=lambda k: catalog.KERNELS[k].title, key="mem_kernel",
+        on_change=_forget_request,
+    )  # fmt: skip
+spec = catalog.get(kernel)
+params = dict(config.param_dict) if config is not None and config.kernel == kernel else spec.defaults()
+with c2:
+    # what-if controls, where the kernel has them: each choice re-records and the counters change
+    if kernel in TRANSPOSES:
+        layout_key = f"mem_variant_{kernel}"
+        if layout_key not in st.session_state:  # the link's layout, else the kernel's own
+            st.session_state[layout_key], notice = link_value("mem_layout", kernel, list(TRANSPOSES))
+            notices.append(notice)
+        variant = st.radio(
+            "tile layout (what if?)", list(TRANSPOSES), format_func=TRANSPOSES.get, horizontal=True,
+            key=layout_key, on_change=_forget_request,
+        )  # fmt: skip
+        if st.query_params.get("mem_layout") != variant:
+            st.query_params["mem_layout"] = variant
+        if variant != kernel:
+            kernel, spec = variant, catalog.get(variant)
+    elif kernel == "strided_copy":
+        strides = [1, 2, 4, 8, 16, 32]
+        notices.append(
+            from_link("mem_stride", min(strides, key=lambda s: abs(s - params["stride"])), strides)
+        )
+        params["stride"] = st.select_slider("stride (what if?)", strides, key="mem_stride")
+        to_link("mem_stride")
+    else:
+        st.caption(
+            "What-if controls (stride, tile padding) appear for the lesson kernels: "
+            + ", ".join(catalog.KERNELS[k].title for k in LESSON_KERNELS)
+            + "."
+        )
+to_link("mem_kernel")
+show_link_notices(*notices)
+notices = []
+st.caption(
+    f"Launch: `{kernel}` with "
+    + ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+    + (" (the sidebar's parameters)" if config is not None and config.kernel == kernel else " (defaults)")
+)
+
+cap, error = access_capture(kernel, params)
+if error:
+    st.error(f"**This launch did not run:** {error}", icon=":material/error:")
+    st.stop()
+summ = cap.launch["accesses"]
+st.caption(
+    f"Data source: recorded addresses, simulator — {summ['accesses']:,} accesses of {cap.launch['threads']:,} threads"
+)
+
+# the counters, and how they moved since the last what-if on this page
+now = counters(summ)
+before = st.session_state.get("mem_last_counters", {})
+cols = st.columns(max(len(now), 1))
+for col, (name, value) in zip(cols, now.items(), strict=False):
+    prev = (
+        before.get("values", {}).get(name)
+        if before.get("kernel") != (kernel, tuple(sorted(params.items())))
+        else None
+    )
+    delta = None if prev is None or prev == value else f"{value - prev:+.3g} vs {before['label']}"
+    col.metric(
+        name, f"{value:.3g}" if isinstance(value, float) else f"{value:,}", delta, delta_color="inverse"
+    )
+st.session_state.mem_last_counters = {
+    "kernel": (kernel, tuple(sorted(params.items()))),
+    "values": now,
+    "label": f"{TRANSPOSES.get(kernel, kernel)}"
+    + (f" stride {params['stride']}" if "stride" in params else ""),
+}
+
+req = cap.requests
+if req.empty:
+    st.info("This launch made no loads or stores outside its probes.")
+    st.stop()
+
+st.subheader("One warp request")
+lines = line_summary(req)
+choices = [f"line {r.line}: {r.op} {r.array} ({r.space})" for r in lines.itertuples()]
+worst_line = max(
+    range(len(lines)),
+    key=lambda i: (
+        (lines["sectors_per_request"].iloc[i] - lines["ideal_per_request"].iloc[i])
+        if lines["space"].iloc[i] != "shared"
+        else lines["max_bank_ways"].iloc[i] * 10 + (lines["op"].iloc[i] == "load")  # ties: the shared read
+    ),
+)
+p1, p2, p3, p4 = st.columns([3, 1, 1, 1])
+with p1:
+    # keyed by the kernel's module: the tiled and padded transposes share their lines, so a what-if
+    # switch keeps the access in view
+    line_key = f"mem_line_{spec.build[0]}"
+    if st.session_state.get(line_key) not in choices:  # first visit, or another layout's line
+        linked, raw = None, st.query_params.get("mem_line")
+        if raw is not None:
+            linked = line_from_link(raw, lines)
+            if linked is None:
+                notices.append(
+                    as_text(
+                        f"The link's mem_line={raw} was ignored (no such access in {kernel}); "
+                        f"showing the worst access, line {lines['line'].iloc[worst_line]}, instead."
+                    )
+                )
+        st.session_state[line_key] = choices[worst_line if linked is None else linked]
+    choice = st.selectbox("access (source line, op, array)", choices, key=line_key, on_change=_forget_block)
+pick = choices.index(choice) if choice in choices else worst_line
+row = lines.iloc[pick]
+mine = req[
+    (req["line"] == row["line"])
+    & (req["array"].astype(str) == row["array"])
+    & (req["op"].astype(str) == row["op"])
+]
+worst = worst_request(mine)
+with p2:
+    block_key = f"mem_block_{kernel}_{pick}"
+    seed_number(block_key, "mem_block", int(worst["block"]), int(mine["block"].max()), notices)
+    block = int(st.number_input("block", 0, int(mine["block"].max()), key=block_key))
+with p3:
+    warps = mine[mine["block"] == block]
+    wmax = int(warps["warp"].max()) if len(warps) else 0
+    warp_key = f"mem_warp_{kernel}_{pick}"
+    seed_number(warp_key, "mem_warp", min(int(worst["warp"]), wmax), wmax, notices)
+    warp = int(st.number_input("warp", 0, wmax, key=warp_key))
+with p4:
+    execs = warps[warps["warp"] == warp]
+    omax = int(execs["occurrence"].max()) if len(execs) else 0
+    occ_key = f"mem_occ_{kernel}_{pick}"
+    seed_number(occ_key, "mem_exec", 0, omax, notices)
+    occ = int(
+        st.number_input("execution", 0, omax, key=occ_key, help="the n-th time these lanes ran this line")
+    )
+show_link_notices(*notices)
+set_link("mem_line", line_link(row["line"], row["op"], row["array"]))
+set_link("mem_block", block)
+set_link("mem_warp", warp)
+set_link("mem_exec", occ)
+sel = execs[execs["occurrence"] == occ]
+if sel.empty:
+    st.info("That warp did not execute this access that many times; showing the worst request instead.")
+    request = worst
+else:
+    request = sel.iloc[0]
+lanes = request_accesses(cap.accesses, request)
+
+shared = str(request["space"]) == "shared"
+if shared:  # 32 bank columns need the page's width; the source goes underneath
+    chart(bank_figure(lanes, request), key="mem_bank_chart")
+    right = st.container()
+else:
+    left, right = st.columns([1, 1])
+    with left:
+        chart(sector_figure(lanes, request), key="mem_sector_chart")
+with right:
+    src, first = kernel_source(kernel), 1
+    line = int(request["line"])
+    lo, hi = max(line - 10, 0), min(line + 4, len(src))
+    st.markdown(
+        f"**Source** (`{catalog.get(kernel).build[0].replace('.', '/')}.py`, line {line} highlighted)"
+    )
+    st.html(source_html(src[lo:hi], lo + first, line))
+    if str(request["space"]) == "shared":
+        st.caption(
+            f"Bank = 4-byte word address mod 32; each cell is one distinct word, its text the lane that "
+            f"touched it (first lane +k more when lanes share a word: a broadcast, not a conflict). This "
+            f"request: {int(request['bank_ways'])} distinct word(s) in its busiest bank."
+        )
+    else:
+        st.caption(
+            f"{int(request['lanes'])} lanes, {int(request['bytes'])} bytes: {int(request['sectors'])} sectors moved, "
+            f"{int(request['ideal_sectors'])} would do if the same bytes were contiguous."
+        )
+
+st.subheader("Every warp, every access")
+space = st.radio("memory", ["global", "shared"], horizontal=True, key="mem_heat_space",
+                 index=0 if (req["space"].astype(str) == "global").any() else 1)  # fmt: skip
+try:
+    chart(requests_heatmap(req, space), key="mem_heatmap_chart")
+except ValueError as exc:
+    st.info(str(exc))
+with st.expander("Per source line (what Nsight Compute would count)"):
+    st.dataframe(lines, hide_index=True)
+haz = cap.hazards
+if len(haz):
+    with st.expander(
+        f"Hazards: {len(haz)} rows (races between unordered threads, uninitialised shared reads)",
+        expanded=True,
+    ):
+        st.dataframe(haz, hide_index=True)
+else:
+    st.caption(
+        "No hazards: no two threads touched one word without a barrier between them, and every shared read was written first."
+    )

@@ -1,0 +1,197 @@
+"""Shared memory: matmul_tiled's tile loop, the reduction tree, and what a missing barrier does."""
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+
+from visualizer.analysis.capture import Capture
+from visualizer.engine.runner import KernelError
+from visualizer.figures.shared_memory import (
+    matmul_tiles_figure,
+    race_comparison_figure,
+    race_tree_diff_figure,
+    reduction_tree_figure,
+)
+from visualizer.specs import catalog
+from visualizer.specs.catalog import LaunchError
+from visualizer.web.charts import chart
+from visualizer.web.memory import race_words_panel
+from visualizer.web.session import RunConfig, cached_capture, from_link, require_capture, to_link
+from visualizer.web.sidebar import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+SIDEBAR_SEED = 0  # the sidebar captures with seed 0; the companion run must load the same inputs
+REDUCTIONS = ("reduction", "reduction_race")
+EXAMPLES = {
+    "matmul_tiled": (("n", 40), ("tile", 16)),
+    "reduction": (("block", 32), ("n", 256)),
+}
+
+
+def _load_example(kernel: str) -> None:
+    """Button callback: the example becomes the whole run configuration (sidebar included) and runs."""
+    load_config(RunConfig(kernel, st.session_state.config.backend, EXAMPLES[kernel]))
+
+
+def _block_input(label: str, key: str, hi: int, help_text: str) -> int:
+    """A number input over 0..hi (kept in the link) whose value is reset when a new launch shrinks the grid."""
+    from_link(key, 0, (0, hi))
+    if st.session_state.get(key, 0) > hi:
+        st.session_state[key] = 0
+    value = int(st.number_input(label, min_value=0, max_value=hi, step=1, key=key, help=help_text))
+    to_link(key)
+    return value
+
+
+def _tile_loop_excerpt() -> str:
+    """The tile loop of matmul_tiled as it is in kernels/matmul.py (from the loop to the 2nd barrier)."""
+    lines = (ROOT / "kernels" / "matmul.py").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "for step in range(steps):" in line)
+    barriers = [i for i in range(start, len(lines)) if "cuda.syncthreads()" in lines[i]]
+    return textwrap.dedent("\n".join(lines[start : barriers[1] + 1]))
+
+
+def matmul_section(cap: Capture) -> None:
+    gx, gy = cap.launch["grid"][0], cap.launch["grid"][1]
+    n, tile = cap.launch["params"]["n"], cap.launch["params"]["tile"]
+    st.subheader(f"Tile loop of one block — n = {n}, tile = {tile}, grid {gx} × {gy}")
+    c1, c2, c3 = st.columns([1, 1, 3])
+    with c1:
+        bx = _block_input("block x", "smem_block_x", gx - 1, "blockIdx.x: which column of C tiles")
+    with c2:
+        by = _block_input("block y", "smem_block_y", gy - 1, "blockIdx.y: which row of C tiles")
+    with c3:
+        st.caption(
+            "Each frame is one barrier of the loop below: **load** is right after the first "
+            "`syncthreads` (both tiles staged), **multiply** right after the second. "
+            + (
+                f"`n` = {n} is not a multiple of `tile` = {tile}, so the last step's tiles are partial: "
+                "pick the last block to see them on both edges."
+                if n % tile
+                else f"Try `n` = {n + tile // 2} in the sidebar to get partial edge tiles."
+                if tile > 1
+                else ""
+            )
+        )
+    try:
+        fig = matmul_tiles_figure(cap.tiles, cap.launch, bx, by)
+    except ValueError as exc:
+        st.error(str(exc))
+        return
+    chart(fig, key="smem_tiles_chart")
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown("**The kernel's tile loop** (`kernels/matmul.py`)")
+        st.code(_tile_loop_excerpt(), language="python")
+    with right:
+        st.markdown(
+            "Without the **first** barrier a fast thread would multiply tile entries its neighbours have "
+            "not written yet; without the **second**, a fast thread would start overwriting `sA`/`sB` with "
+            "the next step's tile while slower threads still read this one."
+        )
+        mine = cap.tiles[(cap.tiles["block_x"] == bx) & (cap.tiles["block_y"] == by)]
+        with st.expander(f"Recorded tiles of block ({bx}, {by})"):
+            st.dataframe(mine.drop(columns=["source"]), hide_index=True)
+            st.caption(f"t_ns: ns since the kernel's first timestamp — {cap.source}")
+
+
+def reduction_section(cap: Capture) -> None:
+    kernel = cap.launch["kernel"]
+    block_size = cap.launch["block"][0]
+    tree = cap.row_state
+    recorded = int(tree["block"].max()) + 1
+    st.subheader(f"The tree of one block — {kernel}, block = {block_size} threads")
+    c1, c2 = st.columns([1, 4])
+    with c1:
+        block = _block_input("block", "smem_tree_block", recorded - 1, "blockIdx.x of the block to show")
+    with c2:
+        more = cap.launch["blocks"] > recorded
+        st.caption(
+            f"{int(np.log2(block_size)) + 1} levels: level 0 is what each thread loaded, level k is every "
+            "slot after the k-th halving. "
+            + (
+                f"The kernel records the tree of the first {recorded} of {cap.launch['blocks']} blocks."
+                if more
+                else ""
+            )
+        )
+    chart(reduction_tree_figure(tree, block, block_size, kernel), key="smem_tree_chart")
+
+    other = "reduction_race" if kernel == "reduction" else "reduction"
+    st.subheader("With and without the barrier")
+    st.caption(
+        f"This page launched **{other}** with the same parameters and the same random inputs "
+        f"on the same backend ({cap.launch['device_name']}), so the two can be compared block by block."
+    )
+    try:
+        with st.spinner(f"Running {other} with the same inputs…"):
+            companion = cached_capture(
+                other, tuple(sorted(cap.launch["params"].items())), cap.launch["backend"], SIDEBAR_SEED
+            )
+    except (LaunchError, KernelError) as exc:
+        st.error(f"Could not run {other}: {exc}")
+        return
+    if not np.array_equal(companion.inputs["x"], cap.inputs["x"]):
+        st.error(f"{other} did not get the same inputs as this run, so the two cannot be compared.")
+        return
+    correct, race = (cap, companion) if kernel == "reduction" else (companion, cap)
+    expected = catalog.get("reduction").reference(cap.inputs, cap.launch["params"])["partial"]
+    chart(
+        race_comparison_figure(correct.outputs["partial"], race.outputs["partial"], expected, cap.source),
+        key="smem_race_chart",
+    )
+    chart(race_tree_diff_figure(correct.row_state, race.row_state, block), key="smem_race_diff_chart")
+    race_words_panel(
+        race.launch["params"], SIDEBAR_SEED
+    )  # the exact raced words (visualizer/engine/access_record.py)
+    st.markdown(
+        "**Why the missing barrier breaks it.** At level k + 1, thread `tid` reads `s[tid + stride]`, "
+        "which thread `tid + stride` wrote at level k. The `cuda.syncthreads()` after each level is the "
+        "only thing that orders that write before that read. Without it a thread can run ahead and read "
+        "its partner's slot *before* the partner has added into it (read-before-write), and that "
+        "partner's partial sum is lost from the total.\n\n"
+        "**On a GPU** the warps of a block run independently, and since Volta even the lanes of one warp "
+        "need not stay in step without a barrier, so a warp that runs ahead reads stale partner slots "
+        "and many blocks' sums come out wrong (which ones changes from run to run). "
+        "**On the CUDA simulator** every CUDA thread is a CPU thread and the simulator decides"
+        " when to switch between them; whether a read comes before or after its partner's write depends "
+        "on that order, so the simulator may get some blocks right, and its answer can change from run to"
+        " run."
+    )
+
+
+def other_kernel(cap: Capture) -> None:
+    kernel = cap.launch["kernel"]
+    st.info(
+        "This page draws the shared memory of **matmul_tiled** (tiles staged in shared memory) and "
+        f"**reduction** / **reduction_race** (a tree in shared memory), not of `{kernel}`"
+        + ("; the FlashAttention page draws the attention tiles" if "attention" in kernel else "")
+        + ": pick one in the sidebar, or load an example here."
+    )
+    c1, c2, _ = st.columns([3, 3, 2])  # room for the whole button labels at 1280 px
+    c1.button(
+        "Load matmul_tiled example", key="smem_load_matmul", on_click=_load_example, args=("matmul_tiled",)
+    )
+    c2.button(
+        "Load reduction example", key="smem_load_reduction", on_click=_load_example, args=("reduction",)
+    )
+
+
+st.title("Shared memory")
+st.markdown(
+    "Shared memory is a small, fast scratchpad that all threads of one block share: a block stages data "
+    "there once and every thread reuses it. Because threads fill and read it at different moments, "
+    "`cuda.syncthreads()` barriers decide when everyone may read what others wrote. **Try:** run "
+    "*Matrix multiply (shared-memory tiles)* with `n=20, tile=8` and step through one block's tiles; "
+    "then run *Reduction* and compare it with *reduction_race*, the same tree without its barrier."
+)
+capture = require_capture()
+st.caption(f"Data source: {capture.source}")
+if capture.launch["kernel"] == "matmul_tiled":
+    matmul_section(capture)
+elif capture.launch["kernel"] in REDUCTIONS:
+    reduction_section(capture)
+else:
+    other_kernel(capture)

@@ -1,0 +1,240 @@
+"""Your kernel: paste a Numba CUDA kernel, give its launch and arguments, run it, see every page for it.
+
+The source is only parsed here (``ast``, for a syntax check and the kernel's parameter names); it
+runs in a separate worker process with time and memory limits, and only when this server allows
+user code (on by default only when it listens on localhost; see visualizer/engine/user_runner.py).
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+import streamlit as st
+
+from visualizer.engine.runner import KernelError, gpu_present
+from visualizer.engine.user_runner import (
+    ALLOW_ENV,
+    RUN_TIMEOUT_S,
+    arrays_after,
+    get_user_runner,
+    user_code_allowed,
+)
+from visualizer.specs import source as uspec
+from visualizer.specs.catalog import LaunchError
+from visualizer.web.examples import EXAMPLES
+
+BACKENDS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
+MODES = ("one thread per element", "grid")
+
+
+@st.cache_resource(show_spinner=False)
+def runner_for(backend: str):
+    """One worker per backend for user code, shared by the sessions of this server (runs are serialised)."""
+    return get_user_runner(backend)
+
+
+def load_example(key: str) -> None:
+    """Put an example into the widgets (a callback: runs before the widgets are drawn)."""
+    ex = EXAMPLES[key]
+    st.session_state.uk_source = ex.source
+    st.session_state.uk_kernel = ex.kernel
+    st.session_state.uk_block = ex.block
+    st.session_state.uk_mode = MODES[0] if ex.threads_for else MODES[1]
+    st.session_state.uk_n = ex.threads_for or 1000
+    st.session_state.uk_grid = ex.grid or "1"
+    st.session_state.uk_reference = ex.reference
+    for name, value in ex.args.items():
+        st.session_state[f"uk_arg_{name}"] = value
+
+
+def _on_example() -> None:
+    load_example(st.session_state.uk_example)
+
+
+if "uk_source" not in st.session_state:
+    st.session_state.uk_example = "vector_add"
+    load_example("vector_add")
+
+st.title("Your kernel")
+# the source box reads as code (monospace)
+st.html("<style>.st-key-uk_source textarea {font-family: ui-monospace, Menlo, Consolas, monospace;}</style>")
+st.markdown(
+    "Paste a Numba CUDA kernel as you would write it (`@cuda.jit`, module constants, device functions, "
+    "`syncthreads`, early `return`s: no probes needed). **Run your kernel** instruments it automatically and every page "
+    "(grid layout, scheduling, occupancy, overview and exports) then shows **your** kernel. "
+    "**Try:** pick the tiled matmul, change `TILE` to 8, the block to `8,8` and the grid to `6,6`, and run "
+    "again: four times the blocks, each staging smaller tiles."
+)
+
+allowed, why = user_code_allowed(st.get_option("server.address"))
+if not allowed:
+    st.warning(
+        f"Running your own code is {why}.\n\nTo enable it, restart the server with "
+        f"`{ALLOW_ENV}=1 streamlit run visualizer/app.py`, or run your kernel from the command line: "
+        "`python -m visualizer capture --source FILE.py --kernel NAME ...` (see the README)."
+    )
+
+left, right = st.columns([3, 2], gap="medium")
+with left:
+    st.selectbox(
+        "Start from an example",
+        list(EXAMPLES),
+        format_func=lambda k: EXAMPLES[k].title,
+        key="uk_example",
+        on_change=_on_example,
+    )
+    source = st.text_area(
+        "Kernel source (Python, Numba CUDA)", key="uk_source", height=420, max_chars=uspec.MAX_SOURCE_BYTES
+    )
+
+with right:
+    syntax_error = None
+    try:
+        uspec.syntax_check(source, "your_kernel.py")
+    except LaunchError as exc:
+        syntax_error = str(exc)
+    found = uspec.kernel_names(source)
+    if st.session_state.get("uk_kernel") not in found and found:
+        st.session_state.uk_kernel = found[0]
+    if found:
+        kernel = st.selectbox("kernel", found, key="uk_kernel", help="@cuda.jit functions in the source")
+    else:
+        kernel = st.text_input("kernel (function name)", key="uk_kernel")
+    params: list[str] = []
+    if syntax_error:
+        st.error(syntax_error)
+    elif kernel:
+        try:
+            params = uspec.kernel_params(source, kernel, "your_kernel.py")
+        except LaunchError as exc:
+            st.error(str(exc))
+
+    mode = st.radio("launch", MODES, key="uk_mode", horizontal=True)
+    c1, c2 = st.columns(2)
+    block = c1.text_input("block (X[,Y[,Z]])", key="uk_block")
+    if mode == MODES[0]:
+        n = c2.number_input("elements n", 1, 1 << 30, key="uk_n")
+        grid = None
+    else:
+        grid = c2.text_input("grid (X[,Y[,Z]])", key="uk_grid")
+        n = None
+
+    st.markdown("**Arguments**")
+    st.caption(
+        "`rand|zeros|ones|arange:DTYPE:SHAPE` (SHAPE like `1000` or `64x64`), a number, "
+        "or `file:NAME.npy` for an uploaded file."
+    )
+    arg_texts = {}
+    for name in params:
+        key = f"uk_arg_{name}"
+        st.session_state.setdefault(key, "zeros:float32:1000")
+        arg_texts[name] = st.text_input(name, key=key)
+    uploads = st.file_uploader("upload .npy arrays (optional)", type=["npy"], accept_multiple_files=True)
+    reference = st.text_area(
+        "numpy reference (optional): one `NAME = EXPR` per line over the argument names, or `fn:NAME`",
+        key="uk_reference",
+        height=80,
+    )
+    backend = st.radio("backend", list(BACKENDS), format_func=BACKENDS.get, horizontal=True, key="uk_backend")
+    engine = importlib.util.find_spec("visualizer.engine.access_record") is not None
+    accesses = st.checkbox(
+        "record memory accesses (simulator)",
+        key="uk_accesses",
+        disabled=not engine,
+        help="every load and store of every thread, for the Memory access page"
+        if engine
+        else "needs the memory-access engine (visualizer/engine/access_record.py), not in this build",
+    )
+    run = st.button(
+        "Run your kernel",
+        type="primary",
+        use_container_width=True,
+        disabled=not allowed or bool(syntax_error) or not params,
+    )
+
+    st.caption(
+        f"Runs in a worker process of its own, never in this server: stopped after {RUN_TIMEOUT_S:.0f} s "
+        f"(wall clock) or {os.environ.get('VISUALIZER_USER_CPU_S', '120')} s of CPU time. Not a sandbox: "
+        "it can do what this server's user account can."
+    )
+
+if run and not allowed:  # a disabled button is a hint to the browser; the server decides
+    st.session_state.uk_error = f"Running your own code is {why}."
+elif run:
+    try:
+        chosen = "gpu" if backend == "auto" and gpu_present() else ("sim" if backend == "auto" else backend)
+        launch = uspec.plan_source_launch(
+            source,
+            kernel,
+            grid=grid,
+            block=block,
+            args=arg_texts,
+            threads_for_n=n,
+            reference=reference,
+            backend=chosen,
+            filename="your_kernel.py",
+            allow_files=False,  # never read files of the server on a visitor's behalf
+            uploads={f.name: f.getvalue() for f in uploads or []},
+        )
+        with st.status(f"Running {kernel} on the {BACKENDS[chosen]}…", expanded=False) as status:
+            bar = st.progress(0.0, text="starting the worker")
+
+            def progress(done, total):
+                bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks")
+
+            cap = runner_for(chosen).capture_source(launch, progress=progress, accesses=accesses)
+            status.update(label=f"Ran {kernel} on {cap.launch['device_name']}", state="complete")
+        st.session_state.capture = cap
+        st.session_state.timing_history = []
+        st.session_state.pending_run = False  # the sidebar's first run must not replace it later
+        st.session_state.uk_error = None
+    except (LaunchError, KernelError) as exc:
+        st.session_state.uk_error = str(exc)
+    st.rerun()  # the sidebar and the timing panel show the new capture
+
+if st.session_state.get("uk_error"):
+    st.error(st.session_state.uk_error)
+
+cap = st.session_state.get("capture")
+if cap is not None and cap.launch.get("user_kernel"):
+    launch = cap.launch
+    st.subheader(f"{launch['kernel_name']} on {launch['device_name']}")
+    st.caption(f"Data source: {cap.source}")
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("grid", " × ".join(str(g) for g in launch["grid"] if g > 1) or "1")
+    m2.metric("block", " × ".join(str(b) for b in launch["block"] if b > 1) or "1")
+    m3.metric("threads", f"{launch['threads']:,}")
+    m4.metric("threads that did work", f"{int(cap.threads['active'].sum()):,}")
+    check = cap.check
+    if check.get("correct") is None:
+        st.info("No numpy reference given: the outputs were not checked.")
+    for name, res in check.get("outputs", {}).items():
+        if res["mismatches"] == 0:
+            st.success(f"`{name}` matches the numpy reference ({res['elements']:,} elements).")
+        else:
+            st.error(
+                f"`{name}`: {res['mismatches']:,} of {res['elements']:,} differ from the numpy reference "
+                f"(max abs error {res['max_abs_error']:.3g})."
+            )
+    res = launch.get("clean") or {}
+    if "registers_per_thread" in res:
+        st.caption(
+            f"Clean build: {res['registers_per_thread']} registers/thread, {res['static_smem_bytes']} B static "
+            f"shared memory, {res['driver_blocks_per_sm']} blocks/SM (CUDA driver)."
+        )
+    else:
+        st.caption(
+            f"Static shared memory seen on the simulator: {launch['static_smem_bytes']:,} B per block "
+            "(registers are only known on a GPU)."
+        )
+    with st.expander("Arrays after the launch", expanded=True):
+        for name, arr in arrays_after(cap).items():
+            written = "written by the kernel" if name in launch["written"] else "unchanged"
+            st.markdown(f"**{name}** `{arr.dtype}` {tuple(arr.shape)} · {written}")
+            st.code(np.array2string(arr, threshold=24, edgeitems=3, precision=4), language=None)
+    st.markdown("**See it:**")
+    links = st.columns(4)
+    links[0].page_link("web/pages/grid.py", label="Grid layout", icon=":material/grid_on:")
+    links[1].page_link("web/pages/scheduling.py", label="Warp & SM scheduling", icon=":material/timeline:")
+    links[2].page_link("web/pages/occupancy.py", label="Occupancy", icon=":material/speed:")
+    links[3].page_link("web/pages/overview.py", label="Overview & exports", icon=":material/home:")
