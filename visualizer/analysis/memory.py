@@ -48,6 +48,11 @@ HAZARD_COLUMNS = [
 ]  # fmt: skip
 
 
+# The recorder's codes for an access's op and space (engine/access_record.py writes them).
+OPS = ("load", "store", "atomic")
+SPACES = ("global", "shared", "local")
+
+
 def _label(df: pd.DataFrame) -> pd.DataFrame:
     df.attrs["source"] = SOURCE
     return df
@@ -55,8 +60,6 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
 
 def accesses_table(buffers: dict) -> pd.DataFrame:
     """One row per recorded access, ordered by (block, thread, the thread's own sequence)."""
-    from visualizer.engine.access_record import OPS, SPACES
-
     rows = buffers["records"]
     cols = {name: rows[:, i] for i, name in enumerate(buffers["columns"])}
     arrays = buffers["arrays"]

@@ -28,6 +28,8 @@ import threading
 
 import numpy as np
 
+from visualizer.analysis.memory import OPS, SPACES  # noqa: F401  (the codes the tables decode)
+
 RECORD_LIMIT = 2_000_000  # accesses one launch may record (x 112 bytes: ~220 MB at most)
 CHUNK_BITS = 16
 CHUNK = 1 << CHUNK_BITS
@@ -36,8 +38,7 @@ COLUMNS = (
     "line", "pc", "code", "occurrence", "i0", "i1", "i2",
 )  # fmt: skip
 LOAD, STORE, ATOMIC = 0, 1, 2
-OPS = ("load", "store", "atomic")
-SPACES = ("global", "shared", "local")
+
 PROBE_CALLS = frozenset({"trace_begin", "trace_end", "trace_tile", "trace_row_state"})
 PROBE_BUFFERS = frozenset({"trace", "active", "tiles", "rows"})  # spec.args roles of probe buffers
 

@@ -319,7 +319,7 @@ def check_reference(request: dict, module, before: dict, after: dict, filename: 
 def capture_source(backend, request: dict) -> dict:
     """Run a user's kernel once instrumented (and time it clean); the same payload as worker.capture."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.worker import kernel_timing, resources
+    from visualizer.engine.measure import kernel_timing, resources
     from visualizer.specs import catalog
 
     cuda = backend.cuda

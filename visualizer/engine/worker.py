@@ -16,6 +16,8 @@ import traceback
 
 import numpy as np
 
+from visualizer.engine.measure import kernel_timing, resources
+
 PER_WARP_ABOVE = 1 << 16  # above this many threads, record timing once per warp (lane 0)
 SIM_THREAD_STACK_BYTES = 4 * 2**20
 
@@ -213,63 +215,6 @@ def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = Fal
         return gpu_timing.torch_fields(label, m)
     except Exception as exc:  # a baseline must never cost the capture
         return {"torch_error": one_line(exc)}
-
-
-def resources(backend: Backend, dispatcher, launch) -> dict:
-    """Registers, static shared memory and the driver's occupancy answer for one compiled build."""
-    if backend.simulator:
-        return {}
-    try:
-        (argtypes, kernel), *_ = dispatcher.overloads.items()
-        regs = int(kernel.regs_per_thread)
-        smem = int(kernel.shared_mem_per_block)
-        local = int(kernel.local_mem_per_thread)
-        cufunc = kernel._codelibrary.get_cufunc()
-        ctx = backend.cuda.current_context()
-        blocks = ctx.get_active_blocks_per_multiprocessor(
-            cufunc, launch.threads_per_block, launch.dynamic_smem
-        )
-        return {
-            "registers_per_thread": regs,
-            "static_smem_bytes": smem,
-            "local_bytes_per_thread": local,
-            "driver_blocks_per_sm": int(blocks),
-        }
-    except Exception as exc:  # resources are a bonus; the capture stands without them
-        return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def kernel_timing(
-    backend: Backend, steps: dict, compile_ns: int, repeats: int, time_clean: bool,
-    run_clean, run_traced, nbytes: float, flops: float,
-) -> dict:  # fmt: skip
-    """timing.json for one capture (built-in or user kernel): on a GPU, device time of both builds
-    queued behind a spin kernel with launch overhead beside it (visualizer/engine/gpu_timing.py); on the
-    simulator, CPU wall time of the instrumented launch already in ``steps`` (and one clean launch)."""
-    timing: dict = {"backend": backend.name, "host_steps_ns": steps, "compile_ns": compile_ns}
-    if backend.simulator:
-        timing["clock"] = "simulator wall time on the CPU (not GPU time)"
-        timing["method"] = {
-            "device_time": "none: the simulator has no GPU clock; times are CPU wall time of one "
-            "simulated launch, and SM placement and in-kernel times are modelled"
-        }
-        timing["instrumented_ms"] = steps["kernel"] / 1e6
-        if time_clean:
-            _, clean_ns = backend.timed(run_clean)
-            timing["clean_ms"] = clean_ns / 1e6
-    else:
-        from visualizer.engine import gpu_timing
-
-        flush = gpu_timing.wants_l2_flush(nbytes, flops)
-        ops = gpu_timing.NumbaOps(backend.cuda)
-        cln = gpu_timing.measure(ops, run_clean, repeats, flush=flush)
-        inst = gpu_timing.measure(ops, run_traced, repeats, flush=flush)
-        one = gpu_timing.one_launch_event_ms(ops, run_clean, min(repeats, 5))
-        timing.update(gpu_timing.timing_fields(cln, inst, one))
-        timing["method"]["l2_flush_why"] = gpu_timing.l2_flush_reason(nbytes, flops)
-    if timing.get("clean_ms", 0) > 0:
-        timing["overhead_ratio"] = timing["instrumented_ms"] / timing["clean_ms"]
-    return timing
 
 
 def capture(backend: Backend, request: dict) -> dict:

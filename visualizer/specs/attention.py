@@ -4,9 +4,7 @@ Host side only (numpy, no numba). The device code is ``kernels/attention.py``; t
 formula below must match the arrays its flash kernel declares (a GPU test compares it with the
 compiled kernel's static shared memory).
 
-catalog.py imports this module at its end (and registers SPECS), so only names it has already
-defined are imported from it. When this module is imported first, catalog's import of it sees the
-empty placeholder below; the specs then register themselves at the bottom instead.
+Its SPECS are registered by catalog.py; the building blocks come from launch.py.
 """
 
 from __future__ import annotations
@@ -15,9 +13,7 @@ import math
 
 import numpy as np
 
-SPECS: tuple = ()  # placeholder for catalog's import while this module is only half loaded
-
-from visualizer.specs.catalog import (  # noqa: E402
+from visualizer.specs.launch import (  # noqa: E402
     BARRIER_STEPS,
     THREAD_START_STEPS,
     KernelSpec,
@@ -25,7 +21,6 @@ from visualizer.specs.catalog import (  # noqa: E402
     LaunchError,
     Param,
     ceil_div,
-    register,
 )
 
 ROW_STATE_BLOCKS = 64  # blocks whose per-step softmax state (m, l) is recorded
@@ -356,5 +351,3 @@ FLASH_ATTENTION_FAST = KernelSpec(
 )
 
 SPECS = (FLASH_ATTENTION, NAIVE_ATTENTION, FLASH_ATTENTION_FAST)
-for _spec in SPECS:  # idempotent: catalog registers them too when it is imported first
-    register(_spec)

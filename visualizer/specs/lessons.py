@@ -1,7 +1,7 @@
 """Non-AI kernels the lessons use: a heat-equation (Jacobi) stencil step and two histograms.
 
 Host side only (numpy, no numba); device code in ``kernels/stencil.py`` and ``kernels/histogram.py``.
-Registered by catalog.py at its end, like memory_specs (same half-loaded-import arrangement). The
+Registered by catalog.py (SPECS); the building blocks come from launch.py. The
 references are float64 / exact integer numpy; ``extra["accesses"]`` bounds what the access recorder
 would record.
 """
@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-SPECS: tuple = ()  # placeholder for catalog's import while this module is only half loaded
-
-from visualizer.specs.catalog import (  # noqa: E402
+from visualizer.specs.launch import (  # noqa: E402
     BARRIER_STEPS,
     THREAD_START_STEPS,
     KernelSpec,
     Launch,
     Param,
     ceil_div,
-    register,
 )
 
 HEAT_COEF = 0.2  # r = alpha dt / dx^2; explicit Euler is stable for r <= 0.25
@@ -177,5 +174,3 @@ HISTOGRAM_SHARED = KernelSpec(
 )
 
 SPECS = (HEAT_STENCIL, HISTOGRAM_GLOBAL, HISTOGRAM_SHARED)
-for _spec in SPECS:  # idempotent: catalog registers them too when it is imported first
-    register(_spec)

@@ -1,7 +1,7 @@
 """Kernels that teach memory access: transposes (coalescing, bank conflicts) and a strided copy.
 
 Host side only (numpy, no numba); device code in ``kernels/transpose.py`` and ``kernels/strided.py``.
-Registered by catalog.py at its end, like attention_specs (same half-loaded-import arrangement).
+Registered by catalog.py (SPECS); the building blocks come from launch.py.
 Each spec's ``extra["accesses"]`` estimates the loads and stores a launch makes, so the access
 recorder can refuse a launch too big to record before running it.
 """
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-SPECS: tuple = ()  # placeholder for catalog's import while this module is only half loaded
-
-from visualizer.specs.catalog import KernelSpec, Launch, Param, ceil_div, register  # noqa: E402
+from visualizer.specs.launch import KernelSpec, Launch, Param, ceil_div  # noqa: E402
 
 _TRANSPOSE_PARAMS = (
     Param("rows", 64, 1, 8192, "rows of the input matrix"),
@@ -124,5 +122,3 @@ STRIDED_COPY = KernelSpec(
 )
 
 SPECS = (TRANSPOSE_NAIVE, TRANSPOSE_TILED, TRANSPOSE_PADDED, STRIDED_COPY)
-for _spec in SPECS:  # idempotent: catalog registers them too when it is imported first
-    register(_spec)

@@ -1,5 +1,7 @@
 """Worked examples for "Your kernel": textbook Numba CUDA kernels, written as a user would (no probes).
 
+Sources in ``kernels/examples/``:
+
 * vector_add.py: the first kernel everyone writes.
 * matmul_tiled.py: a shared-memory tiled matmul, the tile size a module constant, ``syncthreads``
   in a loop, an early ``return``.
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "kernels" / "examples"  # sources read as text, never imported
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,213 @@
+"""The tree is the architecture drawing: imports point down the layers, no circles, and numba,
+streamlit and plotly stay in the layers that own them (ARCHITECTURE.md). Read with ``ast``; nothing
+is imported. Every import counts, also one inside a function."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# layer -> the layers it may import (itself always)
+ALLOWED = {
+    "kernels": set(),
+    "specs": set(),
+    "analysis": {"specs"},
+    "engine": {"specs", "analysis", "kernels"},
+    "figures": {"specs", "analysis"},
+    "web": {"specs", "analysis", "engine", "figures"},
+    "tools": {"specs", "analysis", "engine", "figures", "kernels"},
+}
+# third-party packages owned by a few layers
+OWNERS = {
+    "numba": {"kernels", "engine"},
+    "streamlit": {"web"},
+    "plotly": {"figures", "web"},
+}
+# Deliberate exceptions, each with its reason: the benchmarks time kernels outside the runner (no worker
+# process in between is the point); the bench and the load test are clients of the app (Streamlit's
+# test harness and its wire protocol), not pages.
+EXCEPTIONS = {
+    ("visualizer/tools/bench.py", "numba"),
+    ("visualizer/tools/attention_bench.py", "numba"),
+    ("visualizer/tools/bench.py", "streamlit.testing"),
+    ("visualizer/tools/loadtest.py", "streamlit.proto"),
+}
+
+
+def excepted(rel: str, module: str) -> bool:
+    return any(rel == f and (module == m or module.startswith(m + ".")) for f, m in EXCEPTIONS)
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] == "kernels":
+        return "kernels"
+    if parts[0] != "visualizer":
+        return None
+    if len(parts) == 1:
+        return "top"
+    if parts[1] == "app":
+        return "web"  # the Streamlit entry script, kept at visualizer/app.py for `streamlit run`
+    if parts[1] == "__main__":
+        return "tools"
+    return parts[1] if parts[1] in ALLOWED else None
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path, tree: ast.AST | None = None) -> list[tuple[str, int]]:
+    """(imported module, line) for every import in the file; `from pkg import mod` names pkg.mod
+    where pkg.mod is a module of this tree."""
+    tree = tree or ast.parse(path.read_text(), str(path))
+    here = module_name(path)
+    found = []
+    for node in _walk_runtime(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative import
+                pkg = here.split(".")
+                if path.name != "__init__.py":
+                    pkg = pkg[:-1]
+                pkg = pkg[: len(pkg) - node.level + 1]
+                base = ".".join(pkg + ([node.module] if node.module else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                found.append((sub if sub in MODULES else base, node.lineno))
+    return found
+
+
+def _walk_runtime(tree: ast.AST):
+    """ast.walk, less the bodies of ``if TYPE_CHECKING:`` (annotations only, never imported)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def project_files() -> list[Path]:
+    return sorted(p for d in ("visualizer", "kernels") for p in (ROOT / d).rglob("*.py"))
+
+
+MODULES = {module_name(p) for p in project_files()}
+
+
+def violations(files: list[Path]) -> list[str]:
+    bad = []
+    for path in files:
+        src_layer = layer_of(module_name(path))
+        rel = path.relative_to(ROOT)
+        for mod, line in imports_of(path):
+            top = mod.split(".")[0]
+            if top in OWNERS and src_layer not in OWNERS[top] and not excepted(str(rel), mod):
+                bad.append(f"{rel}:{line}: {top} imported in layer {src_layer}")
+            dst_layer = layer_of(mod)
+            if dst_layer is None or src_layer is None or dst_layer == src_layer:
+                continue
+            if dst_layer == "top" or src_layer == "top":
+                continue
+            if dst_layer not in ALLOWED[src_layer]:
+                bad.append(f"{rel}:{line}: {src_layer} imports {dst_layer} ({mod})")
+    return bad
+
+
+def cycles(files: list[Path]) -> list[list[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        me = module_name(path)
+        deps = set()
+        for mod, _ in imports_of(path):
+            while mod and mod not in MODULES:
+                mod = mod.rpartition(".")[0]
+            if mod and mod != me and not me.startswith(mod + ".") and not (ROOT / mod.replace(".", "/")).is_dir():
+                deps.add(mod)
+        graph[me] = deps
+    # Tarjan's strongly connected components
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_belongs_to_a_layer():
+    homeless = [
+        str(p.relative_to(ROOT))
+        for p in project_files()
+        if layer_of(module_name(p)) is None and module_name(p) != "visualizer"
+    ]
+    assert homeless == []
+
+
+def test_imports_point_down_the_layers():
+    assert violations(project_files()) == []
+
+
+def test_no_import_circles():
+    assert cycles(project_files()) == []
+
+
+@pytest.mark.parametrize(
+    "where, line, why",
+    [
+        ("visualizer/analysis/planted.py", "from visualizer.engine.runner import Runner", "analysis imports engine"),
+        ("visualizer/figures/planted.py", "import streamlit as st", "streamlit imported in layer figures"),
+        ("visualizer/specs/planted.py", "from numba import cuda", "numba imported in layer specs"),
+        ("visualizer/engine/planted.py", "from visualizer.web import session", "engine imports web"),
+    ],
+)
+def test_a_planted_wrong_way_import_fails(tmp_path, monkeypatch, where, line, why):
+    planted = ROOT / where
+
+    def read_text(self, *a, **k):
+        return line + "\n" if self == planted else Path.read_text.__wrapped__(self, *a, **k)
+
+    read_text.__wrapped__ = Path.read_text
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert any(why in v for v in violations([planted]))
+
+
+def test_a_planted_circle_is_found(monkeypatch):
+    a, b = ROOT / "visualizer/analysis/schedule.py", ROOT / "visualizer/analysis/capture.py"
+    real = Path.read_text
+    extra = {a: "\nfrom visualizer.analysis import capture\n", b: "\nfrom visualizer.analysis import schedule\n"}
+    monkeypatch.setattr(Path, "read_text", lambda self, *x, **k: real(self, *x, **k) + extra.get(self, ""))
+    assert ["visualizer.analysis.capture", "visualizer.analysis.schedule"] in cycles([a, b])
