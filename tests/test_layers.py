@@ -134,7 +134,12 @@ def cycles(files: list[Path]) -> list[list[str]]:
         for mod, _ in imports_of(path):
             while mod and mod not in MODULES:
                 mod = mod.rpartition(".")[0]
-            if mod and mod != me and not me.startswith(mod + ".") and not (ROOT / mod.replace(".", "/")).is_dir():
+            if (
+                mod
+                and mod != me
+                and not me.startswith(mod + ".")
+                and not (ROOT / mod.replace(".", "/")).is_dir()
+            ):
                 deps.add(mod)
         graph[me] = deps
     # Tarjan's strongly connected components
@@ -188,7 +193,11 @@ def test_no_import_circles():
 @pytest.mark.parametrize(
     "where, line, why",
     [
-        ("visualizer/analysis/planted.py", "from visualizer.engine.runner import Runner", "analysis imports engine"),
+        (
+            "visualizer/analysis/planted.py",
+            "from visualizer.engine.runner import Runner",
+            "analysis imports engine",
+        ),
         ("visualizer/figures/planted.py", "import streamlit as st", "streamlit imported in layer figures"),
         ("visualizer/specs/planted.py", "from numba import cuda", "numba imported in layer specs"),
         ("visualizer/engine/planted.py", "from visualizer.web import session", "engine imports web"),
@@ -208,6 +217,9 @@ def test_a_planted_wrong_way_import_fails(tmp_path, monkeypatch, where, line, wh
 def test_a_planted_circle_is_found(monkeypatch):
     a, b = ROOT / "visualizer/analysis/schedule.py", ROOT / "visualizer/analysis/capture.py"
     real = Path.read_text
-    extra = {a: "\nfrom visualizer.analysis import capture\n", b: "\nfrom visualizer.analysis import schedule\n"}
+    extra = {
+        a: "\nfrom visualizer.analysis import capture\n",
+        b: "\nfrom visualizer.analysis import schedule\n",
+    }
     monkeypatch.setattr(Path, "read_text", lambda self, *x, **k: real(self, *x, **k) + extra.get(self, ""))
     assert ["visualizer.analysis.capture", "visualizer.analysis.schedule"] in cycles([a, b])
