@@ -260,7 +260,7 @@ def test_timing_mode_comes_from_the_link_and_a_bad_one_is_ignored():
         None,
         "{not json",
         '{"kind": "something else", "runs": {"causal": {}}}',
-        '{"kind": "visualizer.tools.attention_bench timings", "runs": {"causal": {"config": {}}}, "rows": []}',
+        '{"kind": "visualizer.attention_bench timings", "runs": {"causal": {"config": {}}}, "rows": []}',
     ],
     ids=["missing", "not-json", "other-kind", "no-rows"],
 )

@@ -515,7 +515,7 @@ TIMING_PANELS = (
     ("peak_mb", "peak memory (MB, log)", "log"),
 )
 TIMING_ROW_COLUMNS = ("seq_len", "impl", "causal", "ms", "tflops")
-TIMING_KIND = "visualizer.tools.attention_bench timings"  # attention_bench.JSON_KIND
+TIMING_KIND = "visualizer.attention_bench timings"  # attention_bench.JSON_KIND
 
 
 def timing_label(impl: str, backends=()) -> str:

@@ -448,7 +448,7 @@ def _num(value, spec: str) -> str:
 
 # --- the JSON document the app's FlashAttention page reads ------------------------------------------
 
-JSON_KIND = "visualizer.tools.attention_bench timings"
+JSON_KIND = "visualizer.attention_bench timings"
 JSON_FORMAT_VERSION = 1
 
 
