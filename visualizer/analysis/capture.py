@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from visualizer.analysis.provenance import MEASURED_GPU, SIMULATED
 from visualizer.specs import catalog
 
-GPU_SOURCE = "measured (GPU)"
-SIM_SOURCE = "simulated (CUDA simulator; SM ids and times modelled)"
+GPU_SOURCE, SIM_SOURCE = MEASURED_GPU, SIMULATED  # the labels of a capture's tables (provenance.py)
 
 
 @dataclass

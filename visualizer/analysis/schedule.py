@@ -29,6 +29,7 @@ import pandas as pd
 
 from visualizer.analysis.capture import block_coords
 from visualizer.analysis.occupancy import get_arch, occupancy
+from visualizer.analysis.provenance import labelled, source_of  # noqa: F401  (schedule.source_of)
 
 WARP_SIZE = 32
 BLOCK_COLUMNS = [
@@ -59,21 +60,6 @@ WARP_COLUMNS = [
 ]
 # Nominal cost of one thread's work in the modelled schedule: only relative durations matter there.
 NOMINAL_NS_PER_THREAD = 8
-
-
-def source_of(df: pd.DataFrame) -> str:
-    """The table's data-source label (``df.attrs['source']``, else its ``source`` column)."""
-    if df.attrs.get("source"):
-        return str(df.attrs["source"])
-    if "source" in df.columns and len(df):
-        return str(df["source"].iloc[0])
-    return "unknown source"
-
-
-def _labelled(df: pd.DataFrame, source: str) -> pd.DataFrame:
-    df["source"] = pd.Categorical.from_codes(np.zeros(len(df), np.int8), categories=[source])
-    df.attrs["source"] = source
-    return df
 
 
 def _segments(keys: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
@@ -117,7 +103,7 @@ def block_intervals(threads: pd.DataFrame) -> pd.DataFrame:
     source = source_of(threads)
     r = _reduce(threads, threads["block"].to_numpy())
     if not r:
-        return _labelled(pd.DataFrame({c: pd.Series(dtype=np.int64) for c in BLOCK_COLUMNS[:-1]}), source)
+        return labelled(pd.DataFrame({c: pd.Series(dtype=np.int64) for c in BLOCK_COLUMNS[:-1]}), source)
     df = pd.DataFrame(
         {
             "block": r["block"].astype(np.int64),
@@ -132,7 +118,7 @@ def block_intervals(threads: pd.DataFrame) -> pd.DataFrame:
             "active_threads": r["active_threads"].astype(np.int32),
         }
     )
-    return _labelled(df, source)
+    return labelled(df, source)
 
 
 def warp_intervals(threads: pd.DataFrame) -> pd.DataFrame:
@@ -142,7 +128,7 @@ def warp_intervals(threads: pd.DataFrame) -> pd.DataFrame:
     warp = threads["warp"].to_numpy().astype(np.int64)
     r = _reduce(threads, block * (int(warp.max()) + 1 if len(warp) else 1) + warp)
     if not r:
-        return _labelled(pd.DataFrame({c: pd.Series(dtype=np.int64) for c in WARP_COLUMNS[:-1]}), source)
+        return labelled(pd.DataFrame({c: pd.Series(dtype=np.int64) for c in WARP_COLUMNS[:-1]}), source)
     df = pd.DataFrame(
         {
             "block": r["block"].astype(np.int64),
@@ -157,7 +143,7 @@ def warp_intervals(threads: pd.DataFrame) -> pd.DataFrame:
             "active_threads": r["active_threads"].astype(np.int32),
         }
     )
-    return _labelled(df, source)
+    return labelled(df, source)
 
 
 def greedy_slots(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -534,7 +520,7 @@ def modelled_schedule(
             "active_threads": active.astype(np.int32),
         }
     )
-    df = _labelled(df, modelled_source(spec.name))
+    df = labelled(df, modelled_source(spec.name))
     df.attrs.update(
         arch=spec.name,
         gpu=spec.label,
@@ -558,4 +544,4 @@ def modelled_warps(blocks: pd.DataFrame, warps: pd.DataFrame) -> pd.DataFrame:
     placed = blocks.set_index("block")[["sm", "t_start_ns", "t_end_ns"]]
     df = warps.drop(columns=["sm", "t_start_ns", "t_end_ns", "source"]).join(placed, on="block")
     df = df[WARP_COLUMNS[:-1]].reset_index(drop=True)
-    return _labelled(df, source_of(blocks))
+    return labelled(df, source_of(blocks))

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from visualizer.analysis.provenance import backend_source
 from visualizer.engine.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
 from visualizer.specs.source import ArgSpec, make_array
 
@@ -464,9 +465,7 @@ def capture_source(backend, request: dict) -> dict:
         "recorded_per": "warp" if records < threads else "thread",
         "tile_operands": [],
         "row_table": None,
-        "source": "measured (GPU)"
-        if not backend.simulator
-        else "simulated (CUDA simulator; SM ids and times modelled)",
+        "source": backend_source(backend.simulator),
         "instrumented": res_inst,
         "clean": res_clean,
         "kernel_source": request["source"],

@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 
+from visualizer.analysis.provenance import backend_source
 from visualizer.engine.measure import kernel_timing, resources
 
 PER_WARP_ABOVE = 1 << 16  # above this many threads, record timing once per warp (lane 0)
@@ -330,9 +331,7 @@ def capture(backend: Backend, request: dict) -> dict:
         "recorded_per": "warp" if host["trace"].shape[1] < launch.threads else "thread",
         "tile_operands": list(spec.tile_operands),
         "row_table": list(spec.row_table) if spec.row_table else None,
-        "source": "measured (GPU)"
-        if not backend.simulator
-        else "simulated (CUDA simulator; SM ids and times modelled)",
+        "source": backend_source(backend.simulator),
         "instrumented": resources(backend, traced, launch),
         "clean": resources(backend, clean, launch),
     }

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from visualizer.analysis.provenance import source_of  # noqa: F401  (figures' one label reader)
 
 # jump straight to a frame: no tween, and redraw (heatmaps and images need it: plotly.js#1221)
 _STILL = {"mode": "immediate", "frame": {"duration": 0, "redraw": True}, "transition": {"duration": 0}}
-
-
-def source_of(df: pd.DataFrame) -> str:
-    """The data-source label a trace table carries (its ``source`` column, else ``attrs``)."""
-    if "source" in df.columns and len(df):
-        return str(df["source"].iloc[0])
-    return str(df.attrs.get("source", "unknown source"))
 
 
 SOURCE_LINE_CHARS = 100  # a longer source line would run past a chart half a 1280-px page wide
