@@ -174,19 +174,22 @@ def check_outputs(spec: catalog.KernelSpec, params: dict, inputs: dict, outputs:
 
 
 def build_capture(reply: dict) -> Capture:
-    launch, timing, arrays, inputs = reply["launch"], reply["timing"], reply["arrays"], reply["inputs"]
-    spec = catalog.get(launch["kernel"])
-    records = arrays["trace"].T  # the kernel writes (3, records); tables read one record per row
+    """A worker's reply (engine/pipeline.py), built-in kernel or a visitor's, as tables."""
+    launch, timing, bufs = reply["launch"], reply["timing"], reply["buffers"]
+    records = bufs["trace"].T  # the kernel writes (3, records); tables read one record per row
     t0 = int(records[:, 1].min()) if len(records) else 0
-    threads = threads_table(launch, records, arrays["active"])
+    threads = threads_table(launch, records, bufs["active"])
     if len(records):
         timing["kernel_span_ns"] = int(records[:, 2].max() - t0)  # from in-kernel timestamps
-    tiles = tiles_table(launch, arrays["tiles"], t0) if "tiles" in arrays else None
-    row_state = row_state_table(launch, arrays["rows"]) if "rows" in arrays else None
-    data_args = [a for a in spec.args if a in inputs]
-    outputs = {a: arrays[a] for a in spec.outputs}
-    ins = {a: inputs[a] for a in data_args if a not in spec.outputs}
-    check = check_outputs(spec, launch["params"], inputs, outputs)
+    tiles = tiles_table(launch, bufs["tiles"], t0) if "tiles" in bufs else None
+    row_state = row_state_table(launch, bufs["rows"]) if "rows" in bufs else None
+    outputs = dict(reply["outputs"])
+    if launch.get("user_kernel"):  # checked in the worker against the visitor's own reference
+        ins, check = dict(reply["inputs"]), reply["check"]
+    else:
+        spec, inputs = catalog.get(launch["kernel"]), reply["inputs"]
+        ins = {a: inputs[a] for a in spec.args if a in inputs and a not in spec.outputs}
+        check = check_outputs(spec, launch["params"], inputs, outputs)
     cap = Capture(launch, timing, ins, outputs, threads, tiles, row_state, check)
     if "accesses" in reply:
         from visualizer.analysis import memory as memory_tables

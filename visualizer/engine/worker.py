@@ -16,9 +16,6 @@ import traceback
 
 import numpy as np
 
-from visualizer.analysis.provenance import backend_source
-from visualizer.engine.measure import kernel_timing, resources
-
 PER_WARP_ABOVE = 1 << 16  # above this many threads, record timing once per warp (lane 0)
 SIM_THREAD_STACK_BYTES = 4 * 2**20
 
@@ -218,128 +215,76 @@ def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = Fal
         return {"torch_error": one_line(exc)}
 
 
-def capture(backend: Backend, request: dict) -> dict:
-    """Run one kernel: allocate, copy in, launch instrumented, copy out, time, free."""
+def prepare_builtin(backend: Backend, request: dict):
+    """A built-in kernel's Job (engine/pipeline.py): its spec's launch, inputs, probe buffers, builds."""
+    from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
-    cuda = backend.cuda
-    info = backend.device_info()
-    limits = catalog.limits_from_info(info)
+    limits = catalog.limits_from_info(backend.device_info())
     spec, values, launch = catalog.plan_launch(request["kernel"], request.get("params"), backend.name, limits)
-    rng = np.random.default_rng(request.get("seed", 0))
-    inputs = spec.make_inputs(values, rng)
-    host = {**inputs, **{k: v for k, v in record_buffers(spec, launch).items() if k in spec.args}}
-
-    t_compile = time.perf_counter_ns()
+    inputs = spec.make_inputs(values, np.random.default_rng(request.get("seed", 0)))
+    buffers = {k: v for k, v in record_buffers(spec, launch).items() if k in spec.args}
+    started = time.perf_counter_ns()
     traced, clean = build_kernels(spec, values)
-    grid, block = launch.grid, launch.block
-    config = (grid, block, 0, launch.dynamic_smem) if launch.dynamic_smem else (grid, block)
-    steps: dict[str, float] = {}
-
-    if backend.progress is not None:
-        backend.progress(-launch.blocks)  # announce the total number of blocks
-
-    # allocate -> copy in -> kernel -> copy out -> free: each step on its own, synchronised
-    device, steps["allocate"] = backend.timed(
-        lambda: {k: cuda.device_array(v.shape, v.dtype) for k, v in host.items()}
-    )
-
-    def copy_in():
-        for k, v in host.items():
-            device[k].copy_to_device(v)
-
-    _, steps["copy_in"] = backend.timed(copy_in)
-    args = [device[a] if a in device else launch.scalars[a] for a in spec.args]
-
-    compile_ns = 0
-    if not backend.simulator:
-        # warm-up compiles both builds (excluded from timing), then the buffers are reset
-        t = time.perf_counter_ns()
-        traced[config](*args)
-        clean[config](*args)
-        cuda.synchronize()
-        compile_ns = time.perf_counter_ns() - t
-        copy_in()
-    else:
-        compile_ns = time.perf_counter_ns() - t_compile
-
-    recorder = (
-        start_access_recording(backend, spec, values, launch, traced, device)
-        if request.get("accesses")
-        else None
-    )
-    try:
-        _, steps["kernel"] = backend.timed(lambda: traced[config](*args))
-    except Exception:
-        if recorder is not None and recorder.overflow:
-            from visualizer.specs.catalog import LaunchError
-
-            raise LaunchError(access_limit_message(recorder.limit)) from None
-        raise
-    finally:
-        if recorder is not None:
-            from visualizer.engine import access_record as record
-
-            record.stop()
-
-    def copy_out():
-        return {k: device[k].copy_to_host() for k in host}
-
-    result_arrays, steps["copy_out"] = backend.timed(copy_out)
-
-    repeats = int(request.get("repeats", 20))
+    layout = [
+        ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
+        for a in spec.args
+    ]  # the clean build keeps the instrumented one's signature: each probe is a no-op
     nbytes, flops = spec.work(values)
-    timing = kernel_timing(
-        backend,
-        steps,
-        compile_ns,
-        repeats,
-        request.get("time_clean", True),
-        lambda: clean[config](*args),
-        lambda: traced[config](*args),
-        nbytes,
-        flops,
-    )
-    if not backend.simulator and request.get("torch", True):
-        flush = timing["method"]["l2_flush"]
-        timing.update(torch_baseline(spec, values, inputs, device, repeats, flush))
-    timing["bytes_moved"] = nbytes
-    timing["flops"] = flops
+    job = Job(
+        traced=traced, clean=clean, grid=launch.grid, block=launch.block, arrays=inputs, buffers=buffers,
+        traced_args=layout, clean_args=layout, dynamic_smem=launch.dynamic_smem, nbytes=nbytes,
+        flops=flops, compile_started_ns=started,
+    )  # fmt: skip
+    if request.get("accesses"):
+        from visualizer.specs.catalog import LaunchError
+
+        def start(device, bufs):
+            return start_access_recording(backend, spec, values, launch, traced, {**device, **bufs})
+
+        job.start_recording = start
+        job.overflow_error = lambda recorder: LaunchError(access_limit_message(recorder.limit))
+    return spec, values, launch, inputs, job
+
+
+def capture(backend: Backend, request: dict) -> dict:
+    """Run one built-in kernel through the capture sequence (engine/pipeline.py)."""
+    from visualizer.engine import pipeline
+
+    spec, values, launch, inputs, job = prepare_builtin(backend, request)
+    repeats = int(request.get("repeats", 20))
+    baseline: dict = {}
+
+    def torch_while_allocated(ran):
+        if not backend.simulator and request.get("torch", True):
+            flush = ran.timing["method"]["l2_flush"]
+            baseline.update(torch_baseline(spec, values, inputs, ran.device_arrays, repeats, flush))
+
+    ran = pipeline.run(backend, job, repeats, request.get("time_clean", True), torch_while_allocated)
+    timing = {**ran.timing, **baseline, "bytes_moved": job.nbytes, "flops": job.flops}
     if not backend.simulator:
         sec = timing["clean_ms"] / 1e3
-        timing["clean_gbs"] = nbytes / sec / 1e9 if sec > 0 else None
-        timing["clean_gflops"] = flops / sec / 1e9 if sec > 0 else None
-
-    def free():
-        device.clear()
-        if not backend.simulator:
-            cuda.current_context().deallocations.clear()
-
-    _, steps["free"] = backend.timed(free)
-
+        timing["clean_gbs"] = job.nbytes / sec / 1e9 if sec > 0 else None
+        timing["clean_gflops"] = job.flops / sec / 1e9 if sec > 0 else None
     launch_info = {
-        **info,
+        **pipeline.launch_fields(backend, job, ran),
         "kernel": spec.name,
         "params": values,
-        "grid": list(grid),
-        "block": list(block),
-        "threads": launch.threads,
-        "blocks": launch.blocks,
-        "threads_per_block": launch.threads_per_block,
         "static_smem_bytes": launch.static_smem,
-        "dynamic_smem_bytes": launch.dynamic_smem,
-        "recorded_per": "warp" if host["trace"].shape[1] < launch.threads else "thread",
         "tile_operands": list(spec.tile_operands),
         "row_table": list(spec.row_table) if spec.row_table else None,
-        "source": backend_source(backend.simulator),
-        "instrumented": resources(backend, traced, launch),
-        "clean": resources(backend, clean, launch),
     }
-    if not backend.simulator and launch_info["instrumented"].get("static_smem_bytes") is not None:
-        launch_info["static_smem_bytes"] = launch_info["instrumented"]["static_smem_bytes"]
-    reply = {"launch": launch_info, "timing": timing, "arrays": result_arrays, "inputs": inputs}
-    if recorder is not None:
-        reply["accesses"] = recorder.buffers()
+    if not backend.simulator and ran.instrumented.get("static_smem_bytes") is not None:
+        launch_info["static_smem_bytes"] = ran.instrumented["static_smem_bytes"]
+    reply = {
+        "launch": launch_info,
+        "timing": timing,
+        "buffers": ran.buffers,
+        "inputs": inputs,  # as copied in (the reference check needs every one)
+        "outputs": {k: ran.after[k] for k in spec.outputs},
+    }
+    if ran.accesses is not None:
+        reply["accesses"] = ran.accesses
     return reply
 
 

@@ -1,0 +1,198 @@
+"""The one capture sequence every kernel goes through, built-in or a visitor's.
+
+A front end (``worker.prepare_builtin``, ``source_capture.prepare_source``) turns a request into a
+:class:`Job`: the two compiled builds, the kernel's arrays, the probe buffers and how each build's
+arguments are laid out. :func:`run` then does, the same way for both:
+
+    allocate -> copy in -> warm-up (GPU: compiles both builds, then the buffers are reset)
+    -> instrumented launch (recording accesses when asked) -> copy out -> time both builds -> free
+
+and returns the arrays after the launch, the probe buffers, the host steps, timing.json and the
+builds' resources. The front end adds only what is its own (names, the reference check).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from visualizer.analysis.provenance import backend_source
+from visualizer.engine.measure import kernel_timing, resources
+
+# How a build's parameter is filled: ("array", name) a kernel array, ("buffer", name) a probe
+# buffer, ("value", v) a scalar passed as it is.
+Arg = tuple[str, Any]
+
+
+@dataclass
+class Job:
+    traced: Any  # the instrumented build (a numba dispatcher)
+    clean: Any  # the same kernel with every probe a no-op (built-in) or untouched (a visitor's)
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    arrays: dict[str, np.ndarray]  # the kernel's own arrays: copied in, read back
+    buffers: dict[str, np.ndarray]  # probe buffers (trace, active, tiles, rows): kept apart, so a
+    # visitor's argument may be called "trace"
+    traced_args: list[Arg]
+    clean_args: list[Arg]
+    dynamic_smem: int = 0
+    nbytes: float = 0.0  # bytes the kernel moves (decides the L2 flush; GB/s when flops is known)
+    flops: float = 0.0
+    compile_started_ns: int = field(default_factory=time.perf_counter_ns)
+    # wraps every launch of either build: (dispatcher, args) -> result; turns a visitor's failure
+    # into one line naming their line
+    call: Callable[[Any, list], Any] = lambda fn, args: fn(*args)  # noqa: E731
+    # (device arrays, device buffers) -> an access recorder (engine/access_record.py) or None
+    start_recording: Callable[[dict, dict], Any] | None = None
+    limits: Callable[[], Any] = nullcontext  # a context around running the kernel (a visitor's limits)
+    during_launch: Callable[[], Any] = nullcontext  # a context around the instrumented launch only
+    overflow_error: Callable[[Any], Exception] | None = None  # recorder -> the error to raise instead
+
+    @property
+    def config(self) -> tuple:
+        if self.dynamic_smem:
+            return (self.grid, self.block, 0, self.dynamic_smem)
+        return (self.grid, self.block)
+
+
+@dataclass
+class Ran:
+    after: dict[str, np.ndarray]  # the kernel's arrays after the instrumented launch
+    buffers: dict[str, np.ndarray]  # the probe buffers it wrote
+    timing: dict
+    instrumented: dict  # registers, shared memory, driver occupancy of each build (GPU)
+    clean: dict
+    device_arrays: dict  # only until free(): the torch baseline reads them
+    accesses: dict | None = None
+
+
+def _args(layout: list[Arg], device: dict, bufs: dict) -> list:
+    out = []
+    for kind, what in layout:
+        out.append(device[what] if kind == "array" else bufs[what] if kind == "buffer" else what)
+    return out
+
+
+def run(backend, job: Job, repeats: int = 20, time_clean: bool = True, before_free=None) -> Ran:
+    """The capture sequence (module docstring). ``before_free(ran)`` runs while the device arrays
+    still exist (the torch baseline of a built-in kernel)."""
+    cuda = backend.cuda
+    steps: dict[str, float] = {}
+    if backend.progress is not None:
+        backend.progress(-(job.grid[0] * job.grid[1] * job.grid[2]))  # announce the total blocks
+
+    (device, bufs), steps["allocate"] = backend.timed(
+        lambda: (
+            {k: cuda.device_array(v.shape, v.dtype) for k, v in job.arrays.items()},
+            {k: cuda.device_array(v.shape, v.dtype) for k, v in job.buffers.items()},
+        )
+    )
+
+    def copy_in():
+        for k, v in job.arrays.items():
+            device[k].copy_to_device(v)
+        for k, v in job.buffers.items():
+            bufs[k].copy_to_device(v)
+
+    _, steps["copy_in"] = backend.timed(copy_in)
+    traced_args, clean_args = _args(job.traced_args, device, bufs), _args(job.clean_args, device, bufs)
+    config = job.config
+
+    def traced():
+        return job.call(job.traced[config], traced_args)
+
+    def clean():
+        return job.call(job.clean[config], clean_args)
+
+    with job.limits():
+        if not backend.simulator:
+            # warm-up compiles both builds (excluded from timing), then every buffer starts again
+            t = time.perf_counter_ns()
+            traced()
+            clean()
+            cuda.synchronize()
+            compile_ns = time.perf_counter_ns() - t
+            copy_in()
+        else:
+            compile_ns = time.perf_counter_ns() - job.compile_started_ns
+
+        recorder = job.start_recording(device, bufs) if job.start_recording else None
+        try:
+            with job.during_launch():
+                _, steps["kernel"] = backend.timed(traced)
+        except Exception:
+            if recorder is not None and getattr(recorder, "overflow", False) and job.overflow_error:
+                raise job.overflow_error(recorder) from None
+            raise
+        finally:
+            if recorder is not None:
+                from visualizer.engine import access_record
+
+                access_record.stop()
+
+        def copy_out():
+            return {k: device[k].copy_to_host() for k in job.arrays}, {
+                k: v.copy_to_host() for k, v in bufs.items()
+            }
+
+        (after, recorded), steps["copy_out"] = backend.timed(copy_out)
+        timing = kernel_timing(
+            backend, steps, compile_ns, repeats, time_clean, clean, traced, job.nbytes, job.flops
+        )
+
+    ran = Ran(
+        after=after,
+        buffers=recorded,
+        timing=timing,
+        instrumented=resources(backend, job.traced, _launch_shape(job)),
+        clean=resources(backend, job.clean, _launch_shape(job)),
+        device_arrays=device,
+        accesses=recorder.buffers() if recorder is not None else None,
+    )
+    if before_free is not None:
+        before_free(ran)
+
+    def free():
+        device.clear()
+        bufs.clear()
+        if not backend.simulator:
+            cuda.current_context().deallocations.clear()
+
+    _, steps["free"] = backend.timed(free)
+    ran.device_arrays = {}
+    return ran
+
+
+@dataclass(frozen=True)
+class _Shape:
+    threads_per_block: int
+    dynamic_smem: int
+
+
+def _launch_shape(job: Job) -> _Shape:
+    return _Shape(job.block[0] * job.block[1] * job.block[2], job.dynamic_smem)
+
+
+def launch_fields(backend, job: Job, ran: Ran) -> dict:
+    """The launch.json fields every capture has, whoever's kernel it ran."""
+    threads_per_block = job.block[0] * job.block[1] * job.block[2]
+    blocks = job.grid[0] * job.grid[1] * job.grid[2]
+    threads = blocks * threads_per_block
+    return {
+        **backend.device_info(),
+        "grid": list(job.grid),
+        "block": list(job.block),
+        "threads": threads,
+        "blocks": blocks,
+        "threads_per_block": threads_per_block,
+        "dynamic_smem_bytes": job.dynamic_smem,
+        "recorded_per": "warp" if job.buffers["trace"].shape[1] < threads else "thread",
+        "source": backend_source(backend.simulator),
+        "instrumented": ran.instrumented,
+        "clean": ran.clean,
+    }
