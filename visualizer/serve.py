@@ -161,13 +161,15 @@ def install_guards() -> None:
     Streamlit 1.67 serves through Starlette (streamlit/web/server/starlette); its app is built by
     ``starlette_app.create_starlette_app`` from ``create_streamlit_middleware()``, looked up at call
     time, so wrapping that function puts HostGuard outermost, before every route and the websocket.
-    ``net_util.get_external_ip`` asks checkip.amazonaws.com (start-up banner, CORS fallback): it is
-    replaced by one that answers "unknown" without contacting anything.
+    ``net_util.get_external_ip`` asks checkip.amazonaws.com and ``get_internal_ip`` opens a UDP socket
+    towards 8.8.8.8 to learn its route (start-up banner, CORS fallback): both are replaced by ones that
+    answer "unknown" without contacting anything.
     """
     from streamlit import net_util
     from streamlit.web.server.starlette import starlette_app
 
     net_util.get_external_ip = lambda: None
+    net_util.get_internal_ip = lambda: None
     original = getattr(starlette_app, "create_streamlit_middleware", None)
     if original is None or getattr(original, "_host_guard", False):
         if original is None:
