@@ -176,3 +176,33 @@ def test_errors_that_quote_the_visitors_text_link_nothing(text):
     (error,) = [e.value for e in at.error]
     assert text in plain(error), error  # shown, character for character...
     assert rendered_markup(error) == [] and not re.search(r"www\.|\w@\w|:/", error)  # ...as text
+
+
+def test_an_upload_named_like_an_address_is_never_a_link_on_any_page():
+    import io
+
+    import numpy as np
+
+    at = _your_kernel_page()
+    buf = io.BytesIO()
+    np.save(buf, np.arange(1000, dtype=np.float32))
+    at.file_uploader[0].upload("www.evil.example.npy", buf.getvalue()).run()
+    at.text_input(key="uk_arg_a").set_value("file:www.evil.example.npy")
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    assert at.session_state["capture"].launch["params"]["a"] == "file:www.evil.example.npy"
+    for page in ("grid", "overview"):
+        at.switch_page(f"app_pages/{page}.py").run()
+        shown = [
+            str(e.value)
+            for e in (
+                *at.markdown,
+                *at.caption,
+                *at.warning,
+                *at.error,
+                *at.sidebar.markdown,
+                *at.sidebar.caption,
+            )
+        ]
+        assert any("www.evil.example.npy" in plain(t) for t in shown), page  # it is shown...
+        assert not [t for t in shown if re.search(r"www\.", t)], page  # ...and never as an address

@@ -469,7 +469,8 @@ def show_unrun_notice(cap: Capture) -> None:
         c1.warning(
             f"The sidebar now says **{pending.kernel}** ({params}), but the charts below are still the "
             f"previous run ({cap.launch['kernel']}, "
-            + ", ".join(f"{k}={v}" for k, v in sorted(cap.launch["params"].items()))
+            # a visitor's own kernel has their argument texts (upload names) here: shown as text
+            + as_text(", ".join(f"{k}={v}" for k, v in sorted(cap.launch["params"].items())))
             + "). Press **Run** to see the new one.",
             icon=":material/pending:",
         )
