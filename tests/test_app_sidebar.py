@@ -48,8 +48,9 @@ def test_pages_that_use_the_sidebars_kernel_show_its_controls(page):
     assert all(kernel_controls(at).values()), kernel_controls(at)
 
 
-def test_your_kernels_capture_is_kept_and_timed_when_it_is_the_first_page():
-    at = open_app(page="your_kernel")
+def test_your_kernels_capture_is_kept_and_timed_when_it_is_the_first_page(monkeypatch):
+    monkeypatch.setenv("VISUALIZER_TOKEN", "sidebar-test-key-0123456789")  # the operator's key...
+    at = open_app(page="your_kernel", token="sidebar-test-key-0123456789")  # ...in the link
     at.radio(key="uk_backend").set_value("sim")
     next(b for b in at.button if b.label == "Run your kernel").click().run()
     assert not at.exception, [e.value for e in at.exception]

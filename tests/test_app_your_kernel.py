@@ -1,24 +1,42 @@
 """The Your kernel page through the app's entrypoint: run a pasted kernel, then every page shows it."""
 
+import re
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from visualizer.engine.user_runner import user_code_allowed
-
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+TOKEN = "test-key-" + "k" * 32  # the operator's key in these tests (serve makes a random one)
 PAGES = ["overview", "grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "flash_attention"]
 
 
-def _your_kernel_page() -> AppTest:
+@pytest.fixture(autouse=True)
+def _operator_key(monkeypatch):
+    monkeypatch.setenv("VISUALIZER_TOKEN", TOKEN)
+    monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)
+
+
+def _your_kernel_page(token: str | None = TOKEN) -> AppTest:
+    """The Your kernel page in a session that opened the operator's link (``?token=``) unless None."""
     at = AppTest.from_file(ENTRY, default_timeout=180)
     at.query_params["backend"] = "sim"
+    if token is not None:
+        at.query_params["token"] = token
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     at.switch_page("web/pages/your_kernel.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def plain(text: str) -> str:
+    """What a reader sees of an escaped message: escapes resolved, zero-width spaces gone."""
+    return re.sub(r"\\(.)", r"\1", text).replace("\u200b", "")
+
+
+def rendered_markup(text: str) -> list[str]:
+    return re.findall(r"(?<!\\)[\[\]()<>*`!:$]", text)
 
 
 def _button(at, label):
@@ -64,7 +82,7 @@ def test_uploaded_npy_is_an_argument(tmp_path):
     # a typed server path is refused: only uploads are read
     at.text_input(key="uk_arg_a").set_value("file:/etc/hostname.npy")
     _button(at, "Run your kernel").click().run()
-    assert any("upload a .npy" in e.value for e in at.error)
+    assert any("upload a .npy" in plain(e.value) for e in at.error)
 
 
 def test_edited_kernel_with_a_bug_gives_one_line_and_the_page_keeps_working():
@@ -75,38 +93,116 @@ def test_edited_kernel_with_a_bug_gives_one_line_and_the_page_keeps_working():
     at.radio(key="uk_backend").set_value("sim")
     _button(at, "Run your kernel").click().run()
     assert not at.exception
-    errors = [e.value for e in at.error]
+    errors = [plain(e.value) for e in at.error]
     assert errors and "IndexError in thread" in errors[0] and "your_kernel.py line 8" in errors[0], errors
     # a syntax error is shown without running anything, and Run is disabled
     at.text_area(key="uk_source").set_value(src.replace("if i < c.size:", "if i < c.size")).run()
-    assert any("syntax error in your_kernel.py line 7" in e.value for e in at.error)
+    assert any("syntax error in your_kernel.py line 7" in plain(e.value) for e in at.error)
     assert _button(at, "Run your kernel").disabled
 
 
-def test_user_code_is_on_only_for_localhost_unless_the_operator_says_so():
-    assert user_code_allowed("localhost", env={})[0]
-    assert user_code_allowed("127.0.0.1", env={})[0]
-    off, why = user_code_allowed("0.0.0.0", env={})
-    assert not off and "VISUALIZER_ALLOW_USER_CODE=1" in why
-    assert not user_code_allowed(None, env={})[0]
-    assert user_code_allowed("0.0.0.0", env={"VISUALIZER_ALLOW_USER_CODE": "1"})[0]
-    assert not user_code_allowed("localhost", env={"VISUALIZER_ALLOW_USER_CODE": "0"})[0]
+def test_the_link_with_the_key_turns_code_on_and_leaves_the_url():
+    at = _your_kernel_page()
+    assert "token" not in at.query_params  # a link copied from the address bar does not carry it
+    assert not at.warning, [w.value for w in at.warning]
+    assert not _button(at, "Run your kernel").disabled
+    at.switch_page("web/pages/grid.py").run()
+    at.switch_page("web/pages/your_kernel.py").run()  # remembered in the session
+    assert not _button(at, "Run your kernel").disabled
 
 
-@pytest.mark.parametrize("address", ["0.0.0.0"])
-def test_page_says_how_to_enable_when_off(address, monkeypatch):
-    monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)
-    at = AppTest.from_file(ENTRY, default_timeout=180)
-    at.query_params["backend"] = "sim"
-    at.run()
-    from streamlit import config
-
-    old = config.get_option("server.address")
-    config.set_option("server.address", address)
-    try:
-        at.switch_page("web/pages/your_kernel.py").run()
-    finally:
-        config.set_option("server.address", old)
-    assert not at.exception
-    assert any("VISUALIZER_ALLOW_USER_CODE=1" in w.value for w in at.warning)
+@pytest.mark.parametrize("token", [None, TOKEN[:-1], "www.evil.example"])
+def test_without_the_key_the_page_says_how_and_runs_nothing(token):
+    at = _your_kernel_page(token)
+    warnings = " ".join(w.value for w in at.warning)
+    assert "?token=" in warnings and "python -m visualizer serve" in warnings, warnings
+    if token is not None:  # the page the link opened said so, and the key left the URL
+        first = AppTest.from_file(ENTRY, default_timeout=180)
+        first.query_params["token"] = token
+        first.run()
+        assert (
+            any("not this server's" in w.value for w in first.warning) and "token" not in first.query_params
+        )
     assert _button(at, "Run your kernel").disabled
+    # the button's state is a hint to the browser; the server checks again when a click arrives
+    forced = _button(at, "Run your kernel")
+    forced.proto.disabled = False  # what a hand-made client could send
+    forced.click().run()
+    assert (
+        not at.exception
+        and "capture" not in at.session_state
+        or not at.session_state["capture"].launch.get("user_kernel")
+    )
+
+
+def test_the_server_checks_the_key_again_when_run_is_clicked(monkeypatch):
+    monkeypatch.setenv("VISUALIZER_ALLOW_USER_CODE", "1")
+    at = _your_kernel_page(token=None)
+    button = _button(at, "Run your kernel")
+    assert not button.disabled
+    monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE")  # between the page being drawn and the click
+    button.click().run()  # Streamlit drops a click on a button drawn disabled; the page checks too
+    assert not at.exception and any("off" in w.value for w in at.warning)
+    assert "capture" not in at.session_state or not at.session_state["capture"].launch.get("user_kernel")
+
+
+def test_plain_streamlit_run_without_a_key_has_code_off_and_says_how(monkeypatch):
+    monkeypatch.delenv("VISUALIZER_TOKEN")
+    at = _your_kernel_page(token=None)
+    warnings = " ".join(w.value for w in at.warning)
+    assert "started without a key" in warnings and "VISUALIZER_ALLOW_USER_CODE=1" in warnings, warnings
+    assert _button(at, "Run your kernel").disabled
+    at = _your_kernel_page(token="anything-at-all-long-enough")  # no key configured: no key matches
+    assert _button(at, "Run your kernel").disabled
+
+
+def test_the_operator_can_open_code_to_everyone_or_close_it(monkeypatch):
+    monkeypatch.setenv("VISUALIZER_ALLOW_USER_CODE", "1")
+    assert not _button(_your_kernel_page(token=None), "Run your kernel").disabled
+    monkeypatch.setenv("VISUALIZER_ALLOW_USER_CODE", "0")
+    at = _your_kernel_page()  # even with the key
+    assert _button(at, "Run your kernel").disabled
+    assert any("turned it off" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize(
+    "text", ["www.evil.example", "a@evil.example", "http://evil.example", "[x](http://e.x)"]
+)
+def test_errors_that_quote_the_visitors_text_link_nothing(text):
+    at = _your_kernel_page()
+    at.text_input(key="uk_arg_a").set_value(text)
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    (error,) = [e.value for e in at.error]
+    assert text in plain(error), error  # shown, character for character...
+    assert rendered_markup(error) == [] and not re.search(r"www\.|\w@\w|:/", error)  # ...as text
+
+
+def test_an_upload_named_like_an_address_is_never_a_link_on_any_page():
+    import io
+
+    import numpy as np
+
+    at = _your_kernel_page()
+    buf = io.BytesIO()
+    np.save(buf, np.arange(1000, dtype=np.float32))
+    at.file_uploader[0].upload("www.evil.example.npy", buf.getvalue()).run()
+    at.text_input(key="uk_arg_a").set_value("file:www.evil.example.npy")
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    assert at.session_state["capture"].launch["params"]["a"] == "file:www.evil.example.npy"
+    for page in ("grid", "overview"):
+        at.switch_page(f"web/pages/{page}.py").run()
+        shown = [
+            str(e.value)
+            for e in (
+                *at.markdown,
+                *at.caption,
+                *at.warning,
+                *at.error,
+                *at.sidebar.markdown,
+                *at.sidebar.caption,
+            )
+        ]
+        assert any("www.evil.example.npy" in plain(t) for t in shown), page  # it is shown...
+        assert not [t for t in shown if re.search(r"www\.", t)], page  # ...and never as an address

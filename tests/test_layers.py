@@ -19,7 +19,7 @@ ALLOWED = {
     "engine": {"specs", "analysis", "kernels"},
     "figures": {"specs", "analysis"},
     "web": {"specs", "analysis", "engine", "figures"},
-    "tools": {"specs", "analysis", "engine", "figures", "kernels"},
+    "tools": {"specs", "analysis", "engine", "figures", "kernels", "web"},  # serve starts the web
 }
 # third-party packages owned by a few layers
 OWNERS = {
@@ -223,3 +223,16 @@ def test_a_planted_circle_is_found(monkeypatch):
     }
     monkeypatch.setattr(Path, "read_text", lambda self, *x, **k: real(self, *x, **k) + extra.get(self, ""))
     assert ["visualizer.analysis.capture", "visualizer.analysis.schedule"] in cycles([a, b])
+
+
+def test_every_root_constant_is_the_repository():
+    """A module that finds the repository as ``parents[N]`` of its own file names the right N
+    (moving a file one folder deeper must move its N too)."""
+    import re
+
+    wrong = []
+    for path in project_files():
+        for m in re.finditer(r"Path\(__file__\)\.resolve\(\)\.parents\[(\d)\]", path.read_text()):
+            if not (path.resolve().parents[int(m.group(1))] / "pyproject.toml").exists():
+                wrong.append(f"{path.relative_to(ROOT)}: parents[{m.group(1)}]")
+    assert wrong == []

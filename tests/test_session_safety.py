@@ -17,6 +17,8 @@ INJECTIONS = [
     "<b>bold</b>",
     ":red[red] :material/home: $x^2$",
     "`code`",
+    "www.evil.example",  # GFM autolinks these bare addresses
+    "someone@evil.example",
     "x" * 10_000,
 ]
 UNESCAPED = re.compile(r"(?<!\\)[\[\]()<>*`!:$]")

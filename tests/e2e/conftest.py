@@ -1,6 +1,7 @@
 """A real `streamlit run` server and Debian's chromium driven by Playwright (no browser download)."""
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -38,11 +39,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+APP_TOKEN = secrets.token_urlsafe(32)  # the operator's key of the app_url server (`?token=` link)
+
+
+@pytest.fixture(scope="session")
+def app_token() -> str:
+    return APP_TOKEN
+
+
 @pytest.fixture(scope="session")
 def app_url(tmp_path_factory):
     port = _free_port()
     log = (tmp_path_factory.mktemp("streamlit") / "server.log").open("w+")
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "VISUALIZER_TOKEN": APP_TOKEN}
+    env.pop("VISUALIZER_ALLOW_USER_CODE", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "visualizer" / "app.py"),
          "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",

@@ -5,8 +5,8 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def test_paste_run_and_see_the_grid(open_app, tmp_path):
-    page = open_app("your_kernel", "?backend=sim")
+def test_paste_run_and_see_the_grid(open_app, app_token, tmp_path):
+    page = open_app("your_kernel", f"?backend=sim&token={app_token}")  # the operator's link
     assert page.get_by_test_id("stException").count() == 0
     editor = page.get_by_label("Kernel source (Python, Numba CUDA)")
     editor.wait_for(timeout=60_000)

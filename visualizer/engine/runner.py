@@ -122,6 +122,7 @@ class Runner:
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         }
+        env.pop("VISUALIZER_TOKEN", None)  # the operator's key for visitor code stays in the server
         if self.backend == "sim":
             env["VISUALIZER_WORKER_MEMORY"] = str(SIM_MEMORY_BYTES)
         proc = subprocess.Popen(

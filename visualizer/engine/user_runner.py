@@ -8,6 +8,7 @@ here and CPU-time/memory limits inside the worker (visualizer/engine/source_capt
 
 from __future__ import annotations
 
+import hmac
 import os
 import signal
 import threading
@@ -21,28 +22,54 @@ from visualizer.specs.source import SourceLaunch
 
 RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_USER_TIMEOUT_S", "120"))
 ALLOW_ENV = "VISUALIZER_ALLOW_USER_CODE"
-LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1", "[::1]")
+TOKEN_ENV = "VISUALIZER_TOKEN"  # the operator's key: `serve` makes one and prints a link with it
+TOKEN_MIN_CHARS = 16
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
 
 
-def user_code_allowed(address: str | None, env: dict | None = None) -> tuple[bool, str]:
-    """May this server run code its visitors type? (allowed, one-line reason).
+def configured_token(env=None) -> str | None:
+    """The operator's key for visitor code, or None when there is none (or it is too short to be one)."""
+    env = os.environ if env is None else env
+    token = str(env.get(TOKEN_ENV, "")).strip()
+    return token if len(token) >= TOKEN_MIN_CHARS else None
 
-    On by default only when the server listens on localhost; an operator can force it on or off
-    with VISUALIZER_ALLOW_USER_CODE=1 / 0.
+
+def token_matches(presented, env=None) -> bool:
+    """Whether a visitor presented the operator's key (compared in constant time)."""
+    token = configured_token(env)
+    if token is None or not isinstance(presented, str):
+        return False
+    return hmac.compare_digest(presented.encode("utf-8", "replace"), token.encode())
+
+
+def user_code_allowed(has_key: bool, env: dict | None = None) -> tuple[bool, str]:
+    """May this visitor run code they typed? (allowed, one-line reason).
+
+    Only an operator decides: VISUALIZER_ALLOW_USER_CODE=1 opens it to every visitor, =0 closes it;
+    otherwise only a browser session that presented the operator's key (the ``?token=`` link that
+    ``python -m visualizer serve`` prints) may. Where the server listens decides nothing: a page
+    that points its own name at 127.0.0.1, or a TCP forward, looks local too.
     """
     env = os.environ if env is None else env
     flag = str(env.get(ALLOW_ENV, "")).strip().lower()
-    if flag in ("1", "true", "yes", "on"):
-        return True, f"enabled by the operator ({ALLOW_ENV}=1)"
-    if flag in ("0", "false", "no", "off"):
-        return False, f"disabled by the operator ({ALLOW_ENV}={env.get(ALLOW_ENV)})"
-    if address and address.strip() in LOCAL_ADDRESSES:
-        return True, f"on because the server listens on {address} only"
-    where = address or "every network interface"
+    if flag in _ON:
+        return True, f"on for every visitor: the operator opened it to all ({ALLOW_ENV}=1)"
+    if flag in _OFF:
+        return False, f"off: the operator turned it off ({ALLOW_ENV}={env.get(ALLOW_ENV)})"
+    if configured_token(env) is None:
+        return False, (
+            "off: this server was started without a key for visitor code. To turn it on, start it with "
+            "`python -m visualizer serve` and open the link with `?token=` it prints (or set "
+            f"{TOKEN_ENV} to a secret of {TOKEN_MIN_CHARS}+ characters and open `/?token=SECRET`; "
+            f"{ALLOW_ENV}=1 opens it to every visitor)"
+        )
+    if has_key:
+        return True, "on for this browser session: it opened the operator's link with the key (`?token=`)"
     return False, (
-        f"off because this server listens on {where}, so anyone who can reach it could run code here; "
-        f"the operator can start it with {ALLOW_ENV}=1 to allow it (code runs in a worker process with "
-        "CPU-time, memory and wall-clock limits, not in the server)"
+        "off for this browser session: code runs only in a browser that opened the operator's link with "
+        "its key (`?token=...`, printed in the terminal where `python -m visualizer serve` started); "
+        "ask the operator for that link"
     )
 
 

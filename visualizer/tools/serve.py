@@ -4,17 +4,30 @@ Streamlit reads ``.streamlit/config.toml`` from the directory it is started in, 
 from elsewhere would bind every interface, report usage statistics and show tracebacks. This
 launcher passes the settings as flags (they win over any config file) and starts Streamlit in
 the repository root, so the theme in ``.streamlit/config.toml`` applies too.
+
+It also makes the operator's key for visitor code (a ``secrets.token_urlsafe`` token, or
+VISUALIZER_TOKEN if set), prints the link that carries it, and says whether visitor code is on;
+Streamlit itself starts through ``python -m visualizer.tools.serve run ...`` (``boot`` below), which puts
+the Host check (visualizer/hostcheck.py) in front of every HTTP request and websocket.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
+import secrets
 import sys
 from pathlib import Path
 
+from visualizer.web.hostcheck import (
+    ALLOW_HOSTS_ENV,
+    ALLOW_REMOTE_ENV,
+    is_loopback,
+    normal_name,
+    valid_allow_name,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
-ALLOW_REMOTE_ENV = "VISUALIZER_ALLOW_REMOTE"  # read by the app (ui/guard.py) as well
+__all__ = ["ALLOW_REMOTE_ENV", "is_loopback", "main", "streamlit_command"]
 
 # Flags that hold whatever config file or environment the server starts with.
 SAFE_FLAGS = {
@@ -26,26 +39,49 @@ SAFE_FLAGS = {
     "client.toolbarMode": "minimal",
     "global.developmentMode": "false",
 }
+WILDCARDS = ("0.0.0.0", "::")
 
 
-def is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
-def streamlit_command(address: str, port: int) -> list[str]:
-    flags = {**SAFE_FLAGS, "server.address": address, "server.port": str(port)}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "visualizer" / "app.py")]
+def streamlit_command(address: str, port: int, allow_hosts: tuple[str, ...] = ()) -> list[str]:
+    """The command that starts Streamlit through the app's bootstrap (``python -m visualizer.web.server``, web/server.py),
+    which puts the Host check in front of every request before handing over to Streamlit's CLI."""
+    flags = {
+        **SAFE_FLAGS,
+        "server.address": address,
+        "server.port": str(port),
+        # set by hand, so Streamlit never asks an outside service for this machine's address
+        # (streamlit/web/bootstrap.py _print_url; the boot below disables that lookup as well)
+        "browser.serverAddress": "localhost" if address in WILDCARDS else address,
+    }
+    cmd = [sys.executable, "-m", "visualizer.web.server", "run", str(ROOT / "visualizer" / "app.py")]
     for name, value in flags.items():
         cmd += [f"--{name}", value]
+    if is_loopback(address):  # Streamlit's own websocket Host list, a second lock behind HostGuard
+        for name in ("localhost", "127.0.0.1", "::1", *allow_hosts):
+            cmd += ["--server.allowedHosts", name]
     return cmd
 
 
+def _link(address: str, port: int, token: str) -> str:
+    host = "127.0.0.1" if address in WILDCARDS or address == "localhost" else address
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}/?token={token}"
+
+
+def user_code_line(env) -> str:
+    """What the operator's terminal says about visitor code (the app applies the same rule)."""
+    from visualizer.engine.user_runner import ALLOW_ENV, user_code_allowed
+
+    on, why = user_code_allowed(False, env)
+    if on:
+        return f"Visitor code (Your kernel page): ON FOR EVERY VISITOR ({ALLOW_ENV}=1)."
+    if str(env.get(ALLOW_ENV, "")).strip():
+        return f"Visitor code (Your kernel page): {why}."
+    return "Visitor code (Your kernel page): only in a browser that opened the link above (it holds the key)."
+
+
 def main(argv: list[str]) -> int:
+    from visualizer.engine.user_runner import TOKEN_ENV, TOKEN_MIN_CHARS
     from visualizer.tools.cli import OneLineParser
 
     p = OneLineParser(
@@ -59,6 +95,13 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="needed with a non-loopback --address: serve other machines (a classroom)",
     )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name visitors may use besides localhost and loopback addresses (repeatable)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the streamlit command and exit")
     args = p.parse_args(argv)
     if not 1 <= args.port <= 65535:
@@ -71,12 +114,41 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    cmd = streamlit_command(args.address, args.port)
+    if args.allow_remote and not remote:
+        print(
+            f"error: --allow-remote with --address {args.address} would serve no other machine (it listens "
+            "on loopback only); listen on an interface too, e.g. --address 0.0.0.0 --allow-remote",
+            file=sys.stderr,
+        )
+        return 2
+    for name in args.allow_host:
+        if not valid_allow_name(name):
+            print(
+                f"error: --allow-host {name[:80]!r} is not a host name or address (no scheme, port or '*')",
+                file=sys.stderr,
+            )
+            return 2
+    allow_hosts = tuple(dict.fromkeys(normal_name(n) for n in args.allow_host))
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token and len(token) < TOKEN_MIN_CHARS:
+        print(f"error: {TOKEN_ENV} must be at least {TOKEN_MIN_CHARS} characters long", file=sys.stderr)
+        return 2
+    cmd = streamlit_command(args.address, args.port, allow_hosts)
     if args.dry_run:
         print(" ".join(cmd))
         return 0
+    token = token or secrets.token_urlsafe(32)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}  # flags decide
     env[ALLOW_REMOTE_ENV] = "1" if remote else "0"
+    env[ALLOW_HOSTS_ENV] = ",".join(allow_hosts)
+    env[TOKEN_ENV] = token
+    where = "other machines too (--allow-remote)" if remote else "this machine only"
+    print(f"Serving the GPU execution visualizer on {args.address}:{args.port}, to {where}.")
+    print(f"Open: {_link(args.address, args.port, token)}")
+    print(user_code_line(env))
+    names = ", ".join(("localhost", "loopback addresses", *allow_hosts))
+    print(f"Host names answered: {names}{'; any IP address' if remote else ''}. Others are refused.")
+    sys.stdout.flush()
     os.chdir(ROOT)
     os.execve(sys.executable, cmd, env)
     return 0  # not reached

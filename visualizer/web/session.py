@@ -25,7 +25,7 @@ HIDDEN_KERNELS = ("out_of_bounds_write",)  # the fault demo is for tests and the
 CACHE_MAX_BYTES = 512 * 2**20  # captures kept for every visitor (each capture's tables and arrays)
 MESSAGE_MAX_CHARS = 300
 
-_AUTOLINK = re.compile(r"([:@.])")
+_AUTOLINK = re.compile(r"([:@])")
 # Characters that start Markdown, HTML or Streamlit markup (links, images, emphasis, code, colour
 # and icon directives, LaTeX, tables, headings); each is shown literally once backslash-escaped.
 _MARKUP = re.compile(r"([\\`*_{}\[\]()<>#+!|~$:&=-])")
@@ -38,8 +38,9 @@ def as_text(message: str, limit: int = MESSAGE_MAX_CHARS) -> str:
     if len(line) > limit:
         line = line[: limit - 1] + "…"
     # GFM turns bare addresses (http://…, www.…, a@b.c) into links even when escaped: a zero-width
-    # space after each ':', '@' and '.' keeps them plain text and looks the same
-    line = _AUTOLINK.sub("\\1\u200b", line)
+    # space after each ':' and '@' and before each '.' keeps them plain text and looks the same (after
+    # a '.' it would not do: Streamlit's markdown links "www.\u200bevil.example", checked in Chromium)
+    line = _AUTOLINK.sub("\\1\u200b", line).replace(".", "\u200b.")
     return _MARKUP.sub(r"\\\1", line)
 
 
@@ -468,7 +469,8 @@ def show_unrun_notice(cap: Capture) -> None:
         c1.warning(
             f"The sidebar now says **{pending.kernel}** ({params}), but the charts below are still the "
             f"previous run ({cap.launch['kernel']}, "
-            + ", ".join(f"{k}={v}" for k, v in sorted(cap.launch["params"].items()))
+            # a visitor's own kernel has their argument texts (upload names) here: shown as text
+            + as_text(", ".join(f"{k}={v}" for k, v in sorted(cap.launch["params"].items())))
             + "). Press **Run** to see the new one.",
             icon=":material/pending:",
         )

@@ -12,6 +12,7 @@ import streamlit as st
 from visualizer.specs import catalog
 from visualizer.web.session import (
     RunConfig,
+    as_text,
     backend_badge,
     capture_cache,
     capture_key,
@@ -253,4 +254,6 @@ def sidebar() -> None:
         cap = st.session_state.get("capture")
         if cap is not None:
             st.markdown(backend_badge(cap))
-            st.caption(f"showing: {cap.launch['kernel']} {cap.launch['params']}")
+            shown = f"showing: {cap.launch['kernel']} {cap.launch['params']}"
+            # a visitor's own kernel: its argument texts (upload names) are shown as text, never linked
+            st.caption(as_text(shown, limit=600) if cap.launch.get("user_kernel") else shown)

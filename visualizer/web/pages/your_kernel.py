@@ -1,8 +1,8 @@
 """Your kernel: paste a Numba CUDA kernel, give its launch and arguments, run it, see every page for it.
 
 The source is only parsed here (``ast``, for a syntax check and the kernel's parameter names); it
-runs in a separate worker process with time and memory limits, and only when this server allows
-user code (on by default only when it listens on localhost; see visualizer/engine/user_runner.py).
+runs in a separate worker process with time and memory limits, and only for a visitor the operator
+allowed (the key from ``serve``'s link, or VISUALIZER_ALLOW_USER_CODE=1; visualizer/userkernel/client.py).
 """
 
 import importlib.util
@@ -13,7 +13,6 @@ import streamlit as st
 
 from visualizer.engine.runner import KernelError, gpu_present
 from visualizer.engine.user_runner import (
-    ALLOW_ENV,
     RUN_TIMEOUT_S,
     arrays_after,
     get_user_runner,
@@ -22,9 +21,12 @@ from visualizer.engine.user_runner import (
 from visualizer.specs import source as uspec
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.examples import EXAMPLES
+from visualizer.web.guard import visitor_has_key
+from visualizer.web.session import as_text
 
 BACKENDS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
 MODES = ("one thread per element", "grid")
+ERROR_MAX_CHARS = 1000  # an error quoting the visitor's source or arguments, shown escaped (no links)
 
 
 @st.cache_resource(show_spinner=False)
@@ -66,11 +68,10 @@ st.markdown(
     "again: four times the blocks, each staging smaller tiles."
 )
 
-allowed, why = user_code_allowed(st.get_option("server.address"))
+allowed, why = user_code_allowed(visitor_has_key())
 if not allowed:
     st.warning(
-        f"Running your own code is {why}.\n\nTo enable it, restart the server with "
-        f"`{ALLOW_ENV}=1 streamlit run visualizer/app.py`, or run your kernel from the command line: "
+        f"Running your own code is {why}.\n\nOr run your kernel from the command line: "
         "`python -m visualizer capture --source FILE.py --kernel NAME ...` (see the README)."
     )
 
@@ -92,7 +93,7 @@ with right:
     try:
         uspec.syntax_check(source, "your_kernel.py")
     except LaunchError as exc:
-        syntax_error = str(exc)
+        syntax_error = as_text(str(exc), limit=ERROR_MAX_CHARS)
     found = uspec.kernel_names(source)
     if st.session_state.get("uk_kernel") not in found and found:
         st.session_state.uk_kernel = found[0]
@@ -107,7 +108,7 @@ with right:
         try:
             params = uspec.kernel_params(source, kernel, "your_kernel.py")
         except LaunchError as exc:
-            st.error(str(exc))
+            st.error(as_text(str(exc), limit=ERROR_MAX_CHARS))
 
     mode = st.radio("launch", MODES, key="uk_mode", horizontal=True)
     c1, c2 = st.columns(2)
@@ -159,7 +160,7 @@ with right:
     )
 
 if run and not allowed:  # a disabled button is a hint to the browser; the server decides
-    st.session_state.uk_error = f"Running your own code is {why}."
+    st.session_state.uk_error = as_text(f"Running your own code is {why}.", limit=ERROR_MAX_CHARS)
 elif run:
     try:
         chosen = "gpu" if backend == "auto" and gpu_present() else ("sim" if backend == "auto" else backend)
@@ -189,7 +190,7 @@ elif run:
         st.session_state.pending_run = False  # the sidebar's first run must not replace it later
         st.session_state.uk_error = None
     except (LaunchError, KernelError) as exc:
-        st.session_state.uk_error = str(exc)
+        st.session_state.uk_error = as_text(str(exc), limit=ERROR_MAX_CHARS)  # may quote visitor text
     st.rerun()  # the sidebar and the timing panel show the new capture
 
 if st.session_state.get("uk_error"):
