@@ -119,15 +119,28 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
     return params
 
 
+def source_help() -> str:
+    """``capture --source``'s usage and options, for ``capture --help``."""
+    from visualizer.userkernel.cli import parser as source_parser
+
+    text = source_parser().format_help()
+    return "your own kernel, from a file (capture --source):\n\n" + text
+
+
 def cmd_capture(argv: list[str]) -> int:
     from visualizer.userkernel.cli import cmd_capture_source, wants_source  # your own kernel: --source
 
     if wants_source(argv):
         return cmd_capture_source(argv)
     p = OneLineParser(
-        prog="python -m visualizer capture", description="Run one kernel instrumented; write its trace."
+        prog="python -m visualizer capture",
+        description="Run one kernel instrumented; write its trace bundle. Name the kernel one of two ways:\n"
+        "  a built-in kernel by name (python -m visualizer kernels lists them), or\n"
+        "  your own with --source FILE.py [--kernel NAME] (its options are listed after these).",
+        epilog=source_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("kernel")
+    p.add_argument("kernel", help="a built-in kernel's name")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--out", required=True, help="directory for the trace bundle")
