@@ -88,8 +88,32 @@ def src(tmp_path):
     return path
 
 
+def run_until_saving(cmd):
+    """Start ``cmd`` (the CLI and its worker in a session of their own); return it once its save began,
+    with the name its temporary sibling starts with."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), start_new_session=True
+    )
+    out = Path(cmd[-1])
+    deadline = time.monotonic() + 240
+    mine = f".{out.name}{atomic.PARTIAL}{proc.pid}-"  # not one a killed run left behind
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(p.name.startswith(mine) for p in partials(out)):
+            break  # the save has begun once its temporary sibling exists
+        time.sleep(0.005)
+    return proc, mine
+
+
 def test_sigkill_during_capture_leaves_the_previous_bundle_or_the_new_one_never_a_mix(tmp_path, src):
     out = tmp_path / "trace"
+    # one uninterrupted big capture: how long its save takes here
+    proc, mine = run_until_saving(capture_cmd(src, out, *BIG))
+    began = time.monotonic()
+    while any(p.name.startswith(mine) for p in partials(out)):
+        time.sleep(0.005)  # until it is renamed into place
+    save_s = time.monotonic() - began
+    assert proc.wait(timeout=300) == 0
+    assert bundle(out) == BIG
     res = subprocess.run(
         capture_cmd(src, out, *SMALL), capture_output=True, text=True, env=env(), timeout=300
     )
@@ -97,20 +121,11 @@ def test_sigkill_during_capture_leaves_the_previous_bundle_or_the_new_one_never_
     assert bundle(out) == SMALL
     rng = random.Random(20)
     outcomes = []
-    for _ in range(4):
+    for _ in range(5):
         before = bundle(out)
-        proc = subprocess.Popen(
-            capture_cmd(src, out, *BIG),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env(),
-            start_new_session=True,  # the CLI and its worker: killed together below
-        )
+        proc, _ = run_until_saving(capture_cmd(src, out, *BIG))
         try:
-            deadline = time.monotonic() + 240
-            while not partials(out) and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)  # the save has begun once its temporary sibling exists
-            time.sleep(rng.uniform(0.0, 1.2))
+            time.sleep(rng.uniform(0.0, 0.6 * save_s))  # somewhere in the save
             finished = proc.poll() is not None
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -121,7 +136,8 @@ def test_sigkill_during_capture_leaves_the_previous_bundle_or_the_new_one_never_
         assert after in (before, BIG), (before, after)  # the previous bundle, or the complete new one
         if finished:
             assert after == BIG
-        outcomes.append((before, after))
+        outcomes.append((before, after, bool(partials(out))))
+    assert any(left for *_, left in outcomes), f"no kill landed mid-save: {outcomes}"
     # the killed runs' temporary siblings go with the next save, which swaps in over whatever is there
     res = subprocess.run(
         capture_cmd(src, out, *SMALL), capture_output=True, text=True, env=env(), timeout=300
@@ -129,7 +145,6 @@ def test_sigkill_during_capture_leaves_the_previous_bundle_or_the_new_one_never_
     assert res.returncode == 0, res.stderr
     assert bundle(out) == SMALL
     assert partials(out) == [], partials(out)
-    assert any(b == a for b, a in outcomes), f"no kill landed before the swap: {outcomes}"
 
 
 @pytest.fixture

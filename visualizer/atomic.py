@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 PARTIAL = ".partial-"
+PROBE = ".probe-"  # bundle_dir_problem's test directory (not a bundle being written)
 BUNDLE_FILES = ("launch.json", "timing.json", "arrays.npz")
 
 
@@ -36,14 +37,14 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _sibling(target: Path, make: Callable[[Path], object]) -> Path:
+def _sibling(target: Path, make: Callable[[Path], object], kind: str = PARTIAL) -> Path:
     """A new temporary sibling of ``target`` (``.NAME.partial-PID-XXXXXXXX``), made by ``make``.
 
     Made with the usual modes (0o777 / 0o666 less the umask), not tempfile's private 0o700 / 0o600,
     so the bundle or file renamed into place has the permissions a plain write would have given it.
     """
     while True:
-        tmp = target.parent / f".{target.name}{PARTIAL}{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = target.parent / f".{target.name}{kind}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             make(tmp)
             return tmp
@@ -96,6 +97,8 @@ def bundle_dir_problem(path: str | Path) -> str | None:
         if target.exists() or target.is_symlink():
             if not target.is_dir():
                 return f"{path} exists and is not a directory"
+            if os.path.ismount(target):
+                return f"{path} is a mount point, which cannot be swapped; give a directory inside it"
             foreign = sorted(p.name for p in target.iterdir() if not (p.is_file() and is_bundle_file(p.name)))
             if foreign:
                 shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
@@ -105,7 +108,7 @@ def bundle_dir_problem(path: str | Path) -> str | None:
                 )
         parent = target.resolve().parent
         parent.mkdir(parents=True, exist_ok=True)
-        os.rmdir(_sibling(parent / target.name, _mkdir))
+        os.rmdir(_sibling(parent / target.name, _mkdir, PROBE))
     except OSError as exc:
         return f"cannot write to {path}: {exc.strerror or exc}"
     return None
@@ -133,7 +136,11 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _remove_stale(parent: Path, name: str) -> None:
     """Temporary siblings of ``name`` left by processes that no longer run (killed mid-write)."""
-    prefix = f".{name}{PARTIAL}"
+    for kind in (PARTIAL, PROBE):
+        _remove_stale_kind(parent, f".{name}{kind}")
+
+
+def _remove_stale_kind(parent: Path, prefix: str) -> None:
     for entry in parent.glob(f"{prefix}*"):
         pid = entry.name[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit() or int(pid) == os.getpid():

@@ -102,6 +102,8 @@ def cmd_capture_source(argv: list[str]) -> int:
     path = Path(args.source)
     try:
         try:
+            if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+                raise LaunchError(f"cannot read {args.source}: not a regular file")
             size = path.stat().st_size
             if size > uspec.MAX_SOURCE_BYTES:  # not read into memory first
                 raise LaunchError(
