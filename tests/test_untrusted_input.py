@@ -55,6 +55,23 @@ def test_npy_whose_header_claims_a_terabyte_is_one_line_before_any_allocation(tm
     assert "elements; the limit is" in one_line(err)
 
 
+@pytest.mark.parametrize(
+    "shape, words",
+    [
+        ("-" * 3_000 + "1", "not a readable .npy array"),  # MemoryError in numpy's header parser
+        ("+".join(["1"] * 2_000), "not a readable .npy array"),  # RecursionError there
+        ("9" * 3_000, "about 10^2999 elements; the limit is"),
+    ],
+)
+def test_npy_header_that_numpys_own_parser_chokes_on_is_one_line(shape, words):
+    header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + shape + ",), }"
+    header = header.ljust(64 * (len(header) // 64 + 1) - 11) + "\n"
+    data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
+    with pytest.raises(LaunchError) as err:
+        uspec.load_npy(data, "a=file:up.npy")
+    assert words in one_line(err)
+
+
 def test_npy_header_larger_than_the_file_is_refused():
     data = hostile_npy(claimed=1000)  # 8,000 bytes claimed, 65 held: within the limits, but a lie
     with pytest.raises(LaunchError) as err:
@@ -70,7 +87,7 @@ def test_npy_header_larger_than_the_file_is_refused():
             "(a pickle) is not supported",
         ),
         (lambda b: np.save(b, np.zeros(3, dtype=[("x", "f4")])), "not supported"),
-        (lambda b: np.save(b, np.zeros((2, 2, 2, 2), dtype=np.float32)), "axes"),
+        (lambda b: np.save(b, np.zeros((2, 2, 2, 2), dtype=np.float32)), "4 axes; up to 3"),
         (lambda b: b.write(b"not an npy file at all"), "not a readable .npy"),
     ],
 )

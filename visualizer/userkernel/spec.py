@@ -47,6 +47,7 @@ MAX_SOURCE_BYTES = 200_000
 MAX_NESTING = 1000  # estimated syntax-tree depth; CPython's parser gives up near 3,000 (less in a deep stack)
 MAX_REFERENCE_BYTES = 20_000  # all reference lines together
 MAX_FIELD_CHARS = 500  # one launch field or argument spec
+NPY_MAX_HEADER = 4096  # bytes of a .npy header (np.save writes about 128 for the dtypes taken here)
 MAX_ARGS = 32
 RTOL, ATOL = 1e-4, 1e-5  # float32 sums in a different order than numpy's still pass
 
@@ -173,11 +174,13 @@ def load_npy(data: bytes | str | Path, label: str) -> np.ndarray:
         try:
             version = npformat.read_magic(fh)
             if version == (1, 0):
-                shape, fortran, dtype = npformat.read_array_header_1_0(fh)
+                shape, fortran, dtype = npformat.read_array_header_1_0(fh, max_header_size=NPY_MAX_HEADER)
             elif version == (2, 0):
-                shape, fortran, dtype = npformat.read_array_header_2_0(fh)
+                shape, fortran, dtype = npformat.read_array_header_2_0(fh, max_header_size=NPY_MAX_HEADER)
             else:
                 raise ValueError(f"format version {version[0]}.{version[1]} is not supported")
+        except (MemoryError, RecursionError):  # numpy parses the header with ast: a deep one is refused
+            raise LaunchError(f"{label}: not a readable .npy array (its header nests too deeply)") from None
         except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
             why = " ".join(str(exc).split())[:120]
             raise LaunchError(f"{label}: not a readable .npy array ({why})") from None
@@ -188,10 +191,11 @@ def load_npy(data: bytes | str | Path, label: str) -> np.ndarray:
         if dtype.name not in DTYPES:
             raise LaunchError(f"{label}: dtype {dtype} is not supported; use one of {', '.join(DTYPES)}")
         if len(shape) > 3 or any(d < 0 for d in shape):
-            raise LaunchError(f"{label}: shape {shape} is not 0 to 3 axes")
+            raise LaunchError(f"{label}: its shape has {len(shape)} axes; up to 3 are supported")
         elements = math.prod(shape)
         if elements > MAX_ARRAY_ELEMENTS:
-            raise LaunchError(f"{label}: {elements:,} elements; the limit is {MAX_ARRAY_ELEMENTS:,}")
+            claimed = f"{elements:,}" if elements < 10**18 else f"about 10^{len(str(elements)) - 1}"
+            raise LaunchError(f"{label}: {claimed} elements; the limit is {MAX_ARRAY_ELEMENTS:,}")
         nbytes = elements * dtype.itemsize
         if nbytes > MAX_ARRAY_BYTES:
             raise LaunchError(f"{label}: {nbytes:,} bytes; the limit is {MAX_ARRAY_BYTES >> 20} MiB")
