@@ -149,12 +149,12 @@ def test_sigkill_during_capture_leaves_the_previous_bundle_or_the_new_one_never_
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 6 MiB tmpfs (a full disk on demand); root only, as in CI."""
+    """A 4 MiB tmpfs (a full disk on demand); root only, as in CI."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs (a disk that fills up) needs root; CI runs as root")
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
     yield mnt
