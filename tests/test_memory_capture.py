@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from visualizer.analysis import memory as tables
-from visualizer.analysis.capture import save
+from visualizer.tools.bundle import save
 
 
 def capture(sim_runner, kernel, params=None):

@@ -13,9 +13,7 @@ Tables (each says where its numbers come from in a ``source`` column and in ``df
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -196,35 +194,3 @@ def build_capture(reply: dict) -> Capture:
 
         cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
     return cap
-
-
-def save(cap: Capture, out_dir: str | Path) -> list[Path]:
-    """Write the capture bundle: one Parquet file per table, launch.json, timing.json, arrays.npz."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, df in cap.tables().items():
-        path = out / f"{name}.parquet"
-        df.to_parquet(path, index=False)
-        written.append(path)
-    if cap.accesses is not None:  # present (possibly empty) whenever accesses were recorded
-        for name, df in (("accesses", cap.accesses), ("requests", cap.requests), ("hazards", cap.hazards)):
-            path = out / f"{name}.parquet"
-            df.to_parquet(path, index=False)
-            written.append(path)
-    for name, obj in (("launch", {**cap.launch, "check": cap.check}), ("timing", cap.timing)):
-        path = out / f"{name}.json"
-        path.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
-        written.append(path)
-    path = out / "arrays.npz"
-    np.savez_compressed(path, **cap.inputs, **cap.outputs)
-    written.append(path)
-    return written
-
-
-def _jsonable(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")

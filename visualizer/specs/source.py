@@ -12,15 +12,17 @@ Host side only (numpy, no numba): the CLI and the web app refuse bad input befor
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from visualizer.specs.catalog import DeviceLimits, Launch, LaunchError, ceil_div, check_launch
+from visualizer.specs.launch import DeviceLimits, Launch, LaunchError, ceil_div, check_launch, quoted
 
 DTYPES = (
     "float32",
@@ -42,6 +44,10 @@ KINDS = ("rand", "zeros", "ones", "arange")
 MAX_ARRAY_ELEMENTS = 1 << 26  # 64 Mi elements per array
 MAX_ARRAY_BYTES = 1 << 30  # 1 GiB over all array arguments of one launch
 MAX_SOURCE_BYTES = 200_000
+MAX_NESTING = 1000  # estimated syntax-tree depth; CPython's parser gives up near 3,000 (less in a deep stack)
+MAX_REFERENCE_BYTES = 20_000  # all reference lines together
+MAX_FIELD_CHARS = 500  # one launch field or argument spec
+NPY_MAX_HEADER = 4096  # bytes of a .npy header (np.save writes about 128 for the dtypes taken here)
 MAX_ARGS = 32
 RTOL, ATOL = 1e-4, 1e-5  # float32 sums in a different order than numpy's still pass
 
@@ -73,15 +79,18 @@ class ArgSpec:
 
 def parse_dims(text: str, what: str) -> tuple[int, int, int]:
     """``"64"``, ``"4,4"``, ``"8x8x2"`` -> (x, y, z) padded with 1s."""
+    _field(text, what)
     parts = [p.strip() for p in re.split(r"[,x×]", str(text).strip().lower())]
     if not parts or len(parts) > 3 or any(not p for p in parts):
-        raise LaunchError(f"{what} must be X[,Y[,Z]] with 1 to 3 positive integers, got {text!r}")
+        raise LaunchError(f"{what} must be X[,Y[,Z]] with 1 to 3 positive integers, got {quoted(text)}")
     try:
         dims = [int(p) for p in parts]
     except ValueError:
-        raise LaunchError(f"{what} must be X[,Y[,Z]] with 1 to 3 positive integers, got {text!r}") from None
+        raise LaunchError(
+            f"{what} must be X[,Y[,Z]] with 1 to 3 positive integers, got {quoted(text)}"
+        ) from None
     if min(dims) < 1:
-        raise LaunchError(f"{what} must have at least 1 in each dimension, got {text!r}")
+        raise LaunchError(f"{what} must have at least 1 in each dimension, got {quoted(text)}")
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
 
@@ -99,12 +108,12 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:
-        raise LaunchError(f"shape must look like 1000 or 64x64, got {text!r}") from None
+        raise LaunchError(f"shape must look like 1000 or 64x64, got {quoted(text)}") from None
     if not 1 <= len(shape) <= 3 or min(shape) < 1:
-        raise LaunchError(f"shape must have 1 to 3 axes of at least 1, got {text!r}")
+        raise LaunchError(f"shape must have 1 to 3 axes of at least 1, got {quoted(text)}")
     if math.prod(shape) > MAX_ARRAY_ELEMENTS:
         raise LaunchError(
-            f"shape {text} has {math.prod(shape):,} elements; the limit is {MAX_ARRAY_ELEMENTS:,}"
+            f"shape {quoted(text)} has {math.prod(shape):,} elements; the limit is {MAX_ARRAY_ELEMENTS:,}"
         )
     return shape
 
@@ -114,7 +123,7 @@ def _dtype(text: str) -> str:
         text, text
     )
     if name not in DTYPES:
-        raise LaunchError(f"dtype {text!r} is not supported; choose one of {', '.join(DTYPES)}")
+        raise LaunchError(f"dtype {quoted(text)} is not supported; choose one of {', '.join(DTYPES)}")
     return name
 
 
@@ -132,28 +141,77 @@ def _number(text: str) -> int | float | None:
     return value
 
 
+def _field(text, what: str) -> None:
+    """A launch field or argument spec longer than anyone types is refused before it is parsed."""
+    if len(str(text)) > MAX_FIELD_CHARS:
+        raise LaunchError(f"{what} is {len(str(text)):,} characters; the limit is {MAX_FIELD_CHARS}")
+
+
 def load_npy(data: bytes | str | Path, label: str) -> np.ndarray:
-    """An uploaded or named .npy file as an array (never unpickles objects)."""
+    """An uploaded or named .npy file as an array, bounded before anything is allocated.
+
+    The header is read on its own (numpy.lib.format.read_magic / read_array_header_*): object dtypes
+    (pickles) and dtypes outside DTYPES are refused, and the shape must fit MAX_ARRAY_ELEMENTS,
+    MAX_ARRAY_BYTES and the bytes the file really holds, so a 200-byte file whose header claims
+    10^12 elements is one line, not a memory error in the server.
+    """
+    from numpy.lib import format as npformat
+
     try:
-        src = io.BytesIO(data) if isinstance(data, bytes) else data
-        array = np.load(src, allow_pickle=False)
+        if isinstance(data, bytes):
+            fh, size = io.BytesIO(data), len(data)
+        else:
+            path = Path(data)
+            if path.exists() and not path.is_file():
+                raise LaunchError(f"{label}: not a regular file")
+            fh = open(path, "rb")  # noqa: SIM115 (closed below)
+            size = os.fstat(fh.fileno()).st_size
     except FileNotFoundError:
         raise LaunchError(f"{label}: no such file") from None
-    except (OSError, ValueError, EOFError) as exc:
-        raise LaunchError(
-            f"{label}: not a readable .npy array ({' '.join(str(exc).split())[:120]})"
-        ) from None
-    if not isinstance(array, np.ndarray):
-        raise LaunchError(f"{label}: expected one array in a .npy file, not an archive")
-    if array.dtype.name not in DTYPES:
-        raise LaunchError(f"{label}: dtype {array.dtype} is not supported; use one of {', '.join(DTYPES)}")
-    if array.size > MAX_ARRAY_ELEMENTS:
-        raise LaunchError(f"{label}: {array.size:,} elements; the limit is {MAX_ARRAY_ELEMENTS:,}")
-    return np.ascontiguousarray(array)
+    except OSError as exc:
+        raise LaunchError(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    with fh:
+        try:
+            version = npformat.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = npformat.read_array_header_1_0(fh, max_header_size=NPY_MAX_HEADER)
+            elif version == (2, 0):
+                shape, fortran, dtype = npformat.read_array_header_2_0(fh, max_header_size=NPY_MAX_HEADER)
+            else:
+                raise ValueError(f"format version {version[0]}.{version[1]} is not supported")
+        except (MemoryError, RecursionError):  # numpy parses the header with ast: a deep one is refused
+            raise LaunchError(f"{label}: not a readable .npy array (its header nests too deeply)") from None
+        except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
+            why = " ".join(str(exc).split())[:120]
+            raise LaunchError(f"{label}: not a readable .npy array ({why})") from None
+        if dtype.hasobject:
+            raise LaunchError(
+                f"{label}: dtype object (a pickle) is not supported; only numeric arrays are read"
+            )
+        if dtype.name not in DTYPES:
+            raise LaunchError(f"{label}: dtype {dtype} is not supported; use one of {', '.join(DTYPES)}")
+        if len(shape) > 3 or any(d < 0 for d in shape):
+            raise LaunchError(f"{label}: its shape has {len(shape)} axes; up to 3 are supported")
+        elements = math.prod(shape)
+        if elements > MAX_ARRAY_ELEMENTS:
+            claimed = f"{elements:,}" if elements < 10**18 else f"about 10^{len(str(elements)) - 1}"
+            raise LaunchError(f"{label}: {claimed} elements; the limit is {MAX_ARRAY_ELEMENTS:,}")
+        nbytes = elements * dtype.itemsize
+        if nbytes > MAX_ARRAY_BYTES:
+            raise LaunchError(f"{label}: {nbytes:,} bytes; the limit is {MAX_ARRAY_BYTES >> 20} MiB")
+        left = size - fh.tell()
+        if left < nbytes:
+            raise LaunchError(
+                f"{label}: its header says {shape} {dtype} ({nbytes:,} bytes) but the file holds {max(left, 0):,}"
+            )
+        raw = fh.read(nbytes)
+    array = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+    return np.ascontiguousarray(array, dtype=dtype.newbyteorder("=")).copy()
 
 
 def parse_arg(name: str, text: str, *, allow_files: bool = True, uploads: dict | None = None) -> ArgSpec:
     """One ``NAME=SPEC``'s SPEC. ``allow_files`` is False in the web app (no server paths)."""
+    _field(text, f"argument {name}")
     raw = str(text).strip()
     number = _number(raw)
     if number is not None:
@@ -168,16 +226,18 @@ def parse_arg(name: str, text: str, *, allow_files: bool = True, uploads: dict |
                 f"{name}: file: arguments are not read from the server here; upload a .npy instead"
             )
         if not rest.endswith(".npy"):
-            raise LaunchError(f"{name}: file: takes a .npy file, got {rest!r}")
+            raise LaunchError(f"{name}: file: takes a .npy file, got {quoted(rest)}")
         array = load_npy(Path(rest).expanduser(), f"{name}={raw}")
         return ArgSpec(name, raw, "file", dtype=array.dtype.name, shape=array.shape, array=array)
     if kind in KINDS:
         dtype, sep, shape = rest.partition(":")
         if not sep:
-            raise LaunchError(f"{name}: expected {kind}:DTYPE:SHAPE (e.g. {kind}:float32:1000), got {raw!r}")
+            raise LaunchError(
+                f"{name}: expected {kind}:DTYPE:SHAPE (e.g. {kind}:float32:1000), got {quoted(raw)}"
+            )
         return ArgSpec(name, raw, kind, dtype=_dtype(dtype.strip().lower()), shape=parse_shape(shape))
     raise LaunchError(
-        f"{name}: {raw!r} is not an argument spec; use a number, rand|zeros|ones|arange:DTYPE:SHAPE or file:PATH.npy"
+        f"{name}: {quoted(raw)} is not an argument spec; use a number, rand|zeros|ones|arange:DTYPE:SHAPE or file:PATH.npy"
     )
 
 
@@ -188,14 +248,16 @@ def parse_args(pairs: list[str] | dict[str, str], **kwargs) -> dict[str, ArgSpec
         for pair in pairs:
             name, sep, value = str(pair).partition("=")
             if not sep or not name.strip():
-                raise LaunchError(f"--arg expects NAME=SPEC, got {pair!r}")
+                raise LaunchError(f"--arg expects NAME=SPEC, got {quoted(pair)}")
             items.append((name.strip(), value))
     specs: dict[str, ArgSpec] = {}
+    if len(items) > MAX_ARGS:
+        raise LaunchError(f"{len(items)} arguments; the limit is {MAX_ARGS}")
     for name, value in items:
         if not name.isidentifier():
-            raise LaunchError(f"argument name {name!r} is not a Python identifier")
+            raise LaunchError(f"argument name {quoted(name)} is not a Python identifier")
         if name in specs:
-            raise LaunchError(f"argument {name!r} is given twice")
+            raise LaunchError(f"argument {quoted(name)} is given twice")
         specs[name] = parse_arg(name, value, **kwargs)
     if len(specs) > MAX_ARGS:
         raise LaunchError(f"{len(specs)} arguments; the limit is {MAX_ARGS}")
@@ -228,20 +290,121 @@ def make_array(spec: ArgSpec, rng: np.random.Generator) -> np.ndarray:
     return rng.random(spec.shape).astype(dtype)
 
 
+# --- bounded parsing: every text a visitor sends is measured before ast.parse sees it ------------
+
+_RESETS = {",", ";", ":", "=", "->"}  # siblings follow: the depth count of the level starts again
+_NESTING_WORDS = {"not", "and", "or", "if", "else", "lambda", "await", "in", "is", "for", "yield", "from"}
+_FSTRING_OPS = re.compile(r"[-+*/%@&|^~<>!.(\[{]|\b(?:not|and|or|if|else|lambda|in|is|for)\b")
+
+
+def _fstring_cost(token: str) -> int:
+    """A bound on the depth of the expressions inside an f-string token (parsed by ast.parse too)."""
+    prefix = token[: len(token) - len(token.lstrip("rRbBuUfF"))]
+    if "f" not in prefix.lower():
+        return 0
+    body = token.replace("{{", "").replace("}}", "")
+    inside = "".join(re.findall(r"\{[^}]*", body))  # from each opening brace to its closing one
+    return len(_FSTRING_OPS.findall(inside)) + inside.count("{")
+
+
+def nesting_depth(text: str, stop_above: int | None = None) -> tuple[int, int]:
+    """(an upper estimate of the syntax-tree depth of ``text``, the line where it is deepest).
+
+    Read with ``tokenize`` (linear, no recursion): within one bracket level, every operator, dot,
+    opening bracket or operator keyword since the last ``,`` ``;`` ``:`` or ``=`` may nest one level
+    deeper (``a + a + a`` is a left-deep tree, ``- - - 1`` a chain); the open brackets' levels add up,
+    and so do indented blocks. ``lambda`` bodies and f-string expressions count too. A text the
+    tokenizer rejects is measured up to that point (ast.parse then reports the syntax error).
+    Stops early once the depth passes ``stop_above``.
+    """
+    import tokenize
+
+    levels = [0]  # depth-building tokens since the last reset, per open bracket
+    lambdas = [0]  # lambdas waiting for their ':' per open bracket (that ':' is no reset)
+    indent = deepest = where = 0
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            kind, string = tok.type, tok.string
+            if kind == tokenize.INDENT:
+                indent += 1
+            elif kind == tokenize.DEDENT:
+                indent -= 1
+            elif kind == tokenize.NEWLINE:
+                levels, lambdas = [0], [0]
+            elif kind == tokenize.OP:
+                if string in "([{":
+                    levels[-1] += 1
+                    levels.append(0)
+                    lambdas.append(0)
+                elif string in ")]}":
+                    if len(levels) > 1:
+                        levels.pop()
+                        lambdas.pop()
+                elif string == ":" and lambdas[-1]:
+                    lambdas[-1] -= 1
+                elif string in _RESETS or (string.endswith("=") and string not in ("==", "<=", ">=", "!=")):
+                    levels[-1] = 0
+                else:
+                    levels[-1] += 1
+            elif kind == tokenize.NAME and string in _NESTING_WORDS:
+                levels[-1] += 1
+                if string == "lambda":
+                    lambdas[-1] += 1
+            elif kind == tokenize.STRING:
+                levels[-1] += _fstring_cost(string)
+            depth = 2 * indent + sum(levels) + len(levels)
+            if depth > deepest:
+                deepest, where = depth, tok.start[0]
+                if stop_above is not None and deepest > stop_above:
+                    break
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the parser says what is wrong
+    return deepest, where
+
+
+def bounded_parse(
+    text: str, *, what: str, filename: str = "<text>", mode: str = "exec", max_bytes: int = MAX_SOURCE_BYTES
+) -> ast.AST:
+    """``ast.parse`` with bounds, for any text a visitor sent: its size and nesting depth are checked
+    first, and the parser's own MemoryError / RecursionError (too complex) is one line too."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise LaunchError(f"{what} is {size:,} bytes; the limit is {max_bytes:,}")
+    depth, line = nesting_depth(text, stop_above=MAX_NESTING)
+    if depth > MAX_NESTING:
+        raise LaunchError(
+            f"{what} nests too deeply (over {MAX_NESTING} levels at line {line}): split the expression into steps"
+        )
+    try:
+        return ast.parse(text, filename=filename, mode=mode)
+    except (MemoryError, RecursionError):
+        raise LaunchError(
+            f"{what} is too complex to parse (nested too deeply): split it into steps"
+        ) from None
+
+
 # --- the kernel's parameters, read from the source with ast (no execution) ------------------------
 
 
 def syntax_check(source: str, filename: str = "kernel.py") -> ast.Module:
-    """Parse only (safe in the server): a syntax error becomes one line naming its line."""
-    if len(source.encode()) > MAX_SOURCE_BYTES:
-        raise LaunchError(f"the source is {len(source.encode()):,} bytes; the limit is {MAX_SOURCE_BYTES:,}")
+    """Parse only (safe in the server, bounded): a syntax error becomes one line naming its line.
+
+    The page checks its source several times a rerun: the last few trees are kept (read only).
+    """
+    return _parsed_source(source, filename)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_source(source: str, filename: str) -> ast.Module:
     try:
-        return ast.parse(source, filename=filename)
+        return bounded_parse(source, what="the source", filename=filename)
     except SyntaxError as exc:
-        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
+        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "") if exc.lineno else ""
         text = (exc.text or "").strip()
-        shown = f": {text[:80]}" if text else ""
-        raise LaunchError(f"syntax error in {Path(filename).name} {where}: {exc.msg}{shown}") from None
+        line = f": {text[:80]}" if text else ""
+        raise LaunchError(
+            f"syntax error in {' '.join((Path(filename).name, where)).strip()}: {exc.msg}{line}"
+        ) from None
 
 
 def find_function(tree: ast.Module, name: str) -> ast.FunctionDef:
@@ -251,14 +414,14 @@ def find_function(tree: ast.Module, name: str) -> ast.FunctionDef:
         if node.name == name:
             return node
     known = ", ".join(f.name for f in funcs) or "none"
-    raise LaunchError(f"no function {name!r} at the top level of the source (functions: {known})")
+    raise LaunchError(f"no function {quoted(name)} at the top level of the source (functions: {known})")
 
 
 def kernel_names(source: str) -> list[str]:
     """Module-level functions that look like kernels (decorated with a jit but not device=True, or plain)."""
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
+        tree = syntax_check(source)
+    except LaunchError:
         return []
     names = []
     for node in tree.body:
@@ -341,26 +504,33 @@ def parse_reference(items: list[str] | str | None, params: list[str]) -> list[st
     """``NAME=EXPR`` lines (numpy over the argument names) or ``fn:NAME``; checked for syntax here."""
     if items is None:
         return []
+    total = sum(
+        len(str(i).encode("utf-8", "surrogatepass")) for i in ([items] if isinstance(items, str) else items)
+    )
+    if total > MAX_REFERENCE_BYTES:
+        raise LaunchError(f"the reference is {total:,} bytes; the limit is {MAX_REFERENCE_BYTES:,}")
     if isinstance(items, str):
         items = [line for line in items.splitlines() if line.strip() and not line.strip().startswith("#")]
     out = []
     for item in items:
-        item = item.strip()
+        item = str(item).strip()
         if item.startswith("fn:"):
             if not item[3:].strip().isidentifier():
-                raise LaunchError(f"reference {item!r}: fn: takes a function name from the source")
+                raise LaunchError(f"reference {quoted(item)}: fn: takes a function name from the source")
             out.append("fn:" + item[3:].strip())
             continue
         name, sep, expr = item.partition("=")
         name = name.strip()
         if not sep or name not in params:
             raise LaunchError(
-                f"reference {item!r} must be NAME=EXPR with NAME one of the kernel's arguments ({', '.join(params)})"
+                f"reference {quoted(item)} must be NAME=EXPR with NAME one of the kernel's arguments ({', '.join(params)})"
             )
         try:
-            ast.parse(expr.strip(), mode="eval")
+            bounded_parse(expr.strip(), what=f"the reference for {name}", mode="eval")
         except SyntaxError as exc:
-            raise LaunchError(f"reference for {name}: syntax error: {exc.msg} in {expr.strip()!r}") from None
+            raise LaunchError(
+                f"reference for {name}: syntax error: {exc.msg} in {quoted(expr.strip())}"
+            ) from None
         out.append(f"{name}={expr.strip()}")
     return out
 
@@ -384,7 +554,7 @@ def plan_source_launch(
 ) -> SourceLaunch:
     """Everything checked that can be checked without running the code; raises one-line LaunchErrors."""
     if not str(kernel).isidentifier():
-        raise LaunchError(f"kernel name {kernel!r} is not a Python identifier")
+        raise LaunchError(f"kernel name {quoted(kernel)} is not a Python identifier")
     params = kernel_params(source, kernel, filename)
     blk = parse_dims(block, "block") if isinstance(block, str) else tuple(block)
     if threads_for_n is not None:

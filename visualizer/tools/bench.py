@@ -681,9 +681,9 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
 
     def save():  # after every section, so a later failure loses nothing measured
-        tmp = out.with_name(out.name + ".partial")
-        tmp.write_text(json.dumps(results, indent=2, default=str) + "\n")
-        tmp.replace(out)  # never a half-written file
+        from visualizer.tools.atomic import write_text
+
+        write_text(out, json.dumps(results, indent=2, default=str) + "\n")  # never a half-written file
 
     if args.backend in (None, "gpu"):
         if gpu_present():
@@ -717,7 +717,9 @@ def launch_methods_main(out: str, reps: int = 30) -> int:
     except ImportError:
         torch = None
     rows = launch_methods(cuda, torch, reps)
-    Path(out).write_text(json.dumps({"launch_methods": rows, "versions": versions()}, indent=2) + "\n")
+    from visualizer.tools.atomic import write_text
+
+    write_text(out, json.dumps({"launch_methods": rows, "versions": versions()}, indent=2) + "\n")
     print("\n".join(gpu_markdown({"launch_methods": rows, "kernels": []}, header=False)))
     return 0
 

@@ -1,14 +1,38 @@
 """``python -m visualizer capture --source FILE.py --kernel NAME ...``: a user's kernel from a file.
 
-Bad input (a missing argument, an unknown dtype, a syntax error, a launch too big) exits 2 with
-one line; a kernel that fails when it runs exits 1 with one line saying where.
+Bad input (a missing argument, an unknown dtype, a syntax error, a launch too big, an ``--out`` that
+cannot take the bundle) exits 2 with one line, all of it checked before the kernel runs; a kernel that
+fails when it runs, or a bundle that cannot be saved (a full disk), exits 1 with one line.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+
+from visualizer.tools.cli import count, save_error, writable_dir
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text[:40]!r}")
+    return value
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text[:40]!r}")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,7 +47,7 @@ def wants_source(argv: list[str]) -> bool:
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="python -m visualizer capture --source",
+        prog="python -m visualizer capture",
         description="Run your own Numba CUDA kernel instrumented; write its trace bundle.",
     )
     p.add_argument("--source", required=True, metavar="FILE.py", help="a Python module with the kernel")
@@ -31,7 +55,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", metavar="X[,Y[,Z]]", help="blocks per grid")
     p.add_argument("--block", required=True, metavar="X[,Y[,Z]]", help="threads per block")
     p.add_argument(
-        "--threads-for", type=int, metavar="N", help="instead of --grid: one thread per element of N (1-D)"
+        "--threads-for",
+        type=count(1),
+        metavar="N",
+        help="instead of --grid: one thread per element of N (1-D)",
     )
     p.add_argument(
         "--arg",
@@ -48,29 +75,40 @@ def parser() -> argparse.ArgumentParser:
         help="numpy expression over the argument names for an array's expected value, or a function "
         "in the source taking the kernel's arguments",
     )
-    p.add_argument("--rtol", type=float, default=None)
-    p.add_argument("--atol", type=float, default=None)
+    p.add_argument("--rtol", type=_tolerance, default=None, help="relative tolerance of the check")
+    p.add_argument("--atol", type=_tolerance, default=None, help="absolute tolerance of the check")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
     p.add_argument("--accesses", action="store_true", help="record memory accesses (simulator)")
     p.add_argument("--out", required=True, help="directory for the trace bundle")
-    p.add_argument("--repeats", type=int, default=20, help="timed launches per build on the GPU")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=None, help="wall-clock limit in seconds")
+    p.add_argument("--repeats", type=count(1), default=20, help="timed launches per build on the GPU")
+    p.add_argument("--seed", type=count(0), default=0)
+    p.add_argument("--timeout", type=_positive_seconds, default=None, help="wall-clock limit in seconds")
     return p
 
 
 def cmd_capture_source(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    problem = writable_dir(args.out)
+    if problem:  # before the kernel runs, as for built-in kernels, so no work is lost
+        print(f"error: --out: {problem}", file=sys.stderr)
+        return 2
 
-    from visualizer.analysis.capture import save
     from visualizer.engine.runner import KernelError, resolve_backend
     from visualizer.engine.user_runner import UserRunner, arrays_after
     from visualizer.specs import source as uspec
     from visualizer.specs.catalog import LaunchError
+    from visualizer.tools.bundle import save
 
     path = Path(args.source)
     try:
         try:
+            if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+                raise LaunchError(f"cannot read {args.source}: not a regular file")
+            size = path.stat().st_size
+            if size > uspec.MAX_SOURCE_BYTES:  # not read into memory first
+                raise LaunchError(
+                    f"{args.source} is {size:,} bytes; the limit for a kernel source is {uspec.MAX_SOURCE_BYTES:,}"
+                )
             source = path.read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise LaunchError(f"cannot read {args.source}: {exc.strerror or exc}") from None
@@ -106,7 +144,11 @@ def cmd_capture_source(argv: list[str]) -> int:
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    written = save(cap, args.out)
+    try:
+        written = save(cap, args.out)
+    except OSError as exc:  # a full disk: the previous bundle (if any) is left as it was
+        print(save_error(args.out, exc), file=sys.stderr)
+        return 1
     info, timing, check = cap.launch, cap.timing, cap.check
     print(f"{info['kernel_name']} from {path.name} on {info['device_name']} ({info['source']})")
     print(f"  grid {tuple(info['grid'])} x block {tuple(info['block'])} = {info['threads']} threads")

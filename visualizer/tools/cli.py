@@ -44,24 +44,20 @@ def count(minimum: int):
 
 
 def writable_dir(path: str) -> str | None:
-    """Why ``path`` cannot hold output files (None if it can): checked before any work is done."""
-    from pathlib import Path
+    """Why ``path`` cannot receive a capture bundle (None if it can): checked before any work is done.
 
-    target = Path(path)
-    try:
-        if target.exists() and not target.is_dir():
-            return f"{path} exists and is not a directory"
-        target.mkdir(parents=True, exist_ok=True)
-        probe = target / ".visualizer-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        return f"cannot write to {path}: {exc.strerror or exc}"
-    return None
+    The bundle replaces the directory as a whole (written beside it, then swapped in), so it must be
+    new, empty or a previous bundle (visualizer/atomic.py).
+    """
+    from visualizer.tools.atomic import bundle_dir_problem
+
+    return bundle_dir_problem(path)
 
 
 def writable_file(path: str) -> str | None:
     """Why ``path`` cannot be written as a file (None if it can), without truncating an existing one."""
+    import os
+    import tempfile
     from pathlib import Path
 
     target = Path(path)
@@ -69,15 +65,22 @@ def writable_file(path: str) -> str | None:
         return f"{path} is a directory"
     if not target.parent.is_dir():
         return f"cannot write to {path}: the directory {target.parent} does not exist"
-    existed = target.exists()
-    try:
-        with open(target, "a"):
-            pass
-        if not existed:
-            target.unlink()
+    try:  # written atomically: a temporary file beside it, then renamed over it
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         return f"cannot write to {path}: {exc.strerror or exc}"
     return None
+
+
+def save_error(out: str, exc: OSError) -> str:
+    """The one line for a bundle that could not be written (nothing of it is left behind)."""
+    why = exc.strerror or " ".join(str(exc).split())[:160]
+    return (
+        f"error: could not save the capture to {out}: {why}; "
+        "nothing was changed there (the previous bundle, if any, is intact)"
+    )
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -116,15 +119,28 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
     return params
 
 
+def source_help() -> str:
+    """``capture --source``'s usage and options, for ``capture --help``."""
+    from visualizer.tools.capture_source import parser as source_parser
+
+    text = source_parser().format_help()
+    return "your own kernel, from a file (capture --source):\n\n" + text
+
+
 def cmd_capture(argv: list[str]) -> int:
     from visualizer.tools.capture_source import cmd_capture_source, wants_source  # your own kernel: --source
 
     if wants_source(argv):
         return cmd_capture_source(argv)
     p = OneLineParser(
-        prog="python -m visualizer capture", description="Run one kernel instrumented; write its trace."
+        prog="python -m visualizer capture",
+        description="Run one kernel instrumented; write its trace bundle. Name the kernel one of two ways:\n"
+        "  a built-in kernel by name (python -m visualizer kernels lists them), or\n"
+        "  your own with --source FILE.py [--kernel NAME] (its options are listed after these).",
+        epilog=source_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("kernel")
+    p.add_argument("kernel", help="a built-in kernel's name")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--out", required=True, help="directory for the trace bundle")
@@ -141,9 +157,9 @@ def cmd_capture(argv: list[str]) -> int:
         print(f"error: --out: {problem}", file=sys.stderr)
         return 2
 
-    from visualizer.analysis.capture import save
     from visualizer.engine.runner import KernelError, Runner
     from visualizer.specs.catalog import LaunchError
+    from visualizer.tools.bundle import save
 
     try:
         params = parse_params(args.param)
@@ -165,8 +181,8 @@ def cmd_capture(argv: list[str]) -> int:
         return 1
     try:
         written = save(cap, args.out)
-    except OSError as exc:
-        print(f"error: could not save the capture to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+    except OSError as exc:  # a full disk: the previous bundle (if any) is left as it was
+        print(save_error(args.out, exc), file=sys.stderr)
         return 1
     launch, timing, check = cap.launch, cap.timing, cap.check
     print(f"{launch['kernel']} on {launch['device_name']} ({launch['source']})")

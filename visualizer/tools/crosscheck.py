@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from visualizer.tools.atomic import write_text  # every file replaced whole, never half-written
+
 CASES: list[tuple[str, dict]] = [
     ("vector_add", {"n": 4096, "block": 128}),
     ("vector_add_x4", {"n": 4096, "block": 128}),
@@ -105,13 +107,13 @@ def gpu(out_dir: str) -> int:
     metrics = ",".join(m for m, _ in METRICS)
     cmd = [NCU, "--csv", "--metrics", metrics, "--log-file", str(out / "ncu.csv"), *_self("launch")]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=500)
-    (out / "launch.log").write_text(res.stdout + res.stderr)
+    write_text(out / "launch.log", res.stdout + res.stderr)
     cases = [{"kernel": k, "params": p, "label": case_label(k, p)} for k, p in CASES]
     for line in res.stdout.splitlines():
         if line.startswith("{"):
             rec = json.loads(line)
             cases[rec["case"]]["matches_numpy"] = rec["matches_numpy"]
-    (out / "cases.json").write_text(json.dumps(cases, indent=1))
+    write_text(out / "cases.json", json.dumps(cases, indent=1))
     races, logs = [], []
     for kernel in RACECHECK:
         idx = next(i for i, (k, _) in enumerate(CASES) if k == kernel)
@@ -135,8 +137,8 @@ def gpu(out_dir: str) -> int:
             }
         )
         logs.append(f"##### {kernel}\n{text[-20000:]}")
-    (out / "racecheck.json").write_text(json.dumps(races, indent=1))
-    (out / "racecheck.txt").write_text("\n".join(logs))
+    write_text(out / "racecheck.json", json.dumps(races, indent=1))
+    write_text(out / "racecheck.txt", "\n".join(logs))
     print(f"wrote {out}/cases.json, ncu.csv, racecheck.json (ncu exit {res.returncode})")
     return 0 if res.returncode == 0 else 1
 
@@ -294,6 +296,6 @@ def main(argv: list[str]) -> int:
     races_path = Path(args.dir) / "racecheck.json"
     races = json.loads(races_path.read_text()) if races_path.exists() else []
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "racecheck": races}, indent=1))
+        write_text(args.json, json.dumps({"rows": rows, "racecheck": races}, indent=1))
     print(markdown(rows, races))
     return 0

@@ -379,7 +379,9 @@ def main(argv: list[str]) -> int:
     for o in wrong:
         print(f"WRONG: {o}")
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=2, default=str) + "\n")
+        from visualizer.tools.atomic import write_text
+
+        write_text(args.out, json.dumps(res, indent=2, default=str) + "\n")
     return 1 if wrong else 0
 
 

@@ -210,7 +210,8 @@ with p1:
             if linked is None:
                 notices.append(
                     as_text(
-                        f"The link's mem_line={raw} was ignored (no such access in {kernel}); "
+                        f"The link's mem_line={raw if len(raw) <= 40 else raw[:40] + '…'} was ignored "
+                        f"(no such access in {kernel}); "
                         f"showing the worst access, line {lines['line'].iloc[worst_line]}, instead."
                     )
                 )

@@ -1,0 +1,52 @@
+"""The capture bundle on disk: one Parquet file per table, launch.json, timing.json, arrays.npz,
+written as a whole or not at all (``capture --out DIR``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from visualizer.analysis.capture import Capture
+from visualizer.tools import atomic
+
+
+def save(cap: Capture, out_dir: str | Path) -> list[Path]:
+    """Write the capture bundle: one Parquet file per table, launch.json, timing.json, arrays.npz.
+
+    Atomically (tools/atomic.py): the files go into a temporary sibling directory that replaces
+    ``out_dir`` only once all of them are written, so a killed or failed save (a full disk: OSError)
+    leaves the previous bundle as it was, or none, never a mix. ``out_dir`` is replaced as a whole.
+    """
+
+    def fill(out: Path) -> list[str]:
+        names = []
+        for name, df in cap.tables().items():
+            df.to_parquet(out / f"{name}.parquet", index=False)
+            names.append(f"{name}.parquet")
+        if cap.accesses is not None:  # present (possibly empty) whenever accesses were recorded
+            for name, df in (
+                ("accesses", cap.accesses),
+                ("requests", cap.requests),
+                ("hazards", cap.hazards),
+            ):
+                df.to_parquet(out / f"{name}.parquet", index=False)
+                names.append(f"{name}.parquet")
+        for name, obj in (("launch", {**cap.launch, "check": cap.check}), ("timing", cap.timing)):
+            (out / f"{name}.json").write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+            names.append(f"{name}.json")
+        np.savez_compressed(out / "arrays.npz", **cap.inputs, **cap.outputs)
+        names.append("arrays.npz")
+        return names
+
+    names = atomic.write_dir(out_dir, fill)
+    return [Path(out_dir) / name for name in names]
+
+
+def _jsonable(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
