@@ -656,7 +656,7 @@ def _fmt(v) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from visualizer.tools.cli import OneLineParser
+    from visualizer.tools.args import OneLineParser
 
     p = OneLineParser(prog="python -m visualizer bench")
     p.add_argument("--backend", choices=("gpu", "sim"), default=None, help="default: gpu if present, and sim")
@@ -664,7 +664,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", required=True, help="JSON file for the results")
     p.add_argument("--no-app", action="store_true", help="skip the app measurements")
     args = p.parse_args(argv)
-    from visualizer.tools.cli import writable_file
+    from visualizer.tools.args import writable_file
 
     problem = writable_file(args.out)
     if problem:  # before minutes of benchmarks, not after

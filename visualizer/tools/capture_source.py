@@ -12,7 +12,7 @@ import math
 import sys
 from pathlib import Path
 
-from visualizer.tools.cli import count, save_error, writable_dir
+from visualizer.tools.args import count, save_error, writable_dir
 
 
 def _positive_seconds(text: str) -> float:

@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from visualizer.tools.args import CliError, OneLineParser, count, save_error, writable_dir, writable_file  # noqa: F401
+
 USAGE = """usage: python -m visualizer COMMAND [options]
 
 commands:
@@ -21,72 +23,6 @@ commands:
   crosscheck  memory-access engine vs Nsight Compute / compute-sanitizer (gpu, compare)
   serve       start the web app with safe settings (localhost unless --address ... --allow-remote)
 """
-
-
-class CliError(Exception):
-    pass
-
-
-def count(minimum: int):
-    """argparse type: an integer >= minimum (bad values exit 2 with one line, like any bad flag)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
-
-
-def writable_dir(path: str) -> str | None:
-    """Why ``path`` cannot receive a capture bundle (None if it can): checked before any work is done.
-
-    The bundle replaces the directory as a whole (written beside it, then swapped in), so it must be
-    new, empty or a previous bundle (visualizer/atomic.py).
-    """
-    from visualizer.tools.atomic import bundle_dir_problem
-
-    return bundle_dir_problem(path)
-
-
-def writable_file(path: str) -> str | None:
-    """Why ``path`` cannot be written as a file (None if it can), without truncating an existing one."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    target = Path(path)
-    if target.is_dir():
-        return f"{path} is a directory"
-    if not target.parent.is_dir():
-        return f"cannot write to {path}: the directory {target.parent} does not exist"
-    try:  # written atomically: a temporary file beside it, then renamed over it
-        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        return f"cannot write to {path}: {exc.strerror or exc}"
-    return None
-
-
-def save_error(out: str, exc: OSError) -> str:
-    """The one line for a bundle that could not be written (nothing of it is left behind)."""
-    why = exc.strerror or " ".join(str(exc).split())[:160]
-    return (
-        f"error: could not save the capture to {out}: {why}; "
-        "nothing was changed there (the previous bundle, if any, is intact)"
-    )
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse's default prints usage too)
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def cmd_kernels(argv: list[str]) -> int:

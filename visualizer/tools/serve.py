@@ -82,7 +82,7 @@ def user_code_line(env) -> str:
 
 def main(argv: list[str]) -> int:
     from visualizer.engine.user_runner import TOKEN_ENV, TOKEN_MIN_CHARS
-    from visualizer.tools.cli import OneLineParser
+    from visualizer.tools.args import OneLineParser
 
     p = OneLineParser(
         prog="python -m visualizer serve",
