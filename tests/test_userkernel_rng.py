@@ -64,15 +64,17 @@ def first_uniform_float32(states):
     return ((x >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)).astype(np.float32)
 
 
-def test_nvidias_random_example_runs_with_rng_states():
+@pytest.mark.parametrize("backend", ["sim", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_nvidias_random_example_runs_with_rng_states(backend):
     plan = plan_source_launch(
         SOURCE,
         "random_3d",
         grid="2,2,2",
         block="4,4,4",
         args=["arr=zeros:float32:8x8x8", "rng_states=rng:1:512"],
+        backend=backend,
     )
-    with UserRunner("sim") as runner:
+    with UserRunner(backend) as runner:
         cap = runner.capture_source(plan, seed=0)
     after = arrays_after(cap)
     arr = after["arr"]

@@ -77,6 +77,10 @@ def test_laplace_keeps_its_heat(sim):
     np.testing.assert_allclose(sim["laplace_sum_4x256"], 10000)
 
 
+def test_nanosleep_lets_other_threads_run(sim):
+    np.testing.assert_array_equal(sim["nanosleep_spin"], [1])
+
+
 def test_refusals_are_one_line(sim):
     r = sim["refusals"]
     for name, msg in r.items():

@@ -571,6 +571,25 @@ def k_hidden_grid_sync(out):
     out[cuda.grid(1)] = 1
 
 
+@cuda.jit
+def k_nanosleep_spin(flag, out):
+    # simulator only (a GPU compiler may hoist the plain load out of the loop): a thread that sleeps
+    # in a spin loop lets the thread it waits for run
+    t = cuda.threadIdx.x
+    if t == 0:
+        while flag[0] == 0:
+            cuda.nanosleep(100)
+        out[0] = 1
+    elif t == 1:
+        flag[0] = 1
+
+
+def sim_nanosleep_spin():
+    out = _z(1)
+    k_nanosleep_spin[1, 2](_z(1), out)
+    return out
+
+
 def _refusal(fn):
     try:
         fn()
@@ -605,6 +624,7 @@ def main(argv):
             results[name] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:800]}"}
     if engine == "sim":
         results["refusals"] = {name: _refusal(fn) for name, fn in REFUSALS.items()}
+        results["nanosleep_spin"] = sim_nanosleep_spin()
         results["laplace_sum_4x256"] = float(results["laplace"].get("4x256", np.zeros(1)).sum())
     with open(out_path, "wb") as f:
         pickle.dump(results, f)

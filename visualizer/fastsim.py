@@ -825,20 +825,6 @@ NOT_SIMULATED = frozenset(("ldca", "ldcg", "ldcs", "ldlu", "ldcv", "stcg", "stcs
 _MAIN_CODE = SimThread.main.__code__
 
 
-class _GridGroup:
-    def sync(self):
-        _state.launch.current.grid_sync()
-
-
-class _CooperativeGroups:
-    """``cuda.cg`` in a kernel: ``this_grid().sync()`` is a grid-wide barrier."""
-
-    _grid = _GridGroup()
-
-    def this_grid(self):
-        return self._grid
-
-
 def uses_grid_sync(fn) -> bool:
     """Whether a kernel names ``this_grid`` (cuda.cg.this_grid()), itself or in a device function or
     same-module Python function it names: such a kernel is launched cooperatively (numba-cuda does the
@@ -993,8 +979,6 @@ def install(**limits) -> None:
         def nanosleep(self, ns):
             _yield()  # a sleeping thread lets the others run; simulated time does not exist
 
-        cg = _CooperativeGroups()
-
         # warp intrinsics (numba's signatures: no width argument; the masks are 32-bit)
         def shfl_sync(self, mask, value, src_lane):
             return _state.launch.current.warp_op("shfl_sync", mask, value, src_lane)
@@ -1044,6 +1028,19 @@ def install(**limits) -> None:
             if name in NOT_SIMULATED:
                 raise NotSimulatedError(f"cuda.{name} is not simulated: run this kernel on a GPU")
             raise AttributeError(f"the simulated cuda module has no attribute {name!r}")
+
+    # cuda.cg.this_grid().sync(): a grid-wide barrier (patched in the stock class, so a recorder that
+    # wraps GridGroup.sync later wraps this one)
+    stock_grid_sync = kernelapi.GridGroup.sync
+
+    def grid_sync(self):
+        launch = _state.launch
+        if launch is not None and launch.current is not None:
+            launch.current.grid_sync()
+        else:
+            stock_grid_sync(self)
+
+    kernelapi.GridGroup.sync = grid_sync
 
     # atomics switch threads after the operation, so spin-locks built on them make progress
     Atomic = kernelapi.FakeCUDAAtomic
