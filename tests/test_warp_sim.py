@@ -103,6 +103,9 @@ def test_refusals_are_one_line(sim):
     )
     assert "numba cannot compile it for a GPU" in r["sys_exit"]
     assert r["cache_hint"].endswith("]: cuda.ldcg is not simulated: run this kernel on a GPU")
+    assert r["libdevice"].endswith(
+        "]: libdevice.sinf is not simulated: use math.sin or run this kernel on a GPU"
+    )
     assert "grid sync in a launch the simulator did not run as cooperative" in r["hidden_grid_sync"]
     assert (
         "300 blocks = 76,800 threads cannot be co-resident on the simulator (limit 65,536"

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
-from numba.cuda import int32  # noqa: E402
+from numba.cuda import int32, libdevice  # noqa: E402
 
 FULL = 0xFFFFFFFF
 DELTAS = np.array([0, 1, 3, 16, 31, 32, 33, 40], np.int32)
@@ -590,6 +590,12 @@ def sim_nanosleep_spin():
     return out
 
 
+@cuda.jit
+def k_libdevice(x, out):
+    i = cuda.grid(1)
+    out[i] = libdevice.sinf(x[i])
+
+
 def _refusal(fn):
     try:
         fn()
@@ -605,6 +611,7 @@ REFUSALS = {
     "warp_deadlock": lambda: k_warp_deadlock[1, 32](_z(32)),
     "sys_exit": lambda: k_sys_exit[1, 8](_z(8)),
     "cache_hint": lambda: k_cache_hint[1, 1](_z(4), _z(1)),
+    "libdevice": lambda: k_libdevice[1, 4](np.ones(4, np.float32), _z(4, dtype=np.float32)),
     "hidden_grid_sync": lambda: k_hidden_grid_sync[2, 4](_z(8)),
     "coop_too_large": lambda: solve_heat_equation[300, 256](np.zeros(10), np.zeros(10), 1, 0.25),
 }

@@ -35,8 +35,8 @@ Where this engine differs on purpose (hardware is what it follows):
   caller's lane, a vote or match whose mask names exited lanes, a shuffle from a lane that is not
   taking part; ``activemask()`` is the set of the warp's lanes that reach the same call together;
 * ``sys.exit()`` in a kernel is refused in one line (numba cannot compile it for a GPU; stock ends
-  the thread silently), and so is any other ``cuda.`` device function the simulator lacks
-  (``NotSimulatedError``).
+  the thread silently), and so is any other ``cuda.`` device function the simulator lacks and every
+  ``numba.cuda.libdevice`` function (stock: empty stubs, stored as NaN) (``NotSimulatedError``).
 
 Use: ``install()`` once in a process whose simulator launches should use this engine (the
 simulator worker does). ``current_thread()`` is the simulated CUDA thread running now.
@@ -825,6 +825,33 @@ NOT_SIMULATED = frozenset(("ldca", "ldcg", "ldcs", "ldlu", "ldcv", "stcg", "stcs
 _MAIN_CODE = SimThread.main.__code__
 
 
+def _refuse_libdevice() -> None:
+    """numba.cuda.libdevice's functions are empty stubs on the simulator (a kernel would store their
+    None as NaN): make each one refuse in one line instead."""
+    import math
+    import types
+
+    try:
+        from numba.cuda import libdevice
+    except ImportError:
+        return
+    for name, fn in list(vars(libdevice).items()):
+        if not isinstance(fn, types.FunctionType) or fn.__module__ != libdevice.__name__:
+            continue
+        base = name[:-1] if name.endswith("f") and hasattr(math, name[:-1]) else name
+        hint = (
+            f"use math.{base} or run this kernel on a GPU"
+            if hasattr(math, base)
+            else "run this kernel on a GPU"
+        )
+
+        def refuse(*args, _name=name, _hint=hint, **kwargs):
+            raise NotSimulatedError(f"libdevice.{_name} is not simulated: {_hint}")
+
+        refuse.__name__ = name
+        setattr(libdevice, name, refuse)
+
+
 def uses_grid_sync(fn) -> bool:
     """Whether a kernel names ``this_grid`` (cuda.cg.this_grid()), itself or in a device function or
     same-module Python function it names: such a kernel is launched cooperatively (numba-cuda does the
@@ -1028,6 +1055,8 @@ def install(**limits) -> None:
             if name in NOT_SIMULATED:
                 raise NotSimulatedError(f"cuda.{name} is not simulated: run this kernel on a GPU")
             raise AttributeError(f"the simulated cuda module has no attribute {name!r}")
+
+    _refuse_libdevice()
 
     # cuda.cg.this_grid().sync(): a grid-wide barrier (patched in the stock class, so a recorder that
     # wraps GridGroup.sync later wraps this one)
