@@ -350,7 +350,7 @@ class _Launch:
         from numba.cuda.simulator.kernelapi import Dim3
 
         self.points = [Dim3(x, y, z) for z in range(bz) for y in range(by) for x in range(bx)]
-        self.last_progress = time.monotonic()  # a thread finished or a barrier released
+        self.last_progress = time.monotonic()  # a thread finished, reached a barrier or passed one
         self.yields = self.yields_at_progress = 0  # switches at atomics and fences
         self.watchdog = _Watchdog(self)
 
@@ -443,6 +443,9 @@ class _Launch:
                     ready.append(t)
                     self.yields += 1
                     continue
+                if state is not DONE:  # reached a barrier: progress (a spinning thread reaches none)
+                    self.last_progress = time.monotonic()
+                    self.yields_at_progress = self.yields
                 if state is BARRIER:
                     b.waiting.append(t)
                     if len(b.waiting) == b.live:  # every live thread of the block is at the barrier
