@@ -149,7 +149,11 @@ class _Block:
         self.votes = np.zeros(n, np.bool_)
         self.alive = np.ones(n, np.bool_)  # not exited: only these vote
         self.warps = [self.threads[w : w + 32] for w in range(0, n, 32)]
-        self.wpending = [0] * len(self.warps)  # lanes of each warp waiting at a warp intrinsic
+        # per warp: the rendezvous in progress {(intrinsic, mask): [lanes there]}, the lanes waiting at
+        # activemask(), the bits of its lanes still running (missing lanes of a partial warp are 0)
+        self.wgroups: list[dict] = [{} for _ in self.warps]
+        self.wactive: list[list] = [[] for _ in self.warps]
+        self.wlive = [(1 << len(lanes)) - 1 for lanes in self.warps]
         self.shared = shared  # [allocations, dynamic buffer, poisoned] of a co-resident block
 
 
@@ -451,7 +455,7 @@ class _Launch:
                     if len(b.waiting) == b.live:  # every live thread of the block is at the barrier
                         self._release(b.waiting)
                 elif state is WARP:
-                    b.wpending[t.thread_id >> 5] += 1
+                    self._warp_arrive(b, t)
                 elif state is GRID:
                     grid_waiting.append(t)
                     if len(grid_waiting) == self.live:  # every live thread of the grid
@@ -473,9 +477,15 @@ class _Launch:
                         self._release(b.waiting)
                     if grid_waiting and len(grid_waiting) == self.live:
                         self._release(grid_waiting)
-                w = t.thread_id >> 5
-                if b.wpending[w]:
-                    self._warp_check(b, w)
+                    w = t.thread_id >> 5
+                    b.wlive[w] &= ~(1 << (t.thread_id & 31))
+                    groups = b.wgroups[w]
+                    for key in list(groups):  # a rendezvous may now be complete without this lane
+                        g = groups.get(key)
+                        if g is not None and len(g) == (key[1] & b.wlive[w]).bit_count():
+                            self._warp_resolve(b, w, key, g)
+                if b.wactive[t.thread_id >> 5]:
+                    self._activemask_check(b, t.thread_id >> 5)
             if self.live:  # threads left, none of which can go on
                 raise KernelHangError(self.describe("deadlock: no thread can go on"))
         except _WatchdogInterrupt:
@@ -485,52 +495,48 @@ class _Launch:
             self.current = None
 
     # --- warp intrinsics -----------------------------------------------------------------------
-    def _warp_check(self, b, w):
-        """Resolve every rendezvous of warp w of block b that is complete."""
-        lanes = b.warps[w]
-        waiting = [x for x in lanes if x.state is WARP]
-        groups: dict = {}
-        for x in waiting:
-            kind, mask = x.wop[0], x.wop[1]
-            if kind == "activemask":
-                # the lanes that reach one activemask() together: resolved once no lane of the warp
-                # can run on (every other lane has exited or waits somewhere)
-                if all(y.state is DONE or y.state in BLOCKED for y in lanes):
-                    groups.setdefault(("activemask", x.wop[2]), []).append(x)
-            else:
-                groups.setdefault((kind, mask), None)
-        for key, members in groups.items():
-            if key[0] == "activemask":
-                bits = 0
-                for x in members:
-                    bits |= 1 << (x.thread_id & 31)
-                for x in members:
-                    x.wresult = np.uint32(bits)
-                self._warp_done(b, w, members)
-                continue
-            kind, mask = key
-            parts, exited = [], []
-            for lane in range(32):
-                if not (mask >> lane) & 1:
-                    continue
-                x = lanes[lane] if lane < len(lanes) else None
-                if x is None or x.state is DONE:
-                    exited.append(lane)
-                elif x.state is WARP and x.wop[0] == kind and x.wop[1] == mask:
-                    parts.append(x)
-                else:
-                    break  # a named lane has not come yet (or waits elsewhere: a deadlock shows later)
-            else:
-                self._warp_resolve(b, w, kind, mask, parts, exited)
+    def _warp_arrive(self, b, t):
+        w = t.thread_id >> 5
+        kind, mask = t.wop[0], t.wop[1]
+        if kind == "activemask":
+            b.wactive[w].append(t)
+            return  # resolved by the check after every state change of the warp's lanes
+        key = (kind, mask)
+        g = b.wgroups[w].setdefault(key, [])
+        g.append(t)
+        if len(g) == (mask & b.wlive[w]).bit_count():  # every live lane the mask names is here
+            self._warp_resolve(b, w, key, g)
 
-    def _warp_done(self, b, w, members):
-        b.wpending[w] -= len(members)
+    def _activemask_check(self, b, w):
+        """activemask(): the lanes that reach one call together, once no lane of the warp can run on
+        (every other lane has exited or waits somewhere)."""
+        for y in b.warps[w]:
+            if y.state is not DONE and y.state not in BLOCKED:
+                return
+        waiting = b.wactive[w]
+        sites: dict = {}
+        for x in waiting:
+            sites.setdefault(x.wop[2], []).append(x)
+        waiting.clear()
+        for members in sites.values():
+            bits = 0
+            for x in members:
+                bits |= 1 << (x.thread_id & 31)
+            for x in members:
+                x.wresult = np.uint32(bits)
+            self._warp_done(members)
+
+    def _warp_done(self, members):
         for x in members:
             x.wop = None
         self._release(list(members))
 
-    def _warp_resolve(self, b, w, kind, mask, parts, exited):
+    def _warp_resolve(self, b, w, key, group):
+        kind, mask = key
+        del b.wgroups[w][key]
+        parts = sorted(group, key=lambda x: x.thread_id)
         base = w * 32
+        exited = [lane for lane in range(32) if (mask >> lane) & 1 and not (b.wlive[w] >> lane) & 1]
         if exited and kind in _VOTES:
             gone = ", ".join(
                 str(lane) + ("" if base + lane < len(b.threads) else " (no such thread)") for lane in exited
@@ -595,7 +601,7 @@ class _Launch:
                 res = (np.uint32(mask if same else 0).view(np.int32), same)
                 for x in parts:
                     x.wresult = res
-        self._warp_done(b, w, parts)
+        self._warp_done(parts)
 
     def _worker(self, t):
         """A greenlet that runs one simulated thread after another (parked between them)."""
