@@ -3,8 +3,8 @@
 Stock cudasim starts one OS thread per CUDA thread for every block and implements ``syncthreads``
 with a manager thread that busy-polls every thread's flag, fighting the simulated threads for the
 GIL. Here every CUDA thread of a block is a greenlet on the launching OS thread: a thread runs
-until it reaches a barrier (``syncthreads*``, a grid sync), an atomic or a fence, or ends, and then
-the next one runs, in linear thread order (x fastest, as warps are formed). No GIL contention, no
+until it reaches a barrier (``syncthreads*``, a grid sync, a warp intrinsic), an atomic or a fence,
+or ends, and then the next one runs, in linear thread order (x fastest, as warps are formed). No GIL contention, no
 OS thread per CUDA thread, and the same interleaving on every run.
 
 Kept from the stock simulator: blocks run one after another in ``np.ndindex`` order; threads that
