@@ -87,7 +87,8 @@ def test_refusals_are_one_line(sim):
         assert msg is not None and "\n" not in msg, (name, msg)
     assert r["own_lane_missing"].startswith("WarpError: tid=[16, 0, 0]")
     assert "mask 0x0000ffff, which leaves out the calling lane" in r["own_lane_missing"]
-    assert "names lanes that have exited: 8, 9," in r["vote_names_exited"]
+    assert "mask 0xffffffff names lanes that have exited: 8-31 (undefined on a GPU;" in r["vote_names_exited"]
+    assert "names lanes that have exited: 4-15 (no such thread: the block ends)" in r["vote_names_missing"]
     assert r["shfl_from_outside"] == (
         "WarpError: tid=[32, 0, 0] ctaid=[0, 0, 0]: cuda.shfl_down_sync with mask 0xffffffff: lane 0 reads "
         "lane 16, which does not exist (the block ends before it) (its value is undefined on a GPU)"
@@ -107,6 +108,14 @@ def test_refusals_are_one_line(sim):
         "]: libdevice.sinf is not simulated: use math.sin or run this kernel on a GPU"
     )
     assert "grid sync in a launch the simulator did not run as cooperative" in r["hidden_grid_sync"]
+    g = r["grid_deadlock"]
+    assert g.startswith(
+        "KernelHangError: deadlock: no thread can go on in a cooperative launch of 2 blocks: "
+    )
+    assert (
+        "4 threads (0,0,0)..(3,0,0) wait at a grid sync at warp_cases.py:" in g and "in block [0, 0, 0]" in g
+    )
+    assert "thread (0,0,0) waits at a barrier at warp_cases.py:" in g
     assert (
         "300 blocks = 76,800 threads cannot be co-resident on the simulator (limit 65,536"
         in r["coop_too_large"]

@@ -596,6 +596,16 @@ def k_libdevice(x, out):
     out[i] = libdevice.sinf(x[i])
 
 
+@cuda.jit
+def k_grid_deadlock(out):
+    g = cuda.cg.this_grid()
+    if cuda.blockIdx.x == 1 and cuda.threadIdx.x == 0:
+        cuda.syncthreads()  # the rest of its block waits at the grid sync: never met
+    else:
+        g.sync()
+    out[cuda.grid(1)] = 1
+
+
 def _refusal(fn):
     try:
         fn()
@@ -607,12 +617,14 @@ def _refusal(fn):
 REFUSALS = {
     "own_lane_missing": lambda: k_own_lane_missing[1, 32](_z(32)),
     "vote_names_exited": lambda: k_vote_names_exited[1, 32](_z(32)),
+    "vote_names_missing": lambda: k_own_lane_missing[1, 4](_z(4)),  # mask 0xffff: lanes 4-15 do not exist
     "shfl_from_outside": lambda: k_shfl_from_outside[1, 48](_z(48)),
     "warp_deadlock": lambda: k_warp_deadlock[1, 32](_z(32)),
     "sys_exit": lambda: k_sys_exit[1, 8](_z(8)),
     "cache_hint": lambda: k_cache_hint[1, 1](_z(4), _z(1)),
     "libdevice": lambda: k_libdevice[1, 4](np.ones(4, np.float32), _z(4, dtype=np.float32)),
     "hidden_grid_sync": lambda: k_hidden_grid_sync[2, 4](_z(8)),
+    "grid_deadlock": lambda: k_grid_deadlock[2, 4](_z(8)),
     "coop_too_large": lambda: solve_heat_equation[300, 256](np.zeros(10), np.zeros(10), 1, 0.25),
 }
 

@@ -311,6 +311,18 @@ def _shfl_source(kind: str, lane: int, b) -> int:
     return lane ^ b
 
 
+def _lane_ranges(lanes: list[int]) -> str:
+    """[8, 9, 10, 12] -> '8-10, 12'."""
+    parts, i = [], 0
+    while i < len(lanes):
+        j = i
+        while j + 1 < len(lanes) and lanes[j + 1] == lanes[j] + 1:
+            j += 1
+        parts.append(str(lanes[i]) if i == j else f"{lanes[i]}-{lanes[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
 def _match_key(v):
     """match_*_sync compares the value's bits (floats bitcast to integers)."""
     if isinstance(v, np.generic):
@@ -538,9 +550,12 @@ class _Launch:
         base = w * 32
         exited = [lane for lane in range(32) if (mask >> lane) & 1 and not (b.wlive[w] >> lane) & 1]
         if exited and kind in _VOTES:
-            gone = ", ".join(
-                str(lane) + ("" if base + lane < len(b.threads) else " (no such thread)") for lane in exited
-            )
+            missing = [lane for lane in exited if base + lane >= len(b.threads)]
+            gone = _lane_ranges([lane for lane in exited if base + lane < len(b.threads)])
+            if missing:
+                gone = ", ".join(
+                    filter(None, (gone, f"{_lane_ranges(missing)} (no such thread: the block ends)"))
+                )
             self._fail(
                 parts[0],
                 WarpError(
