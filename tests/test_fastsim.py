@@ -20,7 +20,14 @@ CASES_PY = HERE / "fastsim_cases.py"
 sys.path.insert(0, str(HERE))
 import fastsim_cases  # noqa: E402  (names only: the kernels run in subprocesses)
 
-DIVERGENT = {"shared_first_read", "shared_first_read_int", "dynamic_shared_first_read", "two_arg_exception"}
+DIVERGENT = {
+    "shared_first_read",
+    "shared_first_read_int",
+    "dynamic_shared_first_read",
+    "two_arg_exception",
+    "votes_with_exited_threads",
+    "sys_exit_ends_the_thread",
+}
 SAME = [name for name in fastsim_cases.CASES if name not in DIVERGENT]
 
 
@@ -117,6 +124,24 @@ def test_shared_memory_is_fresh_and_poisoned_per_block(engines):
     )
     np.testing.assert_array_equal(stock_dyn["out"][1], 5.0)  # block 0's writes
     assert np.isnan(fast_dyn["out"]).all()
+
+
+def test_exited_threads_do_not_vote(engines):
+    # stock counts an exited thread's vote as false ("and" 0); fastsim counts live threads only, as
+    # the hardware does (tests/test_warp_sim.py checks a kernel of this kind on the GPU)
+    fast = engines["fast"]["votes_with_exited_threads"]
+    np.testing.assert_array_equal(fast["count"], [32, 16, 16])
+    np.testing.assert_array_equal(fast["and"], [1, 1, 1])
+    np.testing.assert_array_equal(fast["or"], [1, 0, 0])
+
+
+def test_sys_exit_is_refused_in_one_line(engines):
+    fast = engines["fast"]["sys_exit_ends_the_thread"]["raised"]
+    assert fast["raised"] == "NotSimulatedError"
+    assert fast["message"] == (
+        "tid=[1, 0, 0] ctaid=[0, 0, 0]: sys.exit() in a kernel is not supported: numba cannot compile it "
+        "for a GPU (end the thread with return)"
+    )
 
 
 def test_exception_with_two_argument_constructor_is_reported(engines):

@@ -3,14 +3,13 @@
 Stock cudasim starts one OS thread per CUDA thread for every block and implements ``syncthreads``
 with a manager thread that busy-polls every thread's flag, fighting the simulated threads for the
 GIL. Here every CUDA thread of a block is a greenlet on the launching OS thread: a thread runs
-until it reaches a barrier (``syncthreads*``, a grid sync), an atomic or a fence, or ends, and then
-the next one runs, in linear thread order (x fastest, as warps are formed). No GIL contention, no
+until it reaches a barrier (``syncthreads*``, a grid sync, a warp intrinsic), an atomic or a fence,
+or ends, and then the next one runs, in linear thread order (x fastest, as warps are formed). No GIL contention, no
 OS thread per CUDA thread, and the same interleaving on every run.
 
 Kept from the stock simulator: blocks run one after another in ``np.ndindex`` order; threads that
-have exited do not count at a barrier; ``syncthreads_count/and/or`` see only their own block's votes
-(an exited thread's vote is 0, as in stock); an exception in one thread aborts the launch and is
-re-raised with ``tid=[..] ctaid=[..]`` in its message; ``sys.exit()`` in a kernel ends that thread.
+have exited do not count at a barrier; an exception in one thread aborts the launch and is re-raised
+with ``tid=[..] ctaid=[..]`` in its message.
 
 Where this engine differs on purpose (hardware is what it follows):
 
@@ -21,7 +20,23 @@ Where this engine differs on purpose (hardware is what it follows):
   that runs past a CPU-time limit is stopped with a one-line ``KernelHangError`` that says which
   threads wait at which barrier and where the others are (stock hangs for ever);
 * an exception whose class cannot be rebuilt from one message argument is re-raised as its own
-  class anyway (stock loses it and reports success).
+  class anyway (stock loses it and reports success);
+* ``syncthreads_count/and/or`` count the votes of the threads still running only (stock also counts
+  exited threads: their last vote, or false);
+* a kernel that calls ``cuda.cg.this_grid()`` (itself or in a device function) is a cooperative
+  launch: the threads of all its blocks are co-resident, so ``grid.sync()`` is a real grid-wide
+  barrier (stock runs the blocks one after another, so its grid sync is a block barrier); a
+  cooperative launch of more than ``COOP_MAX_THREADS`` threads is refused, as a GPU refuses one
+  larger than ``max_cooperative_grid_blocks`` (stock's answer to that is 1 block);
+* the warp intrinsics (``shfl_*sync``, ``ballot/all/any/eq_sync``, ``match_any/all_sync``,
+  ``syncwarp``, ``activemask``, ``lanemask_lt``) exist: a warp is 32 consecutive linear thread ids
+  of a block, and a ``*_sync`` call is a rendezvous of the live lanes its mask names (stock has none
+  of them). What a GPU leaves undefined is refused in one line (``WarpError``): a mask without the
+  caller's lane, a vote or match whose mask names exited lanes, a shuffle from a lane that is not
+  taking part; ``activemask()`` is the set of the warp's lanes that reach the same call together;
+* ``sys.exit()`` in a kernel is refused in one line (numba cannot compile it for a GPU; stock ends
+  the thread silently), and so is any other ``cuda.`` device function the simulator lacks and every
+  ``numba.cuda.libdevice`` function (stock: empty stubs, stored as NaN) (``NotSimulatedError``).
 
 Use: ``install()`` once in a process whose simulator launches should use this engine (the
 simulator worker does). ``current_thread()`` is the simulated CUDA thread running now.
@@ -53,9 +68,22 @@ SHARED_CALLER_SKIP: set[str] = set()  # files of wrappers around FakeCUDAShared.
 
 STUCK_EXIT_CODE = 70  # the worker's exit status when a stuck kernel could not be interrupted
 
+# A cooperative launch (grid sync) runs every thread of the grid co-resident, as a GPU must: this many
+# threads at most (an H200 holds at most 132 SMs x 2,048 = 270,336, fewer when registers or shared
+# memory limit occupancy; the simulator's limit is its memory: every live thread is a greenlet, ~7 kB).
+COOP_MAX_THREADS = int(os.environ.get("FASTSIM_COOP_MAX_THREADS", 65_536))
+
 
 class KernelHangError(RuntimeError):
     """A simulated launch was stopped: deadlocked, spinning or over its CPU-time limit."""
+
+
+class NotSimulatedError(RuntimeError):
+    """The kernel uses something the simulator does not simulate (or a GPU would not run)."""
+
+
+class WarpError(RuntimeError):
+    """A warp intrinsic used in a way a GPU leaves undefined (the simulator refuses to invent a result)."""
 
 
 class _WatchdogInterrupt(BaseException):
@@ -101,6 +129,32 @@ def poison_fill(arr: np.ndarray) -> np.ndarray:
 
 
 RUNNING, BARRIER, YIELDED, DONE = "running", "barrier", "yielded", "done"
+WARP, GRID = "warp", "grid"  # waiting at a warp intrinsic's rendezvous; at a grid sync
+BLOCKED = (BARRIER, WARP, GRID)
+
+_VOTES = ("ballot_sync", "all_sync", "any_sync", "eq_sync", "match_any_sync", "match_all_sync")
+
+
+class _Block:
+    """One block of a launch: its threads, its barrier, its votes, its warps and (in a cooperative
+    launch, where blocks are co-resident) its own shared memory."""
+
+    def __init__(self, launch, manager, block_idx, shared=None):
+        self.idx = block_idx
+        self.manager = manager
+        self.threads = [SimThread(launch, self, block_idx, p, i) for i, p in enumerate(launch.points)]
+        n = len(self.threads)
+        self.live = n
+        self.waiting: list[SimThread] = []  # at syncthreads
+        self.votes = np.zeros(n, np.bool_)
+        self.alive = np.ones(n, np.bool_)  # not exited: only these vote
+        self.warps = [self.threads[w : w + 32] for w in range(0, n, 32)]
+        # per warp: the rendezvous in progress {(intrinsic, mask): [lanes there]}, the lanes waiting at
+        # activemask(), the bits of its lanes still running (missing lanes of a partial warp are 0)
+        self.wgroups: list[dict] = [{} for _ in self.warps]
+        self.wactive: list[list] = [[] for _ in self.warps]
+        self.wlive = [(1 << len(lanes)) - 1 for lanes in self.warps]
+        self.shared = shared  # [allocations, dynamic buffer, poisoned] of a co-resident block
 
 
 class SimThread:
@@ -108,9 +162,9 @@ class SimThread:
 
     daemon = True
 
-    def __init__(self, launch, manager, block_idx, thread_idx, thread_id):
+    def __init__(self, launch, block, block_idx, thread_idx, thread_id):
         self._launch = launch
-        self._manager = manager  # stock BlockManager of this block: block_state for the votes
+        self.block = block
         self.blockIdx = block_idx
         self.threadIdx = thread_idx
         self.thread_id = thread_id
@@ -119,6 +173,8 @@ class SimThread:
         self.abort = False
         self.debug = launch.debug
         self.glet = None
+        self.wop = None  # (intrinsic, mask, value, argument) while at a warp intrinsic
+        self.wresult = None
 
     # threading.Thread look-alikes, for code that calls threading.current_thread() in a kernel
     @property
@@ -139,7 +195,12 @@ class SimThread:
         try:
             f(*args)
         except SystemExit:
-            pass  # as in stock cudasim: sys.exit() ends this thread only
+            if not self._launch.dead:
+                e = NotSimulatedError(
+                    "sys.exit() in a kernel is not supported: numba cannot compile it for a GPU "
+                    "(end the thread with return)"
+                )
+                self.exception = (_with_where(e, self), None)
         except _WatchdogInterrupt:
             self._launch.stopping = True
         except BaseException as e:
@@ -148,41 +209,68 @@ class SimThread:
             self.exception = (_with_where(e, self), e.__traceback__)
         self.state = DONE
 
-    def syncthreads(self):
+    def _wait(self, state, where):
         if self.abort:
-            raise RuntimeError("abort flag set on syncthreads call")
-        self.state = BARRIER
+            raise RuntimeError(f"abort flag set on {where} call")
+        self.state = state
         self._launch.sched.switch()
         if self.abort:
-            raise RuntimeError("abort flag set on syncthreads clear")
+            raise RuntimeError(f"abort flag set on {where} clear")
+
+    def syncthreads(self):
+        self._wait(BARRIER, "syncthreads")
 
     def yield_now(self):
         self.state = YIELDED
         self._launch.sched.switch()
 
+    def grid_sync(self):
+        launch = self._launch
+        if launch.coop:
+            self._wait(GRID, "grid sync")
+        elif launch.nblocks == 1:
+            self.syncthreads()
+        else:  # a kernel that reached this_grid() in a way the launch's scan did not see
+            raise NotSimulatedError(
+                "grid sync in a launch the simulator did not run as cooperative (all blocks at once): call "
+                "cuda.cg.this_grid() in the kernel or in a @cuda.jit device function it names"
+            )
+
+    def _vote(self, value):
+        b = self.block
+        b.votes[self.thread_id] = bool(value)
+        self.syncthreads()
+        live_votes = b.votes[b.alive]  # every live thread is at this vote; exited ones do not count
+        self.syncthreads()
+        return live_votes
+
     def syncthreads_count(self, value):
-        state = self._manager.block_state
-        state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
-        self.syncthreads()
-        count = np.count_nonzero(state)
-        self.syncthreads()
-        return count
+        return int(np.count_nonzero(self._vote(value)))
 
     def syncthreads_and(self, value):
-        state = self._manager.block_state
-        state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
-        self.syncthreads()
-        test = np.all(state)
-        self.syncthreads()
-        return 1 if test else 0
+        return 1 if self._vote(value).all() else 0
 
     def syncthreads_or(self, value):
-        state = self._manager.block_state
-        state[self.threadIdx.x, self.threadIdx.y, self.threadIdx.z] = value
-        self.syncthreads()
-        test = np.any(state)
-        self.syncthreads()
-        return 1 if test else 0
+        return 1 if self._vote(value).any() else 0
+
+    def warp_op(self, kind, mask, value=None, arg=0):
+        """A ``*_sync`` warp intrinsic: wait until every live lane the mask names has called the same
+        one with the same mask (the scheduler computes the results)."""
+        mask = int(mask) & 0xFFFFFFFF
+        lane = self.thread_id & 31
+        if not (mask >> lane) & 1:
+            raise WarpError(
+                f"cuda.{kind} called by lane {lane} with mask {mask:#010x}, which leaves out the calling lane "
+                "(undefined on a GPU)"
+            )
+        self.wop = (kind, mask, value, arg)
+        self._wait(WARP, f"cuda.{kind}")
+        return self.wresult
+
+    def activemask(self, site):
+        self.wop = ("activemask", None, site, 0)
+        self._wait(WARP, "cuda.activemask")
+        return self.wresult
 
 
 def _with_where(e: BaseException, t: SimThread) -> BaseException:
@@ -210,6 +298,40 @@ def _with_where(e: BaseException, t: SimThread) -> BaseException:
     return RuntimeError(f"{where}: {cls.__name__}: {text}")
 
 
+def _shfl_source(kind: str, lane: int, b) -> int:
+    """The lane a shuffle reads, as PTX's shfl.sync computes it with numba's clamp values (width 32):
+    only b's low 5 bits count; a source past either end of the warp is the caller's own lane."""
+    b = int(b) & 31
+    if kind == "shfl_sync":
+        return b
+    if kind == "shfl_up_sync":
+        return lane - b if lane >= b else lane
+    if kind == "shfl_down_sync":
+        return lane + b if lane + b <= 31 else lane
+    return lane ^ b
+
+
+def _lane_ranges(lanes: list[int]) -> str:
+    """[8, 9, 10, 12] -> '8-10, 12'."""
+    parts, i = [], 0
+    while i < len(lanes):
+        j = i
+        while j + 1 < len(lanes) and lanes[j + 1] == lanes[j] + 1:
+            j += 1
+        parts.append(str(lanes[i]) if i == j else f"{lanes[i]}-{lanes[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def _match_key(v):
+    """match_*_sync compares the value's bits (floats bitcast to integers)."""
+    if isinstance(v, np.generic):
+        return (v.dtype.itemsize, v.tobytes()) if v.dtype.kind in "fc" else int(v)
+    if isinstance(v, float):
+        return (8, np.float64(v).tobytes())
+    return int(v)
+
+
 # ---------------------------------------------------------------------------------------- launch
 
 
@@ -234,36 +356,91 @@ class _Launch:
         self.ready: deque = deque()
         self.idle: list = []  # greenlets whose thread has finished, ready to run another
         self.block_idx = None
+        self.blocks: list[_Block] = []
+        self.coop = False  # a cooperative launch: every block's threads co-resident
+        self.nblocks = 1
+        self.live = 0
+        self.grid_waiting: list[SimThread] = []
         # x fastest, as hardware forms warps (np.ndindex would make z fastest)
         bx, by, bz = block_dim
         from numba.cuda.simulator.kernelapi import Dim3
 
         self.points = [Dim3(x, y, z) for z in range(bz) for y in range(by) for x in range(bx)]
-        self.last_progress = time.monotonic()  # a thread finished or a barrier released
+        self.last_progress = time.monotonic()  # a thread finished, reached a barrier or passed one
         self.yields = self.yields_at_progress = 0  # switches at atomics and fences
         self.watchdog = _Watchdog(self)
 
     def run_block(self, manager, grid_point):
-        from greenlet import getcurrent, greenlet
+        """One block, as stock runs them: alone, in the module's shared memory made fresh."""
         from numba.cuda.simulator.kernelapi import Dim3
 
-        module = self.module
         block_idx = Dim3(*grid_point)
-        self.block_idx = block_idx
-        module.blockIdx = block_idx
-        module._shared._new_block()
+        self.module._shared._new_block()
         for hook in BLOCK_START_HOOKS:
             hook(block_idx)
-        threads = [SimThread(self, manager, block_idx, p, i) for i, p in enumerate(self.points)]
-        self.threads = threads
+        self.run_blocks([_Block(self, manager, block_idx)])
+        self.blocks_done += 1
+
+    def run_cooperative(self, managers):
+        """Every block of the grid at once, each with its own shared memory: grid sync is real."""
+        from numba.cuda.simulator.kernelapi import Dim3
+
+        size = self.module._shared._dynshared_size
+        blocks = []
+        for manager, grid_point in managers:
+            block_idx = Dim3(*grid_point)
+            blocks.append(_Block(self, manager, block_idx, [{}, np.zeros(size, dtype=np.byte), False]))
+            for hook in BLOCK_START_HOOKS:
+                hook(block_idx)
+        self.run_blocks(blocks)
+        self.blocks_done += len(blocks)
+
+    def _enter_block(self, b, prev):
+        module = self.module
+        module.blockIdx = b.idx
+        self.block_idx = b.idx
+        if b.shared is not None:
+            sh = module._shared
+            if prev is not None and prev.shared is not None:
+                prev.shared[2] = sh._dyn_poisoned
+            sh._allocations, sh._dynshared, sh._dyn_poisoned = b.shared
+
+    def _release(self, group):
+        for t in group:
+            t.state = RUNNING
+        self.ready.extend(group)
+        group.clear()
+        self.last_progress = time.monotonic()
+        self.yields_at_progress = self.yields
+
+    def _fail(self, t, exc):
+        """Abort the launch with exc, reported as thread t's."""
+        for b in self.blocks:
+            for other in b.threads:
+                other.abort = True
+        self.dead = True
+        raise _with_where(exc, t)
+
+    def run_blocks(self, blocks):
+        from greenlet import getcurrent, greenlet
+
+        module = self.module
+        self.blocks = blocks
+        threads = self.threads = [t for b in blocks for t in b.threads]
         sched = self.sched = getcurrent()
         idle = self.idle
         ready = self.ready = deque(threads)
-        waiting: list[SimThread] = []
+        self.live = len(threads)
+        grid_waiting = self.grid_waiting = []
+        cur_block = None
         self.last_progress = time.monotonic()
         try:
             while ready:
                 t = ready.popleft()
+                b = t.block
+                if b is not cur_block:
+                    self._enter_block(b, cur_block)
+                    cur_block = b
                 self.current = t
                 module.threadIdx = t.threadIdx
                 module.laneid = t.thread_id & 31
@@ -281,13 +458,20 @@ class _Launch:
                 if state is YIELDED:
                     ready.append(t)
                     self.yields += 1
-                elif state is BARRIER:
-                    waiting.append(t)
-                    if not ready:  # every live thread is at the barrier: release them
-                        ready.extend(waiting)
-                        waiting.clear()
-                        self.last_progress = time.monotonic()
-                        self.yields_at_progress = self.yields
+                    continue
+                if state is not DONE:  # reached a barrier: progress (a spinning thread reaches none)
+                    self.last_progress = time.monotonic()
+                    self.yields_at_progress = self.yields
+                if state is BARRIER:
+                    b.waiting.append(t)
+                    if len(b.waiting) == b.live:  # every live thread of the block is at the barrier
+                        self._release(b.waiting)
+                elif state is WARP:
+                    self._warp_arrive(b, t)
+                elif state is GRID:
+                    grid_waiting.append(t)
+                    if len(grid_waiting) == self.live:  # every live thread of the grid
+                        self._release(grid_waiting)
                 else:
                     idle.append(t.glet)
                     t.glet = None
@@ -296,17 +480,143 @@ class _Launch:
                             other.abort = True
                         self.dead = True
                         raise t.exception[0].with_traceback(t.exception[1])
+                    b.live -= 1
+                    self.live -= 1
+                    b.alive[t.thread_id] = False
                     self.last_progress = time.monotonic()
                     self.yields_at_progress = self.yields
-                    if not ready and waiting:  # the last thread not at the barrier has exited
-                        ready.extend(waiting)
-                        waiting.clear()
+                    if b.waiting and len(b.waiting) == b.live:  # the last thread not at the barrier exited
+                        self._release(b.waiting)
+                    if grid_waiting and len(grid_waiting) == self.live:
+                        self._release(grid_waiting)
+                    w = t.thread_id >> 5
+                    b.wlive[w] &= ~(1 << (t.thread_id & 31))
+                    groups = b.wgroups[w]
+                    for key in list(groups):  # a rendezvous may now be complete without this lane
+                        g = groups.get(key)
+                        if g is not None and len(g) == (key[1] & b.wlive[w]).bit_count():
+                            self._warp_resolve(b, w, key, g)
+                if b.wactive[t.thread_id >> 5]:
+                    self._activemask_check(b, t.thread_id >> 5)
+            if self.live:  # threads left, none of which can go on
+                raise KernelHangError(self.describe("deadlock: no thread can go on"))
         except _WatchdogInterrupt:
             self.dead = True
             raise KernelHangError(self.report or "the simulated launch was stopped by the watchdog") from None
         finally:
             self.current = None
-        self.blocks_done += 1
+
+    # --- warp intrinsics -----------------------------------------------------------------------
+    def _warp_arrive(self, b, t):
+        w = t.thread_id >> 5
+        kind, mask = t.wop[0], t.wop[1]
+        if kind == "activemask":
+            b.wactive[w].append(t)
+            return  # resolved by the check after every state change of the warp's lanes
+        key = (kind, mask)
+        g = b.wgroups[w].setdefault(key, [])
+        g.append(t)
+        if len(g) == (mask & b.wlive[w]).bit_count():  # every live lane the mask names is here
+            self._warp_resolve(b, w, key, g)
+
+    def _activemask_check(self, b, w):
+        """activemask(): the lanes that reach one call together, once no lane of the warp can run on
+        (every other lane has exited or waits somewhere)."""
+        for y in b.warps[w]:
+            if y.state is not DONE and y.state not in BLOCKED:
+                return
+        waiting = b.wactive[w]
+        sites: dict = {}
+        for x in waiting:
+            sites.setdefault(x.wop[2], []).append(x)
+        waiting.clear()
+        for members in sites.values():
+            bits = 0
+            for x in members:
+                bits |= 1 << (x.thread_id & 31)
+            for x in members:
+                x.wresult = np.uint32(bits)
+            self._warp_done(members)
+
+    def _warp_done(self, members):
+        for x in members:
+            x.wop = None
+        self._release(list(members))
+
+    def _warp_resolve(self, b, w, key, group):
+        kind, mask = key
+        del b.wgroups[w][key]
+        parts = sorted(group, key=lambda x: x.thread_id)
+        base = w * 32
+        exited = [lane for lane in range(32) if (mask >> lane) & 1 and not (b.wlive[w] >> lane) & 1]
+        if exited and kind in _VOTES:
+            missing = [lane for lane in exited if base + lane >= len(b.threads)]
+            gone = _lane_ranges([lane for lane in exited if base + lane < len(b.threads)])
+            if missing:
+                gone = ", ".join(
+                    filter(None, (gone, f"{_lane_ranges(missing)} (no such thread: the block ends)"))
+                )
+            self._fail(
+                parts[0],
+                WarpError(
+                    f"cuda.{kind} with mask {mask:#010x} names lanes that have exited: {gone} "
+                    "(undefined on a GPU; pass cuda.activemask() or a mask of the live lanes)"
+                ),
+            )
+        by_lane = {x.thread_id & 31: x for x in parts}
+        if kind.startswith("shfl"):
+            for x in parts:
+                lane = x.thread_id & 31
+                src = _shfl_source(kind, lane, x.wop[3])
+                y = by_lane.get(src)
+                if y is None:
+                    if not (mask >> src) & 1:
+                        why = "is not in the mask"
+                    elif base + src >= len(b.threads):
+                        why = "does not exist (the block ends before it)"
+                    else:
+                        why = "has exited"
+                    self._fail(
+                        x,
+                        WarpError(
+                            f"cuda.{kind} with mask {mask:#010x}: lane {lane} reads lane {src}, which {why} "
+                            "(its value is undefined on a GPU)"
+                        ),
+                    )
+                x.wresult = y.wop[2]
+        elif kind == "syncwarp":
+            for x in parts:
+                x.wresult = None
+        elif kind in ("ballot_sync", "all_sync", "any_sync", "eq_sync"):
+            bits = 0
+            for x in parts:
+                if x.wop[2]:
+                    bits |= 1 << (x.thread_id & 31)
+            if kind == "ballot_sync":
+                res = np.uint32(bits).view(np.int32)  # numba types it int32
+            elif kind == "all_sync":
+                res = bits == mask
+            elif kind == "any_sync":
+                res = bits != 0
+            else:
+                res = bits in (0, mask)
+            for x in parts:
+                x.wresult = res
+        else:  # match_any_sync, match_all_sync: values compared bit for bit, as the hardware does
+            keys = {x: _match_key(x.wop[2]) for x in parts}
+            if kind == "match_any_sync":
+                for x in parts:
+                    bits = 0
+                    for y in parts:
+                        if keys[y] == keys[x]:
+                            bits |= 1 << (y.thread_id & 31)
+                    x.wresult = np.uint32(bits).view(np.int32)
+            else:
+                same = len(set(keys.values())) == 1
+                res = (np.uint32(mask if same else 0).view(np.int32), same)
+                for x in parts:
+                    x.wresult = res
+        self._warp_done(parts)
 
     def _worker(self, t):
         """A greenlet that runs one simulated thread after another (parked between them)."""
@@ -374,6 +684,7 @@ class _Launch:
         """One line: which threads wait at which barrier, which still run and where."""
         running_frame = sys._current_frames().get(self.ident)
         groups: dict[tuple[int, str], list[SimThread]] = {}
+        coop = len(self.blocks) > 1
         for t in self.threads:
             if t.state == DONE:
                 continue
@@ -383,8 +694,15 @@ class _Launch:
                 key = (2, "not started yet")
             elif t.state == BARRIER:
                 key = (0, f"at a barrier at {_user_line(t.glet.gr_frame)}")
+            elif t.state == GRID:
+                key = (0, f"at a grid sync at {_user_line(t.glet.gr_frame)}")
+            elif t.state == WARP and t.wop is not None:
+                what = "activemask()" if t.wop[0] == "activemask" else f"{t.wop[0]}(mask {t.wop[1]:#010x})"
+                key = (0, f"at {what} at {_user_line(t.glet.gr_frame)}")
             else:
                 key = (1, f"running at {_user_line(t.glet.gr_frame)}")
+            if coop:
+                key = (key[0], f"{key[1]} in block {list(t.blockIdx)}")
             groups.setdefault(key, []).append(t)
         parts = []
         for (order, what), ts in sorted(groups.items()):
@@ -395,9 +713,12 @@ class _Launch:
         if len(parts) > 4:  # one line: the first places, then how many more
             parts = [*parts[:4], f"threads at {len(parts) - 4} more places"]
         done = sum(t.state == DONE for t in self.threads)
-        block = list(self.block_idx) if self.block_idx is not None else "?"
+        if coop:
+            where = f"in a cooperative launch of {len(self.blocks)} blocks"
+        else:
+            where = f"in block {list(self.block_idx) if self.block_idx is not None else '?'}"
         detail = "; ".join(parts) if parts else "no live threads"
-        return f"{why} in block {block}: {detail}; {done} of its threads had finished; launch stopped"
+        return f"{why} {where}: {detail}; {done} of its threads had finished; launch stopped"
 
 
 def _thread_span(ts: list[SimThread]) -> str:
@@ -474,7 +795,7 @@ class _Watchdog:
                     why = None
                     idle = time.monotonic() - launch.last_progress
                     limit = f"FASTSIM_STALL_S={self.stall_s:g}"
-                    if idle > self.stall_s and any(t.state == BARRIER for t in launch.threads):
+                    if idle > self.stall_s and any(t.state in BLOCKED for t in launch.threads):
                         why = (
                             f"deadlock: no thread finished or passed a barrier for {idle:.0f} s ({limit}) while "
                             "threads wait at a barrier"
@@ -521,6 +842,71 @@ def configure(
 
 
 # --------------------------------------------------------------------------------------- install
+
+
+# device functions of numba.cuda the simulated module does not have: named in one line, not an AttributeError
+NOT_SIMULATED = frozenset(("ldca", "ldcg", "ldcs", "ldlu", "ldcv", "stcg", "stcs", "stwb", "stwt"))
+_MAIN_CODE = SimThread.main.__code__
+
+
+def _refuse_libdevice() -> None:
+    """numba.cuda.libdevice's functions are empty stubs on the simulator (a kernel would store their
+    None as NaN): make each one refuse in one line instead."""
+    import math
+    import types
+
+    try:
+        from numba.cuda import libdevice
+    except ImportError:
+        return
+    for name, fn in list(vars(libdevice).items()):
+        if not isinstance(fn, types.FunctionType) or fn.__module__ != libdevice.__name__:
+            continue
+        base = name[:-1] if name.endswith("f") and hasattr(math, name[:-1]) else name
+        hint = (
+            f"use math.{base} or run this kernel on a GPU"
+            if hasattr(math, base)
+            else "run this kernel on a GPU"
+        )
+
+        def refuse(*args, _name=name, _hint=hint, **kwargs):
+            raise NotSimulatedError(f"libdevice.{_name} is not simulated: {_hint}")
+
+        refuse.__name__ = name
+        setattr(libdevice, name, refuse)
+
+
+def uses_grid_sync(fn) -> bool:
+    """Whether a kernel names ``this_grid`` (cuda.cg.this_grid()), itself or in a device function or
+    same-module Python function it names: such a kernel is launched cooperatively (numba-cuda does the
+    same when it compiles a grid group for a GPU)."""
+    import types
+
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    seen: set[int] = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        names: set[str] = set()
+        codes = [f.__code__]
+        while codes:
+            code = codes.pop()
+            if "this_grid" in code.co_names:
+                return True
+            names.update(code.co_names)
+            codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        glob = f.__globals__
+        for name in names:
+            v = glob.get(name)
+            if isinstance(v, FakeCUDAKernel):
+                todo.append(v.fn)
+            elif isinstance(v, types.FunctionType) and v.__globals__ is glob:
+                todo.append(v)
+    return False
 
 
 def _fast_paths() -> None:
@@ -641,6 +1027,74 @@ def install(**limits) -> None:
 
         threadfence_block = threadfence_system = threadfence
 
+        def nanosleep(self, ns):
+            _yield()  # a sleeping thread lets the others run; simulated time does not exist
+
+        # warp intrinsics (numba's signatures: no width argument; the masks are 32-bit)
+        def shfl_sync(self, mask, value, src_lane):
+            return _state.launch.current.warp_op("shfl_sync", mask, value, src_lane)
+
+        def shfl_up_sync(self, mask, value, delta):
+            return _state.launch.current.warp_op("shfl_up_sync", mask, value, delta)
+
+        def shfl_down_sync(self, mask, value, delta):
+            return _state.launch.current.warp_op("shfl_down_sync", mask, value, delta)
+
+        def shfl_xor_sync(self, mask, value, lane_mask):
+            return _state.launch.current.warp_op("shfl_xor_sync", mask, value, lane_mask)
+
+        def ballot_sync(self, mask, predicate):
+            return _state.launch.current.warp_op("ballot_sync", mask, predicate)
+
+        def all_sync(self, mask, predicate):
+            return _state.launch.current.warp_op("all_sync", mask, predicate)
+
+        def any_sync(self, mask, predicate):
+            return _state.launch.current.warp_op("any_sync", mask, predicate)
+
+        def eq_sync(self, mask, predicate):
+            return _state.launch.current.warp_op("eq_sync", mask, predicate)
+
+        def match_any_sync(self, mask, value):
+            return _state.launch.current.warp_op("match_any_sync", mask, value)
+
+        def match_all_sync(self, mask, value):
+            return _state.launch.current.warp_op("match_all_sync", mask, value)
+
+        def syncwarp(self, mask=0xFFFFFFFF):
+            _state.launch.current.warp_op("syncwarp", mask)
+
+        def activemask(self):
+            # the call site (every frame of this thread's stack) tells which lanes reach it together
+            f, site = sys._getframe(1), []
+            while f is not None and f.f_code is not _MAIN_CODE:
+                site.append((f.f_code, f.f_lasti))
+                f = f.f_back
+            return _state.launch.current.activemask(tuple(site))
+
+        def lanemask_lt(self):
+            return np.uint32((1 << (_state.launch.current.thread_id & 31)) - 1)
+
+        def __getattr__(self, name):
+            if name in NOT_SIMULATED:
+                raise NotSimulatedError(f"cuda.{name} is not simulated: run this kernel on a GPU")
+            raise AttributeError(f"the simulated cuda module has no attribute {name!r}")
+
+    _refuse_libdevice()
+
+    # cuda.cg.this_grid().sync(): a grid-wide barrier (patched in the stock class, so a recorder that
+    # wraps GridGroup.sync later wraps this one)
+    stock_grid_sync = kernelapi.GridGroup.sync
+
+    def grid_sync(self):
+        launch = _state.launch
+        if launch is not None and launch.current is not None:
+            launch.current.grid_sync()
+        else:
+            stock_grid_sync(self)
+
+    kernelapi.GridGroup.sync = grid_sync
+
     # atomics switch threads after the operation, so spin-locks built on them make progress
     Atomic = kernelapi.FakeCUDAAtomic
     for name in ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min", "nanmax", "nanmin",
@@ -662,8 +1116,34 @@ def install(**limits) -> None:
         if launch is None:  # first block of this launch
             launch = _Launch(self._f, self._block_dim, self._debug, args, simkernel._kernel_context)
             _state.launch = launch
+            launch.nblocks = int(np.prod(self._grid_dim))
+            launch.coop = uses_grid_sync(self._f)
             launch.enter_swap(self._f)
+            if launch.coop:
+                threads = launch.nblocks * len(launch.points)
+                if threads > COOP_MAX_THREADS:
+                    raise NotSimulatedError(
+                        f"a cooperative launch (the kernel calls cuda.cg.this_grid()) of {launch.nblocks:,} blocks"
+                        f" = {threads:,} threads cannot be co-resident on the simulator (limit {COOP_MAX_THREADS:,}"
+                        " threads, FASTSIM_COOP_MAX_THREADS); a GPU also refuses a cooperative launch larger than "
+                        "max_cooperative_grid_blocks (cudaErrorCooperativeLaunchTooLarge)"
+                    )
+                managers = [
+                    (self if gp == tuple(grid_point) else simkernel.BlockManager(
+                        self._f, self._grid_dim, self._block_dim, self._debug), gp)
+                    for gp in np.ndindex(*self._grid_dim)
+                ]  # fmt: skip
+                launch.run_cooperative(managers)
+                return
+        if launch.coop:
+            return  # every block ran, co-resident, in the launch's first call
         launch.run_block(self, grid_point)
+
+    def max_cooperative_grid_blocks(self, blockdim):
+        n = int(np.prod(blockdim))
+        return COOP_MAX_THREADS // n if n > 0 else 0
+
+    simkernel.FakeOverload.max_cooperative_grid_blocks = max_cooperative_grid_blocks
 
     original_call = simkernel.FakeCUDAKernel.__call__
 

@@ -6,7 +6,8 @@ Host side only (numpy, no numba): the CLI and the web app refuse bad input befor
   ``one thread per element of N`` (``threads_for(N, block)``: grid = ceil(N / block)).
 * argument SPEC: ``rand:DTYPE:SHAPE`` | ``zeros:DTYPE:SHAPE`` | ``ones:DTYPE:SHAPE`` |
   ``arange:DTYPE:SHAPE`` | ``file:PATH.npy`` | a number (``1000``, ``0.5``), where SHAPE is
-  ``1000`` or ``64x64`` (up to 3 axes).
+  ``1000`` or ``64x64`` (up to 3 axes) | ``rng:SEED:N``: N xoroshiro128p random-number states, as
+  numba.cuda.random's ``create_xoroshiro128p_states(N, seed=SEED)`` makes them.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ MAX_REFERENCE_BYTES = 20_000  # all reference lines together
 MAX_FIELD_CHARS = 500  # one launch field or argument spec
 NPY_MAX_HEADER = 4096  # bytes of a .npy header (np.save writes about 128 for the dtypes taken here)
 MAX_ARGS = 32
+RNG_STATE_BYTES = 16  # one xoroshiro128p state: two uint64 (numba.cuda.random.xoroshiro128p_dtype)
 RTOL, ATOL = 1e-4, 1e-5  # float32 sums in a different order than numpy's still pass
 
 
@@ -74,6 +76,8 @@ class ArgSpec:
             return int(self.array.nbytes)
         if self.kind == "scalar":
             return 0
+        if self.kind == "rng":
+            return math.prod(self.shape) * RNG_STATE_BYTES
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
 
@@ -229,6 +233,18 @@ def parse_arg(name: str, text: str, *, allow_files: bool = True, uploads: dict |
             raise LaunchError(f"{name}: file: takes a .npy file, got {quoted(rest)}")
         array = load_npy(Path(rest).expanduser(), f"{name}={raw}")
         return ArgSpec(name, raw, "file", dtype=array.dtype.name, shape=array.shape, array=array)
+    if kind == "rng":
+        seed_text, sep, count = rest.partition(":")
+        seed = _number(seed_text.strip())
+        if not sep or type(seed) is not int or not 0 <= seed < 2**64:
+            raise LaunchError(
+                f"{name}: expected rng:SEED:N (N xoroshiro128p states, SEED an integer >= 0, e.g. rng:1:4096), "
+                f"got {raw!r}"
+            )
+        shape = parse_shape(count)
+        if len(shape) != 1:
+            raise LaunchError(f"{name}: rng:SEED:N takes one count N, got {count!r}")
+        return ArgSpec(name, raw, "rng", value=seed, shape=shape)
     if kind in KINDS:
         dtype, sep, shape = rest.partition(":")
         if not sep:
@@ -237,7 +253,7 @@ def parse_arg(name: str, text: str, *, allow_files: bool = True, uploads: dict |
             )
         return ArgSpec(name, raw, kind, dtype=_dtype(dtype.strip().lower()), shape=parse_shape(shape))
     raise LaunchError(
-        f"{name}: {quoted(raw)} is not an argument spec; use a number, rand|zeros|ones|arange:DTYPE:SHAPE or file:PATH.npy"
+        f"{name}: {quoted(raw)} is not an argument spec; use a number, rand|zeros|ones|arange:DTYPE:SHAPE, rng:SEED:N or file:PATH.npy"
     )
 
 

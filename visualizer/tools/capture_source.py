@@ -65,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=SPEC",
-        help="rand|zeros|ones|arange:DTYPE:SHAPE (SHAPE like 1000 or 64x64), file:PATH.npy, or a number",
+        help="rand|zeros|ones|arange:DTYPE:SHAPE (SHAPE like 1000 or 64x64), file:PATH.npy, a number, or "
+        "rng:SEED:N (N xoroshiro128p states for numba.cuda.random)",
     )
     p.add_argument(
         "--reference",
