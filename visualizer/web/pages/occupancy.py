@@ -6,17 +6,14 @@ import pandas as pd
 import streamlit as st
 
 from visualizer.analysis.occupancy import ARCHS, KB, WARP_SIZE, occupancy
-from visualizer.figures.occupancy import (
+from visualizer.analysis.occupancy_timeline import (
     SIM_ACHIEVED_SOURCE,
-    achieved_figure,
     achieved_warps_per_sm,
     active_warps_over_time,
-    impact_figure,
-    limits_figure,
-    measured_points_figure,
     modelled_active_warps,
     occupancy_opted_in,
 )
+from visualizer.figures.occupancy import achieved_figure, impact_figure, limits_figure, measured_points_figure
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
