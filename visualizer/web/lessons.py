@@ -306,7 +306,8 @@ def _coalescing_run(v):
 
 
 def _coalescing_charts(caps, v, answers):
-    from visualizer.figures.memory import bank_figure, request_accesses, sector_figure, worst_request
+    from visualizer.analysis.memory import request_accesses, worst_request
+    from visualizer.figures.memory import bank_figure, sector_figure
 
     cap = caps["main"]
     out = []

@@ -36,7 +36,8 @@ def access_capture(kernel: str, params: dict, seed: int = 0) -> tuple[Capture | 
 
 def race_words_panel(params: dict, seed: int = 0) -> None:
     """The exact shared words reduction_race raced on, and the thread pairs, from recorded accesses."""
-    from visualizer.figures.memory import race_pairs, raced_words_figure
+    from visualizer.analysis.memory import race_pairs
+    from visualizer.figures.memory import raced_words_figure
     from visualizer.web.charts import chart
 
     cap, error = access_capture("reduction_race", params, seed)

@@ -5,15 +5,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from visualizer.analysis.memory import line_summary
-from visualizer.figures.memory import (
-    bank_figure,
-    request_accesses,
-    requests_heatmap,
-    sector_figure,
-    source_html,
-    worst_request,
-)
+from visualizer.analysis.memory import line_summary, request_accesses, worst_request
+from visualizer.figures.memory import bank_figure, requests_heatmap, sector_figure, source_html
 from visualizer.specs import catalog
 from visualizer.web.charts import chart
 from visualizer.web.memory import access_capture
