@@ -31,6 +31,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from visualizer.specs.launch import ceil_div
+
 SOURCE = "recorded addresses, simulator"
 SECTOR_BYTES = 32
 BANKS = 32
@@ -131,7 +133,7 @@ def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
         addresses=("offset_bytes", "nunique"),
         sectors=("sector", "nunique"),
     ).reset_index()
-    req["ideal_sectors"] = -(-(req["addresses"] * req["itemsize"]) // SECTOR_BYTES)
+    req["ideal_sectors"] = ceil_div((req["addresses"] * req["itemsize"]), SECTOR_BYTES)
     # shared memory: distinct words per bank (a word wider than 4 bytes covers consecutive banks)
     sh = a[a["space"] == "shared"]
     if len(sh):
