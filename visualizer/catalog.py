@@ -134,6 +134,7 @@ class KernelSpec:
     # PyTorch, timed beside the kernel on a GPU when torch is installed
     torch_op: Callable | None = None
     deliberately_wrong: bool = False  # a demo whose wrong answer is the point
+    wrong_because: str = "the missing syncthreads"  # a deliberately wrong demo's one-line reason
     fault_demo: bool = False  # a demo that faults on purpose
     rtol: float = 1e-5
     atol: float | Callable[[dict], float] = 1e-6  # may depend on the size (float32 sums grow)
