@@ -490,3 +490,5 @@ def test_a_broken_build_chosen_in_the_sidebar_shows_its_departure():
     assert not at.error
     assert any("deliberately broken build" in w.value for w in at.warning)
     assert break_chart(at)
+    assert any("the first Q tile's rows" in m.value for m in at.markdown)  # its own "Try:"
+    assert not any("watch the skipped tiles" in m.value for m in at.markdown)  # no tile loop drawn here

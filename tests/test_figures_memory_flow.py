@@ -39,9 +39,10 @@ def test_model_label_states_every_constant_and_its_source():
         "44 µs per array",
     ):
         assert text in label
-    assert "measured on the H200" in label and "free not modelled" in label
+    assert "as measured on the H200" in label and "free not modelled" in label
     nominal = M.modelled_gpu_label("A100")
     assert "nominal peaks of a A100" in nominal and "32 GB/s" in nominal and "lower bounds" in nominal
+    assert "latencies measured on the H200 host" in nominal
 
 
 @pytest.mark.parametrize("view", list(M.VIEWS))

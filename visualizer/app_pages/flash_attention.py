@@ -34,6 +34,7 @@ from visualizer.ui.charts import chart
 from visualizer.ui.session import (
     RunConfig,
     as_text,
+    current_capture,
     from_link,
     require_capture,
     run_capture,
@@ -651,13 +652,25 @@ RECORDED_COLUMNS = {
 DEFINED = ("timing", "launch_us", "flops", "peak_mb", "rel_err_f64", "max_abs_err", "registers", "backend")
 
 
+# what to try, by the kernel the page shows (the broken builds draw no tile loop)
+TRY = {
+    "no_rescale": "**Try:** set `causal=1` in the sidebar: the first Q tile's rows, which see only K/V tile 0 "
+    "and so never need a rescale, stay right.",
+    "no_max": "**Try:** set `logit_scale` to 1 in the sidebar: no score comes near the overflow, and every "
+    "row is right.",
+}
+shown = current_capture()
 st.title("FlashAttention")
 st.markdown(
     "FlashAttention computes softmax(QKᵀ/√d)·V one tile at a time: each block keeps its Q tile in shared "
     "memory and streams K and V tiles past it, so the seq_len × seq_len score matrix S never goes to global "
     "memory. An *online* softmax keeps a running row max m and sum l, and rescales the output O whenever m "
-    "grows. **Try:** set `causal=1` and watch the skipped tiles right of the diagonal; pick a row and watch "
-    "m and l change from step to step."
+    "grows. "
+    + TRY.get(
+        BROKEN.get(shown.launch["kernel"] if shown else ""),
+        "**Try:** set `causal=1` and watch the skipped tiles right of the diagonal; pick a row and watch "
+        "m and l change from step to step; then turn on *Break it* below the loop.",
+    )
 )
 capture = require_capture()
 st.caption(f"Data source: {capture.source}")
@@ -667,8 +680,8 @@ if capture.launch["kernel"] == "flash_attention":
     break_section(capture)
     smem_section(capture)
 elif capture.launch["kernel"] in BROKEN:
-    numerical_check(capture)
     broken_view(capture)
+    numerical_check(capture)
 elif capture.launch["kernel"] == FAST:
     st.markdown(
         "**The fast kernel** (`flash_attention_fast`) runs the same loop with S tiles of block_q query rows × "

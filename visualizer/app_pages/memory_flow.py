@@ -122,7 +122,7 @@ chart(
 m = flow_model(gpu)
 crossover = m["h2d_latency_ns"] * m["h2d_gbs"]  # bytes where a host→device copy's bytes cost its latency
 st.caption(
-    f"{modelled_gpu_label(gpu)}. Each of the {arrays_in} input array(s) pays the host→device latency and "
+    f"{modelled_gpu_label(gpu)}; bandwidths: {m['bandwidths']}. Each of the {arrays_in} input array(s) pays the host→device latency and "
     f"each of the {arrays_out} output(s) the device→host one, before a byte moves: below about "
     f"{fmt_bytes(crossover)} a host→device copy is mostly latency. The device memory ({m['mem_gbs']:,.0f} GB/s) "
     f"is ×{m['mem_gbs'] / m['h2d_gbs']:,.0f} the host link's {m['h2d_gbs']:g} GB/s, which is why real code "

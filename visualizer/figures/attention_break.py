@@ -235,8 +235,8 @@ def break_figure(rows: pd.DataFrame, variant: str, source: str, title: str) -> g
     fig.update_layout(
         title=t,
         showlegend=False,
-        height=440 + 18 * extra,
-        margin={"t": 90 + 18 * extra, "b": 50, "l": 60, "r": 20},
+        height=450 + 20 * extra,
+        margin={"t": 100 + 20 * extra, "b": 50, "l": 60, "r": 20},
         bargap=0.1,
     )
     return fig

@@ -178,14 +178,19 @@ def _us(ns: float) -> str:
 
 
 def modelled_gpu_label(gpu: str) -> str:
-    """Every constant of the model in one line ('; '-separated parts, so a title can wrap them)."""
+    """Every constant of the model and its source in one line ('; '-separated parts, so a chart title
+    can wrap them)."""
     m = flow_model(gpu)
+    source = (
+        "as measured on the H200 (Numba, pageable numpy arrays)"
+        if MODEL_GPUS[gpu].get("measured")
+        else f"nominal peaks of a {gpu} (data sheet: lower bounds), latencies measured on the H200 host"
+    )
     return (
-        f"modelled (not measured) for a {gpu}: copy host→device {_us(m['h2d_latency_ns'])} + bytes ÷ "
+        f"modelled (not measured) for a {gpu}: host→device {_us(m['h2d_latency_ns'])} + bytes ÷ "
         f"{m['h2d_gbs']:g} GB/s per array; device→host {_us(m['d2h_latency_ns'])} + bytes ÷ {m['d2h_gbs']:g} GB/s; "
-        f"kernel {_us(m['launch_ns'])} launch + bytes ÷ {m['mem_gbs']:,.0f} GB/s; allocate "
-        f"{_us(m['alloc_ns'])} per array; free not modelled; latencies measured on the H200 host (Numba); "
-        f"bandwidths: {m['bandwidths']}"
+        f"kernel {_us(m['launch_ns'])} launch + bytes ÷ {m['mem_gbs']:,.0f} GB/s; allocate {_us(m['alloc_ns'])} "
+        f"per array; free not modelled; {source}"
     )
 
 
@@ -262,7 +267,7 @@ def memory_flow_figure(
     fig = go.Figure(data=[bar])
     compile_ms = float(timing.get("compile_ns", 0)) / 1e6
     title = titled(f"Memory flow of {launch['kernel']}: {fmt_us(total)} in 5 steps", clock)
-    top = 62 + 18 * title["text"].count("<br>")  # room for each line of the source
+    top = 66 + 22 * title["text"].count("<br>")  # room for each line of the source
     fig.update_layout(
         title={**title, "x": 0},
         height=PLOT_PX + top + (190 if animate else 60),
