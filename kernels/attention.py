@@ -19,8 +19,9 @@ Two deliberately broken builds of the flash kernel teach its invariants by break
 ``broken`` compile-time flag; the FlashAttention page's "break it" toggle runs them):
 
 * ``"no_rescale"``: O is not multiplied by exp(m_old - m_new) when a K/V tile raises the running max
-  (l still is). O then mixes terms taken against different maxima, so every row whose max grows
-  after the first K/V tile comes out wrong; rows whose max is in their first tile stay right.
+  (l still is). O then mixes terms taken against different maxima, so rows whose max grows after
+  the first K/V tile come out wrong, by more the more it grew; rows whose max is in their first
+  tile never need a rescale and stay right.
 * ``"no_max"``: the max is not subtracted: P = exp(S) against a fixed 0 instead of exp(S - m).
   Mathematically the same softmax, but exp overflows float32 once a score passes ~88.7, so rows
   with large scores become inf/NaN while the others stay right.

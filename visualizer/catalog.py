@@ -135,7 +135,7 @@ class KernelSpec:
     # PyTorch, timed beside the kernel on a GPU when torch is installed
     torch_op: Callable | None = None
     deliberately_wrong: bool = False  # a demo whose wrong answer is the point
-    wrong_because: str = "the missing syncthreads"  # a deliberately wrong demo's one-line reason
+    wrong_because: str = ""  # a deliberately wrong demo's one-line reason
     fault_demo: bool = False  # a demo that faults on purpose
     rtol: float = 1e-5
     atol: float | Callable[[dict], float] = 1e-6  # may depend on the size (float32 sums grow)
@@ -542,6 +542,7 @@ REDUCTION_RACE = KernelSpec(
     work=REDUCTION.work,
     cost=_reduction_cost,
     deliberately_wrong=True,
+    wrong_because="a race: the syncthreads between tree levels is missing",
     rtol=0.0,
     atol=0.0,
     torch_op=_torch_sum,
