@@ -140,3 +140,25 @@ def test_broken_builds_on_gpu(gpu_runner):
         "| no_max:",
         break_summary(rows, "no_max"),
     )
+
+
+@pytest.mark.gpu
+def test_break_it_toggle_on_a_gpu_capture():
+    import json
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(
+        str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py"), default_timeout=300
+    )
+    for k, v in {**PARAMS, "kernel": "flash_attention", "backend": "gpu", "seq_len": 256}.items():
+        at.query_params[k] = str(v)
+    at.run()
+    at.switch_page("app_pages/flash_attention.py").run()
+    at.toggle(key="fa_break").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    (broken,) = [t for t in titles if t.startswith("Broken")]
+    assert "measured (GPU)" in broken and "rows wrong" in broken
+    print("GPU break-it chart:", broken.split("<br>")[0])
