@@ -40,6 +40,10 @@ def test_pages_render_from_gpu_capture(query):
     if "attention" in query["kernel"]:  # the recorded K/V loop, from this (measured) capture
         loops = [t for p, t in titles if p == "flash_attention" and "recorded K/V steps" in t]
         assert loops and all("measured" in t.lower() for t in loops), titles
+    flow = [t for p, t in titles if p == "memory_flow"]  # the measured steps, and the model beside them
+    assert any("measured (GPU)" in t for t in flow) and any(
+        "modelled (not measured) for a H200" in t for t in flow
+    )
     sched = [t for p, t in titles if p == "scheduling"]
     assert sched and any("measured" in t.lower() for t in sched), sched
     print(f"{query['kernel']}: {len(titles)} charts across {len(PAGES)} pages")

@@ -94,3 +94,15 @@ def test_a_failed_run_replaces_the_charts_with_its_error():
     at.sidebar.button(key="sidebar_run").click().run()
     assert any("did not run" in e.value and "at least 1" in e.value for e in at.main.error)
     assert not at.get("plotly_chart")  # no chart of the previous run under the new configuration
+
+
+def test_deliberately_wrong_demos_say_which_and_why():
+    at = _app(kernel="reduction_race", backend="sim", n="256", block="64").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(
+        "syncthreads between tree levels" in w.value and "Shared memory" in w.value for w in at.warning
+    )
+    at = _app(kernel="flash_attention_no_max", backend="sim", seq_len="40", heads="1", head_dim="16").run()
+    assert not at.exception, [e.value for e in at.exception]
+    (warning,) = [w.value for w in at.warning if "deliberately wrong demo" in w.value]
+    assert "overflows float32" in warning and "FlashAttention" in warning and "race" not in warning

@@ -17,7 +17,7 @@ import pandas as pd
 
 from visualizer.analysis.capture import Capture
 from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
-from visualizer.figures.memory_flow import MODEL_GPUS, modelled_gpu_timing
+from visualizer.figures.memory_flow import MODEL_GPUS, flow_model, modelled_gpu_timing
 
 # The GPU models the lessons offer (their occupancy calculator arch); same names as the other pages.
 GPU_ARCHS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}
@@ -167,8 +167,12 @@ def copy_share(cap: Capture, gpu: str = "H200") -> Answer:
     if cap.measured:
         steps, source = cap.timing["host_steps_ns"], cap.source
     else:
-        steps = modelled_gpu_timing(bytes_in, bytes_out, gpu)["host_steps_ns"]
-        source = f"modelled: the run's {bytes_in + bytes_out:,} data bytes over a {gpu}'s nominal bandwidths"
+        model = modelled_gpu_timing(bytes_in, bytes_out, gpu, len(cap.inputs), len(cap.outputs))
+        steps = model["host_steps_ns"]
+        source = (
+            f"modelled: the run's {bytes_in + bytes_out:,} data bytes on a {gpu}, copy and launch latencies "
+            f"measured on the H200 host; {flow_model(gpu)['bandwidths']}"
+        )
     total = sum(float(v) for v in steps.values())
     copies = float(steps["copy_in"]) + float(steps["copy_out"])
     return Answer(

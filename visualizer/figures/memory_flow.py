@@ -10,7 +10,7 @@ import math
 
 import plotly.graph_objects as go
 
-from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause
+from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause, titled
 
 # (key in host_steps_ns, label, CUDA runtime call, what the worker calls in Numba)
 STEPS = (
@@ -122,10 +122,29 @@ def _hover(r: dict, measured: bool) -> str:
     return "<br>".join(lines)
 
 
-# Nominal peak bandwidths (vendor data sheets) of the GPUs the modelled flow can use: host link
-# (PCIe x16, one direction) and device memory.
+# Host-side costs measured on the project's H200 machine (docs/hostlink_h200.json, 2026-12-01), each
+# step as the worker makes it: Numba's DeviceNDArray.copy_to_device / copy_to_host of a pageable numpy
+# array, cuda.device_array, a kernel launch; each synchronised, median of 50. A copy costs its
+# latency (the 4 kB copy's whole time: Numba's call, the driver, the PCIe round trip) plus its bytes
+# at the bandwidth of the 1 MB -> 16 MB slope. Pinned host memory reached 54 GB/s of PCIe 5.0 x16's
+# nominal 64 GB/s; the worker's pageable arrays go through a staging buffer, hence 11-13 GB/s.
+H200_HOST = {
+    "launch_ns": 23_040.0,  # empty kernel[1, 1] launch + synchronise
+    "alloc_ns": 44_260.0,  # cuda.device_array of 4 kB, per array
+    "h2d_latency_ns": 120_990.0,
+    "h2d_gbs": 13.2,
+    "d2h_latency_ns": 37_430.0,
+    "d2h_gbs": 10.9,
+    "pinned_gbs": 54.0,
+}
+H200_HBM_GBS = 4247.0  # device-to-device copy measured on the H200 (docs/benchmarks.md); 4,800 nominal
+
+# The GPUs the modelled flow offers. The H200's host link and memory are as measured here; the others'
+# are nominal peaks (vendor data sheets: PCIe x16, one direction; device memory), so their copies and
+# kernels are lower bounds. Every GPU gets the H200 host's measured latencies (host software: Numba,
+# the driver), which no data sheet gives.
 MODEL_GPUS = {
-    "H200": {"pcie_gbs": 64.0, "link": "PCIe 5.0 x16", "mem_gbs": 4800.0, "mem": "HBM3e"},
+    "H200": {"pcie_gbs": 64.0, "link": "PCIe 5.0 x16", "mem_gbs": 4800.0, "mem": "HBM3e", "measured": True},
     "A100": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 2039.0, "mem": "HBM2e"},
     "RTX 4090": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 1008.0, "mem": "GDDR6X"},
     "RTX 3090": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 936.0, "mem": "GDDR6X"},
@@ -133,28 +152,64 @@ MODEL_GPUS = {
 }
 
 
+def flow_model(gpu: str) -> dict:
+    """The constants the modelled flow uses for ``gpu`` (ns and GB/s), and where each comes from."""
+    if gpu not in MODEL_GPUS:
+        raise ValueError(f"no bandwidths for {gpu!r}; choose one of {', '.join(MODEL_GPUS)}")
+    g, h = MODEL_GPUS[gpu], H200_HOST
+    model = {k: h[k] for k in ("launch_ns", "alloc_ns", "h2d_latency_ns", "d2h_latency_ns")}
+    if g.get("measured"):
+        model.update(h2d_gbs=h["h2d_gbs"], d2h_gbs=h["d2h_gbs"], mem_gbs=H200_HBM_GBS)
+        model["bandwidths"] = (
+            f"{g['link']} as measured on the H200 for pageable numpy arrays (pinned: {h['pinned_gbs']:g} of "
+            f"a nominal {g['pcie_gbs']:g} GB/s), {g['mem']} {H200_HBM_GBS:,.0f} GB/s (measured copy)"
+        )
+    else:
+        model.update(h2d_gbs=g["pcie_gbs"], d2h_gbs=g["pcie_gbs"], mem_gbs=g["mem_gbs"])
+        model["bandwidths"] = (
+            f"nominal peaks of a {gpu} (data sheet: {g['link']} {g['pcie_gbs']:g} GB/s, {g['mem']} "
+            f"{g['mem_gbs']:,.0f} GB/s), so these are lower bounds"
+        )
+    return model
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:,.0f} µs" if ns >= 10_000 else f"{ns / 1e3:,.1f} µs"
+
+
 def modelled_gpu_label(gpu: str) -> str:
-    g = MODEL_GPUS[gpu]
+    """Every constant of the model and its source in one line ('; '-separated parts, so a chart title
+    can wrap them)."""
+    m = flow_model(gpu)
+    source = (
+        "as measured on the H200 (Numba, pageable numpy arrays)"
+        if MODEL_GPUS[gpu].get("measured")
+        else f"nominal peaks of a {gpu} (data sheet: lower bounds), latencies measured on the H200 host"
+    )
     return (
-        f"modelled (not measured): bytes ÷ nominal peak bandwidth of a {gpu}, {g['link']} "
-        f"{g['pcie_gbs']:g} GB/s for copies, {g['mem']} {g['mem_gbs']:,.0f} GB/s for the kernel; "
-        "call latencies, allocation and free not modelled"
+        f"modelled (not measured) for a {gpu}: host→device {_us(m['h2d_latency_ns'])} + bytes ÷ "
+        f"{m['h2d_gbs']:g} GB/s per array; device→host {_us(m['d2h_latency_ns'])} + bytes ÷ {m['d2h_gbs']:g} GB/s; "
+        f"kernel {_us(m['launch_ns'])} launch + bytes ÷ {m['mem_gbs']:,.0f} GB/s; allocate {_us(m['alloc_ns'])} "
+        f"per array; free not modelled; {source}"
     )
 
 
-def modelled_gpu_timing(bytes_in: int, bytes_out: int, gpu: str) -> dict:
-    """A timing dict (host_steps_ns) for the same data on ``gpu``: each copy moves its bytes over the host
-    link; the kernel reads its inputs and writes its outputs once at device-memory bandwidth (a lower
-    bound for kernels that re-read data). Allocation and free are not modelled (0 ns)."""
-    if gpu not in MODEL_GPUS:
-        raise ValueError(f"no bandwidths for {gpu!r}; choose one of {', '.join(MODEL_GPUS)}")
-    g = MODEL_GPUS[gpu]
+def modelled_gpu_timing(
+    bytes_in: int, bytes_out: int, gpu: str, arrays_in: int = 1, arrays_out: int = 1
+) -> dict:
+    """A timing dict (host_steps_ns) for the same data on ``gpu`` (constants: :func:`flow_model`).
+
+    Allocation: one device array per data array. Each copy: a latency per array plus its bytes over
+    the host link. The kernel: the launch latency plus reading its inputs and writing its outputs once
+    at device-memory bandwidth (a lower bound for kernels that re-read data). Free is not modelled (0).
+    """
+    m = flow_model(gpu)
     return {
         "host_steps_ns": {
-            "allocate": 0.0,
-            "copy_in": bytes_in / g["pcie_gbs"],  # bytes / (GB/s) = ns
-            "kernel": (bytes_in + bytes_out) / g["mem_gbs"],
-            "copy_out": bytes_out / g["pcie_gbs"],
+            "allocate": (arrays_in + arrays_out) * m["alloc_ns"],
+            "copy_in": arrays_in * m["h2d_latency_ns"] + bytes_in / m["h2d_gbs"],  # bytes / (GB/s) = ns
+            "kernel": m["launch_ns"] + (bytes_in + bytes_out) / m["mem_gbs"],
+            "copy_out": arrays_out * m["d2h_latency_ns"] + bytes_out / m["d2h_gbs"],
             "free": 0.0,
         },
         "compile_ns": 0.0,
@@ -207,18 +262,16 @@ def memory_flow_figure(
     )  # fmt: skip
     clock = GPU_CLOCK_LABEL if measured else SIM_CLOCK_LABEL
     if modelled_gpu is not None:
-        clock = f"modelled on a {modelled_gpu}: bytes ÷ nominal peak bandwidth, not measured"
+        clock = modelled_gpu_label(modelled_gpu)
         bar.hovertext = [h.replace(" (numpy copy on the CPU)", " (modelled)") for h in bar.hovertext]
     fig = go.Figure(data=[bar])
     compile_ms = float(timing.get("compile_ns", 0)) / 1e6
+    title = titled(f"Memory flow of {launch['kernel']}: {fmt_us(total)} in 5 steps", clock)
+    top = 66 + 22 * title["text"].count("<br>")  # room for each line of the source
     fig.update_layout(
-        title={
-            "text": f"Memory flow of {launch['kernel']}: {fmt_us(total)} in 5 steps<br><sup>{clock}</sup>",
-            "x": 0,
-            "xanchor": "left",
-        },
-        height=PLOT_PX + 80 + (190 if animate else 60),
-        margin={"l": 20, "r": 30, "t": 80, "b": 190 if animate else 60},
+        title={**title, "x": 0},
+        height=PLOT_PX + top + (190 if animate else 60),
+        margin={"l": 20, "r": 30, "t": top, "b": 190 if animate else 60},
         xaxis={**x_axis, "autorange": False, "zeroline": False},
         yaxis={
             "categoryorder": "array",

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from visualizer.analysis import lesson_answers as A
 from visualizer.analysis.occupancy import LIMIT_NAMES
 from visualizer.figures import lessons as lfigs
-from visualizer.figures.memory_flow import memory_flow_figure, modelled_gpu_timing
+from visualizer.figures.memory_flow import H200_HBM_GBS, H200_HOST, memory_flow_figure, modelled_gpu_timing
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,8 @@ def _flow_charts(caps, v, answers):
         fig = memory_flow_figure(cap.timing, cap.launch, bytes_in, bytes_out, view="timeline")
     else:
         fig = memory_flow_figure(
-            modelled_gpu_timing(bytes_in, bytes_out, "H200"), cap.launch, bytes_in, bytes_out,
+            modelled_gpu_timing(bytes_in, bytes_out, "H200", len(cap.inputs), len(cap.outputs)), cap.launch,
+            bytes_in, bytes_out,
             view="timeline", modelled_gpu="H200",
         )  # fmt: skip
     return [("", fig)]
@@ -273,8 +274,10 @@ MEMORY_FLOW = Lesson(
     name="memory_flow",
     title="The memory flow: malloc → copy → kernel → copy → free",
     intro="A kernel only sees device memory: the inputs cross the host link (PCIe) to the GPU, the kernel "
-    "runs, the results cross back. The link is ~75× slower than the GPU's own memory, so for a job that "
-    "touches each byte once, the copies cost far more than the kernel.",
+    f"runs, the results cross back. On the H200 the link moved the app's arrays at {H200_HOST['h2d_gbs']:g} "
+    f"GB/s, {H200_HBM_GBS / H200_HOST['h2d_gbs']:.0f}× slower than the GPU's own memory, and every copy "
+    f"first waits {H200_HOST['d2h_latency_ns'] / 1e3:.0f}–{H200_HOST['h2d_latency_ns'] / 1e3:.0f} µs, so for "
+    "a job that touches each byte once, the copies cost far more than the kernel.",
     controls=(Control("n", "elements n", (1000, 100_000, 524_288), 100_000),),
     runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": 256})},
     questions=(

@@ -49,7 +49,8 @@ def race_words_panel(params: dict, seed: int = 0) -> None:
         f"**The raced words** (recorded addresses, simulator): {summ['raced_words']} shared words in "
         f"{summ['raced_blocks']} of {cap.launch['blocks']} blocks were read by one thread and written by "
         "another with no barrier between them. The same every run: found from which thread touched which "
-        "word in which barrier epoch, not from the order the simulator happened to run them in."
+        "word in which barrier epoch, not from the order the simulator ran them in (a fixed order, one of "
+        "many a GPU could take)."
     )
     if cap.hazards[cap.hazards["kind"] != "UNINIT"].empty:
         st.info("No races recorded for this launch.")

@@ -57,6 +57,7 @@ PAGE_QUERY_KEYS = frozenset(
         "mem_kernel", "mem_layout", "mem_stride", "mem_line", "mem_block", "mem_warp", "mem_exec",
         "q_tile", "row", "fa_head", "fa_batch", "fa_fa1", "fa_arch", "fa_smem_tile", "fa_smem_head_dim",
         "fa_fast_head_dim",
+        "fa_break", "fa_break_variant", "fa_break_scale_no_rescale", "fa_break_scale_no_max",
         "fa_timing_mode",
         "lesson", "q", "teacher",
         # a lesson's launch controls, as LESSON_LINK_PREFIX + the control's key (lessons/catalog.py)

@@ -5,6 +5,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -26,10 +27,20 @@ from visualizer.figures.attention import (
     timing_rows,
     timing_source,
 )
+from visualizer.figures.attention_break import VARIANTS, break_figure, break_rows, break_summary, break_why
 from visualizer.specs import catalog
-from visualizer.specs.attention import fast_config, fast_smem_bytes, flash_smem_bytes
+from visualizer.specs.attention import BROKEN_FLASH, fast_config, fast_smem_bytes, flash_smem_bytes
 from visualizer.web.charts import chart
-from visualizer.web.session import RunConfig, from_link, require_capture, to_link
+from visualizer.web.session import (
+    RunConfig,
+    as_text,
+    current_capture,
+    from_link,
+    require_capture,
+    run_capture,
+    show_link_notices,
+    to_link,
+)
 from visualizer.web.sidebar import load_config
 from visualizer.web.timing import kernel_time_metrics
 
@@ -45,6 +56,7 @@ EXAMPLE = (("batch", 1), ("causal", 1), ("head_dim", 32), ("heads", 1), ("seq_le
 FAST_EXAMPLE = (("batch", 1), ("causal", 1), ("head_dim", 64), ("heads", 1), ("seq_len", 200))
 FAST = "flash_attention_fast"
 FLASH_KERNELS = ("flash_attention", FAST)  # kernels that record their tiles and softmax state
+BROKEN = {spec.name: variant for variant, spec in BROKEN_FLASH.items()}  # "break it" builds by kernel
 ATTENTION_KERNELS = ("flash_attention", "naive_attention", FAST)
 DEFAULT_ARCH = "sm_90"
 
@@ -108,11 +120,94 @@ def numerical_check(cap: Capture) -> None:
             f"Output O matches the float64 numpy reference: max |error| {res['max_abs_error']:.2e} over "
             f"{res['elements']:,} elements ({tol}). S was never stored, yet the answer is the same."
         )
+    elif cap.check["expected_wrong"]:
+        nonfinite = f", {res['nonfinite']:,} of them inf/NaN" if res.get("nonfinite") else ""
+        st.warning(
+            f"Output O: {res['mismatches']:,} of {res['elements']:,} elements differ from the numpy reference "
+            f"({tol}{nonfinite}), as this deliberately broken build is meant to show: "
+            f"{catalog.get(cap.launch['kernel']).wrong_because}."
+        )
     else:
         st.error(
             f"Output O: {res['mismatches']:,} of {res['elements']:,} elements differ from the numpy reference "
             f"(max |error| {res['max_abs_error']:.2e}, {tol})."
         )
+
+
+def broken_view(cap: Capture, teaching: Capture | None = None) -> None:
+    """A broken build's run: its per-row error against the reference, the cause, and why."""
+    variant = BROKEN[cap.launch["kernel"]]
+    p = cap.launch["params"]
+    rows = break_rows(
+        cap.inputs["q"],
+        cap.inputs["k"],
+        cap.inputs["v"],
+        cap.outputs["o"],
+        bool(p["causal"]),
+        p["tile"],
+        cap.check["rtol"],
+        cap.check["atol"],
+    )
+    title = (
+        f"Broken: {VARIANTS[variant]} — {int(rows['wrong'].sum()):,} of {len(rows):,} rows wrong"
+        f" (logit_scale {p['logit_scale']})"
+    )
+    source = f"error: {cap.source}, vs the float64 numpy reference; lower panel: numpy on the same Q and K"
+    chart(break_figure(rows, variant, source, title), key="fa_break_chart")
+    text = break_summary(rows, variant)
+    if teaching is not None and all(
+        np.array_equal(teaching.inputs[a], cap.inputs[a]) for a in ("q", "k", "v")
+    ):
+        res = teaching.check["outputs"]["o"]
+        text += (
+            f" The teaching kernel on these same inputs (the run above): {res['mismatches']:,} of "
+            f"{res['elements']:,} elements wrong, max |error| {res['max_abs_error']:.2e}."
+        )
+    st.markdown(text)
+    st.markdown(break_why(variant))
+
+
+def break_section(cap: Capture) -> None:
+    """The "break it" toggle: the same launch through a build with one invariant removed."""
+    notice = from_link("fa_break", False)
+    on = st.toggle(
+        "Break it: run this launch through the kernel with one of its invariants removed",
+        key="fa_break",
+        help="kernels flash_attention_no_rescale and flash_attention_no_max: the teaching kernel's source "
+        "with one compile-time flag (kernels/attention.py), run on this run's backend",
+    )
+    to_link("fa_break")
+    if not on:
+        show_link_notices(notice)
+        return
+    notices = [notice, from_link("fa_break_variant", "no_rescale", list(VARIANTS))]
+    c1, c2 = st.columns([3, 1])
+    variant = c1.radio(
+        "what to break", list(VARIANTS), format_func=VARIANTS.get, key="fa_break_variant", horizontal=True
+    )
+    spec = BROKEN_FLASH[variant]
+    scale_prm = next(prm for prm in spec.params if prm.name == "logit_scale")
+    key = f"fa_break_scale_{variant}"  # each build starts from the scale where its failure shows
+    notices.append(from_link(key, scale_prm.default, (scale_prm.lo, scale_prm.hi)))
+    with c2:
+        scale = int(
+            st.number_input(
+                "logit_scale (Q ×)",
+                min_value=scale_prm.lo,
+                max_value=scale_prm.hi,
+                step=1,
+                key=key,
+                help=scale_prm.help + f" ({scale_prm.lo}..{scale_prm.hi}; 1: the inputs of the run above)",
+            )
+        )
+    to_link("fa_break_variant", key)
+    show_link_notices(*notices)
+    params = {**cap.launch["params"], "logit_scale": scale}
+    broken, error = run_capture(RunConfig(spec.name, cap.launch["backend"], tuple(sorted(params.items()))))
+    if error:
+        st.error(f"The broken build did not run: {as_text(error)}")
+        return
+    broken_view(broken, teaching=cap)
 
 
 def _block_caption(cap: Capture, q_tile: int, head: int, batch: int, block: tuple[int, int, int]) -> str:
@@ -481,7 +576,8 @@ def timing_section(cap: Capture) -> None:
     else:
         st.warning(
             "This session runs on the CUDA simulator: **nothing on this page is GPU time.** The simulator's "
-            "times are CPU wall time of Python threads. The chart and tables below are recorded results of a "
+            "times are CPU wall time of the worker process, which runs every CUDA thread as Python code on "
+            "one OS thread. The chart and tables below are recorded results of a "
             "real NVIDIA H200 run, not this session's run."
         )
     doc = _read_timings()
@@ -556,20 +652,36 @@ RECORDED_COLUMNS = {
 DEFINED = ("timing", "launch_us", "flops", "peak_mb", "rel_err_f64", "max_abs_err", "registers", "backend")
 
 
+# what to try, by the kernel the page shows (the broken builds draw no tile loop)
+TRY = {
+    "no_rescale": "**Try:** set `causal=1` in the sidebar: the first Q tile's rows, which see only K/V tile 0 "
+    "and so never need a rescale, stay right.",
+    "no_max": "**Try:** set `logit_scale` to 1 in the sidebar: no score comes near the overflow, and every "
+    "row is right.",
+}
+shown = current_capture()
 st.title("FlashAttention")
 st.markdown(
     "FlashAttention computes softmax(QKᵀ/√d)·V one tile at a time: each block keeps its Q tile in shared "
     "memory and streams K and V tiles past it, so the seq_len × seq_len score matrix S never goes to global "
     "memory. An *online* softmax keeps a running row max m and sum l, and rescales the output O whenever m "
-    "grows. **Try:** set `causal=1` and watch the skipped tiles right of the diagonal; pick a row and watch "
-    "m and l change from step to step."
+    "grows. "
+    + TRY.get(
+        BROKEN.get(shown.launch["kernel"] if shown else ""),
+        "**Try:** set `causal=1` and watch the skipped tiles right of the diagonal; pick a row and watch "
+        "m and l change from step to step; then turn on *Break it* below the loop.",
+    )
 )
 capture = require_capture()
 st.caption(f"Data source: {capture.source}")
 if capture.launch["kernel"] == "flash_attention":
     loop_section(capture)
     numerical_check(capture)
+    break_section(capture)
     smem_section(capture)
+elif capture.launch["kernel"] in BROKEN:
+    broken_view(capture)
+    numerical_check(capture)
 elif capture.launch["kernel"] == FAST:
     st.markdown(
         "**The fast kernel** (`flash_attention_fast`) runs the same loop with S tiles of block_q query rows × "

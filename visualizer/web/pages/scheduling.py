@@ -117,7 +117,8 @@ else:
     )
     with st.expander("Why modelled? The simulator runs blocks one after another"):
         st.markdown(
-            "Numba's CUDA simulator runs one block at a time on CPU threads, so its recorded 'SM' is a "
+            "The CUDA simulator runs one block at a time on one CPU thread (each CUDA thread a greenlet), "
+            "so its recorded 'SM' is a "
             "round-robin stand-in and its times are the host clock: the blocks never overlap, as below. "
             "The charts above the expander use the occupancy calculator's limits instead."
         )

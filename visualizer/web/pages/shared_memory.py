@@ -154,11 +154,19 @@ def reduction_section(cap: Capture) -> None:
         "partner's partial sum is lost from the total.\n\n"
         "**On a GPU** the warps of a block run independently, and since Volta even the lanes of one warp "
         "need not stay in step without a barrier, so a warp that runs ahead reads stale partner slots "
-        "and many blocks' sums come out wrong (which ones changes from run to run). "
-        "**On the CUDA simulator** every CUDA thread is a CPU thread and the simulator decides"
-        " when to switch between them; whether a read comes before or after its partner's write depends "
-        "on that order, so the simulator may get some blocks right, and its answer can change from run to"
-        " run."
+        "and many blocks' sums come out wrong; which ones, and by how much, depends on the warps' timing "
+        "and can change from run to run. "
+        + (
+            "**On this app's CUDA simulator** every CUDA thread of a block is a greenlet on one CPU thread, "
+            "run in thread order until it ends or reaches a barrier, and with no barrier in the loop thread 0 "
+            "runs its whole tree before thread 1 starts: it adds its partners' slots before they have added "
+            f"theirs. Here {int((race.outputs['partial'] != expected).sum()):,} of {len(expected):,} blocks "
+            "are wrong, and a second run gives byte-identical sums: the simulator's order is fixed, so it "
+            "shows one outcome of the race, never the spread a GPU can give."
+            if not race.measured
+            else f"**This run** (measured on {race.launch['device_name']}): "
+            f"{int((race.outputs['partial'] != expected).sum()):,} of {len(expected):,} blocks wrong."
+        )
     )
 
 
