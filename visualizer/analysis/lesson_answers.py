@@ -17,7 +17,7 @@ import pandas as pd
 
 from visualizer.analysis.capture import Capture
 from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
-from visualizer.figures.memory_flow import MODEL_GPUS, flow_model, modelled_gpu_timing
+from visualizer.analysis.transfers import MODEL_GPUS, flow_model, modelled_gpu_timing
 
 # The GPU models the lessons offer (their occupancy calculator arch); same names as the other pages.
 GPU_ARCHS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}

@@ -14,8 +14,9 @@ import plotly.graph_objects as go
 
 from visualizer.analysis import lesson_answers as A
 from visualizer.analysis.occupancy import LIMIT_NAMES
+from visualizer.analysis.transfers import H200_HBM_GBS, H200_HOST, modelled_gpu_timing
 from visualizer.figures import lessons as lfigs
-from visualizer.figures.memory_flow import H200_HBM_GBS, H200_HOST, memory_flow_figure, modelled_gpu_timing
+from visualizer.figures.memory_flow import memory_flow_figure
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,16 @@
 import pandas as pd
 import streamlit as st
 
-from visualizer.figures.memory_flow import (
+from visualizer.analysis.transfers import (
     MODEL_GPUS,
-    VIEWS,
-    compile_label,
     flow_model,
     flow_steps,
     fmt_bytes,
     fmt_us,
-    memory_flow_figure,
     modelled_gpu_label,
     modelled_gpu_timing,
 )
+from visualizer.figures.memory_flow import VIEWS, compile_label, memory_flow_figure
 from visualizer.web.charts import chart
 from visualizer.web.session import from_link, require_capture, to_link
 
