@@ -14,7 +14,7 @@ from visualizer.figures.grid import (
     is_two_d,
 )
 from visualizer.ui.charts import chart
-from visualizer.ui.session import from_link, require_capture, to_link
+from visualizer.ui.session import from_link, require_capture, show_link_notices, to_link
 
 st.title("Grid layout")
 st.markdown(
@@ -29,8 +29,7 @@ launch = cap.launch
 threads = cap.threads
 
 options = available_colorings(launch)
-from_link("grid_color_by", "active", options)
-from_link("grid_animate", True)
+show_link_notices(from_link("grid_color_by", "active", options), from_link("grid_animate", True))
 if st.session_state.get("grid_color_by") not in options:
     st.session_state.grid_color_by = "active" if "active" in options else options[0]
 left, right = st.columns([3, 1])

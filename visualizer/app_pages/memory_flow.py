@@ -15,7 +15,7 @@ from visualizer.figures.memory_flow import (
     modelled_gpu_timing,
 )
 from visualizer.ui.charts import chart
-from visualizer.ui.session import from_link, require_capture, to_link
+from visualizer.ui.session import from_link, require_capture, show_link_notices, to_link
 
 st.title("Memory flow")
 st.markdown(
@@ -30,8 +30,7 @@ launch, timing = cap.launch, cap.timing
 bytes_in = int(sum(a.nbytes for a in cap.inputs.values()))
 bytes_out = int(sum(a.nbytes for a in cap.outputs.values()))
 
-from_link("flow_view", "timeline", list(VIEWS))
-from_link("flow_animate", False)
+show_link_notices(from_link("flow_view", "timeline", list(VIEWS)), from_link("flow_animate", False))
 left, right = st.columns([3, 1])
 view = left.radio("view", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="flow_view")
 animate = right.toggle("step through", key="flow_animate", help="one frame per step")
@@ -95,7 +94,7 @@ st.caption(
 
 if not cap.measured:
     st.subheader("The same bytes on a GPU (modelled)")
-    from_link("flow_gpu", "H200", list(MODEL_GPUS))
+    show_link_notices(from_link("flow_gpu", "H200", list(MODEL_GPUS)))
     gpu = st.selectbox(
         "GPU model (modelled)", list(MODEL_GPUS), key="flow_gpu",
         format_func=lambda g: f"{g}: {MODEL_GPUS[g]['link']}, {MODEL_GPUS[g]['mem']}",

@@ -7,7 +7,7 @@ from visualizer.catalog import SIM_MAX_THREADS
 from visualizer.figures import scheduling as figs
 from visualizer.occupancy import ARCHS, WARP_SIZE, occupancy
 from visualizer.ui.charts import chart
-from visualizer.ui.session import RunConfig, from_link, require_capture, to_link
+from visualizer.ui.session import RunConfig, from_link, require_capture, show_link_notices, to_link
 from visualizer.ui.sidebar import load_config
 
 MODEL_GPUS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}
@@ -76,8 +76,7 @@ if cap.measured:
     blocks, warps = captured_blocks, captured_warps
     st.caption(f"Data source: {source}: real `%smid` and `%globaltimer` read inside the kernel.")
 else:
-    from_link("sched_gpu", "H200", list(MODEL_GPUS))
-    from_link("sched_regs", 32, (1, 255))
+    show_link_notices(from_link("sched_gpu", "H200", list(MODEL_GPUS)), from_link("sched_regs", 32, (1, 255)))
     c1, c2 = st.columns(2)
     gpu = c1.selectbox(
         "GPU model (modelled)",
@@ -191,7 +190,7 @@ st.subheader("Blocks on SMs")
 chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")
 
 st.subheader("One SM's warps")
-from_link("sm", 0, (0, num_sms - 1))
+show_link_notices(from_link("sm", 0, (0, num_sms - 1)))
 if st.session_state.get("sm", 0) > num_sms - 1:  # a smaller modelled GPU was picked
     st.session_state["sm"] = num_sms - 1
 sm = int(

@@ -18,7 +18,14 @@ from visualizer.runner import KernelError
 from visualizer.trace import Capture
 from visualizer.ui.charts import chart
 from visualizer.ui.memory import race_words_panel
-from visualizer.ui.session import RunConfig, cached_capture, from_link, require_capture, to_link
+from visualizer.ui.session import (
+    RunConfig,
+    cached_capture,
+    from_link,
+    require_capture,
+    show_link_notices,
+    to_link,
+)
 from visualizer.ui.sidebar import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +44,7 @@ def _load_example(kernel: str) -> None:
 
 def _block_input(label: str, key: str, hi: int, help_text: str) -> int:
     """A number input over 0..hi (kept in the link) whose value is reset when a new launch shrinks the grid."""
-    from_link(key, 0, (0, hi))
+    show_link_notices(from_link(key, 0, (0, hi)))
     if st.session_state.get(key, 0) > hi:
         st.session_state[key] = 0
     value = int(st.number_input(label, min_value=0, max_value=hi, step=1, key=key, help=help_text))
