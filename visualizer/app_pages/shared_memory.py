@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SIDEBAR_SEED = 0  # the sidebar captures with seed 0; the companion run must load the same inputs
 REDUCTIONS = ("reduction", "reduction_race")
 EXAMPLES = {
-    "matmul_tiled": (("n", 40), ("tile", 16)),
+    "matmul_tiled": (("n", 20), ("tile", 8)),  # the sizes the page's "Try:" names
     "reduction": (("block", 32), ("n", 256)),
 }
 
@@ -189,7 +189,9 @@ st.markdown(
     "Shared memory is a small, fast scratchpad that all threads of one block share: a block stages data "
     "there once and every thread reuses it. Because threads fill and read it at different moments, "
     "`cuda.syncthreads()` barriers decide when everyone may read what others wrote. **Try:** run "
-    "*Matrix multiply (shared-memory tiles)* with `n=20, tile=8` and step through one block's tiles; "
+    "*Matrix multiply (shared-memory tiles)* with `"
+    + ", ".join(f"{k}={v}" for k, v in EXAMPLES["matmul_tiled"])
+    + "` and step through one block's tiles; "
     "then run *Reduction* and compare it with *reduction_race*, the same tree without its barrier."
 )
 capture = require_capture()
