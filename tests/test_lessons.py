@@ -170,3 +170,29 @@ def test_cpu_vs_gpu_bars_show_the_shorter_time_as_a_bar_with_a_level_label():
     assert hi >= math.log10(4.0)
     assert fig.data[0].textangle == 0  # never turned sideways into a sliver of a bar
     assert list(fig.layout.xaxis.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5"]
+
+
+@pytest.mark.parametrize(
+    ("n", "gpu", "words", "frame"),
+    [
+        (286_720, "H200", "the other 68 of 132 SMs sit idle", "64 blocks on 64 of 132 SMs: 68 SMs idle"),
+        (400_000, "H200", "no SM is idle, but 549 of 1,056", "every SM busy, 549 of 1,056 slots empty"),
+    ],
+)
+def test_waves_lesson_says_idle_sms_only_when_its_chart_shows_them(sim_runner, n, gpu, words, frame):
+    from visualizer.lessons.catalog import SCHEDULER
+
+    values = {"n": n, "block": 256, "gpu": gpu}
+    cap = run(sim_runner, "vector_add", {"n": n, "block": 256})
+    answer = SCHEDULER.questions[0].answer({"main": cap}, values)
+    text = SCHEDULER.questions[0].explain(answer, values)
+    assert words in text
+    ((_, fig),) = SCHEDULER.charts({"main": cap}, values, [answer])
+    last = fig.frames[-1].layout.title.text
+    assert frame in last and f"Wave {answer.value} of {answer.value} (the tail)" in last
+
+
+def test_waves_lesson_default_launch_idles_sms_in_its_tail():
+    from visualizer.lessons.catalog import SCHEDULER
+
+    assert SCHEDULER.defaults()["n"] == 286_720 and SCHEDULER.defaults()["gpu"] == "H200"

@@ -166,14 +166,36 @@ def _waves_chart(caps, v, answers):
     return [("", waves_animation_figure(blocks, int(blocks.attrs["num_sms"])))]
 
 
+def _tail_words(f: dict) -> str:
+    """What the last wave leaves empty: whole SMs, or only slots (the chart's last frame shows which)."""
+    if f["tail_blocks"] == f["per_wave"]:
+        return "Every wave is full: no tail, no empty slot."
+    light = " Play the chart: in the last frame the light cells are slots an earlier wave used that are empty now."
+    if f["idle_sms"]:
+        return (
+            f"The scheduler gives each SM one block before any gets a second, so those {f['tail_blocks']:,} "
+            f"blocks run on {f['tail_sms']} SMs and the other {f['idle_sms']} of {f['sms']} SMs sit idle"
+            + (": the tail." if f["waves"] > 1 else ".")
+            + light
+        )
+    return (
+        f"That is enough for every one of the {f['sms']} SMs, so no SM is idle, but {f['empty_slots']:,} of "
+        f"{f['per_wave']:,} resident slots stay empty: each SM runs fewer blocks than it could, which hides "
+        "less latency." + light
+    )
+
+
 SCHEDULER = Lesson(
     name="scheduler",
     title="The block scheduler: waves and the tail",
     intro="The GPU hands blocks to its SMs; each SM holds as many as its limits allow. A grid bigger than "
-    "SMs × blocks-per-SM runs in **waves**, and a last wave that is only partly full leaves most SMs "
-    "idle: the **tail**. (Registers per thread: 32, modelled on the simulator.)",
+    "SMs × blocks-per-SM runs in **waves**. A last wave that is only partly full is the **tail**: it "
+    "leaves resident **slots** empty, and when it has fewer blocks than the GPU has SMs, whole **SMs** "
+    "sit idle. (Registers per thread: 32, modelled on the simulator.)",
     controls=(
-        Control("n", "elements n", (100_000, 270_336, 400_000, 524_288), 400_000),
+        # 286,720 = 1,120 blocks of 256: on an H200 one full wave of 1,056 and a tail of 64 blocks for
+        # 132 SMs (68 SMs idle); 400,000 = a tail of 507 blocks that still reaches every SM
+        Control("n", "elements n", (100_000, 270_336, 286_720, 400_000, 524_288), 286_720),
         Control("block", "threads per block", (128, 256, 512, 1024), 256),
         Control("gpu", "GPU model", tuple(A.GPU_ARCHS), "H200"),
     ),
@@ -185,8 +207,8 @@ SCHEDULER = Lesson(
             lambda a, v: (
                 f"{a.facts['blocks']:,} blocks; a wave is {a.facts['sms']} SMs × {a.facts['blocks_per_sm']} "
                 f"resident blocks = {a.facts['per_wave']:,} blocks, so {a.value} wave(s); the last holds "
-                f"{a.facts['tail_blocks']:,} blocks ({a.facts['tail_fill']:.0%} full). Play the chart: "
-                "the light cells in the last frame are SMs left idle."
+                f"{a.facts['tail_blocks']:,} blocks ({a.facts['tail_fill']:.0%} full). "
+                + _tail_words(a.facts)
             ),
             unit="waves",
         ),
