@@ -21,7 +21,7 @@ st.markdown(
     "A kernel launch is a **grid of blocks**, each a block of **threads**; the hardware runs threads in "
     "**warps** of 32 consecutive threads, on **SMs**. Every cell below is one thread the kernel recorded. "
     "**Try:** run *Vector add* with `n=200, block=48`, colour by *active / idle* and press ▶: the last "
-    "block overhangs the data, and each block's second warp has only 16 lanes. Then run *Matrix multiply* "
+    "block overhangs the data, and each block's second warp has threads in only 16 of its 32 lanes. Then run *Matrix multiply* "
     "to see a 2-D grid, and compare the simulator's order with a GPU's measured start times."
 )
 cap = require_capture()
@@ -40,6 +40,13 @@ color_by = left.radio(
 animate = right.toggle("animate", key="grid_animate", help="Play replays the order threads started in")
 to_link("grid_color_by", "grid_animate")
 
+try:
+    fig = grid_figure(threads, launch, color_by, animate)
+except (ValueError, KeyError) as exc:
+    st.error(f"Cannot draw this grid: {exc}")
+    st.stop()
+chart(fig, key="grid_chart")  # right under the controls: on a 720-px projector it starts on screen
+
 active = int(threads["active"].sum())
 warps_per_block = -(-launch["threads_per_block"] // 32)
 last_warp_lanes = launch["threads_per_block"] - 32 * (warps_per_block - 1)
@@ -50,15 +57,10 @@ c3.metric("idle", f"{launch['threads'] - active:,}", help="threads whose bounds 
 c4.metric(
     "warps per block",
     warps_per_block,
-    help=f"the last warp has only {last_warp_lanes} lanes" if last_warp_lanes < 32 else "every warp is full",
+    help=f"the last warp has threads in only {last_warp_lanes} of its 32 lanes"
+    if last_warp_lanes < 32
+    else "every warp is full",
 )
-
-try:
-    fig = grid_figure(threads, launch, color_by, animate)
-except (ValueError, KeyError) as exc:
-    st.error(f"Cannot draw this grid: {exc}")
-    st.stop()
-chart(fig, key="grid_chart")
 
 notes = []
 level = cell_level(launch)

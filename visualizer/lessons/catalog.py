@@ -143,7 +143,8 @@ THREADS = Lesson(
             lambda a, v: (
                 f"{a.facts['warps']} warps × 32 = {a.facts['lanes']:,} lanes, of which {a.facts['active']:,} "
                 f"did work: {a.facts['no_thread']} lanes had no thread (partial warps) and "
-                f"{a.facts['inactive_threads']} threads were past n. The grey cells in the chart are these."
+                f"{a.facts['inactive_threads']} threads were past n. In the chart the threads past n are "
+                "grey and the lanes with no thread pale yellow, right of each block's last thread."
             ),
             unit="lanes",
         ),
