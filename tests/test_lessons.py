@@ -196,3 +196,26 @@ def test_waves_lesson_default_launch_idles_sms_in_its_tail():
     from visualizer.lessons.catalog import SCHEDULER
 
     assert SCHEDULER.defaults()["n"] == 286_720 and SCHEDULER.defaults()["gpu"] == "H200"
+
+
+def test_histogram_lesson_default_can_be_reasoned_out_and_a_random_draw_is_graded_fairly(sim_runner):
+    from visualizer.lessons.catalog import HISTOGRAM
+
+    values = HISTOGRAM.defaults()
+    assert values["hot"] == 100  # every value in bin 0: the busiest bin is exactly n
+    q = HISTOGRAM.questions[0]
+    caps = {
+        role: run(sim_runner, r.kernel, r.params, r.accesses) for role, r in HISTOGRAM.runs(values).items()
+    }
+    answer = q.answer(caps, values)
+    assert answer.value == 4096 and "every one of the 4,096 values falls in bin 0" in q.explain(
+        answer, values
+    )
+    # uniform values: the busiest bin is a random maximum; the reasoned n / nbins is graded right
+    uniform = {**values, "hot": 0}
+    caps = {
+        role: run(sim_runner, r.kernel, r.params, r.accesses) for role, r in HISTOGRAM.runs(uniform).items()
+    }
+    answer = q.answer(caps, uniform)
+    assert answer.value > 64 and "4,096 ÷ 64 bins ≈ 64" in q.explain(answer, uniform)
+    assert A.grade(64, answer.value, q.tolerance)[0]
