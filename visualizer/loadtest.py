@@ -221,9 +221,10 @@ class Visitor:
     def shown(self) -> tuple[str, dict] | None:
         """(kernel, params) of the capture the sidebar says it is showing."""
         for text in self.texts("markdown"):
-            if text.startswith("showing: "):
+            if text.startswith("showing: "):  # "showing: vector_add (n=100, block=32)" (ui/sidebar.py)
                 kernel, _, params = text[len("showing: ") :].partition(" ")
-                return kernel, ast.literal_eval(params)
+                pairs = (p.split("=", 1) for p in params.strip("()").split(", ") if p)
+                return kernel, {k: ast.literal_eval(v) for k, v in pairs}
         return None
 
     def close(self) -> None:
