@@ -377,11 +377,11 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
         ids[pos[mine], sm[mine]] = block[mine]
         used = len(np.unique(sm[mine]))
         if n_waves == 1:
-            text = f"One wave: all {len(mine)} blocks at once, on {used} of {num_sms} SMs"
+            text = f"One wave: all {len(mine):,} blocks at once, on {used} of {num_sms} SMs"
         else:
             text = (
                 f"Wave {w + 1} of {n_waves}{' (the tail)' if w == n_waves - 1 and tail else ''}: "
-                f"{len(mine)} blocks on {used} of {num_sms} SMs"
+                f"{len(mine):,} blocks on {used} of {num_sms} SMs"
             )
         # idle SMs (no block at all) vs empty slots (an SM that runs fewer blocks than it can hold)
         empty = per_wave - len(mine)
