@@ -219,3 +219,19 @@ def test_histogram_lesson_default_can_be_reasoned_out_and_a_random_draw_is_grade
     answer = q.answer(caps, uniform)
     assert answer.value > 64 and "4,096 ÷ 64 bins ≈ 64" in q.explain(answer, uniform)
     assert A.grade(64, answer.value, q.tolerance)[0]
+
+
+@pytest.mark.parametrize(("block", "words"), [(128, "no lane is without a thread"), (48, "pale yellow")])
+def test_threads_lesson_names_only_the_cells_its_chart_draws(sim_runner, block, words):
+    from visualizer.lessons.catalog import THREADS
+
+    values = {"n": 200, "block": block}
+    cap = run(sim_runner, "vector_add", values)
+    q = THREADS.questions[1]
+    answer = q.answer({"main": cap}, values)
+    assert words in q.explain(answer, values)
+    ((_, fig),) = THREADS.charts({"main": cap}, values, [answer])
+    drawn = [t for t in fig.data if t.type == "heatmap" and t.name == "no thread"]
+    assert bool(drawn) == bool(answer.facts["no_thread"])
+    if drawn:  # one cell per lane without a thread
+        assert sum(len(row) for row in drawn[0].z) == answer.facts["no_thread"]

@@ -143,8 +143,12 @@ THREADS = Lesson(
             lambda a, v: (
                 f"{a.facts['warps']} warps × 32 = {a.facts['lanes']:,} lanes, of which {a.facts['active']:,} "
                 f"did work: {a.facts['no_thread']} lanes had no thread (partial warps) and "
-                f"{a.facts['inactive_threads']} threads were past n. In the chart the threads past n are "
-                "grey and the lanes with no thread pale yellow, right of each block's last thread."
+                f"{a.facts['inactive_threads']} threads were past n. In the chart the threads past n are grey"
+                + (
+                    " and the lanes with no thread pale yellow, right of each block's last thread."
+                    if a.facts["no_thread"]
+                    else "; every warp is full, so no lane is without a thread."
+                )
             ),
             unit="lanes",
         ),
