@@ -353,7 +353,8 @@ for i in shown:
     m1.metric("answer (from the run)", fmt(answer.value, q.unit))
     with m2:
         if right:
-            st.success(f"Right: you said {fmt(guess, q.unit)} ({how}).", icon=":material/check_circle:")
+            said = fmt(guess, q.unit) + ("" if how == "right" else f" ({how})")  # not "numpy (CPU) (right)"
+            st.success(f"Right: you said {said}.", icon=":material/check_circle:")
         else:
             st.warning(f"Not quite: you said {fmt(guess, q.unit)}; {how}.", icon=":material/cancel:")
         st.markdown(q.explain(answer, values))
