@@ -372,7 +372,10 @@ def link_value(key: str, default, allowed=None, raw: str | None = None) -> tuple
     if why is None:
         return parsed, None
     shown = raw if len(raw) <= LINK_VALUE_CHARS else raw[: LINK_VALUE_CHARS - 1] + "…"
-    return default, as_text(f"The link's {key}={shown} was ignored ({why}); showing {default} instead.")
+    used = ("on (1)" if default else "off (0)") if isinstance(default, bool) else default
+    if isinstance(default, bool) and why == "not a value this control takes":
+        why = "1 for on, 0 for off"
+    return default, as_text(f"The link's {key}={shown} was ignored ({why}); showing {used} instead.")
 
 
 def from_link(key: str, default, allowed=None) -> str | None:
