@@ -97,6 +97,7 @@ def test_a_failed_run_marks_the_results_below_it_as_the_previous_runs():
     greens = [s.value for s in at.success if "matches the numpy reference" in s.value]
     assert greens and all(g.startswith("Previous run: ") for g in greens), greens
     assert any(h.value.startswith("Your previous run: ") for h in at.subheader)
+    assert any("Of your previous run" in c.value for c in at.sidebar.caption)  # its timing too
 
 
 def test_user_code_is_on_only_for_localhost_unless_the_operator_says_so():
