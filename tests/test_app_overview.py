@@ -90,9 +90,9 @@ def test_a_failed_run_replaces_the_charts_with_its_error():
     at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
     at.switch_page("web/pages/grid.py").run()
     assert at.get("plotly_chart")
-    at.slider(key="param_vector_add_block").set_value(0)
+    at.number_input(key="param_vector_add_n").set_value(600_000)  # over the simulator's thread limit
     at.sidebar.button(key="sidebar_run").click().run()
-    assert any("did not run" in e.value and "at least 1" in e.value for e in at.main.error)
+    assert any("did not run" in e.value and "524,288" in e.value for e in at.main.error), at.main.error
     assert not at.get("plotly_chart")  # no chart of the previous run under the new configuration
 
 

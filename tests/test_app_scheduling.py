@@ -127,4 +127,9 @@ def test_suggested_launch_runs_in_several_waves_with_a_tail():
     assert at.sidebar.selectbox(key="kernel_pick").value == "vector_add"
     waves = int(_metric(at, "waves"))
     assert waves >= 3 and _metric(at, "tail") != "none"
+    # the suggested tail really idles SMs, and the caption beside the tail metric says so
+    (caption,) = [c.value for c in at.caption if "full wave(s) of" in c.value]
+    assert "cannot reach all 40 SMs, so at least 20 SMs get none" in caption, caption
+    assert "whole SMs sat idle 0%" not in caption and "this tail is idle SMs" in caption
+    assert "20 SMs idle" in _chart(at, "Wave 1 of ")["frames"][-1]["layout"]["title"]["text"]
     assert _chart(at, "Wave 1 of ")["layout"]["sliders"][0]["steps"][-1]["label"] == str(waves)

@@ -80,7 +80,9 @@ def test_other_kernel_explains_and_loads_an_example():
     at.button(key="smem_load_matmul").click().run()
     assert not at.exception, [e.value for e in at.exception]
     cap = at.session_state.capture
-    assert cap.launch["kernel"] == "matmul_tiled" and cap.launch["params"] == {"n": 40, "tile": 16}
+    assert cap.launch["kernel"] == "matmul_tiled" and cap.launch["params"] == {"n": 20, "tile": 8}
+    intro = next(m.value for m in at.markdown if "**Try:**" in m.value)
+    assert "`n=20, tile=8`" in intro  # the example loads what the page's text tells the learner to run
     (fig,) = charts(at)
     assert len(fig["frames"]) == 2 * 3
 

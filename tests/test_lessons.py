@@ -177,3 +177,68 @@ def test_cpu_vs_gpu_bars_show_the_shorter_time_as_a_bar_with_a_level_label():
     assert hi >= math.log10(4.0)
     assert fig.data[0].textangle == 0  # never turned sideways into a sliver of a bar
     assert list(fig.layout.xaxis.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5"]
+
+
+@pytest.mark.parametrize(
+    ("n", "gpu", "words", "frame"),
+    [
+        (286_720, "H200", "the other 68 of 132 SMs sit idle", "64 blocks on 64 of 132 SMs: 68 SMs idle"),
+        (400_000, "H200", "no SM is idle, but 549 of 1,056", "every SM busy, 549 of 1,056 slots empty"),
+    ],
+)
+def test_waves_lesson_says_idle_sms_only_when_its_chart_shows_them(sim_runner, n, gpu, words, frame):
+    from visualizer.web.lessons import SCHEDULER
+
+    values = {"n": n, "block": 256, "gpu": gpu}
+    cap = run(sim_runner, "vector_add", {"n": n, "block": 256})
+    answer = SCHEDULER.questions[0].answer({"main": cap}, values)
+    text = SCHEDULER.questions[0].explain(answer, values)
+    assert words in text
+    ((_, fig),) = SCHEDULER.charts({"main": cap}, values, [answer])
+    last = fig.frames[-1].layout.title.text
+    assert frame in last and f"Wave {answer.value} of {answer.value} (the tail)" in last
+
+
+def test_waves_lesson_default_launch_idles_sms_in_its_tail():
+    from visualizer.web.lessons import SCHEDULER
+
+    assert SCHEDULER.defaults()["n"] == 286_720 and SCHEDULER.defaults()["gpu"] == "H200"
+
+
+def test_histogram_lesson_default_can_be_reasoned_out_and_a_random_draw_is_graded_fairly(sim_runner):
+    from visualizer.web.lessons import HISTOGRAM
+
+    values = HISTOGRAM.defaults()
+    assert values["hot"] == 100  # every value in bin 0: the busiest bin is exactly n
+    q = HISTOGRAM.questions[0]
+    caps = {
+        role: run(sim_runner, r.kernel, r.params, r.accesses) for role, r in HISTOGRAM.runs(values).items()
+    }
+    answer = q.answer(caps, values)
+    assert answer.value == 4096 and "every one of the 4,096 values falls in bin 0" in q.explain(
+        answer, values
+    )
+    # uniform values: the busiest bin is a random maximum; the reasoned n / nbins is graded right
+    uniform = {**values, "hot": 0}
+    caps = {
+        role: run(sim_runner, r.kernel, r.params, r.accesses) for role, r in HISTOGRAM.runs(uniform).items()
+    }
+    answer = q.answer(caps, uniform)
+    assert answer.value > 64 and "4,096 ÷ 64 bins ≈ 64" in q.explain(answer, uniform)
+    assert A.grade(64, answer.value, q.tolerance)[0]
+
+
+@pytest.mark.parametrize(("block", "words"), [(128, "no lane is without a thread"), (48, "pale yellow")])
+def test_threads_lesson_names_only_the_cells_its_chart_draws(sim_runner, block, words):
+    from visualizer.web.lessons import THREADS
+
+    values = {"n": 200, "block": block}
+    cap = run(sim_runner, "vector_add", values)
+    q = THREADS.questions[1]
+    answer = q.answer({"main": cap}, values)
+    assert words in q.explain(answer, values)
+    ((_, fig),) = THREADS.charts({"main": cap}, values, [answer])
+    drawn = [t for t in fig.data if t.type == "heatmap" and t.name == "no thread"]
+    assert bool(drawn) == bool(answer.facts["no_thread"])
+    if drawn:  # one cell per lane without a thread
+        assert sum(len(row) for row in drawn[0].z) == answer.facts["no_thread"]

@@ -95,10 +95,13 @@ def waves(cap: Capture, gpu: str, modelled_regs: int) -> Answer:
     blocks = int(cap.launch["blocks"])
     n = math.ceil(blocks / per_wave) if per_wave else 0
     tail = blocks - (n - 1) * per_wave if n else 0
+    # the block scheduler spreads a wave one block per SM before doubling up (schedule.modelled_schedule)
+    tail_sms = min(tail, sms)
     return Answer(
         n,
         {"blocks": blocks, "sms": sms, "blocks_per_sm": occ.blocks_per_sm, "per_wave": per_wave,
-         "tail_blocks": tail, "tail_fill": tail / per_wave if per_wave else 0.0},
+         "tail_blocks": tail, "tail_fill": tail / per_wave if per_wave else 0.0,
+         "tail_sms": tail_sms, "idle_sms": sms - tail_sms, "empty_slots": per_wave - tail, "waves": n},
         f"modelled: occupancy calculator for {GPU_ARCHS[gpu]}, the launch's recorded grid",
     )  # fmt: skip
 

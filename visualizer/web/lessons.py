@@ -144,7 +144,12 @@ THREADS = Lesson(
             lambda a, v: (
                 f"{a.facts['warps']} warps × 32 = {a.facts['lanes']:,} lanes, of which {a.facts['active']:,} "
                 f"did work: {a.facts['no_thread']} lanes had no thread (partial warps) and "
-                f"{a.facts['inactive_threads']} threads were past n. The grey cells in the chart are these."
+                f"{a.facts['inactive_threads']} threads were past n. In the chart the threads past n are grey"
+                + (
+                    " and the lanes with no thread pale yellow, right of each block's last thread."
+                    if a.facts["no_thread"]
+                    else "; every warp is full, so no lane is without a thread."
+                )
             ),
             unit="lanes",
         ),
@@ -167,14 +172,36 @@ def _waves_chart(caps, v, answers):
     return [("", waves_animation_figure(blocks, int(blocks.attrs["num_sms"])))]
 
 
+def _tail_words(f: dict) -> str:
+    """What the last wave leaves empty: whole SMs, or only slots (the chart's last frame shows which)."""
+    if f["tail_blocks"] == f["per_wave"]:
+        return "Every wave is full: no tail, no empty slot."
+    light = " Play the chart: in the last frame the light cells are slots an earlier wave used that are empty now."
+    if f["idle_sms"]:
+        return (
+            f"The scheduler gives each SM one block before any gets a second, so those {f['tail_blocks']:,} "
+            f"blocks run on {f['tail_sms']} SMs and the other {f['idle_sms']} of {f['sms']} SMs sit idle"
+            + (": the tail." if f["waves"] > 1 else ".")
+            + light
+        )
+    return (
+        f"That is enough for every one of the {f['sms']} SMs, so no SM is idle, but {f['empty_slots']:,} of "
+        f"{f['per_wave']:,} resident slots stay empty: each SM runs fewer blocks than it could, which hides "
+        "less latency." + light
+    )
+
+
 SCHEDULER = Lesson(
     name="scheduler",
     title="The block scheduler: waves and the tail",
     intro="The GPU hands blocks to its SMs; each SM holds as many as its limits allow. A grid bigger than "
-    "SMs × blocks-per-SM runs in **waves**, and a last wave that is only partly full leaves most SMs "
-    "idle: the **tail**. (Registers per thread: 32, modelled on the simulator.)",
+    "SMs × blocks-per-SM runs in **waves**. A last wave that is only partly full is the **tail**: it "
+    "leaves resident **slots** empty, and when it has fewer blocks than the GPU has SMs, whole **SMs** "
+    "sit idle. (Registers per thread: 32, modelled on the simulator.)",
     controls=(
-        Control("n", "elements n", (100_000, 270_336, 400_000, 524_288), 400_000),
+        # 286,720 = 1,120 blocks of 256: on an H200 one full wave of 1,056 and a tail of 64 blocks for
+        # 132 SMs (68 SMs idle); 400,000 = a tail of 507 blocks that still reaches every SM
+        Control("n", "elements n", (100_000, 270_336, 286_720, 400_000, 524_288), 286_720),
         Control("block", "threads per block", (128, 256, 512, 1024), 256),
         Control("gpu", "GPU model", tuple(A.GPU_ARCHS), "H200"),
     ),
@@ -186,8 +213,8 @@ SCHEDULER = Lesson(
             lambda a, v: (
                 f"{a.facts['blocks']:,} blocks; a wave is {a.facts['sms']} SMs × {a.facts['blocks_per_sm']} "
                 f"resident blocks = {a.facts['per_wave']:,} blocks, so {a.value} wave(s); the last holds "
-                f"{a.facts['tail_blocks']:,} blocks ({a.facts['tail_fill']:.0%} full). Play the chart: "
-                "the light cells in the last frame are SMs left idle."
+                f"{a.facts['tail_blocks']:,} blocks ({a.facts['tail_fill']:.0%} full). "
+                + _tail_words(a.facts)
             ),
             unit="waves",
         ),
@@ -460,6 +487,18 @@ def _hist_charts(caps, v, answers):
     return [("", lfigs.atomics_figure(A.atomics_per_bin(cap), v["nbins"], cap.launch["kernel"]))]
 
 
+def _expected_busiest(n: int, nbins: int, hot: int) -> str:
+    """How many values bin 0 should get (hot % of them, plus its share of the uniform rest), in words."""
+    expect = n * hot / 100 + n * (100 - hot) / 100 / nbins
+    if hot == 100 or nbins == 1:
+        return f"every one of the {n:,} values falls in bin 0."
+    share = f"{hot} % of {n:,} plus 1/{nbins} of the rest" if hot else f"{n:,} ÷ {nbins} bins"
+    return (
+        f"bin 0 expects {share} ≈ {expect:,.0f}; the values are drawn at random, so the busiest bin "
+        "lands near that, not on it (answers within 25 % count)."
+    )
+
+
 HISTOGRAM = Lesson(
     name="histogram",
     title="Atomics: a histogram and its contention",
@@ -470,7 +509,9 @@ HISTOGRAM = Lesson(
     controls=(
         Control("kernel", "version", ("histogram_global", "histogram_shared"), "histogram_global"),
         Control("nbins", "bins", (1, 8, 64, 256), 64),
-        Control("hot", "% of values in bin 0", (0, 50, 100), 0),
+        # 100 % by default: every value in bin 0, a count one can reason out (at 0 % the busiest bin is
+        # whichever a uniform draw happened to fill most)
+        Control("hot", "% of values in bin 0", (0, 50, 100), 100),
     ),
     runs=lambda v: {
         "main": Run(
@@ -484,8 +525,11 @@ HISTOGRAM = Lesson(
             lambda a, v: (
                 f"Bin {a.facts['bin']} took {a.value:,} global atomics of {a.facts['total']:,} "
                 f"({a.facts['n']:,} values, {a.facts['blocks']} blocks). Global atomics: one per value, so "
-                "the busiest bin queues as many as it has values. Privatised: at most one per block."
+                "the busiest bin queues as many as it has values: "
+                + _expected_busiest(a.facts["n"], v["nbins"], v["hot"])
+                + " Privatised: at most one per block."
             ),
+            tolerance=0.25,  # a reasoned estimate of a random draw's busiest bin is right
             unit="atomics",
         ),
     ),

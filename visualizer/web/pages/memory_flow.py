@@ -14,7 +14,7 @@ from visualizer.analysis.transfers import (
 )
 from visualizer.figures.memory_flow import VIEWS, compile_label, memory_flow_figure
 from visualizer.web.charts import chart
-from visualizer.web.session import from_link, require_capture, to_link
+from visualizer.web.session import from_link, require_capture, show_link_notices, to_link
 
 st.title("Memory flow")
 st.markdown(
@@ -29,8 +29,7 @@ launch, timing = cap.launch, cap.timing
 bytes_in = int(sum(a.nbytes for a in cap.inputs.values()))
 bytes_out = int(sum(a.nbytes for a in cap.outputs.values()))
 
-from_link("flow_view", "timeline", list(VIEWS))
-from_link("flow_animate", False)
+show_link_notices(from_link("flow_view", "timeline", list(VIEWS)), from_link("flow_animate", False))
 left, right = st.columns([3, 1])
 view = left.radio("view", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="flow_view")
 animate = right.toggle("step through", key="flow_animate", help="one frame per step")
@@ -94,7 +93,7 @@ st.caption(
 )
 
 st.subheader("The same bytes on a GPU (modelled)" if not cap.measured else "Measured beside modelled")
-from_link("flow_gpu", "H200", list(MODEL_GPUS))
+show_link_notices(from_link("flow_gpu", "H200", list(MODEL_GPUS)))
 gpu = st.selectbox(
     "GPU model (modelled)", list(MODEL_GPUS), key="flow_gpu",
     format_func=lambda g: f"{g}: {MODEL_GPUS[g]['link']}, {MODEL_GPUS[g]['mem']}"
@@ -110,7 +109,7 @@ g1.metric("copies (modelled)", fmt_us(copies_ns / 1e3))
 g2.metric(
     "kernel (modelled)",
     fmt_us(steps["kernel"] / 1e3),
-    delta=f"copies take ×{copies_ns / steps['kernel']:,.0f} the kernel's time",
+    delta=f"copies take ×{copies_ns / steps['kernel']:,.0f} the kernel's time" if steps["kernel"] else None,
     delta_color="off",
 )
 chart(

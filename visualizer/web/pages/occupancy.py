@@ -21,6 +21,7 @@ from visualizer.web.session import (
     RunConfig,
     current_capture,
     from_link,
+    show_link_notices,
     show_run_problems,
     show_unrun_notice,
     to_link,
@@ -185,7 +186,7 @@ if cap is not None:
     st.session_state.occ_defaults_for = _run_key(cap)
 # otherwise the link's values (a first visit, or back from another page), else the run's
 for key, value in _slider_defaults(cap).items():
-    from_link(key, value, SLIDER_RANGES[key])
+    show_link_notices(from_link(key, value, SLIDER_RANGES[key]))
 
 arch_note = _arch_of(cap)[1]
 if arch_note:
