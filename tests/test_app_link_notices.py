@@ -21,12 +21,16 @@ ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
         ("shared_memory", "smem_block_x", "77", "showing 0 instead"),
         ("memory_flow", "flow_view", "zzz", "showing timeline instead"),
         ("occupancy", "occ_threads", "-32", "instead"),
+        ("flash_attention", "fa_arch", "sm_99", "showing sm_90 instead"),
+        ("flash_attention", "fa_timing_mode", "zzz", "instead"),
     ],
 )
 def test_a_bad_link_value_is_named_in_one_line_on_every_page(page, key, bad, instead):
     query = {"page": page, "backend": "sim", "kernel": "vector_add", key: bad}
     if page == "shared_memory":
         query |= {"kernel": "matmul_tiled", "n": "16", "tile": "8"}
+    if page == "flash_attention":  # the page's smallest teaching launch
+        query |= {"kernel": "flash_attention", "seq_len": "32", "tile": "16", "head_dim": "16", "heads": "1"}
     at = open_app(**query)
     notices = [w.value for w in at.warning if "was ignored" in w.value]
     assert len(notices) == 1, [w.value for w in at.warning]
