@@ -1,9 +1,11 @@
-"""The host side of "your own kernel": a dedicated worker per backend, the request, the Capture.
+"""The host side of "your own kernel": a fresh sandboxed worker per run, the request, the Capture.
 
 Nothing here executes the user's code: the source is parsed with ``ast`` for a syntax check and
 the kernel's parameter names, then sent to a worker process, which is the only place it runs.
-User code gets its own workers (not the ones the built-in kernels share), with a wall-clock limit
-here and CPU-time/memory limits inside the worker (visualizer/userkernel/execute.py).
+Every run of user code gets a fresh process of its own (never one the built-in kernels or another
+run used), started in the sandbox of visualizer/userkernel/sandbox.py (bubblewrap where it works,
+hard rlimits always), with a wall-clock limit here; it is killed, with its whole process group and
+PID namespace, as soon as its run is over. Visitors wait for a free sandbox in a queue (UserRunQueue).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import threading
 import numpy as np
 
 from visualizer.catalog import LaunchError
-from visualizer.runner import KernelError, Runner, RunTimeout, resolve_backend
+from visualizer.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
 from visualizer.trace import Capture, threads_table
+from visualizer.userkernel import sandbox
 from visualizer.userkernel.spec import SourceLaunch
 
 RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_USER_TIMEOUT_S", "120"))
@@ -69,10 +72,36 @@ def build_user_capture(reply: dict) -> Capture:
 
 
 class UserRunner(Runner):
-    """A Runner whose worker runs users' kernels from source (request op "source")."""
+    """A Runner for users' kernels from source (request op "source"): one sandboxed process per run."""
 
     def __init__(self, backend: str = "auto", run_timeout: float = RUN_TIMEOUT_S):
         super().__init__(backend, run_timeout)
+        self.one_run_per_worker = True
+        self._mode = "rlimits"
+
+    @property
+    def isolation(self) -> str:
+        """Which isolation the runs get here, in words."""
+        return sandbox.isolation(self.backend)
+
+    def _popen_args(self, fd: int) -> dict:
+        args = sandbox.popen_args(fd, self.backend)
+        self._mode = args["env"][sandbox.SANDBOX_ENV + "_MODE"]
+        return args
+
+    def _exit_status(self, code: int | None) -> int | None:
+        return sandbox.exit_status(code, self._mode)
+
+    def _stop(self, kill: bool = False) -> None:
+        """Kill the worker's whole process group (its session: bubblewrap, or the worker itself), then
+        reap it; under bubblewrap the PID namespace dies with it, children that left the group too."""
+        proc = self._proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        super()._stop(kill=True)
 
     def capture_source(
         self,
@@ -111,34 +140,56 @@ def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
     if "timed out" in message or "over the" in message:
         return (
             f"your kernel did not finish within {limit:.0f} s, the time limit for user code (an endless "
-            "loop?); the worker was stopped and restarted"
+            "loop?); its sandbox was killed"
         )
     if exit_code == -signal.SIGXCPU or f"exit code {-signal.SIGXCPU}" in message or "of CPU time" in message:
         return (
             f"your kernel used more than {cpu_limit} s of CPU time, the limit for user code (an endless "
-            "loop?); the worker was stopped and restarted"
+            "loop?); its sandbox was killed"
         )
     if exit_code in (-signal.SIGKILL, -signal.SIGSEGV):
-        return f"{message} (out of memory? user code may add {_memory_mb()} MiB on the simulator)"
+        return f"{message} (out of memory? user code may use {_memory_mb()} MiB beyond Python and numba)"
     return message
 
 
 def _memory_mb() -> int:
-    from visualizer.userkernel.execute import MEMORY_LIMIT_BYTES
-
-    return MEMORY_LIMIT_BYTES >> 20
+    return int(os.environ.get("VISUALIZER_USER_MEMORY_MB", str(sandbox.MEMORY_LIMIT_MB)))
 
 
-_RUNNERS: dict[str, UserRunner] = {}
+class UserRunQueue(RunQueue):
+    """Visitors' runs of their own code, first come first served, each told its place in line as the
+    built-in kernels' visitors are (``waiting(ahead, running)``); as many sandboxes at a time as the
+    built-in kernels have workers (two on the simulator on a machine of two cores, one GPU worker)."""
+
+    runner_class = UserRunner
+    respawn = False  # no process waits with nothing to do: each run starts its own
+
+    def __init__(self, backend: str = "auto", workers: int | None = None, run_timeout: float = RUN_TIMEOUT_S):
+        super().__init__(backend, workers, run_timeout)
+
+    @property
+    def isolation(self) -> str:
+        return sandbox.isolation(self.backend)
+
+    def capture_source(self, launch: SourceLaunch, *, waiting=None, **kwargs) -> Capture:
+        """UserRunner.capture_source in the next free sandbox slot, after waiting in line."""
+        runner = self._acquire(waiting)
+        try:
+            return runner.capture_source(launch, **kwargs)
+        finally:
+            self._release(runner)
+
+
+_RUNNERS: dict[str, UserRunQueue] = {}
 _LOCK = threading.Lock()
 
 
-def get_user_runner(backend: str = "auto") -> UserRunner:
-    """The process-wide runner for user code on a backend (its own worker), created on first use."""
+def get_user_runner(backend: str = "auto") -> UserRunQueue:
+    """The process-wide queue for user code on a backend, created on first use."""
     name = resolve_backend(backend)
     with _LOCK:
         if name not in _RUNNERS:
-            _RUNNERS[name] = UserRunner(name)
+            _RUNNERS[name] = UserRunQueue(name)
         return _RUNNERS[name]
 
 
