@@ -1,18 +1,20 @@
 """Your kernel: paste a Numba CUDA kernel, give its launch and arguments, run it, see every page for it.
 
 The source is only parsed here (``ast``, for a syntax check and the kernel's parameter names); it
-runs in a separate worker process with time and memory limits, and only when this server allows
-user code (on by default only when it listens on localhost; see visualizer/userkernel/client.py).
+runs in a fresh sandboxed process for each run (visualizer/userkernel/sandbox.py: bubblewrap where it
+works, hard rlimits always), and only when this server allows user code (see
+visualizer/userkernel/client.py). The page says which isolation is in force.
 """
 
 import importlib.util
-import os
 
 import numpy as np
 import streamlit as st
 
 from visualizer.catalog import LaunchError
 from visualizer.runner import KernelError, gpu_present
+from visualizer.ui.session import queue_text
+from visualizer.userkernel import sandbox
 from visualizer.userkernel import spec as uspec
 from visualizer.userkernel.client import (
     ALLOW_ENV,
@@ -29,7 +31,8 @@ MODES = ("one thread per element", "grid")
 
 @st.cache_resource(show_spinner=False)
 def runner_for(backend: str):
-    """One worker per backend for user code, shared by the sessions of this server (runs are serialised)."""
+    """The queue for user code on a backend, shared by the sessions of this server; every run in it
+    gets a fresh sandboxed process, never one another visitor's code ran in."""
     return get_user_runner(backend)
 
 
@@ -152,10 +155,11 @@ with right:
         disabled=not allowed or bool(syntax_error) or not params,
     )
 
+    on = "gpu" if backend == "gpu" or (backend == "auto" and gpu_present()) else "sim"
     st.caption(
-        f"Runs in a worker process of its own, never in this server: stopped after {RUN_TIMEOUT_S:.0f} s "
-        f"(wall clock) or {os.environ.get('VISUALIZER_USER_CPU_S', '120')} s of CPU time. Not a sandbox: "
-        "it can do what this server's user account can."
+        f"Each run gets a fresh process of its own, never this server, and nothing of it stays. "
+        f"Isolation in force: **{sandbox.isolation(on)}**. Stopped after {RUN_TIMEOUT_S:.0f} s (wall "
+        f"clock); hard limits: {sandbox.limits_text()}."
     )
 
 if run and not allowed:  # a disabled button is a hint to the browser; the server decides
@@ -182,7 +186,14 @@ elif run:
             def progress(done, total):
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks")
 
-            cap = runner_for(chosen).capture_source(launch, progress=progress, accesses=accesses)
+            def waiting(ahead, running):  # another visitor's code holds every sandbox slot
+                text = queue_text(ahead, running, chosen)
+                status.update(label=text[0].upper() + text[1:])
+                bar.progress(0.0, text=text)
+
+            cap = runner_for(chosen).capture_source(
+                launch, progress=progress, waiting=waiting, accesses=accesses
+            )
             status.update(label=f"Ran {kernel} on {cap.launch['device_name']}", state="complete")
         st.session_state.capture = cap
         st.session_state.timing_history = []

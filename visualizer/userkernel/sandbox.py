@@ -75,6 +75,7 @@ def _python_dirs() -> list[str]:
     paths |= set(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)))
     paths |= {p for p in sys.path if p}
     root = str(ROOT)
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     keep = []
     for p in sorted(paths):
         real = os.path.realpath(p)
@@ -82,6 +83,8 @@ def _python_dirs() -> list[str]:
             continue
         if root == real or root.startswith(real.rstrip("/") + "/"):
             continue  # the project root (tests, captures, .git) or a folder holding it: not visible
+        if real.startswith(root + "/") and not any(real == q or real.startswith(q + "/") for q in prefixes):
+            continue  # inside the project only a virtual environment (.venv) is Python's; not tests/
         if real.startswith("/usr/") or real == "/usr":
             continue  # bound whole
         keep.append(p)
