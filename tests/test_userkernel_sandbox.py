@@ -272,3 +272,21 @@ def test_two_sessions_of_one_server_cannot_touch_each_other():
     assert any("`c`:" in e.value and "differ from the numpy reference" in e.value for e in b.error), [
         e.value for e in b.error
     ]
+
+
+def test_a_pickle_written_to_the_servers_socket_runs_nothing_there(runner, tmp_path):
+    # the visitor's code holds the worker's end of the socket: what it writes there is never unpickled
+    target = tmp_path / "planted-through-the-socket"
+    attack = (
+        "import sys\n"
+        "from multiprocessing.connection import Connection\n"
+        "class Plant:\n"
+        "    def __reduce__(self):\n"
+        f"        return (open, ({str(target)!r}, 'w'))\n"
+        "Connection(int(sys.argv[1])).send(('ok', 1, Plant()))\n"
+        "import time\n"
+        "time.sleep(30)\n"
+    )
+    msg = one_line_error(runner, source(attack), timeout=20)
+    assert "sent the server a message it does not accept" in msg, msg
+    assert not target.exists()

@@ -121,7 +121,7 @@ class Runner:
         parent, child = socket.socketpair()
         proc = subprocess.Popen(**self._popen_args(child.fileno()), stdin=subprocess.DEVNULL)
         child.close()
-        self._proc, self._conn = proc, Connection(parent.detach())
+        self._proc, self._conn = proc, self._channel(Connection(parent.detach()))
         try:
             kind, _, *payload = self._receive(None, START_TIMEOUT_S, None, "starting the worker")
         except RunTimeout as exc:
@@ -145,6 +145,10 @@ class Runner:
 
     def _exit_status(self, code: int | None) -> int | None:
         return code
+
+    def _channel(self, conn: Connection):
+        """The connection to the worker as this runner speaks it (UserRunner: no pickles)."""
+        return conn
 
     def _stop(self, kill: bool = False) -> None:
         """Ask the worker to leave (or kill it: a busy worker never reads the request to leave)."""

@@ -19,7 +19,7 @@ import numpy as np
 from visualizer.catalog import LaunchError
 from visualizer.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
 from visualizer.trace import Capture, threads_table
-from visualizer.userkernel import sandbox
+from visualizer.userkernel import sandbox, wire
 from visualizer.userkernel.spec import SourceLaunch
 
 RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_USER_TIMEOUT_S", "120"))
@@ -78,6 +78,7 @@ class UserRunner(Runner):
         super().__init__(backend, run_timeout)
         self.one_run_per_worker = True
         self._mode = "rlimits"
+        self._wire: wire.ServerChannel | None = None
 
     @property
     def isolation(self) -> str:
@@ -91,6 +92,11 @@ class UserRunner(Runner):
 
     def _exit_status(self, code: int | None) -> int | None:
         return sandbox.exit_status(code, self._mode)
+
+    def _channel(self, conn):
+        # never unpickle what a sandbox sends: that would run its code here (visualizer/userkernel/wire.py)
+        self._wire = wire.ServerChannel(conn, max_bytes=(_memory_mb() + 64) << 20)
+        return self._wire
 
     def _stop(self, kill: bool = False) -> None:
         """Kill the worker's whole process group (its session: bubblewrap, or the worker itself), then
@@ -124,6 +130,11 @@ class UserRunner(Runner):
         try:
             kind, _, *payload = self._exchange(request, limit, progress, what, launches)
         except (KernelError, RunTimeout) as exc:
+            refused = self._wire.error if self._wire is not None else None
+            if refused:
+                raise KernelError(
+                    f"your code sent the server a message it does not accept ({refused}); its sandbox was killed"
+                ) from None
             raise KernelError(_explain(str(exc), limit, self.last_exit_code)) from None
         if kind == "invalid":
             raise LaunchError(payload[0])
@@ -131,7 +142,12 @@ class UserRunner(Runner):
             raise KernelError(f"{launch.kernel} faulted on the GPU: {payload[0]} (the worker was restarted)")
         if kind == "error":
             raise KernelError(payload[0].removeprefix("UserCodeError: "))
-        return build_user_capture(payload[0])
+        try:
+            return build_user_capture(payload[0])
+        except Exception as exc:  # a reply shaped by the sandbox's code, not by ours: one line, never a crash
+            raise KernelError(
+                f"the sandbox's reply could not be read ({type(exc).__name__}: {exc})"[:300]
+            ) from None
 
 
 def _explain(message: str, limit: float, exit_code: int | None = None) -> str:

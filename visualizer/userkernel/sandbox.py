@@ -294,8 +294,10 @@ def main(fd: int, backend_name: str) -> None:
     from multiprocessing.connection import Connection
 
     from visualizer import worker
+    from visualizer.userkernel.wire import Channel
 
-    worker.serve(Connection(fd), backend_name, after_ready=run_limits, once=True, user_code=True)
+    channel = Channel(Connection(fd), max_bytes=(MEMORY_LIMIT_MB + 64) << 20)  # no pickles either way
+    worker.serve(channel, backend_name, after_ready=run_limits, once=True, user_code=True)
 
 
 if __name__ == "__main__":
