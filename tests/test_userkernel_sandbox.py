@@ -70,7 +70,21 @@ def test_the_page_words_say_which_isolation_is_in_force(monkeypatch):
             "bubblewrap: no network, read-only filesystem, private /tmp, own PID namespace"
         )
     monkeypatch.setenv(sandbox.SANDBOX_ENV, "rlimits")
-    assert sandbox.isolation("sim").startswith("rlimits only (bubblewrap is turned off)")
+    assert sandbox.isolation("sim").startswith(
+        "rlimits only (bubblewrap is turned off by VISUALIZER_SANDBOX)"
+    )
+
+
+def test_a_bubblewrap_that_cannot_start_falls_back_and_says_why(tmp_path, monkeypatch):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv(sandbox.BWRAP_ENV, str(fake))
+    words = sandbox.isolation("sim")
+    assert words.startswith("rlimits only (bubblewrap cannot start here: bwrap: No permissions"), words
+    with UserRunner("sim") as runner:
+        assert runner.capture_source(plan(source())).check["correct"] is True
+        assert runner._mode == "rlimits"
 
 
 def test_five_gib_at_module_level_fails_with_one_line(runner):

@@ -40,7 +40,9 @@ BWRAP_ENV = "VISUALIZER_BWRAP"  # the bubblewrap program (default: bwrap on PATH
 # The limits of one run of visitor code (the runner adds the wall-clock limit, VISUALIZER_USER_TIMEOUT_S)
 CPU_LIMIT_S = int(os.environ.get("VISUALIZER_USER_CPU_S", "120"))
 MEMORY_LIMIT_MB = int(os.environ.get("VISUALIZER_USER_MEMORY_MB", "4096"))
-MAX_PROCESSES = 64  # processes and threads of the sandbox's user (RLIMIT_NPROC)
+# processes and threads (RLIMIT_NPROC) of the sandbox's user: per run in a user namespace; as the
+# user nobody (a server running as root), of every sandbox at once. A simulator run needs 2.
+MAX_PROCESSES = 32
 MAX_FILE_BYTES = 64 << 20  # largest file it may write (RLIMIT_FSIZE): /tmp is private and dies with it
 MAX_OPEN_FILES = 256  # RLIMIT_NOFILE (the CUDA driver alone opens a few dozen)
 NOBODY = 65534
@@ -163,8 +165,9 @@ def _wants_bwrap() -> bool:
 
 
 @functools.cache
-def _bwrap_works(program: str, backend: str) -> bool:
-    """Does bubblewrap start Python with numpy here (namespaces allowed, every bind found)?"""
+def _bwrap_probe(program: str, backend: str) -> str | None:
+    """Does bubblewrap start Python with numpy here (namespaces allowed, every bind found)? None if it
+    does, else the last line it said."""
     try:
         done = subprocess.run(
             [program, *bwrap_args(backend), "--", sys.executable, "-c", "import numpy"],
@@ -173,9 +176,12 @@ def _bwrap_works(program: str, backend: str) -> bool:
             capture_output=True,
             timeout=60,
         )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.decode(errors="replace").strip().splitlines() or [f"exit code {done.returncode}"]
+    return lines[-1][:200]
 
 
 def sandbox_env_base() -> dict[str, str]:
@@ -186,7 +192,7 @@ def sandbox_env_base() -> dict[str, str]:
 def isolation_mode(backend: str = "sim") -> str:
     """'bwrap' where bubblewrap works for this backend, else 'rlimits'."""
     program = bwrap_program()
-    if _wants_bwrap() and program and _bwrap_works(program, "gpu" if backend == "gpu" else "sim"):
+    if _wants_bwrap() and program and _bwrap_probe(program, "gpu" if backend == "gpu" else "sim") is None:
         return "bwrap"
     return "rlimits"
 
@@ -195,13 +201,13 @@ def isolation(backend: str = "sim") -> str:
     """The isolation in force for visitor code, in words (the Your kernel page and the README say it)."""
     if isolation_mode(backend) == "bwrap":
         return BWRAP_WORDS + (", runs as the user nobody" if os.geteuid() == 0 else "")
-    why = (
-        "bubblewrap is turned off"
-        if not _wants_bwrap()
-        else (
-            "bubblewrap (bwrap) is not installed" if not bwrap_program() else "bubblewrap cannot start here"
-        )
-    )
+    program = bwrap_program()
+    if not _wants_bwrap():
+        why = f"bubblewrap is turned off by {SANDBOX_ENV}"
+    elif not program:
+        why = "bubblewrap (bwrap) is not installed"
+    else:
+        why = f"bubblewrap cannot start here: {_bwrap_probe(program, 'gpu' if backend == 'gpu' else 'sim')}"
     return f"{RLIMITS_WORDS} ({why}): own process group, killed after each run; no filesystem or network isolation"
 
 
@@ -223,7 +229,9 @@ def popen_args(fd: int, backend: str) -> dict:
         cwd = "/"
     else:
         cwd = "/tmp" if os.path.isdir("/tmp") else "/"
-    return {"args": command, "env": env, "cwd": cwd, "pass_fds": [fd], "start_new_session": True}
+    # what the visitor's code prints goes nowhere: never into the operator's terminal or the server's log
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    return {"args": command, "env": env, "cwd": cwd, "pass_fds": [fd], "start_new_session": True, **quiet}
 
 
 def exit_status(code: int | None, mode: str) -> int | None:
