@@ -304,3 +304,14 @@ def test_a_pickle_written_to_the_servers_socket_runs_nothing_there(runner, tmp_p
     msg = one_line_error(runner, source(attack), timeout=20)
     assert "sent the server a message it does not accept" in msg, msg
     assert not target.exists()
+
+
+def test_a_reply_bigger_than_its_run_can_make_is_refused(runner):
+    flood = (
+        "import json, sys, time\n"
+        "from multiprocessing.connection import Connection\n"
+        "Connection(int(sys.argv[1])).send_bytes(json.dumps([{'t': ['ok', 1, {'d': []}]}, [1 << 30]]).encode())\n"
+        "time.sleep(30)\n"
+    )
+    msg = one_line_error(runner, source(flood), timeout=20)
+    assert re.search(r"does not accept \(a message over 16 MiB\)", msg), msg

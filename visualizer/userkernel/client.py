@@ -79,6 +79,7 @@ class UserRunner(Runner):
         self.one_run_per_worker = True
         self._mode = "rlimits"
         self._wire: wire.ServerChannel | None = None
+        self._reply_limit: int | None = None  # bytes the next run's reply may take (reply_bytes)
 
     @property
     def isolation(self) -> str:
@@ -94,8 +95,9 @@ class UserRunner(Runner):
         return sandbox.exit_status(code, self._mode)
 
     def _channel(self, conn):
-        # never unpickle what a sandbox sends: that would run its code here (visualizer/userkernel/wire.py)
-        self._wire = wire.ServerChannel(conn, max_bytes=(_memory_mb() + 64) << 20)
+        # never unpickle what a sandbox sends: that would run its code here (visualizer/userkernel/wire.py);
+        # and never take more bytes than the run it answers can produce
+        self._wire = wire.ServerChannel(conn, max_bytes=self._reply_limit or ((_memory_mb() + 64) << 20))
         return self._wire
 
     def _stop(self, kill: bool = False) -> None:
@@ -127,6 +129,7 @@ class UserRunner(Runner):
         # the simulator runs the kernel twice when timing it clean
         launches = 2 if self.backend == "sim" and time_clean else 1
         self.last_exit_code = None
+        self._reply_limit = reply_bytes(launch, accesses)
         try:
             kind, _, *payload = self._exchange(request, limit, progress, what, launches)
         except (KernelError, RunTimeout) as exc:
@@ -148,6 +151,20 @@ class UserRunner(Runner):
             raise KernelError(
                 f"the sandbox's reply could not be read ({type(exc).__name__}: {exc})"[:300]
             ) from None
+
+
+def reply_bytes(launch: SourceLaunch, accesses: bool) -> int:
+    """The most bytes a run's reply can legitimately take: every array argument once, the trace
+    buffers, the memory engine's records if asked for (its RECORD_LIMIT rows), and 16 MiB of the rest."""
+    threads = launch.launch.threads
+    total = sum(spec.nbytes for spec in launch.args.values()) + 3 * 8 * threads + threads + (16 << 20)
+    if accesses:
+        try:
+            from visualizer.memory.record import COLUMNS, RECORD_LIMIT
+        except ImportError:
+            return total
+        total += RECORD_LIMIT * len(COLUMNS) * 8
+    return total
 
 
 def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
