@@ -207,6 +207,16 @@ def test_the_sandbox_sees_no_file_of_the_server(tmp_path):
     assert not (ROOT / "visualizer" / "planted.py").exists()
 
 
+def test_only_pythons_folders_are_bound_not_the_servers_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", ["", str(tmp_path), str(ROOT / "tests"), *__import__("sys").path])
+    args = sandbox.bwrap_args("sim")
+    bound = {args[i + 1] for i, a in enumerate(args) if a in ("--ro-bind", "--bind", "--dev-bind")}
+    assert str(tmp_path) not in bound and str(ROOT) not in bound and str(ROOT / "tests") not in bound
+    assert {str(ROOT / "visualizer"), str(ROOT / "kernels")} <= bound
+    assert not any(a in ("--bind", "--bind-try") for a in args), "nothing is bound writable"
+
+
 @needs_bwrap
 def test_the_sandbox_has_no_network():
     with socket.socket() as server:

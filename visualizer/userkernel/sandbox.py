@@ -75,9 +75,19 @@ def _python_dirs() -> list[str]:
     if isinstance(user_site, str):
         paths.add(user_site)
     paths |= set(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-    paths |= {p for p in sys.path if p}
-    root = str(ROOT)
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+
+    def library(p: str) -> bool:  # not the server's working directory ('' or a script's folder on sys.path)
+        real = os.path.realpath(p)
+        parts = Path(real).parts
+        return (
+            any(real.startswith(q + "/") for q in prefixes)
+            or "site-packages" in parts
+            or "dist-packages" in parts
+        )
+
+    paths |= {p for p in sys.path if p and library(p)}
+    root = str(ROOT)
     keep = []
     for p in sorted(paths):
         real = os.path.realpath(p)
