@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from visualizer.analysis.capture import Capture, threads_table
+from visualizer.analysis.capture import Capture, build_capture
 from visualizer.engine import sandbox, wire
 from visualizer.engine.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
 from visualizer.specs.catalog import LaunchError
@@ -74,30 +74,6 @@ def user_code_allowed(has_key: bool, env: dict | None = None) -> tuple[bool, str
         "its key (`?token=...`, printed in the terminal where `python -m visualizer serve` started); "
         "ask the operator for that link"
     )
-
-
-def build_user_capture(reply: dict) -> Capture:
-    """A Capture from a source run's reply: the same tables as a built-in kernel's."""
-    launch, timing, recorded = reply["launch"], reply["timing"], reply["arrays"]
-    records = recorded["trace"].T
-    threads = threads_table(launch, records, recorded["active"])
-    if len(records):
-        timing["kernel_span_ns"] = int(records[:, 2].max() - records[:, 1].min())
-    cap = Capture(
-        launch=launch,
-        timing=timing,
-        inputs=dict(reply["inputs"]),
-        outputs=dict(reply["outputs"]),
-        threads=threads,
-        check=reply["check"],
-    )
-    if (
-        "accesses" in reply
-    ):  # recorded by the memory engine (visualizer/engine/access_record.py), as for built-in kernels
-        from visualizer.analysis import memory as memory_tables
-
-        cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
-    return cap
 
 
 class UserRunner(Runner):
@@ -175,7 +151,7 @@ class UserRunner(Runner):
         if kind == "error":
             raise KernelError(payload[0].removeprefix("UserCodeError: "))
         try:
-            return build_user_capture(payload[0])
+            return build_capture(payload[0])
         except Exception as exc:  # a reply shaped by the sandbox's code, not by ours: one line, never a crash
             raise KernelError(
                 f"the sandbox's reply could not be read ({type(exc).__name__}: {exc})"[:300]
