@@ -18,6 +18,7 @@ commands:
   kernels     list the kernels, their parameters and defaults
   capture     run one kernel instrumented and write its trace bundle
               (or your own: capture --source FILE.py --kernel NAME --block X --grid X --arg NAME=SPEC ...)
+  compare     two capture bundles side by side (or --pair NAME: a built-in before/after pair)
   occupancy   theoretical occupancy of a launch on sm_75..sm_90
   bench       benchmarks (GPU and simulator)
   crosscheck  memory-access engine vs Nsight Compute / compute-sanitizer (gpu, compare)
@@ -164,6 +165,12 @@ def cmd_bench(argv: list[str]) -> int:
     return bench_main(argv)
 
 
+def cmd_compare(argv: list[str]) -> int:
+    from visualizer.tools.compare import main as compare_main
+
+    return compare_main(argv)
+
+
 def cmd_crosscheck(argv: list[str]) -> int:
     from visualizer.tools.crosscheck import main as crosscheck_main
 
@@ -181,6 +188,7 @@ COMMANDS = {
     "capture": cmd_capture,
     "occupancy": cmd_occupancy,
     "bench": cmd_bench,
+    "compare": cmd_compare,
     "crosscheck": cmd_crosscheck,
     "serve": cmd_serve,
 }
