@@ -110,3 +110,19 @@ def test_visitor_source_errors_are_one_line():
 def test_server_refuses_visitor_source_without_a_sandbox():
     with pytest.raises(ptx.AsmError, match="only inside the sandbox"):
         ptx.visitor_ptx({"op": "ptx_source", "source": "import os"})
+
+
+def test_cli_asm(tiled, capsys):
+    from visualizer.tools.cli import main
+
+    assert main(["asm", "transpose_tiled", "--json", "--param", "tile=32"]) == 0
+    import json
+
+    got = json.loads(capsys.readouterr().out)
+    assert got["arch"] == "sm_90" and got["resources"].get("smem_bytes") in (None, 4096)
+    line = _line_of(tiled["source"], "out[oy, ox] = tile[tx, ty]")
+    assert next(r for r in got["lines"] if r["line"] == line)["ptx"] > 0
+    assert main(["asm", "transpose_tiled", "--param", "tile=7"]) == 2
+    assert main(["asm", "--source", "/nonexistent.py", "--kernel", "k"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("error: ") for e in err)
