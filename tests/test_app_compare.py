@@ -25,7 +25,7 @@ def test_compare_page_from_a_link():
     ).run()
     assert not at.exception, [e.value for e in at.exception]
     text = _text(at)
-    assert "transpose_tiled: 32 -> 4 sectors per global store request" in text, text
+    assert "transpose_tiled: 32 → 4 sectors per global store request" in text, text
     assert "cmp_pair=transpose" in text and "page=compare" in text  # the link reproduces the pair
     assert at.get("plotly_chart")
 
@@ -34,7 +34,7 @@ def test_compare_custom_pair_and_bad_parameters():
     at = _app(page="compare", cmp_pair="custom", cmp_a="strided_copy", cmp_b="strided_copy",
               cmp_a_params="n=1024 stride=32", cmp_b_params="n=1024 stride=1", cmp_backend="sim").run()  # fmt: skip
     assert not at.exception, [e.value for e in at.exception]
-    assert "stride=1: 32 -> 4 sectors per global load request" in _text(at)
+    assert "stride=1: 32 → 4 sectors per global load request" in _text(at)
     at.text_input(key="cmp_b_params").set_value("stride=99 <script>").run()
     assert not at.exception
     assert len(at.main.error) == 1 and "Cannot run this pair" in at.main.error[0].value
@@ -47,7 +47,7 @@ def test_under_the_hood_page():
     ).run()
     assert not at.exception, [e.value for e in at.exception]
     metrics = {m.label: m.value for m in at.main.metric}
-    assert metrics["shared / block"] == "4,096 B" and int(metrics["registers / thread"]) > 0
+    assert metrics["shared memory"] == "4,096 B" and int(metrics["registers"]) > 0
     assert "occupancy" in metrics
     codes = "\n".join(c.value for c in at.main.code)
     assert "STS" in codes or "st.shared" in codes

@@ -51,7 +51,7 @@ def test_compare_transpose_naive_vs_tiled(transpose_pair):
     branch = row(table, cmp.BRANCH_EFFICIENCY)
     assert math.isnan(branch["a"]) and branch["a_note"] == cmp.BRANCH_NOTE
     diffs = cmp.differences(table)
-    assert "transpose_tiled: 32 -> 4 sectors per global store request" in diffs
+    assert "transpose_tiled: 32 → 4 sectors per global store request" in diffs
     assert any(d.startswith("transpose_tiled: ") and "CPU wall time" in d for d in diffs if "x " in d)
     lines = cmp.lines(a, b)
     assert set(lines["side"]) == {"A", "B"}
@@ -64,7 +64,7 @@ def test_labels_name_what_differs(sim_runner):
     a, b = (sim_runner.capture(s.kernel, dict(s.params), accesses=True) for s in (pair.a, pair.b))
     table = cmp.compare(a, b)
     assert table.attrs["labels"] == ("stride=32", "stride=1")
-    assert "stride=1: 32 -> 4 sectors per global load request" in cmp.differences(table)
+    assert "stride=1: 32 → 4 sectors per global load request" in cmp.differences(table)
 
 
 def test_cli_compare_bundles(transpose_pair, tmp_path, capsys):
@@ -75,7 +75,7 @@ def test_cli_compare_bundles(transpose_pair, tmp_path, capsys):
     assert back.launch["accesses"]["global_st_sectors"] == a.launch["accesses"]["global_st_sectors"]
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
-    assert "A: transpose_naive" in out and "transpose_tiled: 32 -> 4 sectors per global store request" in out
+    assert "A: transpose_naive" in out and "transpose_tiled: 32 → 4 sectors per global store request" in out
     assert main(["compare", "--json", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     got = json.loads(capsys.readouterr().out)
     st = next(m for m in got["metrics"] if m["metric"] == "global_st_sectors_per_request")

@@ -23,8 +23,8 @@ def test_notebook_runs(tmp_path, monkeypatch):
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "\n".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "matmul_tiled: 2,048 -> 0" not in text  # A is the naive kernel: differences name B
-    assert "matmul_tiled: 0 -> 2,048 B static shared memory per block" in text
+    assert "matmul_tiled: 2,048 → 0" not in text  # A is the naive kernel: differences name B
+    assert "matmul_tiled: 0 → 2,048 B static shared memory per block" in text
     assert "slices" in text
     grid = nb.cells[3].outputs[0]["data"]
     assert "application/vnd.plotly.v1+json" in grid  # the figure, drawn by Jupyter's plotly renderer

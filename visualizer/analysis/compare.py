@@ -2,8 +2,8 @@
 
 Pure pandas. ``metrics(cap)`` reads one Capture into a tidy table of (metric, unit, value, source);
 ``compare(a, b)`` lines two of them up; ``lines(a, b)`` does the same per source line of the recorded
-memory accesses; ``differences(...)`` states what changed, one sentence each ("transpose_tiled: 32.0 ->
-4.0 sectors per global store request; 3.10x faster (device time, measured)").
+memory accesses; ``differences(...)`` states what changed, one sentence each ("transpose_tiled: 32 →
+4 sectors per global store request"; "3.10x faster (device time, measured)").
 
 Where a number comes from is kept per cell: a GPU capture's device time is *measured*, a
 simulator capture's time is CPU wall time of the simulation (``simulated``), accesses are
@@ -236,9 +236,9 @@ def differences(table: pd.DataFrame) -> list[str]:
             times = speed if speed > 1 else 1 / speed
             where = "measured on the GPU" if is_measured(r.a_source) and is_measured(r.b_source) else (
                 "CPU wall time of the simulation, not GPU time")  # fmt: skip
-            out.append(f"{name_b}: {times:.2f}x {word} ({r.what}: {_fmt(r.a)} -> {_fmt(r.b)} ms, {where})")
+            out.append(f"{name_b}: {times:.2f}x {word} ({r.what}: {_fmt(r.a)} → {_fmt(r.b)} ms, {where})")
         else:
-            out.append(f"{name_b}: {_fmt(r.a)} -> {_fmt(r.b)}{unit} {r.what}")
+            out.append(f"{name_b}: {_fmt(r.a)} → {_fmt(r.b)}{unit} {r.what}")
     return out
 
 

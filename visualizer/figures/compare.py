@@ -44,13 +44,15 @@ def compare_figure(table: pd.DataFrame, height: int = 360) -> go.Figure:
         rows=1, cols=n, subplot_titles=titles or ["nothing recorded on both"], horizontal_spacing=0.04
     )
     for i, r in enumerate(rows.itertuples(), start=1):
-        for side, label, color, value in (("A", la, COLORS[0], r.a), ("B", lb, COLORS[1], r.b)):
+        sides = (("A", la, COLORS[0], r.a, r.a_note), ("B", lb, COLORS[1], r.b, r.b_note))
+        for side, label, color, value, note in sides:
             missing = value is None or (isinstance(value, float) and math.isnan(value))
+            absent = "none" if note == "no such requests" else "not recorded"
             fig.add_trace(
                 go.Bar(
                     x=[f"{side}: {label}"], y=[0 if missing else value], name=f"{side}: {label}",
                     marker_color=color, showlegend=i == 1, legendgroup=side,
-                    text=["not recorded" if missing else f"{value:.3g}"], textposition="outside",
+                    text=[absent if missing else f"{value:.3g}"], textposition="outside",
                     hovertemplate=f"{side} ({label}): %{{text}} {r.unit}<extra>{r.what}</extra>",
                 ),
                 row=1, col=i,

@@ -24,7 +24,7 @@ CUSTOM = "custom"
 KEYS = ("cmp_pair", "cmp_backend", "cmp_a", "cmp_b", "cmp_a_params", "cmp_b_params")
 PARAMS_MAX_CHARS = 200
 
-st.subheader("Compare two captures")
+st.title("Compare two captures")
 backends = ["sim", "gpu"] if gpu_present() else ["sim"]
 kernels = visible_kernels()
 notices = [
@@ -36,7 +36,7 @@ notices = [
     from_link("cmp_b_params", ""),
 ]
 show_link_notices(*notices)
-c1, c2, c3, c4 = st.columns([3, 1, 3, 3])
+c1, c2, c3, c4 = st.columns([3, 2, 3, 3])
 pair_key = c1.selectbox(
     "Pair", [*PAIRS, CUSTOM], key="cmp_pair",
     format_func=lambda k: PAIRS[k].title if k in PAIRS else "Any two kernels…",

@@ -19,7 +19,7 @@ def compiled(kernel: str, params: tuple, arch: str) -> dict:
     return ptx.builtin_asm(kernel, dict(params), arch=arch)
 
 
-st.subheader("Under the hood: PTX and SASS, line by line")
+st.title("Under the hood")
 cap = require_capture()
 launch = cap.launch
 show_link_notices(from_link("asm_arch", "sm_90", ARCH_CHOICES))
@@ -29,7 +29,7 @@ if launch.get("user_kernel"):
         "On the command line, your own file: `python -m visualizer asm --source FILE.py --kernel NAME ...`"
     )
     st.stop()
-top = st.columns([1, 1, 1, 1, 1, 2])
+top = st.columns([1.2, 1, 1, 1.3, 1])
 arch = top[0].selectbox(
     "Compile for", ARCH_CHOICES, key="asm_arch", help="NVVM compiles for it; no GPU needed"
 )
@@ -43,23 +43,31 @@ except ptx.AsmError as exc:
     st.stop()
 res = asm.ptxas_resources(got["ptxas_log"]) if got.get("ptxas_log") else {}
 if res.get("registers") is not None:
-    top[1].metric("registers / thread", res["registers"], help="ptxas -v, clean build")
-    top[2].metric("spills (st / ld)", f"{res['spill_stores_bytes']} / {res['spill_loads_bytes']} B")
-    top[3].metric("shared / block", f"{res['smem_bytes']:,} B", help="static shared memory, ptxas -v")
+    top[1].metric("registers", res["registers"], help="per thread, ptxas -v, clean build")
+    top[2].metric(
+        "spills",
+        f"{res['spill_stores_bytes'] + res['spill_loads_bytes']} B",
+        help=f"ptxas -v: {res['spill_stores_bytes']} B spill stores, {res['spill_loads_bytes']} B spill loads",
+    )
+    top[3].metric("shared memory", f"{res['smem_bytes']:,} B", help="static, per block, ptxas -v")
     try:
         occ = occupancy(arch, launch["threads_per_block"], res["registers"],
                         smem_dynamic=launch.get("dynamic_smem_bytes", 0), smem_static=res["smem_bytes"])  # fmt: skip
+        limited = f"{occ.blocks_per_sm} blocks/SM, limited by {', '.join(occ.limiters)}"
         top[4].metric(
-            "occupancy", f"{occ.occupancy:.0%}", help="modelled (occupancy calculator) from ptxas's counts"
+            "occupancy",
+            f"{occ.occupancy:.0%}",
+            help=f"modelled (occupancy calculator) from ptxas -v: {limited}",
         )
-        top[5].caption(f"limited by {', '.join(occ.limiters)}; {occ.blocks_per_sm} blocks/SM. "
-                       "Modelled from ptxas -v (see *Occupancy*).")  # fmt: skip
     except ValueError as exc:
-        top[4].caption(as_text(str(exc)))
+        limited = as_text(str(exc))
+else:
+    limited = "ptxas is not installed here, so no register count"
 versions = ", ".join(f"{k} {v}" for k, v in got["versions"].items() if v)
 missing = [t for t in got.get("missing", []) if t]
-st.caption(
-    f"Compiled ({versions}); the clean build, every probe a no-op, typed with this launch's arguments."
+compiled_note = (
+    f"Compiled ({versions}): the clean build, every probe a no-op, typed with this launch's arguments. "
+    f"Occupancy modelled: {limited} (see *Occupancy*)."
     + (f" Not installed here: {', '.join(missing)} (no SASS)." if missing else "")
 )
 
@@ -75,16 +83,16 @@ lines = asm.source_lines(got["source"], got["filename"], ptx_t, sass_t, per_line
 code_lines = lines[(lines["ptx"] > 0) | (lines["requests"] > 0)]
 left, right = st.columns([3, 2])
 with left:
-    st.caption(
-        "Source lines that compiled to something, with their instruction counts and recorded accesses. "
-        + note
-    )
     pick = st.dataframe(
-        code_lines[["line", "code", "ptx", "sass", "accesses"]], hide_index=True, height=330,
+        code_lines[["line", "ptx", "sass", "code", "accesses"]], hide_index=True, height=280,
         on_select="rerun", selection_mode="single-row", key="asm_table",
-        column_config={"code": st.column_config.TextColumn(width="large"),
-                       "accesses": st.column_config.TextColumn(width="medium")},
+        column_config={"line": st.column_config.NumberColumn(width=40), "ptx": st.column_config.NumberColumn(width=40),
+                       "sass": st.column_config.NumberColumn(width=40),
+                       "code": st.column_config.TextColumn(width="medium"),
+                       "accesses": st.column_config.TextColumn(width="large")},
     )  # fmt: skip
+    st.caption("Each source line that compiled to something; pick one for its instructions. " + note)
+    st.caption(compiled_note)
 rows = pick.selection.rows if pick and pick.selection else []
 busiest = (
     int(code_lines.sort_values("sass" if sass_t is not None else "ptx").iloc[-1]["line"])
@@ -93,9 +101,8 @@ busiest = (
 )
 line = int(code_lines.iloc[rows[0]]["line"]) if rows else busiest
 with right:
-    st.markdown(
-        f"**Line {line}** `{as_text(lines.loc[lines['line'] == line, 'code'].item().strip()[:80]) if line else ''}`"
-    )
+    code = lines.loc[lines["line"] == line, "code"].item().strip() if line else ""
+    st.markdown(f"**Line {line}**: {as_text(code, limit=70)}")
     t1, t2 = st.tabs(["SASS", "PTX"])
     same_sass = asm.same_file(sass_t["file"], got["filename"]) if sass_t is not None else None
     with t1:
@@ -110,7 +117,7 @@ with right:
     with t2:
         same = asm.same_file(ptx_t["file"], got["filename"])
         st.code("\n".join(" ".join(t.split()) for t in ptx_t.loc[same & (ptx_t["line"] == line), "text"]) or "(none)",
-                language=None, height=260)  # fmt: skip
+                language=None, height=240)  # fmt: skip
 with st.expander("The whole PTX and SASS"):
     st.download_button(
         "kernel.ptx", got["ptx"], file_name=f"{launch['kernel']}_{arch}.ptx", on_click="ignore"
