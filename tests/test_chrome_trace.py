@@ -94,7 +94,7 @@ def test_slices_on_one_track_never_overlap(cap):
             tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
     for spans in tracks.values():
         spans.sort()
-        assert all(a[1] <= b[0] + 1e-3 for a, b in zip(spans, spans[1:]))
+        assert all(a[1] <= b[0] + 1e-3 for a, b in zip(spans, spans[1:], strict=False))
 
 
 def test_overlapping_blocks_get_their_own_slots():

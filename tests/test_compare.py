@@ -113,3 +113,16 @@ def test_cli_compare_damaged_table_and_arguments(transpose_pair, tmp_path, capsy
     assert exited.value.code == 2
     errs = capsys.readouterr().err.strip().splitlines()
     assert len(errs) == 3 and all(e.startswith("error: ") for e in errs)
+
+
+@pytest.mark.gpu
+def test_compare_two_gpu_captures(gpu_runner):
+    pair = PAIRS["transpose"]
+    a, b = (gpu_runner.capture(s.kernel, dict(s.params), repeats=10) for s in (pair.a, pair.b))
+    table = cmp.compare(a, b)
+    dev = row(table, "device_ms")
+    assert dev["a"] > 0 and dev["b"] > 0 and dev["a_source"] == cmp.MEASURED_GPU
+    assert row(table, "launch_overhead_us")["a"] > 0
+    assert row(table, "registers_per_thread")["a"] > 0
+    assert 0 < row(table, "occupancy")["b"] <= 100 and row(table, "occupancy_limiter")["b_text"]
+    assert any("measured on the GPU" in d for d in cmp.differences(table))

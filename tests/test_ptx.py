@@ -126,3 +126,12 @@ def test_cli_asm(tiled, capsys):
     assert main(["asm", "--source", "/nonexistent.py", "--kernel", "k"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(e.startswith("error: ") for e in err)
+
+
+@pytest.mark.gpu
+def test_sass_with_lines_on_the_gpu_machine():
+    got = ptx.builtin_asm("matmul_tiled", {"n": 64, "tile": 16}, arch="sm_90")
+    assert got["sass"], got["missing"]
+    sass = asm.sass_table(got["sass"])
+    fma = _line_of(got["source"], "acc += sA[ty, k] * sB[k, tx]")
+    assert any(op.startswith("FFMA") for op in sass.loc[sass["line"] == fma, "opcode"])
