@@ -28,10 +28,10 @@ def test_pairs_name_real_kernels_in_range():
     for pair in PAIRS.values():
         for side in (pair.a, pair.b):
             spec = catalog.get(side.kernel)
-            assert spec.resolve({k: str(v) for k, v in side.params.items()}) == {
-                **spec.defaults(),
-                **side.params,
-            }
+            for backend in ("sim", "gpu"):
+                params = side.params_for(backend)
+                assert spec.resolve({k: str(v) for k, v in params.items()}) == {**spec.defaults(), **params}
+            catalog.admit_capture(side.kernel, side.params_for("sim"), "sim")  # the simulator takes them
 
 
 def test_compare_transpose_naive_vs_tiled(transpose_pair):
@@ -118,7 +118,7 @@ def test_cli_compare_damaged_table_and_arguments(transpose_pair, tmp_path, capsy
 @pytest.mark.gpu
 def test_compare_two_gpu_captures(gpu_runner):
     pair = PAIRS["transpose"]
-    a, b = (gpu_runner.capture(s.kernel, dict(s.params), repeats=10) for s in (pair.a, pair.b))
+    a, b = (gpu_runner.capture(s.kernel, s.params_for("gpu"), repeats=10) for s in (pair.a, pair.b))
     table = cmp.compare(a, b)
     dev = row(table, "device_ms")
     assert dev["a"] > 0 and dev["b"] > 0 and dev["a_source"] == cmp.MEASURED_GPU

@@ -70,10 +70,10 @@ if pair_key == CUSTOM:
         error, sides = as_text(str(exc)), []
 else:
     pair = PAIRS[pair_key]
-    sides = [(pair.a.kernel, catalog.get(pair.a.kernel).resolve({k: str(v) for k, v in pair.a.params.items()})),
-             (pair.b.kernel, catalog.get(pair.b.kernel).resolve({k: str(v) for k, v in pair.b.params.items()}))]  # fmt: skip
-    c3.markdown(f"**A** `{pair.a.kernel}` " + " ".join(f"`{k}={v}`" for k, v in pair.a.params.items()))
-    c4.markdown(f"**B** `{pair.b.kernel}` " + " ".join(f"`{k}={v}`" for k, v in pair.b.params.items()))
+    sides = [(s.kernel, catalog.get(s.kernel).resolve({k: str(v) for k, v in s.params_for(backend).items()}))
+             for s in (pair.a, pair.b)]  # fmt: skip
+    for col, name, (kernel, params) in ((c3, "A", sides[0]), (c4, "B", sides[1])):
+        col.markdown(f"**{name}** `{kernel}` " + " ".join(f"`{k}={v}`" for k, v in params.items()))
 to_link(*KEYS)
 link = "?" + urlencode(
     {"page": "compare", **{k: st.session_state[k] for k in KEYS if st.session_state.get(k)}}
