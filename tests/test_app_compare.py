@@ -51,3 +51,13 @@ def test_under_the_hood_page():
     assert "occupancy" in metrics
     codes = "\n".join(c.value for c in at.main.code)
     assert "STS" in codes or "st.shared" in codes
+
+
+def test_occupancy_page_counts_registers_with_ptxas():
+    at = _app(page="occupancy", kernel="matmul_tiled", backend="sim", n="32", tile="16").run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.button(key="occ_ptxas").click().run()
+    assert not at.exception
+    assert any(
+        "ptxas -v, clean build for sm_90" in c.value and "2,048 B static" in c.value for c in at.main.caption
+    )

@@ -7,16 +7,11 @@ import streamlit as st
 from visualizer.analysis import asm
 from visualizer.analysis.occupancy import ARCHS, occupancy
 from visualizer.engine import ptx
+from visualizer.web.asm import compiled
 from visualizer.web.memory import access_capture
 from visualizer.web.session import as_text, from_link, require_capture, show_link_notices, to_link
 
 ARCH_CHOICES = [a for a in ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90") if a in ARCHS]
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def compiled(kernel: str, params: tuple, arch: str) -> dict:
-    """A built-in kernel's PTX/SASS (engine/ptx.py: child processes with time limits); cached."""
-    return ptx.builtin_asm(kernel, dict(params), arch=arch)
 
 
 st.title("Under the hood")
