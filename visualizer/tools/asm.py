@@ -37,7 +37,6 @@ def main(argv: list[str]) -> int:
     from visualizer.analysis import asm
     from visualizer.engine import ptx
     from visualizer.specs.catalog import LaunchError
-    from visualizer.tools.cli import parse_params
 
     try:
         if args.source:
@@ -57,7 +56,13 @@ def main(argv: list[str]) -> int:
             )  # fmt: skip
             got = ptx.source_asm(launch.request("sim"), arch=args.arch)
         elif args.kernel:
-            got = ptx.builtin_asm(args.kernel, parse_params(args.param), arch=args.arch)
+            params = {}
+            for pair in args.param:
+                name, sep, value = pair.partition("=")
+                if not sep or not name.strip():
+                    raise CliError(f"--param expects NAME=VALUE, got {pair[:60]!r}")
+                params[name.strip()] = value.strip()
+            got = ptx.builtin_asm(args.kernel, params, arch=args.arch)
         else:
             raise CliError("name a built-in kernel, or --source FILE.py --kernel NAME")
     except ptx.AsmError as exc:
