@@ -14,9 +14,21 @@ Two kernels compute the same thing:
 
 Both are built for one ``head_dim`` at a time (and the flash kernel for one ``tile``), because
 shared and local array shapes must be compile-time constants.
+
+Two deliberately broken builds of the flash kernel teach its invariants by breaking them (the
+``broken`` compile-time flag; the FlashAttention page's "break it" toggle runs them):
+
+* ``"no_rescale"``: O is not multiplied by exp(m_old - m_new) when a K/V tile raises the running max
+  (l still is). O then mixes terms taken against different maxima, so rows whose max grows after
+  the first K/V tile come out wrong, by more the more it grew; rows whose max is in their first
+  tile never need a rescale and stay right.
+* ``"no_max"``: the max is not subtracted: P = exp(S) against a fixed 0 instead of exp(S - m).
+  Mathematically the same softmax, but exp overflows float32 once a score passes ~88.7, so rows
+  with large scores become inf/NaN while the others stay right.
 """
 
 import math
+import warnings
 from functools import cache
 
 from numba import cuda, float32
@@ -35,6 +47,11 @@ SMEM_ALIGN = None if SIMULATOR else 16
 # On an H200 (tile 32, head_dim 64) no bound was fastest: ~230-254 registers, 4 blocks per SM;
 # a 168-register budget (6 blocks per SM) ran ~10% slower (visualizer/tools/attention_bench.py).
 REG_BUDGET = None
+BROKEN_VARIANTS = ("no_rescale", "no_max")  # see the module docstring
+# On the simulator the kernels' float32 arithmetic is numpy's, which warns on every overflow (the
+# "no_max" build's point); a GPU overflows to inf silently, and so does the simulator here.
+warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning, module=__name__)
+warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning, module=__name__)
 
 
 def flash_smem_floats(tile: int, head_dim: int) -> int:
@@ -44,8 +61,10 @@ def flash_smem_floats(tile: int, head_dim: int) -> int:
 
 
 @cache
-def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET):
+def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET, broken=None):
     """(instrumented, clean) FlashAttention forward for TILE x TILE tiles and HEAD_DIM features.
+
+    ``broken``: None, or one of BROKEN_VARIANTS for a deliberately wrong build (module docstring).
 
     ``tile`` is the edge of the tiles the attention matrix is cut into: each block owns ``tile``
     query rows (one Q tile) and walks over the keys ``tile`` at a time (one K/V tile per step).
@@ -57,6 +76,10 @@ def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET
     """
     T = tile
     D = head_dim
+    if broken is not None and broken not in BROKEN_VARIANTS:
+        raise ValueError(f"broken must be None or one of {BROKEN_VARIANTS}, got {broken!r}")
+    RESCALE_O = broken != "no_rescale"  # compile-time constants: the branches below fold away
+    SUBTRACT_MAX = broken != "no_max"
     if T % MICRO or D % 4:
         raise ValueError(f"tile must be a multiple of {MICRO} and head_dim of 4, got {T}, {D}")
     TX = T // MICRO  # threads along keys (S) and along head_dim (O)
@@ -216,6 +239,8 @@ def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET
                 for t in range(1, TX):
                     x = max(x, sMax[t, r])
                 m_new = max(m[i], x)
+                if not SUBTRACT_MAX:  # broken: exp(S) against a fixed 0, whatever the scores
+                    m_new = float32(0.0)
                 alpha[i] = math.exp(m[i] - m_new)  # 0 on the first step (m = -"inf")
                 m[i] = m_new
                 ps = float32(0.0)
@@ -236,8 +261,9 @@ def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET
                 for t in range(1, TX):
                     x += sSum[t, r]
                 l[i] = alpha[i] * l[i] + x
-                for c in range(DPT):
-                    acc[i, c] *= alpha[i]
+                if RESCALE_O:  # (the "no_rescale" build leaves O against the old max)
+                    for c in range(DPT):
+                        acc[i, c] *= alpha[i]
             for jc in range(T // 4):
                 j0 = jc * 4
                 for i in range(MICRO):
@@ -273,6 +299,16 @@ def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET
         # ~reg_budget registers a thread; more resident warps hide more latency.
         options["launch_bounds"] = (NT, max(1, 65536 // (NT * reg_budget)))
     return jit_pair(flash_attention, **options)
+
+
+def flash_attention_no_rescale_kernels(tile, head_dim):
+    """(instrumented, clean) DELIBERATELY WRONG flash kernel: O is not rescaled when m grows."""
+    return flash_attention_kernels(tile, head_dim, broken="no_rescale")
+
+
+def flash_attention_no_max_kernels(tile, head_dim):
+    """(instrumented, clean) DELIBERATELY WRONG flash kernel: exp(S) without subtracting the max."""
+    return flash_attention_kernels(tile, head_dim, broken="no_max")
 
 
 @cache

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
 from visualizer.figures.attention import (
     TIMING_ALIASES,
     TIMING_STYLES,
@@ -38,16 +39,7 @@ def sample_timings(monkeypatch):
 
 def open_page(kernel: str, direct: bool = False, **params) -> AppTest:
     """The page after a first visit with these URL parameters (direct: the link opens this page)."""
-    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=120)
-    at.query_params["kernel"] = kernel
-    at.query_params["backend"] = "sim"
-    for name, value in params.items():
-        at.query_params[name] = str(value)
-    if not direct:
-        at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("flash_attention", direct=direct, kernel=kernel, backend="sim", **params)
 
 
 def charts(at: AppTest) -> dict[str, dict]:
@@ -430,3 +422,65 @@ def test_other_kernel_loads_the_fast_example():
     loop = loop_chart(at)  # 2 Q tiles in one block: Q tile 1 (the default) is its long part
     assert "Q tile 1 (queries 128–199, block (0, 0, 0)" in loop["layout"]["title"]["text"]
     assert len(loop["frames"]) == 4
+
+
+# --- "break it": the teaching kernel with one invariant removed ----------------------------------
+
+
+def break_chart(at: AppTest) -> dict:
+    (fig,) = [f for t, f in charts(at).items() if t.startswith("Broken")]
+    return fig
+
+
+def test_break_it_toggle_runs_each_broken_build_and_shows_where_it_departs(flash_page):
+    at = flash_page
+    assert not [t for t in charts(at) if t.startswith("Broken")]  # off at first
+    at.toggle(key="fa_break").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    fig = break_chart(at)
+    title = fig["layout"]["title"]["text"]
+    assert "drop the rescale of O" in title and "simulated" in title and "float64 numpy reference" in title
+    n_rows = SMALL["seq_len"] * SMALL["heads"]
+    errors, causes = array(fig["data"][0]["y"]), array(fig["data"][-1]["y"])
+    assert len(errors) == len(causes) == n_rows
+    # rows whose running max never grew after the first K/V tile are right, the others wrong
+    assert (errors[causes == 0] < 1e-4).all() and (errors[causes > 0] > 1e-4).all()
+    wrong = int((causes > 0).sum())
+    assert f"{wrong} of {n_rows} rows wrong" in title
+    assert any(f"{wrong:,} of {n_rows:,} query rows are wrong" in m.value for m in at.markdown)
+    assert any("exp(m_old − m_new)" in m.value for m in at.markdown)
+    assert at.query_params["fa_break"] == "1"
+
+    at.radio(key="fa_break_variant").set_value("no_max").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.number_input(key="fa_break_scale_no_max").value == 30  # where the overflow shows
+    fig = break_chart(at)
+    assert "drop the max subtraction" in fig["layout"]["title"]["text"]
+    scores = array(fig["data"][-1]["y"])
+    assert (scores > 88.72).any()  # some rows pass ln(float32 max) ...
+    overflowed = fig["data"][1]  # ... and are drawn as inf/NaN crosses
+    assert overflowed["name"] == "inf/NaN" and len(array(overflowed["x"])) >= int((scores > 88.72).sum())
+    assert any("ln(float32 max)" in m.value for m in at.markdown)
+
+    at.number_input(key="fa_break_scale_no_max").set_value(1).run()  # small scores: no overflow
+    fig = break_chart(at)
+    assert "— 0 of" in fig["layout"]["title"]["text"] and len(fig["data"]) == 2  # no inf/NaN trace
+    assert any("The teaching kernel on these same inputs" in m.value for m in at.markdown)
+
+
+def test_break_it_from_a_link_and_a_bad_scale_is_refused_in_one_line():
+    at = open_page(
+        "flash_attention", **SMALL, fa_break=1, fa_break_variant="no_max", fa_break_scale_no_max=1000
+    )
+    assert at.number_input(key="fa_break_scale_no_max").value == 30
+    assert any("1000 was ignored" in w.value and "no\\_max" in w.value for w in at.warning)  # escaped
+    assert "drop the max subtraction" in break_chart(at)["layout"]["title"]["text"]
+
+
+def test_a_broken_build_chosen_in_the_sidebar_shows_its_departure():
+    at = open_page("flash_attention_no_rescale", **SMALL)
+    assert not at.error
+    assert any("deliberately broken build" in w.value for w in at.warning)
+    assert break_chart(at)
+    assert any("the first Q tile's rows" in m.value for m in at.markdown)  # its own "Try:"
+    assert not any("watch the skipped tiles" in m.value for m in at.markdown)  # no tile loop drawn here

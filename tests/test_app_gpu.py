@@ -4,7 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+
+from tests.conftest import open_app
 
 pytestmark = pytest.mark.gpu
 
@@ -23,11 +24,7 @@ PAGES = ["grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "fla
     ],
 )
 def test_pages_render_from_gpu_capture(query):
-    at = AppTest.from_file(ENTRY, default_timeout=300)
-    for k, v in {**query, "backend": "gpu"}.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app(timeout=300, **{**query, "backend": "gpu"})
     assert "GPU" in " ".join(m.value for m in at.sidebar.markdown)
     assert at.session_state.capture.measured
     titles = []
@@ -40,6 +37,10 @@ def test_pages_render_from_gpu_capture(query):
     if "attention" in query["kernel"]:  # the recorded K/V loop, from this (measured) capture
         loops = [t for p, t in titles if p == "flash_attention" and "recorded K/V steps" in t]
         assert loops and all("measured" in t.lower() for t in loops), titles
+    flow = [t for p, t in titles if p == "memory_flow"]  # the measured steps, and the model beside them
+    assert any("measured (GPU)" in t for t in flow) and any(
+        "modelled (not measured) for a H200" in t for t in flow
+    )
     sched = [t for p, t in titles if p == "scheduling"]
     assert sched and any("measured" in t.lower() for t in sched), sched
     print(f"{query['kernel']}: {len(titles)} charts across {len(PAGES)} pages")

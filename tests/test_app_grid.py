@@ -5,8 +5,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
 from visualizer.figures.grid import IDLE, NOT_STARTED, SIM_ORDER_LABEL
 from visualizer.figures.memory_flow import SIM_CLOCK_LABEL
 
@@ -14,14 +16,7 @@ ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 
 
 def _page(page: str, **query) -> AppTest:
-    at = AppTest.from_file(ENTRY, default_timeout=120)
-    for k, v in {"backend": "sim", **query}.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    at.switch_page(f"web/pages/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app(page, **{"backend": "sim", **query})
 
 
 def _figure(at: AppTest, i: int = 0) -> dict:
@@ -93,3 +88,44 @@ def test_memory_flow_page_shows_five_steps():
     assert not at.exception and _figure(at)["layout"]["xaxis"]["type"] == "log"
     at.toggle(key="flow_animate").set_value(True).run()
     assert not at.exception and len(_figure(at)["frames"]) == 5
+
+
+def test_memory_flow_models_latencies_and_says_so_on_the_chart():
+    from visualizer.figures.memory_flow import modelled_gpu_timing
+
+    at = _page("memory_flow", kernel="vector_add", n="1000", block="128")
+    modelled = _figure(at, 1)
+    title = modelled["layout"]["title"]["text"]
+    assert "modelled (not measured) for a H200" in title and "121 µs" in title and "13.2 GB/s" in title
+    want = modelled_gpu_timing(8_000, 4_000, "H200", arrays_in=2, arrays_out=1)["host_steps_ns"]
+    steps = ["allocate", "copy_in", "kernel", "copy_out", "free"]
+    durations = dict(zip(steps, _array(modelled["data"][0]["x"]), strict=True))
+    assert durations["kernel"] == pytest.approx(want["kernel"] / 1e3) and durations["kernel"] > 20  # µs
+    assert durations["copy_in"] == pytest.approx(want["copy_in"] / 1e3)  # 2 arrays: a and b
+    (kernel,) = [m for m in at.metric if m.label == "kernel (modelled)"]
+    assert kernel.value.endswith("µs") and not kernel.value.endswith(" ns")
+    assert any("mostly latency" in c.value for c in at.caption)
+    at.selectbox(key="flow_gpu").set_value("T4").run()
+    assert "nominal peaks of a T4" in _figure(at, 1)["layout"]["title"]["text"]
+
+
+def test_memory_flow_of_a_gpu_run_sets_the_model_beside_the_measured_steps():
+    """A simulator capture relabelled as a GPU one (the page only reads it; real GPU runs: test_app_gpu)."""
+    import dataclasses
+
+    at = _page("memory_flow", kernel="vector_add", n="1000", block="128")
+    cap = at.session_state.capture
+    launch = {**cap.launch, "backend": "gpu", "device_name": "NVIDIA H200", "compute_capability": "9.0"}
+    host = {"allocate": 90e3, "copy_in": 250e3, "kernel": 30e3, "copy_out": 40e3, "free": 10e3}
+    at.session_state.capture = dataclasses.replace(
+        cap, launch=launch, timing={**cap.timing, "host_steps_ns": host}
+    )
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Measured beside modelled" in [h.value for h in at.subheader]
+    measured, modelled = _figure(at, 0), _figure(at, 1)
+    assert "measured (GPU)" in measured["layout"]["title"]["text"]
+    assert "modelled (not measured) for a H200" in modelled["layout"]["title"]["text"]
+    table = at.dataframe[-1].value
+    assert list(table["measured (µs)"]) == [90.0, 250.0, 30.0, 40.0, 10.0]
+    assert table["modelled, H200 (µs)"].iloc[2] > 20  # the launch latency

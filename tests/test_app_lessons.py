@@ -5,19 +5,13 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def open_lesson(lesson: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
-    at.query_params["backend"] = "sim"
-    at.query_params["page"] = "lessons"
-    at.query_params["lesson"] = lesson
-    for k, v in query.items():
-        at.query_params[k] = str(v)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app(backend="sim", page="lessons", lesson=lesson, **query)
 
 
 def lock(at: AppTest, index: int, value) -> None:
@@ -153,11 +147,7 @@ def test_a_teachers_link_reproduces_the_lessons_launch():
     runs = [c.value for c in at.main.caption if "Runs `" in c.value]
     assert runs and "`transpose_naive`" in runs[0]
 
-    again = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
-    for k, v in link.items():
-        again.query_params[k] = v
-    again.run()
-    assert not again.exception, [e.value for e in again.exception]
+    again = open_app(**link)
     assert launch_widgets(again, "coalescing") == shown
     assert [c.value for c in again.main.caption if "Runs `" in c.value] == runs  # the same launch
     assert not again.warning
@@ -179,3 +169,43 @@ def test_another_lesson_starts_from_its_own_defaults():
     assert not at.exception, [e.value for e in at.exception]
     assert launch_widgets(at, "barriers") == {"kernel": "reduction_race", "block": 64}
     assert "l_block" not in at.query_params  # the default is left out of the link
+
+
+def test_a_question_link_out_of_range_names_the_questions_it_has():
+    at = open_lesson("threads", q=7)  # the threads lesson has 2 questions
+    notices = [w.value.replace("\\", "") for w in at.warning if "q\\=7" in w.value]  # shown escaped
+    assert len(notices) == 1 and "questions are 1 to 2" in notices[0], [w.value for w in at.warning]
+    assert "0 to 9" not in notices[0]
+    assert len([m for m in at.markdown if m.value.startswith("**Q")]) == 2  # every question shown
+    one = open_lesson("threads", q=2)
+    assert not [w for w in one.warning if "ignored" in w.value]
+    assert [m.value[:7] for m in one.markdown if m.value.startswith("**Q")] == ["**Q2.**"]
+
+
+def test_class_link_keeps_the_launch_and_the_backend_and_teacher_mode_as_shown():
+    at = open_lesson("threads")
+    at.select_slider(key="lesson_threads_block").set_value(48).run()
+    (caption,) = [c.value for c in at.caption if "Link to this lesson for a class" in c.value]
+    assert "lesson=threads&l_block=48&backend=sim)" in caption and "teacher" not in caption, caption
+    at.toggle(key="teacher").set_value(True).run()
+    (caption,) = [c.value for c in at.caption if "Link to this lesson for a class" in c.value]
+    assert "lesson=threads&l_block=48&teacher=1&backend=sim)" in caption, caption
+
+
+def test_a_done_lesson_is_stored_in_the_browser_and_read_back():
+    from visualizer.web.lesson_progress import cookie_script, done_from_cookie
+    from visualizer.web.lessons import LESSONS
+
+    names = [lesson.name for lesson in LESSONS]
+    at = open_lesson("cpu_gpu")
+    lock(at, 0, "GPU kernel")
+    assert not [e for e in at.get("iframe")]  # nothing written before the lesson is done
+    at.button(key="lesson_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state.lesson_progress["cpu_gpu"]["done"]
+    scripts = [str(e.proto) for e in at.get("iframe")]
+    assert any("gpuviz_lessons_done=cpu_gpu;" in s for s in scripts), scripts
+    # what a browser sends back is checked against the lessons: nothing else gets in
+    assert done_from_cookie("threads.cpu_gpu.<script>.x", names) == ["cpu_gpu", "threads"]
+    assert done_from_cookie("a" * 5000, names) == [] and done_from_cookie(None, names) == []
+    assert "alert" not in cookie_script(["cpu_gpu", "</script><script>alert(1)"], names)

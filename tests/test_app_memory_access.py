@@ -5,21 +5,15 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "web/pages/memory_access.py"
 SOURCE = "recorded addresses, simulator"
 
 
 def open_page(kernel: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
-    at.query_params["kernel"] = kernel
-    at.query_params["backend"] = "sim"
-    for name, value in params.items():
-        at.query_params[name] = str(value)
-    at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("memory_access", kernel=kernel, backend="sim", **params)
 
 
 def charts(at: AppTest) -> list[dict]:
@@ -121,3 +115,16 @@ def test_a_bad_request_in_the_link_falls_back_with_a_notice():
         assert len(notices) == len(query) and any(word in n for n in notices), notices
         assert request_widgets(bad) == worst  # the defaults: the worst request
         assert charts(bad)
+
+
+def test_deltas_compare_only_the_same_kernel_and_read_as_plain_numbers():
+    at = open_page("transpose_naive", rows=32, cols=32, tile=32)
+    assert not [m for m in at.metric if m.proto.delta]  # nothing to compare with yet
+    at.radio(key="mem_variant_transpose_naive").set_value("transpose_tiled").run()
+    deltas = {m.label: m.proto.delta for m in at.metric if m.proto.delta}
+    assert deltas["global store sectors / request"] == "-28 vs naive", deltas
+    assert all("vs naive" in d and "e+" not in d and "e-" not in d for d in deltas.values()), deltas
+    at.selectbox(key="mem_kernel").set_value("reduction").run()  # another kernel: no deltas against it
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [m.proto.delta for m in at.metric if m.proto.delta]
+    assert all("e+" not in m.value for m in at.metric)

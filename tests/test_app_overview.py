@@ -2,16 +2,13 @@
 
 from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
+from tests.conftest import new_app
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 
 
 def _app(**query):
-    at = AppTest.from_file(ENTRY, default_timeout=120)
-    for k, v in query.items():
-        at.query_params[k] = v
-    return at
+    return new_app(**query)
 
 
 def test_first_visit_runs_and_badges_the_backend():
@@ -90,7 +87,19 @@ def test_a_failed_run_replaces_the_charts_with_its_error():
     at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
     at.switch_page("web/pages/grid.py").run()
     assert at.get("plotly_chart")
-    at.slider(key="param_vector_add_block").set_value(0)
+    at.number_input(key="param_vector_add_n").set_value(600_000)  # over the simulator's thread limit
     at.sidebar.button(key="sidebar_run").click().run()
-    assert any("did not run" in e.value and "at least 1" in e.value for e in at.main.error)
+    assert any("did not run" in e.value and "524,288" in e.value for e in at.main.error), at.main.error
     assert not at.get("plotly_chart")  # no chart of the previous run under the new configuration
+
+
+def test_deliberately_wrong_demos_say_which_and_why():
+    at = _app(kernel="reduction_race", backend="sim", n="256", block="64").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(
+        "syncthreads between tree levels" in w.value and "Shared memory" in w.value for w in at.warning
+    )
+    at = _app(kernel="flash_attention_no_max", backend="sim", seq_len="40", heads="1", head_dim="16").run()
+    assert not at.exception, [e.value for e in at.exception]
+    (warning,) = [w.value for w in at.warning if "deliberately wrong demo" in w.value]
+    assert "overflows float32" in warning and "FlashAttention" in warning and "race" not in warning

@@ -8,18 +8,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
+
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 PAGE = "web/pages/scheduling.py"
 
 
 def _page(**query) -> AppTest:
-    at = AppTest.from_file(ENTRY, default_timeout=120)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("scheduling", **query)
 
 
 def _charts(at: AppTest) -> dict[str, dict]:
@@ -127,4 +123,9 @@ def test_suggested_launch_runs_in_several_waves_with_a_tail():
     assert at.sidebar.selectbox(key="kernel_pick").value == "vector_add"
     waves = int(_metric(at, "waves"))
     assert waves >= 3 and _metric(at, "tail") != "none"
+    # the suggested tail really idles SMs, and the caption beside the tail metric says so
+    (caption,) = [c.value for c in at.caption if "full wave(s) of" in c.value]
+    assert "cannot reach all 40 SMs, so at least 20 SMs get none" in caption, caption
+    assert "whole SMs sat idle 0%" not in caption and "this tail is idle SMs" in caption
+    assert "20 SMs idle" in _chart(at, "Wave 1 of ")["frames"][-1]["layout"]["title"]["text"]
     assert _chart(at, "Wave 1 of ")["layout"]["sliders"][0]["steps"][-1]["label"] == str(waves)

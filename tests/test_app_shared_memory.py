@@ -5,20 +5,14 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "web/pages/shared_memory.py"
 
 
 def open_page(kernel: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=120)
-    at.query_params["kernel"] = kernel
-    at.query_params["backend"] = "sim"
-    for name, value in params.items():
-        at.query_params[name] = str(value)
-    at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("shared_memory", kernel=kernel, backend="sim", **params)
 
 
 def charts(at: AppTest) -> list[dict]:
@@ -52,6 +46,10 @@ def test_reduction_tree_and_race_comparison():
     assert "reduction_race" in race["layout"]["title"]["text"]
     assert all("simulated" in f["layout"]["title"]["text"] for f in (tree, race, diff))
     assert any("Why the missing barrier" in m.value for m in at.markdown)
+    # what the simulator does, as this run shows it: a fixed order, so no run-to-run spread claimed
+    (why,) = [m.value for m in at.markdown if "Why the missing barrier" in m.value]
+    assert "2 of 2 blocks are wrong, and a second run gives byte-identical sums" in why
+    assert "its answer can change" not in why
 
     at.number_input(key="smem_tree_block").set_value(1).run()
     assert not at.exception
@@ -76,7 +74,9 @@ def test_other_kernel_explains_and_loads_an_example():
     at.button(key="smem_load_matmul").click().run()
     assert not at.exception, [e.value for e in at.exception]
     cap = at.session_state.capture
-    assert cap.launch["kernel"] == "matmul_tiled" and cap.launch["params"] == {"n": 40, "tile": 16}
+    assert cap.launch["kernel"] == "matmul_tiled" and cap.launch["params"] == {"n": 20, "tile": 8}
+    intro = next(m.value for m in at.markdown if "**Try:**" in m.value)
+    assert "`n=20, tile=8`" in intro  # the example loads what the page's text tells the learner to run
     (fig,) = charts(at)
     assert len(fig["frames"]) == 2 * 3
 

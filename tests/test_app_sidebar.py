@@ -58,3 +58,15 @@ def test_your_kernels_capture_is_kept_and_timed_when_it_is_the_first_page(monkey
     assert kernel_controls(at)["timing"]  # the visitor's own kernel is timed here
     at.radio(key="_nav_pages").set_value("grid").run()
     assert at.session_state.capture.launch["user_kernel"]  # not replaced by the sidebar's first run
+
+
+def test_block_slider_starts_at_one_and_the_capture_is_named_in_words():
+    at = open_app(page="grid")
+    block = at.sidebar.slider(key="param_vector_add_block")
+    assert block.min == 1 and block.value == 48
+    captions = [c.value for c in at.sidebar.caption]
+    assert "showing: vector_add (n=200, block=48)" in captions, captions
+    assert not any("{" in c for c in captions)  # no raw dict
+    zero = open_app(page="grid", block="0")  # a link may still ask for zero threads: a box, and its error
+    assert zero.sidebar.number_input(key="param_vector_add_block").value == 0
+    assert any("at least 1" in e.value for e in zero.main.error)

@@ -111,6 +111,23 @@ def test_the_link_with_the_key_turns_code_on_and_leaves_the_url():
     assert not _button(at, "Run your kernel").disabled
 
 
+def test_a_failed_run_marks_the_results_below_it_as_the_previous_runs():
+    at = _your_kernel_page()
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    assert [s.value for s in at.success if "matches the numpy reference" in s.value]
+    assert not any(s.value.startswith("Previous run") for s in at.success)
+    src = at.text_area(key="uk_source").value.replace("c[i] = a[i] + b[i]", "c[i + 1] = a[i] + b[i]")
+    at.text_area(key="uk_source").set_value(src)
+    at.text_input(key="uk_arg_c").set_value("zeros:float32:1000")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception and any("IndexError in thread" in e.value for e in at.error)
+    greens = [s.value for s in at.success if "matches the numpy reference" in s.value]
+    assert greens and all(g.startswith("Previous run: ") for g in greens), greens
+    assert any(h.value.startswith("Your previous run: ") for h in at.subheader)
+    assert any("Of your previous run" in c.value for c in at.sidebar.caption)  # its timing too
+
+
 @pytest.mark.parametrize("token", [None, TOKEN[:-1], "www.evil.example"])
 def test_without_the_key_the_page_says_how_and_runs_nothing(token):
     at = _your_kernel_page(token)

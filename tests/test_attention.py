@@ -229,12 +229,17 @@ def test_flash_loop_figure_frames_are_recorded_steps(causal_tables):
 def test_flash_loop_stage_times_are_relative_to_the_block(causal_tables):
     tiles, state, _ = causal_tables
     shifted = tiles.assign(t_ns=tiles["t_ns"] + 42_925_232)  # a raw host clock, as the simulator reads
-    fig = figures().flash_loop_figure(shifted, state, 1, 37, 16, True, SOURCE)
+    measured = "measured (GPU): NVIDIA H200"  # the same tables as a GPU would record them
+    fig = figures().flash_loop_figure(shifted, state, 1, 37, 16, True, measured)
     mine = tiles[(tiles["block_x"] == 1) & (tiles["block_y"] == 0) & (tiles["block_z"] == 0)]
     k0 = mine[(mine["operand"].astype(str) == "K") & (mine["step"] == 0)]["t_ns"].iloc[0]
     note = fig.frames[0].layout.annotations[0].text
     assert f"K staged at +{int(k0 - mine['t_ns'].min()):,} ns" in note
     assert "42,925" not in note and "42925" not in note
+    # on the simulator the host clock's nanoseconds are no GPU time: none are shown, and it says why
+    sim = figures().flash_loop_figure(shifted, state, 1, 37, 16, True, SOURCE)
+    notes = [f.layout.annotations[0].text for f in sim.frames]
+    assert all(" ns" not in n and "only on a GPU" in n for n in notes), notes[0]
 
 
 def test_row_state_figure(causal_tables):

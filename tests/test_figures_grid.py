@@ -60,7 +60,8 @@ def test_frames_fixed_ranges_and_controls():
     assert fig.layout.updatemenus[0].buttons[0].args[1]["fromcurrent"] is False  # Play replays from the start
     assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["▶ Play", "❚❚ Pause"]
     assert fig.layout.xaxis.autorange is False and fig.layout.yaxis.autorange is False
-    assert list(fig.layout.xaxis.range) == [-0.5, 47.5] and list(fig.layout.yaxis.range) == [4.5, -0.5]
+    # 48 threads = 2 warps: the axis runs over all 64 lanes, the last 16 drawn as 'no thread'
+    assert list(fig.layout.xaxis.range) == [-0.5, 63.5] and list(fig.layout.yaxis.range) == [4.5, -0.5]
     base = z_of(fig.data[0])
     started = []
     for frame in fig.frames:
@@ -262,9 +263,43 @@ def test_every_colouring_has_a_key():
         heat = G.grid_figure(df, launch, color_by, animate=True).data[0]
         assert heat.showscale is True, color_by
         ticks = dict(zip(heat.colorbar.tickvals, heat.colorbar.ticktext, strict=True))
-        assert ticks[G.IDLE] == "idle" and ticks[G.NOT_STARTED] == "not started"
-        assert G.COLOR_BY[color_by] in ticks[2]  # the first colour names what it colours
+        if color_by == "lane":  # 34 codes: idle and not started are legend swatches, off the crowded bar
+            assert G.IDLE not in ticks and G.NOT_STARTED not in ticks
+            swatches = {t.name for t in G.grid_figure(df, launch, color_by, animate=True).data[1:]}
+            assert {"idle (did no work, e.g. past n)", "not started yet"} <= swatches
+        else:
+            assert ticks[G.IDLE] == "idle" and ticks[G.NOT_STARTED] == "not started"
+        first = min(v for v in ticks if v > G.IDLE)
+        assert G.COLOR_BY[color_by] in ticks[first]  # the first colour tick names what it colours
         assert max(heat.colorbar.tickvals) < heat.zmax  # every tick is a colour the heatmap uses
     active = G.grid_figure(df, launch, "active", animate=False)
     assert active.data[0].showscale is False
     assert {"active (did work)", "idle (did no work, e.g. past n)"} <= {t.name for t in active.data[1:]}
+
+
+def test_lanes_without_a_thread_are_drawn_as_their_own_cells():
+    df, launch = make_threads((5, 1, 1), (48, 1, 1), n_active=200)
+    fig = G.grid_figure(df, launch, "active", animate=False)
+    (empty,) = [t for t in fig.data if t.type == "heatmap" and t.name == "no thread"]
+    assert np.asarray(empty.z).shape == (5, 16) and empty.x0 == 48  # lanes 48..63 of every block
+    assert "no thread" in empty.hovertemplate and "16 of the warp's 32 lanes" in empty.hovertemplate
+    assert any(t.name and t.name.startswith("no thread") for t in fig.data if t.type == "scatter")
+    full, launch = make_threads((2, 1, 1), (64, 1, 1), n_active=100)
+    assert not [t for t in G.grid_figure(full, launch, "active", False).data if t.name == "no thread"]
+
+
+def test_a_one_thread_grid_has_whole_ticks_only():
+    df, launch = make_threads((1, 1, 1), (1, 1, 1), n_active=1)
+    fig = G.grid_figure(df, launch, "active", animate=False)
+    # one thread still takes a whole warp: its 31 empty lanes are drawn, on whole-number ticks
+    assert list(fig.layout.xaxis.range) == [-0.5, 31.5] and fig.layout.xaxis.tickformat == "d"
+    assert fig.layout.yaxis.tickmode == "linear" and fig.layout.yaxis.dtick == 1
+    df, launch = make_threads((1, 1, 1), (32, 1, 1), n_active=1)
+    small = G.grid_figure(df, launch, "active", animate=False).layout
+    assert small.yaxis.tickmode == "linear" and (small.yaxis.tick0, small.yaxis.dtick) == (0, 1)
+
+
+def test_legend_of_two_rows_gets_room_under_the_title():
+    df, launch = make_threads((5, 1, 1), (48, 1, 1), n_active=200)
+    crowded = G.grid_figure(df, launch, "active", animate=True).layout  # 5 legend items: two rows
+    assert crowded.margin.t > G.grid_figure(df, launch, "block", animate=True).layout.margin.t

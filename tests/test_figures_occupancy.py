@@ -147,7 +147,21 @@ def test_active_warps_event_sweep():
     assert active[active.sm == 1]["active_warps"].tolist() == [2, 0]
     # SM 0: 2*50 + 4*50 + 2*50 = 400 warp-ns over 150 ns busy; SM 1: 200 over 100
     assert achieved_warps_per_sm(active) == pytest.approx(600 / 250)
-    assert active.attrs["tail_start"] == 50 and active.attrs["source"] == GPU_SOURCE
+    # 3 blocks fit one wave (4 SMs x 2 blocks at once): no partial last wave, so no tail
+    assert active.attrs["tail_start"] is None and active.attrs["source"] == GPU_SOURCE
+
+
+def test_active_warps_share_achieved_occupancy_and_its_tail():
+    """One definition for every page: the timeline's average and tail are schedule.achieved_occupancy's."""
+    from visualizer.analysis import schedule
+
+    # 2 SMs holding one block at a time: waves of 2 blocks, the 5th block (t=200) is a partial last wave
+    threads, launch = _synthetic_threads([0, 1, 0, 1, 0], [0, 0, 100, 100, 200], 100)
+    launch["num_sms"] = 2
+    active = active_warps_over_time(threads, launch)
+    a = schedule.achieved_occupancy(threads, launch, 64)
+    assert a.full_waves == 2 and a.tail_blocks == 1 and active.attrs["tail_start"] == 200 == a.tail_start_ns
+    assert achieved_warps_per_sm(active) == pytest.approx(a.avg_warps_busy)
 
 
 def test_modelled_schedule_waves_and_tail():

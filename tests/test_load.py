@@ -35,13 +35,16 @@ def test_workers_and_memory_stay_bounded(thirty):
     assert thirty["peak_workers_rss_mb"] < 1024 * pool, thirty["peak_workers_rss_mb"]
 
 
-def test_without_the_launcher_a_visitor_from_another_address_is_refused(tmp_path):
+def test_without_the_launcher_a_foreign_host_name_is_refused(tmp_path):
+    """Plain `streamlit run` from elsewhere (no HostGuard in front): the app script itself refuses a
+    visitor whose Host is a foreign name (DNS rebinding), and serves the local one. (127.0.0.2 is this
+    machine too, so it is served: loopback is judged with ipaddress.)"""
     server = Server(tmp_path / "server.log", plain_from=tmp_path)  # plain `streamlit run` elsewhere
     try:
-        remote = Visitor(server.port, source="127.0.0.2")
+        remote = Visitor(server.port, host="evil.example")
         remote.rerun(query("vector_add", {"n": 50, "block": 32}))
         assert remote.wait(lambda: remote.finished is not None)
-        refusals = [t for t in remote.texts("alert") if "serves only the machine it runs on" in t]
+        refusals = [t for t in remote.texts("alert") if "does not answer to the host name" in t]
         assert refusals and remote.shown() is None
         remote.close()
         local = Visitor(server.port)

@@ -213,7 +213,7 @@ def test_naive_attention_counts_its_score_matrix():
     [
         # passes the thread cap (8192 threads) but would run for hours: refused by its work
         ("naive_attention", {"seq_len": 8192, "heads": 1, "tile": 64}, "sim", "thread-steps"),
-        ("matmul_naive", {"n": 256, "tile": 16}, "sim", "limit of 8 million per run"),
+        ("matmul_naive", {"n": 256, "tile": 16}, "sim", "8 million simulated thread-steps per launch"),
         # 64 x 128 x 32768^2 x 4 bytes of S
         ("naive_attention", {"seq_len": 32768, "heads": 128, "batch": 64}, "gpu", "of the device's"),
         ("vector_add", {"n": 1 << 30, "block": 1024}, "gpu", "trace tables"),

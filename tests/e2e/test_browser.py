@@ -268,3 +268,24 @@ def test_figure_downloads_as_standalone_html(page, app_url, tmp_path):
     html = path.read_text()
     assert "<html>" in html[:200].lower() and "plotly" in html.lower()
     assert len(html) > 1_000_000  # plotly.js is inlined: the file works offline
+
+
+def test_projector_fit_title_near_the_top_chart_in_view_and_sidebar_boxes_uncovered(page, app_url):
+    page = open_page(page, app_url, "?kernel=vector_add&backend=sim&n=200&block=48&page=grid")
+    title = main(page).locator("h1").first.bounding_box()
+    assert title["y"] < 90, title  # Streamlit's default left ~130 px blank above it
+    chart = charts(page).first.bounding_box()
+    assert chart["y"] < 450, chart  # the grid starts on a 720-px screen, its plot above the fold
+    side = page.get_by_test_id("stSidebar")
+    n_box = side.get_by_role("spinbutton", name="n").bounding_box()
+    run = side.get_by_role("button", name="Run", exact=True).bounding_box()
+    assert n_box["y"] + n_box["height"] <= run["y"] - 8, (n_box, run)  # Run does not cover the n box
+    assert "showing: vector_add (n=200, block=48)" in side.inner_text()
+
+
+def test_a_long_kernel_name_is_written_out_in_the_sidebar(page, app_url):
+    page = open_page(page, app_url, "?kernel=flash_attention_fast&backend=sim&page=overview")
+    side = page.get_by_test_id("stSidebar")
+    assert side.get_by_text(
+        "FlashAttention forward, fast (tensor cores, fp32 accuracy)", exact=True
+    ).is_visible()

@@ -37,4 +37,4 @@ def test_a_tab_closed_mid_run_never_shows_up_in_another(browser, app_url, open_a
     first.close()  # the visitor leaves while the kernel runs
     page = open_app("", "?kernel=vector_add&backend=sim&n=77&block=32")  # the next visitor
     sidebar = page.get_by_test_id("stSidebar").inner_text()
-    assert "showing: vector_add {'n': 77, 'block': 32}" in sidebar, sidebar
+    assert "showing: vector_add (n=77, block=32)" in sidebar, sidebar

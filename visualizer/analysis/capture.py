@@ -165,6 +165,7 @@ def check_outputs(spec: catalog.KernelSpec, params: dict, inputs: dict, outputs:
             "mismatches": bad,
             "elements": int(close.size),
             "max_abs_error": float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0,
+            "nonfinite": int((~np.isfinite(got)).sum()) if got.dtype.kind in "fc" else 0,  # inf/NaN
         }
         result["correct"] &= bad == 0
     result["expected_wrong"] = spec.deliberately_wrong

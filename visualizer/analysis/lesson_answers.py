@@ -17,7 +17,7 @@ import pandas as pd
 
 from visualizer.analysis.capture import Capture
 from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
-from visualizer.figures.memory_flow import MODEL_GPUS, modelled_gpu_timing
+from visualizer.analysis.transfers import MODEL_GPUS, flow_model, modelled_gpu_timing
 
 # The GPU models the lessons offer (their occupancy calculator arch); same names as the other pages.
 GPU_ARCHS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}
@@ -95,10 +95,13 @@ def waves(cap: Capture, gpu: str, modelled_regs: int) -> Answer:
     blocks = int(cap.launch["blocks"])
     n = math.ceil(blocks / per_wave) if per_wave else 0
     tail = blocks - (n - 1) * per_wave if n else 0
+    # the block scheduler spreads a wave one block per SM before doubling up (schedule.modelled_schedule)
+    tail_sms = min(tail, sms)
     return Answer(
         n,
         {"blocks": blocks, "sms": sms, "blocks_per_sm": occ.blocks_per_sm, "per_wave": per_wave,
-         "tail_blocks": tail, "tail_fill": tail / per_wave if per_wave else 0.0},
+         "tail_blocks": tail, "tail_fill": tail / per_wave if per_wave else 0.0,
+         "tail_sms": tail_sms, "idle_sms": sms - tail_sms, "empty_slots": per_wave - tail, "waves": n},
         f"modelled: occupancy calculator for {GPU_ARCHS[gpu]}, the launch's recorded grid",
     )  # fmt: skip
 
@@ -167,8 +170,12 @@ def copy_share(cap: Capture, gpu: str = "H200") -> Answer:
     if cap.measured:
         steps, source = cap.timing["host_steps_ns"], cap.source
     else:
-        steps = modelled_gpu_timing(bytes_in, bytes_out, gpu)["host_steps_ns"]
-        source = f"modelled: the run's {bytes_in + bytes_out:,} data bytes over a {gpu}'s nominal bandwidths"
+        model = modelled_gpu_timing(bytes_in, bytes_out, gpu, len(cap.inputs), len(cap.outputs))
+        steps = model["host_steps_ns"]
+        source = (
+            f"modelled: the run's {bytes_in + bytes_out:,} data bytes on a {gpu}, copy and launch latencies "
+            f"measured on the H200 host; {flow_model(gpu)['bandwidths']}"
+        )
     total = sum(float(v) for v in steps.values())
     copies = float(steps["copy_in"]) + float(steps["copy_out"])
     return Answer(

@@ -31,6 +31,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from visualizer.specs.launch import ceil_div
+
 SOURCE = "recorded addresses, simulator"
 SECTOR_BYTES = 32
 BANKS = 32
@@ -131,7 +133,7 @@ def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
         addresses=("offset_bytes", "nunique"),
         sectors=("sector", "nunique"),
     ).reset_index()
-    req["ideal_sectors"] = -(-(req["addresses"] * req["itemsize"]) // SECTOR_BYTES)
+    req["ideal_sectors"] = ceil_div((req["addresses"] * req["itemsize"]), SECTOR_BYTES)
     # shared memory: distinct words per bank (a word wider than 4 bytes covers consecutive banks)
     sh = a[a["space"] == "shared"]
     if len(sh):
@@ -470,3 +472,44 @@ def describe(summ: dict) -> list[str]:
         f"{summ['raced_blocks']} blocks); uninitialised shared reads: {summ['uninit_reads']}"
     )
     return lines
+
+
+# --- one request, the worst request, the raced pairs: what the Memory access page picks to draw
+
+
+def request_accesses(acc: pd.DataFrame, request: pd.Series) -> pd.DataFrame:
+    """The lanes' accesses that make up one warp request (a row of the requests table)."""
+    mask = np.ones(len(acc), bool)
+    for k in REQUEST_KEY:
+        mask &= (acc[k].astype(str) if k in ("array", "space", "op") else acc[k]).to_numpy() == (
+            str(request[k]) if k in ("array", "space", "op") else request[k]
+        )
+    return acc[mask].sort_values("lane")
+
+
+def worst_request(req: pd.DataFrame, line: int | None = None, array: str | None = None) -> pd.Series:
+    """The request with the most sectors (global) or bank ways (shared), first in table order on ties."""
+    r = req
+    if line is not None:
+        r = r[r["line"] == line]
+    if array is not None:
+        r = r[r["array"].astype(str) == array]
+    if r.empty:
+        raise ValueError("no warp request matches")
+    score = np.where(r["space"].astype(str) == "shared", r["bank_ways"], r["sectors"] - r["ideal_sectors"])
+    return r.iloc[int(np.argmax(score))]
+
+
+def race_pairs(haz: pd.DataFrame, limit: int = 200) -> pd.DataFrame:
+    """The raced words and thread pairs as a small readable table."""
+    races = haz[haz["kind"] != "UNINIT"].head(limit)
+    return pd.DataFrame(
+        {
+            "block": races["block"],
+            "word": races["array"] + "[" + races["index"].astype(str) + "]",
+            "kind": races["kind"],
+            "first": "t" + races["thread_a"].astype(str) + " line " + races["line_a"].astype(str),
+            "then": "t" + races["thread_b"].astype(str) + " line " + races["line_b"].astype(str),
+            "barrier epoch": races["epoch"],
+        }
+    ).reset_index(drop=True)

@@ -184,6 +184,7 @@ def flash_loop_figure(
     frames, names, labels = [], [], []
     done: set[int] = set()
     t0 = int(part["t_ns"].min())  # times relative to this Q tile's first staged tile
+    measured = source.startswith("measured")  # else the simulator's host clock: an order, not GPU time
     for _, rec in kv.iterrows():
         slot = int(rec["step"])
         step = slot - first  # the K/V step of this Q tile (the record slot in a second part)
@@ -196,10 +197,13 @@ def flash_loop_figure(
         )
         if causal and k0 + bk - 1 > q0:
             note += "; diagonal tile: keys after each query masked"
-        note += f"<br>K staged at +{int(rec['t_ns']) - t0:,} ns"
-        if slot in vrec.index:
-            note += f", V at +{int(vrec.loc[slot, 't_ns']) - t0:,} ns"
-        note += f" (from {'the block' if not first else 'this part'}'s first tile)"
+        if measured:
+            note += f"<br>K staged at +{int(rec['t_ns']) - t0:,} ns"
+            if slot in vrec.index:
+                note += f", V at +{int(vrec.loc[slot, 't_ns']) - t0:,} ns"
+            note += f" (%globaltimer, from {'the block' if not first else 'this part'}'s first tile)"
+        else:  # the simulator's host clock orders the steps; its nanoseconds are no GPU time
+            note += "<br>staging times: only on a GPU (the simulator's clock gives the order, not GPU time)"
         if rows_state is not None and len(rows_state):
             now = rows_state[rows_state["step"] == slot].set_index("row")["m"]
             before = rows_state[rows_state["step"] == slot - 1].set_index("row")["m"]

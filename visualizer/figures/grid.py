@@ -43,6 +43,9 @@ COLOR_BY = {
 NOT_STARTED, IDLE = 0, 1
 NOT_STARTED_COLOR = "#ececec"
 IDLE_COLOR = "#8c8c8c"
+NO_THREAD_COLOR = (
+    "#f6e7c1"  # a lane of a block's last warp that has no thread (blockDim not a multiple of 32)
+)
 ACTIVE_COLOR = "#2ca02c"
 PARTIAL_COLOR = "#ff7f0e"
 # D3's ten hues without its grey (grey means idle here); ids cycle through them
@@ -321,7 +324,14 @@ def _color_key(color_by: str, level: str, animate: bool) -> dict:
         return {}
     name = COLOR_BY[color_by]
     if color_by == "lane":
+        # 34 codes share the bar, a few px each on a short plot: "idle" and "not started" would print
+        # over each other and over lane 0, so they are legend swatches instead (grid_figure)
         ticks = [(2 + lane, f"lane {lane}" if lane == 0 else str(lane)) for lane in (0, 8, 16, 24, 31)]
+        return {
+            "title": {"text": name, "side": "top"}, "tickvals": [t for t, _ in ticks],
+            "ticktext": [label for _, label in ticks], "len": 1.0, "thickness": 14, "x": 1.01,
+            "tickfont": {"size": 11}, "y": 0.5, "yanchor": "middle", "outlinewidth": 0, "tickmode": "array",
+        }  # fmt: skip
     else:
         n = len(CYCLE)
         ticks = [(2 + i, f"{name} {i}, {i + n}, …" if i == 0 else f"{i}, {i + n}, …") for i in range(n)]
@@ -333,6 +343,24 @@ def _color_key(color_by: str, level: str, animate: bool) -> dict:
         "ticktext": [label for _, label in ticks], "len": 1.0, "thickness": 14, "x": 1.01,
         "tickfont": {"size": 11}, "y": 0.5, "yanchor": "middle", "outlinewidth": 0, "tickmode": "array",
     }  # fmt: skip
+
+
+def _no_thread_lanes(launch: dict, cells: _Cells) -> go.Heatmap | None:
+    """1-D thread view: the lanes of each block's last warp that have no thread, drawn as their own cells
+    right of the block's threads (a warp always has 32 lanes; blockDim.x need not fill them)."""
+    tpb = launch["threads_per_block"]
+    if cells.level != "thread" or is_two_d(launch) or tpb % 32 == 0:
+        return None
+    lanes = -(-tpb // 32) * 32 - tpb
+    return go.Heatmap(
+        z=np.zeros((cells.rows, lanes), np.int8), x0=tpb, dx=1, y0=0, dy=1, zmin=0, zmax=1,
+        colorscale=[[0, NO_THREAD_COLOR], [1, NO_THREAD_COLOR]], showscale=False,
+        hovertemplate=(
+            f"blockIdx %{{y}} · lane %{{x}} of the block (lane {tpb % 32}–31 of its last warp)<br>"
+            f"no thread: blockDim.x = {tpb} leaves {lanes} of the warp's 32 lanes empty<extra></extra>"
+        ),
+        name="no thread", ygap=1 if cells.rows <= 200 else 0,
+    )  # fmt: skip
 
 
 def _legend_swatch(name: str, color: str) -> go.Scatter:
@@ -394,16 +422,23 @@ def grid_figure(
         ygap=1 if (cells.level != "thread" or not is_two_d(launch)) and cells.rows <= 200 else 0,
     )  # fmt: skip
     traces: list = [heat]
+    empty_lanes = _no_thread_lanes(launch, cells)
+    if empty_lanes is not None:  # after the heatmap: frames replace trace 0 only
+        traces.append(empty_lanes)
     lines = _border_lines(launch, cells)
     if lines is not None:
         traces.append(lines)
-    if color_by == "active":  # the other colourings are keyed by the heatmap's colour bar
+    if color_by in ("active", "lane"):  # the other colourings key idle and not started on their colour bar
         traces.append(_legend_swatch("idle (did no work, e.g. past n)", IDLE_COLOR))
-        traces.insert(1, _legend_swatch("active (did work)", ACTIVE_COLOR))
-        if cells.level != "thread":
+        if color_by == "active":
+            traces.insert(1, _legend_swatch("active (did work)", ACTIVE_COLOR))
+        if cells.level != "thread" and color_by == "active":
             traces.insert(2, _legend_swatch(f"{cells.level} partly idle", PARTIAL_COLOR))
         if animate:
             traces.append(_legend_swatch("not started yet", NOT_STARTED_COLOR))
+    if empty_lanes is not None:
+        traces.append(_legend_swatch("no thread (empty lane)", NO_THREAD_COLOR))
+    legend_items = sum(1 for t in traces if t.type == "scatter")
 
     gx, gy, gz = launch["grid"]
     bdx, bdy, bdz = launch["block"]
@@ -416,30 +451,41 @@ def grid_figure(
         f"{launch['kernel']}: grid {shape} × block {bshape} = {launch['threads']:,} threads · "
         f"coloured by {COLOR_BY[color_by]}{per}<br><sup>{launch['source']}</sup>"
     )
-    x_range = [cells.x0 - cells.dx / 2, cells.x0 + cells.dx * (cells.cols - 0.5)]
+    cols = cells.cols + (empty_lanes.z.shape[1] if empty_lanes is not None else 0)
+    x_range = [cells.x0 - cells.dx / 2, cells.x0 + cells.dx * (cols - 0.5)]
     y_range = [cells.y0 + cells.dy * (cells.rows - 0.5), cells.y0 - cells.dy / 2]  # row 0 on top
     two_d = is_two_d(launch)
     plot_px = 520 if two_d else int(min(520, max(160, 28 * cells.rows)))
     bottom = 220 if animate else 60  # x-axis title, then the slider and Play/Pause under it
-    height = plot_px + 80 + bottom
+    height = plot_px + (80 if legend_items <= 3 else 105) + bottom
     fig = go.Figure(data=traces)
     fig.update_layout(
-        title={"text": title, "x": 0, "xanchor": "left"},
+        # at the figure's top edge, above a legend of two rows
+        title={"text": title, "x": 0, "xanchor": "left", "y": 0.99, "yref": "container", "yanchor": "top"},
         height=height,
-        margin={"l": 60, "r": 20 if color_by == "active" else 150, "t": 80, "b": bottom},
+        # a legend of more than three items takes two rows above the plot: room for them under the title
+        margin={"l": 60, "r": 20 if color_by == "active" else 150, "t": 80 if legend_items <= 3 else 105,
+                "b": bottom},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 1, "xanchor": "right"},
         plot_bgcolor="white",
         xaxis={"title": cells.x_title, "range": x_range, "autorange": False, "showgrid": False,
-               "zeroline": False, "constrain": "domain"},
+               "zeroline": False, "constrain": "domain", **_whole_ticks(cols, cells.x0, cells.dx, 16)},
         yaxis={"title": cells.y_title, "range": y_range, "autorange": False, "showgrid": False,
                "zeroline": False, **({"scaleanchor": "x", "constrain": "domain"} if two_d else {}),
-               **({"dtick": cells.dy} if not two_d and cells.rows <= 40 else {})},
+               **_whole_ticks(cells.rows, cells.y0, cells.dy, 16 if two_d else 40)},
     )  # fmt: skip
     if animate:
         controls_y = (-60 / plot_px, -175 / plot_px)  # slider, buttons: in plot-height units below the axis
         _add_animation(fig, z, start, cells, measured, max_frames, controls_y)
         place_controls(fig, gap_px=64)
     return fig
+
+
+def _whole_ticks(n: int, start: float, step: float, most: int) -> dict:
+    """Ticks on whole cells for a short axis (a 1-thread grid's axis would otherwise read -0.4..0.4)."""
+    if n > most:
+        return {"tickformat": "d"}
+    return {"tickmode": "linear", "tick0": start, "dtick": step, "tickformat": "d"}
 
 
 def _add_animation(fig: go.Figure, z, start, cells: _Cells, measured: bool, max_frames: int, controls_y):

@@ -10,33 +10,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from visualizer.analysis.memory import BANKS, REQUEST_KEY, SECTOR_BYTES, SOURCE, WORD_BYTES
+from visualizer.analysis.memory import BANKS, SECTOR_BYTES, SOURCE, WORD_BYTES
 from visualizer.figures.common import titled
 
 LANE_SCALE = "Turbo"
-
-
-def request_accesses(acc: pd.DataFrame, request: pd.Series) -> pd.DataFrame:
-    """The lanes' accesses that make up one warp request (a row of the requests table)."""
-    mask = np.ones(len(acc), bool)
-    for k in REQUEST_KEY:
-        mask &= (acc[k].astype(str) if k in ("array", "space", "op") else acc[k]).to_numpy() == (
-            str(request[k]) if k in ("array", "space", "op") else request[k]
-        )
-    return acc[mask].sort_values("lane")
-
-
-def worst_request(req: pd.DataFrame, line: int | None = None, array: str | None = None) -> pd.Series:
-    """The request with the most sectors (global) or bank ways (shared), first in table order on ties."""
-    r = req
-    if line is not None:
-        r = r[r["line"] == line]
-    if array is not None:
-        r = r[r["array"].astype(str) == array]
-    if r.empty:
-        raise ValueError("no warp request matches")
-    score = np.where(r["space"].astype(str) == "shared", r["bank_ways"], r["sectors"] - r["ideal_sectors"])
-    return r.iloc[int(np.argmax(score))]
 
 
 def _request_title(request: pd.Series) -> str:
@@ -231,21 +208,6 @@ def raced_words_figure(haz: pd.DataFrame) -> go.Figure:
         margin={"l": 10, "r": 10, "t": 70, "b": 60},
     )
     return fig
-
-
-def race_pairs(haz: pd.DataFrame, limit: int = 200) -> pd.DataFrame:
-    """The raced words and thread pairs as a small readable table."""
-    races = haz[haz["kind"] != "UNINIT"].head(limit)
-    return pd.DataFrame(
-        {
-            "block": races["block"],
-            "word": races["array"] + "[" + races["index"].astype(str) + "]",
-            "kind": races["kind"],
-            "first": "t" + races["thread_a"].astype(str) + " line " + races["line_a"].astype(str),
-            "then": "t" + races["thread_b"].astype(str) + " line " + races["line_b"].astype(str),
-            "barrier epoch": races["epoch"],
-        }
-    ).reset_index(drop=True)
 
 
 def source_html(lines: list[str], first_line: int, highlight: int | None) -> str:

@@ -10,21 +10,21 @@ import math
 
 import plotly.graph_objects as go
 
-from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause
-
-# (key in host_steps_ns, label, CUDA runtime call, what the worker calls in Numba)
-STEPS = (
-    ("allocate", "allocate", "cudaMalloc", "cuda.device_array"),
-    (
-        "copy_in",
-        "copy host → device",
-        "cudaMemcpy(…, cudaMemcpyHostToDevice)",
-        "DeviceNDArray.copy_to_device",
-    ),
-    ("kernel", "kernel", "kernel<<<grid, block>>>", "kernel[grid, block](…)"),
-    ("copy_out", "copy device → host", "cudaMemcpy(…, cudaMemcpyDeviceToHost)", "DeviceNDArray.copy_to_host"),
-    ("free", "free", "cudaFree", "release the device arrays"),
+from visualizer.analysis.transfers import (  # noqa: F401  (the model the chart draws; pages import it from analysis)
+    H200_HBM_GBS,
+    H200_HOST,
+    MODEL_GPUS,
+    STEPS,
+    cuda_call,
+    flow_model,
+    flow_steps,
+    fmt_bytes,
+    fmt_us,
+    modelled_gpu_label,
+    modelled_gpu_timing,
 )
+from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause, titled
+
 VIEWS = {
     "timeline": "timeline (µs, one step after another)",
     "log": "duration (log scale)",
@@ -40,59 +40,6 @@ STEP_COLORS = {
 PLOT_PX = 300  # height of the bars' plot area
 GPU_CLOCK_LABEL = "measured (GPU): host wall time of each step, synchronised with the device"
 SIM_CLOCK_LABEL = "simulator wall time on the CPU (the simulator 'copies' are numpy copies)"
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} GB"
-
-
-def fmt_us(us: float) -> str:
-    if 0 < us < 1:
-        return f"{us * 1000:,.1f} ns"
-    if us >= 1000:
-        return f"{us / 1000:,.2f} ms"
-    return f"{us:,.1f} µs" if us >= 10 else f"{us:,.2f} µs"
-
-
-def _dims(v) -> str:
-    v = list(v)
-    while len(v) > 1 and v[-1] == 1:
-        v.pop()
-    return "(" + ", ".join(str(x) for x in v) + ")" if len(v) > 1 else str(v[0])
-
-
-def cuda_call(step: str, launch: dict) -> str:
-    """The CUDA runtime call a step stands for, with this launch's kernel and geometry."""
-    if step == "kernel":
-        return f"{launch['kernel']}<<<{_dims(launch['grid'])}, {_dims(launch['block'])}>>>"
-    return next(s[2] for s in STEPS if s[0] == step)
-
-
-def flow_steps(timing: dict, launch: dict, bytes_in: int, bytes_out: int) -> list[dict]:
-    """The five steps in order with start/duration (µs), CUDA call and bytes; ValueError if any is missing."""
-    host = timing.get("host_steps_ns") or {}
-    missing = [key for key, *_ in STEPS if key not in host]
-    if missing:
-        raise ValueError(f"this run recorded no time for: {', '.join(missing)}")
-    rows, t = [], 0.0
-    for key, label, _, numba_call in STEPS:
-        dur = float(host[key]) / 1e3
-        nbytes = {"copy_in": bytes_in, "copy_out": bytes_out}.get(key)
-        rows.append(
-            {
-                "key": key, "label": label, "call": cuda_call(key, launch), "numba": numba_call,
-                "start_us": t, "dur_us": dur, "bytes": nbytes,
-            }
-        )  # fmt: skip
-        t += dur
-    total = t or 1.0
-    for r in rows:
-        r["share"] = 100.0 * r["dur_us"] / total
-    return rows
 
 
 def compile_label(launch: dict) -> str:
@@ -120,45 +67,6 @@ def _hover(r: dict, measured: bool) -> str:
             rate = r["bytes"] / (r["dur_us"] * 1e-6) / 1e9
             lines.append(f"{rate:,.2f} GB/s" + ("" if measured else " (numpy copy on the CPU)"))
     return "<br>".join(lines)
-
-
-# Nominal peak bandwidths (vendor data sheets) of the GPUs the modelled flow can use: host link
-# (PCIe x16, one direction) and device memory.
-MODEL_GPUS = {
-    "H200": {"pcie_gbs": 64.0, "link": "PCIe 5.0 x16", "mem_gbs": 4800.0, "mem": "HBM3e"},
-    "A100": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 2039.0, "mem": "HBM2e"},
-    "RTX 4090": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 1008.0, "mem": "GDDR6X"},
-    "RTX 3090": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 936.0, "mem": "GDDR6X"},
-    "T4": {"pcie_gbs": 16.0, "link": "PCIe 3.0 x16", "mem_gbs": 320.0, "mem": "GDDR6"},
-}
-
-
-def modelled_gpu_label(gpu: str) -> str:
-    g = MODEL_GPUS[gpu]
-    return (
-        f"modelled (not measured): bytes ÷ nominal peak bandwidth of a {gpu}, {g['link']} "
-        f"{g['pcie_gbs']:g} GB/s for copies, {g['mem']} {g['mem_gbs']:,.0f} GB/s for the kernel; "
-        "call latencies, allocation and free not modelled"
-    )
-
-
-def modelled_gpu_timing(bytes_in: int, bytes_out: int, gpu: str) -> dict:
-    """A timing dict (host_steps_ns) for the same data on ``gpu``: each copy moves its bytes over the host
-    link; the kernel reads its inputs and writes its outputs once at device-memory bandwidth (a lower
-    bound for kernels that re-read data). Allocation and free are not modelled (0 ns)."""
-    if gpu not in MODEL_GPUS:
-        raise ValueError(f"no bandwidths for {gpu!r}; choose one of {', '.join(MODEL_GPUS)}")
-    g = MODEL_GPUS[gpu]
-    return {
-        "host_steps_ns": {
-            "allocate": 0.0,
-            "copy_in": bytes_in / g["pcie_gbs"],  # bytes / (GB/s) = ns
-            "kernel": (bytes_in + bytes_out) / g["mem_gbs"],
-            "copy_out": bytes_out / g["pcie_gbs"],
-            "free": 0.0,
-        },
-        "compile_ns": 0.0,
-    }
 
 
 def memory_flow_figure(
@@ -207,18 +115,16 @@ def memory_flow_figure(
     )  # fmt: skip
     clock = GPU_CLOCK_LABEL if measured else SIM_CLOCK_LABEL
     if modelled_gpu is not None:
-        clock = f"modelled on a {modelled_gpu}: bytes ÷ nominal peak bandwidth, not measured"
+        clock = modelled_gpu_label(modelled_gpu)
         bar.hovertext = [h.replace(" (numpy copy on the CPU)", " (modelled)") for h in bar.hovertext]
     fig = go.Figure(data=[bar])
     compile_ms = float(timing.get("compile_ns", 0)) / 1e6
+    title = titled(f"Memory flow of {launch['kernel']}: {fmt_us(total)} in 5 steps", clock)
+    top = 66 + 22 * title["text"].count("<br>")  # room for each line of the source
     fig.update_layout(
-        title={
-            "text": f"Memory flow of {launch['kernel']}: {fmt_us(total)} in 5 steps<br><sup>{clock}</sup>",
-            "x": 0,
-            "xanchor": "left",
-        },
-        height=PLOT_PX + 80 + (190 if animate else 60),
-        margin={"l": 20, "r": 30, "t": 80, "b": 190 if animate else 60},
+        title={**title, "x": 0},
+        height=PLOT_PX + top + (190 if animate else 60),
+        margin={"l": 20, "r": 30, "t": top, "b": 190 if animate else 60},
         xaxis={**x_axis, "autorange": False, "zeroline": False},
         yaxis={
             "categoryorder": "array",

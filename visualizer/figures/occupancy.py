@@ -18,12 +18,20 @@ from visualizer.analysis.occupancy import (
     Arch,
     Occupancy,
     get_arch,
-    occupancy,
     sweep_registers,
     sweep_shared_memory,
     sweep_threads,
 )
-from visualizer.analysis.schedule import step_sweep, warp_intervals
+from visualizer.analysis.occupancy_timeline import (  # noqa: F401  (the page and tests import them from here too)
+    SIM_ACHIEVED_SOURCE,
+    _sm_areas,
+    achieved_warps_per_sm,
+    active_warps_over_time,
+    max_dynamic_smem_optin,
+    modelled_active_warps,
+    modelled_label,
+    occupancy_opted_in,
+)
 
 KB = 1024
 LINE_COLOUR = "#1f77b4"
@@ -45,40 +53,6 @@ IMPACT_TITLES = (  # short: three titles side by side must fit a 1280-px-wide pa
     "varying shared memory per block",
 )
 CURRENT_NAME = "this configuration"
-SIM_ACHIEVED_SOURCE = (  # short enough for one title line at 1280 px; the page explains the model
-    "modelled (simulator: achieved occupancy is not meaningful; blocks fill SMs in waves of one block-time)"
-)
-
-
-def modelled_label(arch: str | Arch) -> str:
-    return f"modelled (CUDA occupancy formula, {get_arch(arch).label})"
-
-
-def max_dynamic_smem_optin(arch: str | Arch, smem_static: int) -> int:
-    """Largest dynamic shared memory a kernel can opt in to; the what-if charts assume it did."""
-    return max(0, get_arch(arch).smem_per_block_optin - smem_static)
-
-
-def occupancy_opted_in(
-    arch: str | Arch, threads: int, regs: int, smem_dynamic: int = 0, smem_static: int = 0
-) -> Occupancy:
-    """:func:`occupancy` for a kernel that raised its dynamic shared-memory maximum to the opt-in limit.
-
-    Below the 48 KB default this gives the same block count as the default; above it, it is what a
-    kernel that calls cudaFuncSetAttribute gets.
-    """
-    return occupancy(
-        arch,
-        threads,
-        regs,
-        smem_dynamic,
-        smem_static,
-        max_dynamic_smem=max_dynamic_smem_optin(arch, smem_static),
-    )
-
-
-# ---------------------------------------------------------------------------------------------------
-# Calculator figures (modelled)
 
 
 def _hover(points: list[tuple[int, Occupancy]]) -> np.ndarray:
@@ -313,80 +287,6 @@ def measured_points_figure(
 
 # ---------------------------------------------------------------------------------------------------
 # Achieved occupancy: active warps per SM over time
-
-
-def _sweep(sm: np.ndarray, start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> pd.DataFrame:
-    """Active warps per SM after each event time (schedule.step_sweep, in this module's column names)."""
-    events = step_sweep(np.asarray(sm, np.int64), start, end, np.asarray(weight, np.int64))
-    events = events.rename(columns={"key": "sm", "t_ns": "t", "value": "active_warps"})
-    return events.astype({"t": np.float64}).reset_index(drop=True)
-
-
-def active_warps_over_time(threads: pd.DataFrame, launch: dict) -> pd.DataFrame:
-    """Active warps per SM over time from a measured threads table (columns sm, t, active_warps).
-
-    Each (block, warp) is active from its first thread's start to its last thread's end on its SM;
-    ``active_warps`` holds from ``t`` until the SM's next row.
-    """
-    warps = warp_intervals(threads)
-    ones = np.ones(len(warps), np.int64)
-    events = _sweep(
-        warps["sm"].to_numpy(), warps["t_start_ns"].to_numpy(), warps["t_end_ns"].to_numpy(), ones
-    )
-    events.attrs.update(
-        source=launch["source"],
-        time_unit="ns",
-        num_sms=int(launch["num_sms"]),
-        blocks=int(launch["blocks"]),
-        warps_per_block=-(-int(launch["threads_per_block"]) // WARP_SIZE),
-        # The tail: after the last block has started no SM gets new work, so they drain.
-        tail_start=float(warps.groupby("block")["t_start_ns"].min().max()) if len(warps) else 0.0,
-    )
-    return events
-
-
-def modelled_active_warps(launch: dict, blocks_per_sm: int) -> pd.DataFrame:
-    """Active warps per SM if blocks filled the SMs in waves, each block lasting one block-time.
-
-    For the simulator, whose recorded times are one block after another: block i runs on SM
-    ``i % num_sms`` during wave ``i // (num_sms * blocks_per_sm)``. Same columns as
-    :func:`active_warps_over_time`; time is in block-times.
-    """
-    num_sms, blocks = int(launch["num_sms"]), int(launch["blocks"])
-    warps_per_block = -(-int(launch["threads_per_block"]) // WARP_SIZE)
-    ids = np.arange(blocks if blocks_per_sm > 0 else 0, dtype=np.int64)
-    per_wave = max(1, num_sms * blocks_per_sm)
-    wave = ids // per_wave
-    weight = np.full(len(ids), warps_per_block, np.int64)
-    events = _sweep(ids % num_sms, wave, wave + 1, weight)
-    events.attrs.update(
-        source=SIM_ACHIEVED_SOURCE,
-        time_unit="block-times",
-        num_sms=num_sms,
-        blocks=blocks,
-        warps_per_block=warps_per_block,
-        # Only a partial last wave after full ones is a tail; a single partial wave is the whole run.
-        tail_start=float(wave[-1]) if len(wave) and wave[-1] > 0 and blocks % per_wave else None,
-    )
-    return events
-
-
-def _sm_areas(active: pd.DataFrame):
-    """Per SM: event times and the cumulative warp-time (area under its step curve) at each."""
-    for sm, group in active.groupby("sm", sort=True):
-        t = group["t"].to_numpy()
-        warps = group["active_warps"].to_numpy()
-        area = np.concatenate([[0.0], np.cumsum(warps[:-1] * np.diff(t))])
-        yield sm, t, warps, area
-
-
-def achieved_warps_per_sm(active: pd.DataFrame) -> float:
-    """Time-average of active warps per SM over the time each SM had any warp (as Nsight's achieved)."""
-    warp_time = busy_time = 0.0
-    for _, t, warps, area in _sm_areas(active):
-        warp_time += area[-1]
-        busy_time += float(np.sum(np.diff(t)[warps[:-1] > 0]))
-    return warp_time / busy_time if busy_time > 0 else 0.0
 
 
 def _binned(active: pd.DataFrame, edges: np.ndarray) -> np.ndarray:

@@ -341,7 +341,8 @@ def _device_from(conc: pd.DataFrame) -> pd.DataFrame:
 def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | None = None) -> go.Figure:
     """Blocks arriving on the SMs wave by wave: x = SM, y = resident slot (the block's position in its
     SM's wave). Each frame is one wave: dark cells hold that wave's blocks, light cells held a block in
-    an earlier wave but none now (idle: the tail), grey cells were never used."""
+    an earlier wave but none now (empty slots: the tail), grey cells were never used. A frame's title
+    says how many SMs got no block at all (idle SMs) or, when every SM got one, how many slots are empty."""
     source = source or schedule.source_of(blocks)
     if "wave" not in blocks.columns or "wave_position" not in blocks.columns:
         blocks = schedule.assign_waves(blocks)
@@ -364,6 +365,7 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
     wave_sorted = wave[order]
     # a partial last wave: fewer blocks than the first wave
     tail = n_waves > 1 and int((wave == n_waves - 1).sum()) < int((wave == 0).sum())
+    per_wave = int((wave == 0).sum())  # the blocks a full wave holds (the first wave is full if any is)
 
     def frame_arrays(i: int) -> tuple[np.ndarray, np.ndarray, str]:
         w = int(shown[i])
@@ -373,13 +375,20 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
         mine = order[lo:hi]
         z[pos[mine], sm[mine]] = CURRENT
         ids[pos[mine], sm[mine]] = block[mine]
+        used = len(np.unique(sm[mine]))
         if n_waves == 1:
-            text = f"One wave: all {len(mine)} blocks at once, on {len(np.unique(sm[mine]))} of {num_sms} SMs"
+            text = f"One wave: all {len(mine):,} blocks at once, on {used} of {num_sms} SMs"
         else:
             text = (
                 f"Wave {w + 1} of {n_waves}{' (the tail)' if w == n_waves - 1 and tail else ''}: "
-                f"{len(mine)} blocks on {len(np.unique(sm[mine]))} of {num_sms} SMs"
+                f"{len(mine):,} blocks on {used} of {num_sms} SMs"
             )
+        # idle SMs (no block at all) vs empty slots (an SM that runs fewer blocks than it can hold)
+        empty = per_wave - len(mine)
+        if used < num_sms:
+            text += f": {num_sms - used} SMs idle"
+        elif empty > 0:
+            text += f": every SM busy, {empty:,} of {per_wave:,} slots empty"
         return z, ids, text
 
     z0, ids0, text0 = frame_arrays(0)
@@ -430,7 +439,7 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
         margin={"t": 110, "b": 140},
         annotations=[
             {
-                "text": "dark: this wave's blocks · light: used by an earlier wave, idle now · grey: never used",
+                "text": "dark: this wave's blocks · light: a slot an earlier wave used, empty now · grey: never used",
                 "showarrow": False,
                 "x": 0,
                 "y": 1.02,
@@ -454,12 +463,13 @@ REGISTER_STEPS = (32, 64, 96, 128, 168, 255)
 
 
 def wave_suggestion(arch: str, max_threads: int, block: int = 256) -> dict:
-    """A vector_add launch that runs in several waves with a half-full tail on ``arch``'s modelled GPU.
+    """A vector_add launch that runs in several waves and whose tail leaves half the SMs idle on ``arch``.
 
     Within ``max_threads`` (the simulator's limit), the fewest registers per thread that give two full
-    waves and a half-full third; if even 255 registers/thread leave too many resident threads, as
-    many full waves as fit and a half-full tail. Returns {"n", "block", "regs", "blocks", "waves",
-    "blocks_per_wave"}.
+    waves and a third of one block for half the SMs (the scheduler spreads a wave one block per SM, so
+    the other half get none); if even 255 registers/thread leave too many resident threads, as many
+    full waves as fit and that tail. Returns {"n", "block", "regs", "blocks", "waves",
+    "blocks_per_wave", "tail_blocks", "idle_sms"}.
     """
     spec = ARCHS[arch]
     best = None
@@ -469,12 +479,14 @@ def wave_suggestion(arch: str, max_threads: int, block: int = 256) -> dict:
             continue
         per_wave = occ.blocks_per_sm * spec.num_sms
         fits = max_threads // block  # blocks the limit allows
-        full = min(2, max((fits - per_wave // 2) // per_wave, 0))
+        tail = spec.num_sms // 2  # one block each for half the SMs: the other half sit idle
+        full = min(2, max((fits - tail) // per_wave, 0))
         if full == 0:
             continue
-        blocks = full * per_wave + per_wave // 2
+        blocks = full * per_wave + tail
         best = {"n": blocks * block, "block": block, "regs": regs, "blocks": blocks, "waves": full + 1,
-                "blocks_per_wave": per_wave}  # fmt: skip
+                "blocks_per_wave": per_wave, "tail_blocks": tail,
+                "idle_sms": spec.num_sms - tail}  # fmt: skip
         if full == 2:
             break
     if best is None:

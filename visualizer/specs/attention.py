@@ -9,6 +9,7 @@ Its SPECS are registered by catalog.py; the building blocks come from launch.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -218,6 +219,59 @@ FLASH_ATTENTION = KernelSpec(
     torch_op=_torch_attention,
 )
 
+# --- "break it": the teaching kernel with one of its invariants removed (kernels/attention.py) ------
+
+OVERFLOW_SCORE = math.log(np.finfo(np.float32).max)  # ~88.72: exp of a larger score is inf in float32
+
+
+def _scaled_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The teaching kernel's inputs (the same for the same seed), with Q times logit_scale: every score
+    q·k/√d grows by that factor, so the softmax sharpens and exp(score) can overflow."""
+    x = _flash_inputs(p, rng)
+    x["q"] *= np.float32(p["logit_scale"])
+    return x
+
+
+def _broken_params(default_scale: int) -> tuple:
+    return (
+        *_PARAMS,
+        Param(
+            "logit_scale", default_scale, 1, 100, "Q is multiplied by this: every score q·k/√d grows with it"
+        ),
+    )
+
+
+FLASH_NO_RESCALE = dataclasses.replace(
+    FLASH_ATTENTION,
+    name="flash_attention_no_rescale",
+    title="FlashAttention, broken: O not rescaled (demo)",
+    summary="DELIBERATELY WRONG: the teaching kernel without the rescale of O by exp(m_old − m_new) when a "
+    "K/V tile raises the running max m (l is still rescaled). Rows whose max is in their first K/V tile "
+    "stay right; rows whose max grows later come out wrong, by more the more it grew.",
+    params=_broken_params(1),
+    make_inputs=_scaled_inputs,
+    build=("kernels.attention", "flash_attention_no_rescale_kernels"),
+    deliberately_wrong=True,
+    wrong_because="O is not rescaled when the running max grows",
+    torch_op=None,
+)
+
+FLASH_NO_MAX = dataclasses.replace(
+    FLASH_ATTENTION,
+    name="flash_attention_no_max",
+    title="FlashAttention, broken: no max subtraction (demo)",
+    summary="DELIBERATELY WRONG: the teaching kernel computing exp(S) instead of exp(S − m). The same softmax "
+    f"in exact arithmetic, but exp overflows float32 for scores above {OVERFLOW_SCORE:.1f}: with "
+    "logit_scale 30 (Q × 30) some rows' scores pass it and those rows become inf/NaN; the others stay right.",
+    params=_broken_params(30),
+    make_inputs=_scaled_inputs,
+    build=("kernels.attention", "flash_attention_no_max_kernels"),
+    deliberately_wrong=True,
+    wrong_because="exp(S) without subtracting the row max overflows float32",
+    torch_op=None,
+)
+BROKEN_FLASH = {"no_rescale": FLASH_NO_RESCALE, "no_max": FLASH_NO_MAX}
+
 NAIVE_ATTENTION = KernelSpec(
     name="naive_attention",
     title="Attention, naive (S in global memory)",
@@ -350,4 +404,4 @@ FLASH_ATTENTION_FAST = KernelSpec(
     torch_op=_torch_attention,
 )
 
-SPECS = (FLASH_ATTENTION, NAIVE_ATTENTION, FLASH_ATTENTION_FAST)
+SPECS = (FLASH_ATTENTION, NAIVE_ATTENTION, FLASH_ATTENTION_FAST, FLASH_NO_RESCALE, FLASH_NO_MAX)

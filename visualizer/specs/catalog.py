@@ -19,6 +19,7 @@ from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as 
     GPU_MAX_CAPTURE_BYTES,
     GPU_MEMORY_FRACTION,
     QUOTE_MAX_CHARS,
+    SIM_CAPTURE_LAUNCHES,
     SIM_MAX_BYTES,
     SIM_MAX_THREAD_STEPS,
     SIM_MAX_THREADS,
@@ -41,6 +42,7 @@ from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as 
     limits_from_info,
     quoted,
     record_bytes,
+    sim_cost_limit,
 )
 from visualizer.specs.lessons import SPECS as LESSON_SPECS
 from visualizer.specs.memory import SPECS as MEMORY_SPECS
@@ -75,7 +77,7 @@ def _torch_sum(torch, t, p):
     x is a different job; the bench times both ways). A ragged tail is zero-padded once, outside
     the timed call."""
     x, block = t["x"], p["block"]
-    blocks = -(-x.numel() // block)
+    blocks = ceil_div(x.numel(), block)
     if x.numel() != blocks * block:
         x = torch.nn.functional.pad(x, (0, blocks * block - x.numel()))
     rows = x.view(blocks, block)
@@ -298,6 +300,7 @@ REDUCTION_RACE = KernelSpec(
     work=REDUCTION.work,
     cost=_reduction_cost,
     deliberately_wrong=True,
+    wrong_because="a race: the syncthreads between tree levels is missing",
     rtol=0.0,
     atol=0.0,
     torch_op=_torch_sum,

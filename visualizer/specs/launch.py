@@ -79,6 +79,7 @@ SIM_MAX_THREADS = 1 << 19  # 524,288; stock cudasim's ~0.1-2 ms per thread held 
 # then clean) takes ~15 s idle and ~35 s busy, inside the runner's 60 s simulator limit.
 SIM_THREAD_STEP_US = 1.0
 SIM_MAX_THREAD_STEPS = 8_000_000
+SIM_CAPTURE_LAUNCHES = 2  # a simulator capture launches the kernel twice: instrumented, then clean
 SIM_MAX_BYTES = 256 * 2**20  # arrays allocated + trace buffers recorded, per simulator run
 GPU_MEMORY_FRACTION = 0.5  # of the device's global memory, per GPU run
 GPU_MAX_CAPTURE_BYTES = 4 * 2**30  # host memory of the tables one GPU capture becomes
@@ -134,6 +135,7 @@ class KernelSpec:
     # PyTorch, timed beside the kernel on a GPU when torch is installed
     torch_op: Callable | None = None
     deliberately_wrong: bool = False  # a demo whose wrong answer is the point
+    wrong_because: str = ""  # a deliberately wrong demo's one-line reason
     fault_demo: bool = False  # a demo that faults on purpose
     rtol: float = 1e-5
     atol: float | Callable[[dict], float] = 1e-6  # may depend on the size (float32 sums grow)
@@ -245,6 +247,19 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB" if n < 2**30 else f"{n / 2**30:,.1f} GiB"
 
 
+TIMES = {1: "once", 2: "twice"}
+
+
+def sim_cost_limit() -> str:
+    """The simulator's cost limit in words, from its constants (the README says the same)."""
+    launch_s = SIM_MAX_THREAD_STEPS * SIM_THREAD_STEP_US / 1e6
+    return (
+        f"{_count(SIM_MAX_THREAD_STEPS)} simulated thread-steps per launch, about {launch_s:.0f} s of one idle "
+        f"CPU core; a capture launches the kernel {TIMES.get(SIM_CAPTURE_LAUNCHES, f'{SIM_CAPTURE_LAUNCHES} times')} "
+        f"(instrumented, then clean), about {SIM_CAPTURE_LAUNCHES * launch_s:.0f} s"
+    )
+
+
 def check_cost(name: str, cost: Cost, limits: DeviceLimits, backend: str, capture: bool = False) -> None:
     """Refuse a launch whose work or memory is over this backend's per-run limit, naming the limit.
 
@@ -252,11 +267,9 @@ def check_cost(name: str, cost: Cost, limits: DeviceLimits, backend: str, captur
     """
     if backend == "sim":
         if cost.thread_steps > SIM_MAX_THREAD_STEPS:
-            seconds = SIM_MAX_THREAD_STEPS * SIM_THREAD_STEP_US / 1e6
             raise LaunchError(
-                f"{name} would take about {_count(cost.thread_steps)} simulated thread-steps, over the "
-                f"simulator's limit of {_count(SIM_MAX_THREAD_STEPS)} per run (about {seconds:.0f} s of one CPU core); "
-                "use a smaller launch or the GPU backend"
+                f"{name} would take about {_count(cost.thread_steps)} simulated thread-steps per launch, over "
+                f"the simulator's limit of {sim_cost_limit()}; use a smaller launch or the GPU backend"
             )
         if cost.run_bytes > SIM_MAX_BYTES:
             raise LaunchError(

@@ -29,6 +29,7 @@ import warnings
 import numpy as np
 
 from visualizer.engine import gpu_timing
+from visualizer.specs.launch import ceil_div
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 NAIVE_BLOCK = 128  # threads (query rows) per block of the naive kernel
@@ -291,7 +292,7 @@ def _one_length(
     if with_naive:
         _, naive = naive_attention_kernels(head_dim)
         ds = cuda.device_array((batch, heads, seq_len, seq_len), np.float32)
-        grid = (-(-seq_len // NAIVE_BLOCK), heads, batch)
+        grid = (ceil_div(seq_len, NAIVE_BLOCK), heads, batch)
         tr, act = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)  # unused (clean)
         times = gpu_timing.measure(
             ops,

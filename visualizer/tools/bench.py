@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from visualizer.specs.launch import ceil_div
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # FP32 lanes per SM by compute capability (for the FP32 peak: lanes x 2 flops x clock x SMs)
@@ -102,7 +104,7 @@ def _methods_row(cuda, torch, nops, tops, n: int, reps: int) -> dict:
     rng = np.random.default_rng(n)
     a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
     da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32)
-    blocks = -(-n // 256)
+    blocks = ceil_div(n, 256)
     per_warp = n > (1 << 16)  # as the worker records (worker.PER_WARP_ABOVE)
     trace = cuda.device_array((3, blocks * 8 if per_warp else blocks * 256), np.int64)
     active = cuda.device_array(blocks * 256, np.uint8)
@@ -164,7 +166,7 @@ def reduction_full_sum(cuda, torch, n: int, block: int, reps: int) -> dict:
     x = np.random.default_rng(0).integers(0, 10, n).astype(np.float32)  # exact in float32
     sizes = [n]
     while sizes[-1] > 1:
-        sizes.append(-(-sizes[-1] // block))
+        sizes.append(ceil_div(sizes[-1], block))
     bufs = [cuda.to_device(x)] + [cuda.device_array(m, np.float32) for m in sizes[1:]]
     trace, active = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)  # unused
     rows_buf = cuda.device_array((1, 1, 1, 2), np.float32)

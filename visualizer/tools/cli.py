@@ -96,7 +96,7 @@ def cmd_capture(argv: list[str]) -> int:
         return 2
 
     from visualizer.engine.runner import KernelError, Runner
-    from visualizer.specs.catalog import LaunchError
+    from visualizer.specs.catalog import KERNELS, LaunchError
     from visualizer.tools.bundle import save
 
     try:
@@ -135,8 +135,10 @@ def cmd_capture(argv: list[str]) -> int:
         )
     print(f"{line}  [{clock}]")
     for name, res in check["outputs"].items():
+        nonfinite = f", {res['nonfinite']} of them inf/NaN" if res.get("nonfinite") else ""
         print(
-            f"  {name}: {res['mismatches']} of {res['elements']} wrong (max abs error {res['max_abs_error']:.3g})"
+            f"  {name}: {res['mismatches']} of {res['elements']} wrong "
+            f"(max abs error {res['max_abs_error']:.3g}{nonfinite})"
         )
     if cap.accesses is not None:
         from visualizer.analysis.memory import describe
@@ -148,7 +150,8 @@ def cmd_capture(argv: list[str]) -> int:
         print("  output matches the numpy reference")
         return 0
     if check["expected_wrong"]:
-        print("  output is WRONG, as this race demo is meant to show (the missing syncthreads)")
+        spec = KERNELS[launch["kernel"]]
+        print(f"  output is WRONG, as this demo is meant to show ({spec.wrong_because})")
         return 0
     print("error: output does not match the numpy reference", file=sys.stderr)
     return 1

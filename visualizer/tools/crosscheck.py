@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from visualizer.specs.launch import quoted
 from visualizer.tools.atomic import write_text  # every file replaced whole, never half-written
 
 CASES: list[tuple[str, dict]] = [
@@ -97,9 +98,29 @@ def _self(*args: str) -> list[str]:
     return [sys.executable, "-m", "visualizer", "crosscheck", *args]
 
 
+def gpu_problem() -> str | None:
+    """Why the gpu step cannot run here (no GPU, no Nsight Compute, no compute-sanitizer), or None."""
+    from visualizer.engine.runner import gpu_present
+
+    if not gpu_present():
+        return "crosscheck gpu needs an NVIDIA GPU, and this machine has none (run it on a GPU machine)"
+    for tool in (NCU, SANITIZER):
+        if not Path(tool).is_file():
+            return f"crosscheck gpu needs {Path(tool).name}, not found at {tool}"
+    return None
+
+
 def gpu(out_dir: str) -> int:
+    problem = gpu_problem()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: --out {quoted(out_dir)}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -292,6 +313,12 @@ def main(argv: list[str]) -> int:
             )
         print(f"\n{rows[0]['machine']}")
         return 0
+    if not (Path(args.dir) / "ncu.csv").is_file():
+        print(
+            f"error: {quoted(args.dir)} has no ncu.csv: give the --out directory of a `crosscheck gpu` run",
+            file=sys.stderr,
+        )
+        return 2
     rows = compare(args.dir)
     races_path = Path(args.dir) / "racecheck.json"
     races = json.loads(races_path.read_text()) if races_path.exists() else []

@@ -133,16 +133,19 @@ class Server:
 class Visitor:
     """One browser tab, speaking Streamlit's websocket protocol."""
 
-    def __init__(self, port: int, source: str | None = None):
+    def __init__(self, port: int, source: str | None = None, host: str = "127.0.0.1"):
         from websockets.sync.client import connect
 
         sock = None
-        if source is not None:  # e.g. 127.0.0.2: the server sees a visitor from another address
+        if source is not None or host != "127.0.0.1":
+            # source: bind that loopback address first; host: the name the visitor's Host header
+            # carries (a DNS-rebinding page's own name), while the socket still goes to 127.0.0.1
             sock = socket.socket()
-            sock.bind((source, 0))
+            if source is not None:
+                sock.bind((source, 0))
             sock.connect(("127.0.0.1", port))
         self.ws = connect(
-            f"ws://127.0.0.1:{port}/_stcore/stream",
+            f"ws://{host}:{port}/_stcore/stream",
             subprotocols=["streamlit"],
             max_size=None,
             open_timeout=60,
@@ -221,9 +224,10 @@ class Visitor:
     def shown(self) -> tuple[str, dict] | None:
         """(kernel, params) of the capture the sidebar says it is showing."""
         for text in self.texts("markdown"):
-            if text.startswith("showing: "):
+            if text.startswith("showing: "):  # "showing: vector_add (n=100, block=32)" (ui/sidebar.py)
                 kernel, _, params = text[len("showing: ") :].partition(" ")
-                return kernel, ast.literal_eval(params)
+                pairs = (p.split("=", 1) for p in params.strip("()").split(", ") if p)
+                return kernel, {k: ast.literal_eval(v) for k, v in pairs}
         return None
 
     def close(self) -> None:

@@ -14,8 +14,9 @@ import plotly.graph_objects as go
 
 from visualizer.analysis import lesson_answers as A
 from visualizer.analysis.occupancy import LIMIT_NAMES
+from visualizer.analysis.transfers import H200_HBM_GBS, H200_HOST, modelled_gpu_timing
 from visualizer.figures import lessons as lfigs
-from visualizer.figures.memory_flow import memory_flow_figure, modelled_gpu_timing
+from visualizer.figures.memory_flow import memory_flow_figure
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,12 @@ THREADS = Lesson(
             lambda a, v: (
                 f"{a.facts['warps']} warps × 32 = {a.facts['lanes']:,} lanes, of which {a.facts['active']:,} "
                 f"did work: {a.facts['no_thread']} lanes had no thread (partial warps) and "
-                f"{a.facts['inactive_threads']} threads were past n. The grey cells in the chart are these."
+                f"{a.facts['inactive_threads']} threads were past n. In the chart the threads past n are grey"
+                + (
+                    " and the lanes with no thread pale yellow, right of each block's last thread."
+                    if a.facts["no_thread"]
+                    else "; every warp is full, so no lane is without a thread."
+                )
             ),
             unit="lanes",
         ),
@@ -166,14 +172,36 @@ def _waves_chart(caps, v, answers):
     return [("", waves_animation_figure(blocks, int(blocks.attrs["num_sms"])))]
 
 
+def _tail_words(f: dict) -> str:
+    """What the last wave leaves empty: whole SMs, or only slots (the chart's last frame shows which)."""
+    if f["tail_blocks"] == f["per_wave"]:
+        return "Every wave is full: no tail, no empty slot."
+    light = " Play the chart: in the last frame the light cells are slots an earlier wave used that are empty now."
+    if f["idle_sms"]:
+        return (
+            f"The scheduler gives each SM one block before any gets a second, so those {f['tail_blocks']:,} "
+            f"blocks run on {f['tail_sms']} SMs and the other {f['idle_sms']} of {f['sms']} SMs sit idle"
+            + (": the tail." if f["waves"] > 1 else ".")
+            + light
+        )
+    return (
+        f"That is enough for every one of the {f['sms']} SMs, so no SM is idle, but {f['empty_slots']:,} of "
+        f"{f['per_wave']:,} resident slots stay empty: each SM runs fewer blocks than it could, which hides "
+        "less latency." + light
+    )
+
+
 SCHEDULER = Lesson(
     name="scheduler",
     title="The block scheduler: waves and the tail",
     intro="The GPU hands blocks to its SMs; each SM holds as many as its limits allow. A grid bigger than "
-    "SMs × blocks-per-SM runs in **waves**, and a last wave that is only partly full leaves most SMs "
-    "idle: the **tail**. (Registers per thread: 32, modelled on the simulator.)",
+    "SMs × blocks-per-SM runs in **waves**. A last wave that is only partly full is the **tail**: it "
+    "leaves resident **slots** empty, and when it has fewer blocks than the GPU has SMs, whole **SMs** "
+    "sit idle. (Registers per thread: 32, modelled on the simulator.)",
     controls=(
-        Control("n", "elements n", (100_000, 270_336, 400_000, 524_288), 400_000),
+        # 286,720 = 1,120 blocks of 256: on an H200 one full wave of 1,056 and a tail of 64 blocks for
+        # 132 SMs (68 SMs idle); 400,000 = a tail of 507 blocks that still reaches every SM
+        Control("n", "elements n", (100_000, 270_336, 286_720, 400_000, 524_288), 286_720),
         Control("block", "threads per block", (128, 256, 512, 1024), 256),
         Control("gpu", "GPU model", tuple(A.GPU_ARCHS), "H200"),
     ),
@@ -185,8 +213,8 @@ SCHEDULER = Lesson(
             lambda a, v: (
                 f"{a.facts['blocks']:,} blocks; a wave is {a.facts['sms']} SMs × {a.facts['blocks_per_sm']} "
                 f"resident blocks = {a.facts['per_wave']:,} blocks, so {a.value} wave(s); the last holds "
-                f"{a.facts['tail_blocks']:,} blocks ({a.facts['tail_fill']:.0%} full). Play the chart: "
-                "the light cells in the last frame are SMs left idle."
+                f"{a.facts['tail_blocks']:,} blocks ({a.facts['tail_fill']:.0%} full). "
+                + _tail_words(a.facts)
             ),
             unit="waves",
         ),
@@ -263,7 +291,8 @@ def _flow_charts(caps, v, answers):
         fig = memory_flow_figure(cap.timing, cap.launch, bytes_in, bytes_out, view="timeline")
     else:
         fig = memory_flow_figure(
-            modelled_gpu_timing(bytes_in, bytes_out, "H200"), cap.launch, bytes_in, bytes_out,
+            modelled_gpu_timing(bytes_in, bytes_out, "H200", len(cap.inputs), len(cap.outputs)), cap.launch,
+            bytes_in, bytes_out,
             view="timeline", modelled_gpu="H200",
         )  # fmt: skip
     return [("", fig)]
@@ -273,8 +302,10 @@ MEMORY_FLOW = Lesson(
     name="memory_flow",
     title="The memory flow: malloc → copy → kernel → copy → free",
     intro="A kernel only sees device memory: the inputs cross the host link (PCIe) to the GPU, the kernel "
-    "runs, the results cross back. The link is ~75× slower than the GPU's own memory, so for a job that "
-    "touches each byte once, the copies cost far more than the kernel.",
+    f"runs, the results cross back. On the H200 the link moved the app's arrays at {H200_HOST['h2d_gbs']:g} "
+    f"GB/s, {H200_HBM_GBS / H200_HOST['h2d_gbs']:.0f}× slower than the GPU's own memory, and every copy "
+    f"first waits {H200_HOST['d2h_latency_ns'] / 1e3:.0f}–{H200_HOST['h2d_latency_ns'] / 1e3:.0f} µs, so for "
+    "a job that touches each byte once, the copies cost far more than the kernel.",
     controls=(Control("n", "elements n", (1000, 100_000, 524_288), 100_000),),
     runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": 256})},
     questions=(
@@ -306,7 +337,8 @@ def _coalescing_run(v):
 
 
 def _coalescing_charts(caps, v, answers):
-    from visualizer.figures.memory import bank_figure, request_accesses, sector_figure, worst_request
+    from visualizer.analysis.memory import request_accesses, worst_request
+    from visualizer.figures.memory import bank_figure, sector_figure
 
     cap = caps["main"]
     out = []
@@ -455,6 +487,18 @@ def _hist_charts(caps, v, answers):
     return [("", lfigs.atomics_figure(A.atomics_per_bin(cap), v["nbins"], cap.launch["kernel"]))]
 
 
+def _expected_busiest(n: int, nbins: int, hot: int) -> str:
+    """How many values bin 0 should get (hot % of them, plus its share of the uniform rest), in words."""
+    expect = n * hot / 100 + n * (100 - hot) / 100 / nbins
+    if hot == 100 or nbins == 1:
+        return f"every one of the {n:,} values falls in bin 0."
+    share = f"{hot} % of {n:,} plus 1/{nbins} of the rest" if hot else f"{n:,} ÷ {nbins} bins"
+    return (
+        f"bin 0 expects {share} ≈ {expect:,.0f}; the values are drawn at random, so the busiest bin "
+        "lands near that, not on it (answers within 25 % count)."
+    )
+
+
 HISTOGRAM = Lesson(
     name="histogram",
     title="Atomics: a histogram and its contention",
@@ -465,7 +509,9 @@ HISTOGRAM = Lesson(
     controls=(
         Control("kernel", "version", ("histogram_global", "histogram_shared"), "histogram_global"),
         Control("nbins", "bins", (1, 8, 64, 256), 64),
-        Control("hot", "% of values in bin 0", (0, 50, 100), 0),
+        # 100 % by default: every value in bin 0, a count one can reason out (at 0 % the busiest bin is
+        # whichever a uniform draw happened to fill most)
+        Control("hot", "% of values in bin 0", (0, 50, 100), 100),
     ),
     runs=lambda v: {
         "main": Run(
@@ -479,8 +525,11 @@ HISTOGRAM = Lesson(
             lambda a, v: (
                 f"Bin {a.facts['bin']} took {a.value:,} global atomics of {a.facts['total']:,} "
                 f"({a.facts['n']:,} values, {a.facts['blocks']} blocks). Global atomics: one per value, so "
-                "the busiest bin queues as many as it has values. Privatised: at most one per block."
+                "the busiest bin queues as many as it has values: "
+                + _expected_busiest(a.facts["n"], v["nbins"], v["hot"])
+                + " Privatised: at most one per block."
             ),
+            tolerance=0.25,  # a reasoned estimate of a random draw's busiest bin is right
             unit="atomics",
         ),
     ),

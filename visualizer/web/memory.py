@@ -36,7 +36,8 @@ def access_capture(kernel: str, params: dict, seed: int = 0) -> tuple[Capture | 
 
 def race_words_panel(params: dict, seed: int = 0) -> None:
     """The exact shared words reduction_race raced on, and the thread pairs, from recorded accesses."""
-    from visualizer.figures.memory import race_pairs, raced_words_figure
+    from visualizer.analysis.memory import race_pairs
+    from visualizer.figures.memory import raced_words_figure
     from visualizer.web.charts import chart
 
     cap, error = access_capture("reduction_race", params, seed)
@@ -48,7 +49,8 @@ def race_words_panel(params: dict, seed: int = 0) -> None:
         f"**The raced words** (recorded addresses, simulator): {summ['raced_words']} shared words in "
         f"{summ['raced_blocks']} of {cap.launch['blocks']} blocks were read by one thread and written by "
         "another with no barrier between them. The same every run: found from which thread touched which "
-        "word in which barrier epoch, not from the order the simulator happened to run them in."
+        "word in which barrier epoch, not from the order the simulator ran them in (a fixed order, one of "
+        "many a GPU could take)."
     )
     if cap.hazards[cap.hazards["kind"] != "UNINIT"].empty:
         st.info("No races recorded for this launch.")

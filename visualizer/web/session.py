@@ -24,6 +24,7 @@ DEFAULT_KERNEL = "vector_add"
 HIDDEN_KERNELS = ("out_of_bounds_write",)  # the fault demo is for tests and the CLI
 CACHE_MAX_BYTES = 512 * 2**20  # captures kept for every visitor (each capture's tables and arrays)
 MESSAGE_MAX_CHARS = 300
+LINK_VALUE_CHARS = 40  # a link's bad value is quoted up to this many characters
 
 _AUTOLINK = re.compile(r"([:@])")
 # Characters that start Markdown, HTML or Streamlit markup (links, images, emphasis, code, colour
@@ -57,6 +58,7 @@ PAGE_QUERY_KEYS = frozenset(
         "mem_kernel", "mem_layout", "mem_stride", "mem_line", "mem_block", "mem_warp", "mem_exec",
         "q_tile", "row", "fa_head", "fa_batch", "fa_fa1", "fa_arch", "fa_smem_tile", "fa_smem_head_dim",
         "fa_fast_head_dim",
+        "fa_break", "fa_break_variant", "fa_break_scale_no_rescale", "fa_break_scale_no_max",
         "fa_timing_mode",
         "lesson", "q", "teacher",
         "cmp_pair", "cmp_backend", "cmp_a", "cmp_b", "cmp_a_params", "cmp_b_params", "asm_arch", "asm_line",
@@ -372,7 +374,11 @@ def link_value(key: str, default, allowed=None, raw: str | None = None) -> tuple
         why = None if ok else _allowed_text(allowed)
     if why is None:
         return parsed, None
-    return default, as_text(f"The link's {key}={raw} was ignored ({why}); showing {default} instead.")
+    shown = raw if len(raw) <= LINK_VALUE_CHARS else raw[: LINK_VALUE_CHARS - 1] + "…"
+    used = ("on (1)" if default else "off (0)") if isinstance(default, bool) else default
+    if isinstance(default, bool) and why == "not a value this control takes":
+        why = "1 for on, 0 for off"
+    return default, as_text(f"The link's {key}={shown} was ignored ({why}); showing {used} instead.")
 
 
 def from_link(key: str, default, allowed=None) -> str | None:

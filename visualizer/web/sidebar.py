@@ -29,6 +29,15 @@ RUN_STICKY_CSS = (
     "<style>.st-key-sidebar_run{position:sticky;bottom:0.75rem;z-index:5;"
     "box-shadow:0 0 0 0.6rem var(--secondary-background-color, #EEF2F7);border-radius:0.5rem}</style>"
 )
+# Projector fit (our own fixed CSS, no visitor text): Streamlit leaves ~130 px blank above every page's
+# title and ~80 px above the sidebar's first line, which pushes charts and the sidebar's parameters
+# below a 720-px screen's edge.
+LAYOUT_CSS = (
+    "<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}"
+    "[data-testid='stSidebarHeader']{height:2.5rem;margin-bottom:0}"
+    "[data-testid='stSidebarCollapseButton']{margin-top:-0.5rem}</style>"
+)
+KERNEL_BOX_CHARS = 30  # a kernel name longer than this is cut in its box (an input): it is written out below
 
 
 ROOT_PAGE = "view"  # the url_path the chosen page runs under: one page id whatever page is shown
@@ -124,10 +133,10 @@ def _param_widget(spec: catalog.KernelSpec, prm: catalog.Param, value: int) -> i
     current = st.session_state[key]
     if prm.hi - prm.lo <= 64:
         return st.slider(prm.name, prm.lo, prm.hi, help=prm.help, key=key)
-    if prm.name == "block" and 0 <= current <= MAX_BLOCK_SLIDER:
-        # a slider to drag (0 is there on purpose: it shows the error a zero-thread block gets);
-        # a value beyond it (only from a link) falls back to the number box below
-        return st.slider(prm.name, 0, MAX_BLOCK_SLIDER, help=prm.help, key=key)
+    if prm.name == "block" and 1 <= current <= MAX_BLOCK_SLIDER:
+        # a slider to drag over the block sizes CUDA can launch; a value beyond it (only from a link,
+        # e.g. block=0 to see the error a zero-thread block gets) falls back to the number box below
+        return st.slider(prm.name, 1, MAX_BLOCK_SLIDER, help=prm.help, key=key)
     return int(st.number_input(prm.name, prm.lo, prm.hi, help=prm.help, key=key))
 
 
@@ -170,6 +179,7 @@ def sidebar() -> None:
     running_notice = st.empty()
 
     with st.sidebar:
+        st.html(LAYOUT_CSS)
         _page_list()
         if not kernel_controls_shown():
             # nothing runs here: a first visit's run waits for a page that shows it (pending_run stays)
@@ -186,6 +196,8 @@ def sidebar() -> None:
             help=catalog.KERNELS[st.session_state.kernel_pick].summary,
         )
         spec = catalog.KERNELS[kernel]
+        if len(spec.title) > KERNEL_BOX_CHARS:
+            st.caption(spec.title)
         if st.session_state.get("backend_pick") not in BACKEND_LABELS:
             st.session_state.backend_pick = config.backend
         backend = st.radio(
@@ -254,6 +266,9 @@ def sidebar() -> None:
         cap = st.session_state.get("capture")
         if cap is not None:
             st.markdown(backend_badge(cap))
-            shown = f"showing: {cap.launch['kernel']} {cap.launch['params']}"
+            shown = ", ".join(f"{k}={v}" for k, v in cap.launch["params"].items())
+            shown = (
+                f"showing: {cap.launch['kernel']} ({shown})" if shown else f"showing: {cap.launch['kernel']}"
+            )
             # a visitor's own kernel: its argument texts (upload names) are shown as text, never linked
             st.caption(as_text(shown, limit=600) if cap.launch.get("user_kernel") else shown)

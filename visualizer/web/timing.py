@@ -97,6 +97,8 @@ def timing_panel() -> None:
         if cap is None:
             st.caption("Run a kernel to time it.")
             return
+        if page == "your_kernel" and st.session_state.get("uk_error"):
+            st.caption("Of your previous run: the last Run failed.")
         if st.button(
             "Time again",
             key="retime",

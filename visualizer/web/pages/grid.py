@@ -14,14 +14,14 @@ from visualizer.figures.grid import (
     is_two_d,
 )
 from visualizer.web.charts import chart
-from visualizer.web.session import from_link, require_capture, to_link
+from visualizer.web.session import from_link, require_capture, show_link_notices, to_link
 
 st.title("Grid layout")
 st.markdown(
     "A kernel launch is a **grid of blocks**, each a block of **threads**; the hardware runs threads in "
     "**warps** of 32 consecutive threads, on **SMs**. Every cell below is one thread the kernel recorded. "
     "**Try:** run *Vector add* with `n=200, block=48`, colour by *active / idle* and press ▶: the last "
-    "block overhangs the data, and each block's second warp has only 16 lanes. Then run *Matrix multiply* "
+    "block overhangs the data, and each block's second warp has threads in only 16 of its 32 lanes. Then run *Matrix multiply* "
     "to see a 2-D grid, and compare the simulator's order with a GPU's measured start times."
 )
 cap = require_capture()
@@ -29,8 +29,7 @@ launch = cap.launch
 threads = cap.threads
 
 options = available_colorings(launch)
-from_link("grid_color_by", "active", options)
-from_link("grid_animate", True)
+show_link_notices(from_link("grid_color_by", "active", options), from_link("grid_animate", True))
 if st.session_state.get("grid_color_by") not in options:
     st.session_state.grid_color_by = "active" if "active" in options else options[0]
 left, right = st.columns([3, 1])
@@ -40,6 +39,13 @@ color_by = left.radio(
 )  # fmt: skip
 animate = right.toggle("animate", key="grid_animate", help="Play replays the order threads started in")
 to_link("grid_color_by", "grid_animate")
+
+try:
+    fig = grid_figure(threads, launch, color_by, animate)
+except (ValueError, KeyError) as exc:
+    st.error(f"Cannot draw this grid: {exc}")
+    st.stop()
+chart(fig, key="grid_chart")  # right under the controls: on a 720-px projector it starts on screen
 
 active = int(threads["active"].sum())
 warps_per_block = -(-launch["threads_per_block"] // 32)
@@ -51,15 +57,10 @@ c3.metric("idle", f"{launch['threads'] - active:,}", help="threads whose bounds 
 c4.metric(
     "warps per block",
     warps_per_block,
-    help=f"the last warp has only {last_warp_lanes} lanes" if last_warp_lanes < 32 else "every warp is full",
+    help=f"the last warp has threads in only {last_warp_lanes} of its 32 lanes"
+    if last_warp_lanes < 32
+    else "every warp is full",
 )
-
-try:
-    fig = grid_figure(threads, launch, color_by, animate)
-except (ValueError, KeyError) as exc:
-    st.error(f"Cannot draw this grid: {exc}")
-    st.stop()
-chart(fig, key="grid_chart")
 
 notes = []
 level = cell_level(launch)

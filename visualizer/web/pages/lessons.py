@@ -13,6 +13,7 @@ import streamlit as st
 from visualizer.analysis import lesson_answers as A
 from visualizer.engine.runner import gpu_present
 from visualizer.web.charts import chart
+from visualizer.web.lesson_progress import store_done, stored_done
 from visualizer.web.lessons import LESSONS, Lesson, get
 from visualizer.web.memory import access_capture
 from visualizer.web.session import (
@@ -50,8 +51,14 @@ NAMES = [lesson.name for lesson in LESSONS]
 
 
 def progress() -> dict:
-    """This browser session's progress: lesson name -> {"locks": {launch: {q: guess}}, "results": {...}}."""
-    return st.session_state.setdefault("lesson_progress", {})
+    """This browser session's progress: lesson name -> {"locks": {launch: {q: guess}}, "results": {...}}.
+
+    A new session starts from the lessons the browser's progress cookie says are done."""
+    if "lesson_progress" not in st.session_state:
+        st.session_state.lesson_progress = {
+            n: {"locks": {}, "results": {}, "done": True} for n in stored_done(NAMES)
+        }
+    return st.session_state.lesson_progress
 
 
 def lesson_state(name: str) -> dict:
@@ -70,13 +77,17 @@ def launch_link(lesson: Lesson, values: dict) -> dict[str, str]:
     }
 
 
-def link(name: str, q: int | None = None, teacher: bool = True, launch: dict | None = None) -> str:
-    """A link to a lesson (one question: ``q``) with the launch ``launch`` (launch_link's)."""
+def link(name: str, q: int | None = None, teacher: bool = False, launch: dict | None = None) -> str:
+    """A link to a lesson (one question: ``q``) with the launch ``launch`` (launch_link's), the backend
+    chosen (unless auto) and teacher mode only if it is on."""
+    config = st.session_state.get("config")
+    backend = config.backend if config is not None else "auto"
     return (
         f"?page=lessons&lesson={name}"
         + "".join(f"&{k}={v}" for k, v in (launch or {}).items())
         + (f"&q={q}" if q else "")
         + ("&teacher=1" if teacher else "")
+        + (f"&backend={backend}" if backend != "auto" else "")
     )
 
 
@@ -172,13 +183,15 @@ def fmt(value, unit: str = "") -> str:
 
 # --- the page ---------------------------------------------------------------------------------
 
-notices = [from_link("lesson", NAMES[0], NAMES), from_link("teacher", False), from_link("q", 0, (0, 9))]
+notices = [from_link("lesson", NAMES[0], NAMES), from_link("teacher", False)]
+q_raw = None  # one question from the link: checked once the lesson (and so its questions) is known
+if "q" not in st.session_state:
+    q_raw, st.session_state.q = st.query_params.get("q"), 0
 teacher = bool(st.session_state.teacher)
 if teacher:
     st.html(TEACHER_CSS)
 
 st.title("Lessons: predict, run, compare")
-done = [n for n in NAMES if progress().get(n, {}).get("done")]
 top1, top2 = st.columns([2, 1], vertical_alignment="bottom")
 name = top1.selectbox(
     "lesson",
@@ -192,17 +205,43 @@ name = top1.selectbox(
 top2.toggle(
     "Teacher mode", key="teacher", help="Larger type for a projector; answers stay hidden until Reveal."
 )
-to_link("lesson", "teacher", "q")
+to_link("lesson", "teacher")
 lesson = get(name)
+if q_raw not in (None, "0"):
+    count = len(lesson.questions)
+    if q_raw.isdigit() and 1 <= int(q_raw) <= count:
+        st.session_state.q = int(q_raw)
+    else:
+        shown_raw = q_raw if len(q_raw) <= 40 else q_raw[:39] + "…"
+        notices.append(
+            as_text(
+                f"The link's q={shown_raw} was ignored (this lesson's questions are "
+                + ("1" if count == 1 else f"1 to {count}")
+                + "); showing all its questions instead."
+            )
+        )
+if st.session_state.q:
+    set_link("q", st.session_state.q)
+else:
+    drop_link("q")
 notices += seed_controls(lesson)
 show_link_notices(*notices)
 # the launch on screen (the controls below read these same values), so a link reproduces it
 launch = launch_link(lesson, {c.key: st.session_state[control_key(lesson, c)] for c in lesson.controls})
-st.caption(
-    f"Your progress in this browser session: {len(done)} of {len(LESSONS)} lessons done"
-    + (f" (✓ {', '.join(str(NAMES.index(n) + 1) for n in done)}). " if done else ". ")
-    + f"[Link to this lesson for a class]({link(name, launch=launch)})"
-)
+progress_line = st.empty()
+
+
+def show_progress(class_link: str) -> None:
+    """The progress line (drawn again when a run finishes a lesson, so it is never one run behind)."""
+    done = [n for n in NAMES if progress().get(n, {}).get("done")]
+    progress_line.caption(
+        f"Your progress in this browser: {len(done)} of {len(LESSONS)} lessons done"
+        + (f" (✓ {', '.join(str(NAMES.index(n) + 1) for n in done)}). " if done else ". ")
+        + f"[Link to this lesson for a class]({class_link})"
+    )
+
+
+show_progress(link(name, teacher=teacher, launch=launch))
 
 st.header(lesson.title)
 st.markdown(lesson.intro)
@@ -231,7 +270,7 @@ if only:
 st.subheader("1. Predict")
 for i in shown:
     q = lesson.questions[i - 1]
-    st.markdown(f"**Q{i}.** {q.prompt} [link]({link(name, i, launch=launch)})")
+    st.markdown(f"**Q{i}.** {q.prompt} [link]({link(name, i, teacher=teacher, launch=launch)})")
     widget = f"lesson_guess_{name}_{i}_" + "_".join(f"{k}{v}" for k, v in vkey)
     if i in locks:
         st.info(f"Your answer, locked in: **{fmt(locks[i], q.unit)}**", icon=":material/lock:")
@@ -282,6 +321,9 @@ if run:
     result = state["results"][vkey] = {"answers": computed, "revealed": set()}
     if all(i in locks for i in range(1, len(lesson.questions) + 1)):
         state["done"] = True
+        # kept in this browser: a reload or a lesson link in a new tab starts from it (progress())
+        store_done([n for n in NAMES if progress().get(n, {}).get("done")], NAMES)
+        show_progress(link(name, teacher=teacher, launch=launch))
 
 if result is None:
     st.stop()
@@ -305,11 +347,14 @@ for i in shown:
         if guess is not None
         else (False, "no answer locked in")
     )
-    m1, m2 = st.columns([2, 3] if teacher else [1, 3])
+    # a word answer ("numpy (CPU)", "shared_memory") needs a wider column than a number at metric size
+    words = isinstance(answer.value, str)
+    m1, m2 = st.columns(([1, 1] if words else [2, 3]) if teacher else ([2, 3] if words else [1, 3]))
     m1.metric("answer (from the run)", fmt(answer.value, q.unit))
     with m2:
         if right:
-            st.success(f"Right: you said {fmt(guess, q.unit)} ({how}).", icon=":material/check_circle:")
+            said = fmt(guess, q.unit) + ("" if how == "right" else f" ({how})")  # not "numpy (CPU) (right)"
+            st.success(f"Right: you said {said}.", icon=":material/check_circle:")
         else:
             st.warning(f"Not quite: you said {fmt(guess, q.unit)}; {how}.", icon=":material/cancel:")
         st.markdown(q.explain(answer, values))

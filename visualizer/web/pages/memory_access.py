@@ -5,15 +5,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from visualizer.analysis.memory import line_summary
-from visualizer.figures.memory import (
-    bank_figure,
-    request_accesses,
-    requests_heatmap,
-    sector_figure,
-    source_html,
-    worst_request,
-)
+from visualizer.analysis.memory import line_summary, request_accesses, worst_request
+from visualizer.figures.memory import bank_figure, requests_heatmap, sector_figure, source_html
 from visualizer.specs import catalog
 from visualizer.web.charts import chart
 from visualizer.web.memory import access_capture
@@ -53,6 +46,15 @@ def _forget_block() -> None:
 def line_link(line: int, op: str, array: str) -> str:
     """An access (source line, op, array) as the link writes it: ``57-load-tile``."""
     return f"{int(line)}-{op}-{array}"
+
+
+def readable(value, sign: bool = False) -> str:
+    """A counter as people read it: thousands separated, a few decimals at most, never 3.97e+03."""
+    plus = "+" if sign else ""
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):{plus},}"
+    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:{plus},.{digits}f}"
 
 
 def line_from_link(raw: str, lines) -> int | None:
@@ -161,21 +163,24 @@ st.caption(
     f"Data source: recorded addresses, simulator — {summ['accesses']:,} accesses of {cap.launch['threads']:,} threads"
 )
 
-# the counters, and how they moved since the last what-if on this page
+# the counters, and how they moved since the last what-if of the same kernel on this page (a delta
+# between unrelated kernels, e.g. a transpose against a reduction, would mean nothing)
 now = counters(summ)
 before = st.session_state.get("mem_last_counters", {})
+family = st.session_state.get("mem_kernel", kernel)  # the kernel box: its what-ifs are comparable
+comparable = before.get("family") == family and before.get("kernel") != (
+    kernel,
+    tuple(sorted(params.items())),
+)
 cols = st.columns(max(len(now), 1))
 for col, (name, value) in zip(cols, now.items(), strict=False):
-    prev = (
-        before.get("values", {}).get(name)
-        if before.get("kernel") != (kernel, tuple(sorted(params.items())))
-        else None
+    prev = before.get("values", {}).get(name) if comparable else None
+    delta = (
+        None if prev is None or prev == value else f"{readable(value - prev, sign=True)} vs {before['label']}"
     )
-    delta = None if prev is None or prev == value else f"{value - prev:+.3g} vs {before['label']}"
-    col.metric(
-        name, f"{value:.3g}" if isinstance(value, float) else f"{value:,}", delta, delta_color="inverse"
-    )
+    col.metric(name, readable(value), delta, delta_color="inverse")
 st.session_state.mem_last_counters = {
+    "family": family,
     "kernel": (kernel, tuple(sorted(params.items()))),
     "values": now,
     "label": f"{TRANSPOSES.get(kernel, kernel)}"

@@ -3,19 +3,18 @@
 import pandas as pd
 import streamlit as st
 
-from visualizer.figures.memory_flow import (
+from visualizer.analysis.transfers import (
     MODEL_GPUS,
-    VIEWS,
-    compile_label,
+    flow_model,
     flow_steps,
     fmt_bytes,
     fmt_us,
-    memory_flow_figure,
     modelled_gpu_label,
     modelled_gpu_timing,
 )
+from visualizer.figures.memory_flow import VIEWS, compile_label, memory_flow_figure
 from visualizer.web.charts import chart
-from visualizer.web.session import from_link, require_capture, to_link
+from visualizer.web.session import from_link, require_capture, show_link_notices, to_link
 
 st.title("Memory flow")
 st.markdown(
@@ -30,8 +29,7 @@ launch, timing = cap.launch, cap.timing
 bytes_in = int(sum(a.nbytes for a in cap.inputs.values()))
 bytes_out = int(sum(a.nbytes for a in cap.outputs.values()))
 
-from_link("flow_view", "timeline", list(VIEWS))
-from_link("flow_animate", False)
+show_link_notices(from_link("flow_view", "timeline", list(VIEWS)), from_link("flow_animate", False))
 left, right = st.columns([3, 1])
 view = left.radio("view", list(VIEWS), format_func=VIEWS.get, horizontal=True, key="flow_view")
 animate = right.toggle("step through", key="flow_animate", help="one frame per step")
@@ -83,8 +81,9 @@ if cap.measured:
     )
 else:
     clock = (
-        "Simulator wall time on the CPU (the simulator 'copies' are numpy copies and its kernel runs one "
-        "OS thread per CUDA thread), so the proportions say nothing about a real GPU."
+        "Simulator wall time on the CPU (the simulator 'copies' are numpy copies and its kernel runs every "
+        "CUDA thread as Python code, one after another on one OS thread), so the proportions say nothing "
+        "about a real GPU."
     )
 st.caption(
     f"{clock} Bytes are the kernel's data arrays: inputs ({', '.join(cap.inputs)}) go to the device, "
@@ -93,35 +92,59 @@ st.caption(
     f"Data source: {cap.source}."
 )
 
-if not cap.measured:
-    st.subheader("The same bytes on a GPU (modelled)")
-    from_link("flow_gpu", "H200", list(MODEL_GPUS))
-    gpu = st.selectbox(
-        "GPU model (modelled)", list(MODEL_GPUS), key="flow_gpu",
-        format_func=lambda g: f"{g}: {MODEL_GPUS[g]['link']}, {MODEL_GPUS[g]['mem']}",
-    )  # fmt: skip
-    to_link("flow_gpu")
-    modelled = modelled_gpu_timing(bytes_in, bytes_out, gpu)
-    steps = modelled["host_steps_ns"]
-    copies_ns = steps["copy_in"] + steps["copy_out"]
-    g1, g2 = st.columns(2)
-    g1.metric("copies (modelled)", fmt_us(copies_ns / 1e3))
-    g2.metric(
-        "kernel (modelled)",
-        fmt_us(steps["kernel"] / 1e3),
-        delta=f"copies take ×{copies_ns / steps['kernel']:.0f} the kernel's time"
-        if steps["kernel"]
-        else None,
-        delta_color="off",
+st.subheader("The same bytes on a GPU (modelled)" if not cap.measured else "Measured beside modelled")
+show_link_notices(from_link("flow_gpu", "H200", list(MODEL_GPUS)))
+gpu = st.selectbox(
+    "GPU model (modelled)", list(MODEL_GPUS), key="flow_gpu",
+    format_func=lambda g: f"{g}: {MODEL_GPUS[g]['link']}, {MODEL_GPUS[g]['mem']}"
+    + (" (as measured on the H200)" if MODEL_GPUS[g].get("measured") else " (nominal peaks)"),
+)  # fmt: skip
+to_link("flow_gpu")
+arrays_in, arrays_out = len(cap.inputs), len(cap.outputs)
+modelled = modelled_gpu_timing(bytes_in, bytes_out, gpu, arrays_in, arrays_out)
+steps = modelled["host_steps_ns"]
+copies_ns = steps["copy_in"] + steps["copy_out"]
+g1, g2 = st.columns(2)
+g1.metric("copies (modelled)", fmt_us(copies_ns / 1e3))
+g2.metric(
+    "kernel (modelled)",
+    fmt_us(steps["kernel"] / 1e3),
+    delta=f"copies take ×{copies_ns / steps['kernel']:,.0f} the kernel's time" if steps["kernel"] else None,
+    delta_color="off",
+)
+chart(
+    memory_flow_figure(modelled, launch, bytes_in, bytes_out, view=view, animate=animate, modelled_gpu=gpu),
+    key="flow_modelled_chart",
+)
+m = flow_model(gpu)
+crossover = m["h2d_latency_ns"] * m["h2d_gbs"]  # bytes where a host→device copy's bytes cost its latency
+st.caption(
+    f"{modelled_gpu_label(gpu)}; bandwidths: {m['bandwidths']}. Each of the {arrays_in} input array(s) pays the host→device latency and "
+    f"each of the {arrays_out} output(s) the device→host one, before a byte moves: below about "
+    f"{fmt_bytes(crossover)} a host→device copy is mostly latency. The device memory ({m['mem_gbs']:,.0f} GB/s) "
+    f"is ×{m['mem_gbs'] / m['h2d_gbs']:,.0f} the host link's {m['h2d_gbs']:g} GB/s, which is why real code "
+    "keeps data on the device between kernels."
+    + (
+        " On the simulator the measured chart above is numpy copies and slow Python, so it says little "
+        "about a GPU."
+        if not cap.measured
+        else ""
     )
-    chart(
-        memory_flow_figure(
-            modelled, launch, bytes_in, bytes_out, view=view, animate=animate, modelled_gpu=gpu
+)
+if cap.measured:
+    measured_steps = cap.timing["host_steps_ns"]
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "step": [r["label"] for r in rows],
+                "measured (µs)": [round(float(measured_steps[r["key"]]) / 1e3, 2) for r in rows],
+                f"modelled, {gpu} (µs)": [round(steps[r["key"]] / 1e3, 2) for r in rows],
+            }
         ),
-        key="flow_modelled_chart",
+        hide_index=True,
     )
     st.caption(
-        f"{modelled_gpu_label(gpu)}. On the simulator the copies are numpy copies and the kernel is "
-        "slow Python, so the measured chart above says little about a GPU; there the device memory is "
-        "far faster than the host link, which is why real code keeps data on the device between kernels."
+        f"Measured: this run on {launch['device_name']} (host wall time of each step, synchronised). "
+        "Modelled: the constants above for the kernel's data arrays only; the run's own copies also "
+        "move the zeroed outputs and the trace buffers, and its kernel is the instrumented build."
     )

@@ -6,17 +6,14 @@ import pandas as pd
 import streamlit as st
 
 from visualizer.analysis.occupancy import ARCHS, KB, WARP_SIZE, occupancy
-from visualizer.figures.occupancy import (
+from visualizer.analysis.occupancy_timeline import (
     SIM_ACHIEVED_SOURCE,
-    achieved_figure,
     achieved_warps_per_sm,
     active_warps_over_time,
-    impact_figure,
-    limits_figure,
-    measured_points_figure,
     modelled_active_warps,
     occupancy_opted_in,
 )
+from visualizer.figures.occupancy import achieved_figure, impact_figure, limits_figure, measured_points_figure
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
@@ -25,6 +22,7 @@ from visualizer.web.session import (
     as_text,
     current_capture,
     from_link,
+    show_link_notices,
     show_run_problems,
     show_unrun_notice,
     to_link,
@@ -189,7 +187,7 @@ if cap is not None:
     st.session_state.occ_defaults_for = _run_key(cap)
 # otherwise the link's values (a first visit, or back from another page), else the run's
 for key, value in _slider_defaults(cap).items():
-    from_link(key, value, SLIDER_RANGES[key])
+    show_link_notices(from_link(key, value, SLIDER_RANGES[key]))
 
 arch_note = _arch_of(cap)[1]
 if arch_note:

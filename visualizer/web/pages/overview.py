@@ -3,6 +3,7 @@
 import streamlit as st
 
 from visualizer.analysis.chrome_trace import chrome_trace_json
+from visualizer.specs import catalog
 from visualizer.web.charts import table_downloads
 from visualizer.web.session import require_capture
 
@@ -26,9 +27,10 @@ for name, res in cap.check["outputs"].items():
     if res["mismatches"] == 0:
         st.success(f"`{name}` matches the numpy reference ({res['elements']:,} elements).")
     elif cap.check["expected_wrong"]:
+        page = "FlashAttention" if "attention" in launch["kernel"] else "Shared memory"
         st.warning(
-            f"`{name}`: {res['mismatches']:,} of {res['elements']:,} wrong — this is the race demo: "
-            "see *Shared memory* for why the missing barrier breaks it."
+            f"`{name}`: {res['mismatches']:,} of {res['elements']:,} wrong, as this deliberately wrong demo "
+            f"is meant to show ({catalog.get(launch['kernel']).wrong_because}): see *{page}* for why."
         )
     else:
         st.error(f"`{name}`: {res['mismatches']:,} of {res['elements']:,} differ from numpy.")

@@ -7,7 +7,7 @@ from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
 from visualizer.figures import scheduling as figs
 from visualizer.specs.catalog import SIM_MAX_THREADS
 from visualizer.web.charts import chart
-from visualizer.web.session import RunConfig, from_link, require_capture, to_link
+from visualizer.web.session import RunConfig, from_link, require_capture, show_link_notices, to_link
 from visualizer.web.sidebar import load_config
 
 MODEL_GPUS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}
@@ -16,8 +16,9 @@ st.title("Warp & SM scheduling")
 st.markdown(
     "A GPU is a set of **streaming multiprocessors (SMs)**; the block scheduler gives each SM as many blocks "
     "as its registers, shared memory and warp slots allow, and hands out the next block whenever one "
-    "finishes, so a big grid runs in **waves**. When the last wave is only partly full, most SMs sit idle "
-    "while a few finish: the **tail effect**. **Try:** run *Vector add* with `n=1048576` on a GPU and look "
+    "finishes, so a big grid runs in **waves**. A last wave that is only partly full leaves resident "
+    "**slots** empty (an SM runs fewer blocks than it could hold); when it has fewer blocks than the GPU "
+    "has SMs, whole **SMs** sit idle while the others finish: the **tail effect**. **Try:** run *Vector add* with `n=1048576` on a GPU and look "
     "at the tail; on the simulator, use the suggested launch below, then switch the modelled GPU between "
     "T4 (40 SMs) and H200 (132 SMs)."
 )
@@ -76,8 +77,7 @@ if cap.measured:
     blocks, warps = captured_blocks, captured_warps
     st.caption(f"Data source: {source}: real `%smid` and `%globaltimer` read inside the kernel.")
 else:
-    from_link("sched_gpu", "H200", list(MODEL_GPUS))
-    from_link("sched_regs", 32, (1, 255))
+    show_link_notices(from_link("sched_gpu", "H200", list(MODEL_GPUS)), from_link("sched_regs", 32, (1, 255)))
     c1, c2 = st.columns(2)
     gpu = c1.selectbox(
         "GPU model (modelled)",
@@ -117,7 +117,8 @@ else:
     )
     with st.expander("Why modelled? The simulator runs blocks one after another"):
         st.markdown(
-            "Numba's CUDA simulator runs one block at a time on CPU threads, so its recorded 'SM' is a "
+            "The CUDA simulator runs one block at a time on one CPU thread (each CUDA thread a greenlet), "
+            "so its recorded 'SM' is a "
             "round-robin stand-in and its times are the host clock: the blocks never overlap, as below. "
             "The charts above the expander use the occupancy calculator's limits instead."
         )
@@ -146,7 +147,8 @@ tail_share = achieved.tail_ns / achieved.kernel_ns if achieved.kernel_ns else 0.
 m4.metric(
     "tail",
     "none" if one_wave or not achieved.tail_blocks else f"{tail_share:.0%}",
-    help="share of the kernel's time spent in the last, partial wave (one wave has no tail)",
+    help="share of the kernel's time spent in the last, partial wave (one wave has no tail); how idle "
+    "the SMs were in it is said below",
 )
 if one_wave:
     st.caption(
@@ -155,11 +157,19 @@ if one_wave:
         "so there is nothing to wait for and no tail. A grid bigger than one wave shows the tail."
     )
 elif achieved.tail_blocks:
+    tail, first = achieved.tail_blocks, achieved.first_wave_blocks
+    reach = (
+        f"{tail:,} blocks cannot reach all {num_sms} SMs, so at least {num_sms - tail} SMs get none"
+        if tail < num_sms
+        else f"enough for every SM, but {first - tail:,} of the {first:,} resident slots stay empty"
+    )
+    held = f"{achieved.tail_avg_warps:.1f}" + (f" of {theoretical_warps}" if theoretical_warps else "")
     st.caption(
-        f"{achieved.blocks:,} blocks = {achieved.full_waves} full wave(s) of {achieved.first_wave_blocks:,} and a "
-        f"last wave of {achieved.tail_blocks:,} ({achieved.tail_blocks / achieved.first_wave_blocks:.0%} full). "
-        f"From that wave's first block to the end ({achieved.tail_ns:,} of {achieved.kernel_ns:,} ns) SMs sat idle "
-        f"{achieved.tail_idle_fraction:.0%} of the time and held {achieved.tail_avg_warps:.1f} warps on average."
+        f"{achieved.blocks:,} blocks = {achieved.full_waves} full wave(s) of {first:,} and a last wave of "
+        f"{tail:,} ({tail / first:.0%} full): {reach}. From that wave's first block to the end "
+        f"({achieved.tail_ns:,} of {achieved.kernel_ns:,} ns) whole SMs sat idle "
+        f"{achieved.tail_idle_fraction:.0%} of the time, and an SM held {held} warps on average: "
+        + ("this tail is idle SMs." if tail < num_sms else "this tail is empty slots, not idle SMs.")
     )
 else:
     st.caption(
@@ -176,7 +186,8 @@ if not cap.measured and (one_wave or not achieved.tail_blocks):
             f"To see waves and a tail on the modelled {gpu}: *Vector add* with n = {suggestion['n']:,} and "
             f"block = {suggestion['block']} is {suggestion['blocks']:,} blocks; at {suggestion['regs']} "
             f"registers/thread a wave holds {suggestion['blocks_per_wave']:,}, so it runs in "
-            f"{suggestion['waves']} waves, the last half full.",
+            f"{suggestion['waves']} waves. Its last wave is {suggestion['tail_blocks']} blocks, one each for "
+            f"{suggestion['tail_blocks']} of the {num_sms} SMs: the other {suggestion['idle_sms']} sit idle.",
             icon=":material/lightbulb:",
         )
         c2.button(
@@ -191,7 +202,7 @@ st.subheader("Blocks on SMs")
 chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")
 
 st.subheader("One SM's warps")
-from_link("sm", 0, (0, num_sms - 1))
+show_link_notices(from_link("sm", 0, (0, num_sms - 1)))
 if st.session_state.get("sm", 0) > num_sms - 1:  # a smaller modelled GPU was picked
     st.session_state["sm"] = num_sms - 1
 sm = int(

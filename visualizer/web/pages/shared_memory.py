@@ -18,14 +18,21 @@ from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
 from visualizer.web.memory import race_words_panel
-from visualizer.web.session import RunConfig, cached_capture, from_link, require_capture, to_link
+from visualizer.web.session import (
+    RunConfig,
+    cached_capture,
+    from_link,
+    require_capture,
+    show_link_notices,
+    to_link,
+)
 from visualizer.web.sidebar import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 SIDEBAR_SEED = 0  # the sidebar captures with seed 0; the companion run must load the same inputs
 REDUCTIONS = ("reduction", "reduction_race")
 EXAMPLES = {
-    "matmul_tiled": (("n", 40), ("tile", 16)),
+    "matmul_tiled": (("n", 20), ("tile", 8)),  # the sizes the page's "Try:" names
     "reduction": (("block", 32), ("n", 256)),
 }
 
@@ -37,7 +44,7 @@ def _load_example(kernel: str) -> None:
 
 def _block_input(label: str, key: str, hi: int, help_text: str) -> int:
     """A number input over 0..hi (kept in the link) whose value is reset when a new launch shrinks the grid."""
-    from_link(key, 0, (0, hi))
+    show_link_notices(from_link(key, 0, (0, hi)))
     if st.session_state.get(key, 0) > hi:
         st.session_state[key] = 0
     value = int(st.number_input(label, min_value=0, max_value=hi, step=1, key=key, help=help_text))
@@ -154,11 +161,19 @@ def reduction_section(cap: Capture) -> None:
         "partner's partial sum is lost from the total.\n\n"
         "**On a GPU** the warps of a block run independently, and since Volta even the lanes of one warp "
         "need not stay in step without a barrier, so a warp that runs ahead reads stale partner slots "
-        "and many blocks' sums come out wrong (which ones changes from run to run). "
-        "**On the CUDA simulator** every CUDA thread is a CPU thread and the simulator decides"
-        " when to switch between them; whether a read comes before or after its partner's write depends "
-        "on that order, so the simulator may get some blocks right, and its answer can change from run to"
-        " run."
+        "and many blocks' sums come out wrong; which ones, and by how much, depends on the warps' timing "
+        "and can change from run to run. "
+        + (
+            "**On this app's CUDA simulator** every CUDA thread of a block is a greenlet on one CPU thread, "
+            "run in thread order until it ends or reaches a barrier, and with no barrier in the loop thread 0 "
+            "runs its whole tree before thread 1 starts: it adds its partners' slots before they have added "
+            f"theirs. Here {int((race.outputs['partial'] != expected).sum()):,} of {len(expected):,} blocks "
+            "are wrong, and a second run gives byte-identical sums: the simulator's order is fixed, so it "
+            "shows one outcome of the race, never the spread a GPU can give."
+            if not race.measured
+            else f"**This run** (measured on {race.launch['device_name']}): "
+            f"{int((race.outputs['partial'] != expected).sum()):,} of {len(expected):,} blocks wrong."
+        )
     )
 
 
@@ -184,7 +199,9 @@ st.markdown(
     "Shared memory is a small, fast scratchpad that all threads of one block share: a block stages data "
     "there once and every thread reuses it. Because threads fill and read it at different moments, "
     "`cuda.syncthreads()` barriers decide when everyone may read what others wrote. **Try:** run "
-    "*Matrix multiply (shared-memory tiles)* with `n=20, tile=8` and step through one block's tiles; "
+    "*Matrix multiply (shared-memory tiles)* with `"
+    + ", ".join(f"{k}={v}" for k, v in EXAMPLES["matmul_tiled"])
+    + "` and step through one block's tiles; "
     "then run *Reduction* and compare it with *reduction_race*, the same tree without its barrier."
 )
 capture = require_capture()

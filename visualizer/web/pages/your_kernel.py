@@ -199,7 +199,15 @@ if st.session_state.get("uk_error"):
 cap = st.session_state.get("capture")
 if cap is not None and cap.launch.get("user_kernel"):
     launch = cap.launch
-    st.subheader(f"{launch['kernel_name']} on {launch['device_name']}")
+    stale = bool(st.session_state.get("uk_error"))  # the last Run failed: what follows is the one before
+    st.subheader(
+        ("Your previous run: " if stale else "") + f"{launch['kernel_name']} on {launch['device_name']}"
+    )
+    if stale:
+        st.caption(
+            "The run above failed, so everything below is from your previous successful run, not of the "
+            "code on this page."
+        )
     st.caption(f"Data source: {cap.source}")
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("grid", " × ".join(str(g) for g in launch["grid"] if g > 1) or "1")
@@ -211,10 +219,14 @@ if cap is not None and cap.launch.get("user_kernel"):
         st.info("No numpy reference given: the outputs were not checked.")
     for name, res in check.get("outputs", {}).items():
         if res["mismatches"] == 0:
-            st.success(f"`{name}` matches the numpy reference ({res['elements']:,} elements).")
+            st.success(
+                ("Previous run: " if stale else "")
+                + f"`{name}` matches the numpy reference ({res['elements']:,} elements)."
+            )
         else:
             st.error(
-                f"`{name}`: {res['mismatches']:,} of {res['elements']:,} differ from the numpy reference "
+                ("Previous run: " if stale else "")
+                + f"`{name}`: {res['mismatches']:,} of {res['elements']:,} differ from the numpy reference "
                 f"(max abs error {res['max_abs_error']:.3g})."
             )
     res = launch.get("clean") or {}
