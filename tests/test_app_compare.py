@@ -61,3 +61,9 @@ def test_occupancy_page_counts_registers_with_ptxas():
     assert any(
         "ptxas -v, clean build for sm_90" in c.value and "2,048 B static" in c.value for c in at.main.caption
     )
+
+
+def test_overview_offers_the_chrome_trace():
+    at = _app(kernel="matmul_tiled", backend="sim", n="20", tile="8").run()
+    assert not at.exception
+    assert "timeline.trace.json" in [b.label for b in at.get("download_button")]
