@@ -41,6 +41,8 @@ PAGES = [
     st.Page("web/pages/occupancy.py", title="Occupancy", icon=":material/speed:"),
     st.Page("web/pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
     st.Page("web/pages/your_kernel.py", title="Your kernel", icon=":material/code:"),
+    st.Page("web/pages/compare.py", title="Compare", icon=":material/compare:"),
+    st.Page("web/pages/under_the_hood.py", title="Under the hood", icon=":material/memory_alt:"),
 ]
 LESSON_PAGES = [st.Page("web/pages/lessons.py", title="Predict, run, compare", icon=":material/school:")]
 page = navigate({"": PAGES, "Lessons": LESSON_PAGES})

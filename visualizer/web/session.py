@@ -61,6 +61,7 @@ PAGE_QUERY_KEYS = frozenset(
         "fa_break", "fa_break_variant", "fa_break_scale_no_rescale", "fa_break_scale_no_max",
         "fa_timing_mode",
         "lesson", "q", "teacher",
+        "cmp_pair", "cmp_backend", "cmp_a", "cmp_b", "cmp_a_params", "cmp_b_params", "asm_arch", "asm_line",
         # a lesson's launch controls, as LESSON_LINK_PREFIX + the control's key (lessons/catalog.py)
         "l_n", "l_block", "l_gpu", "l_regs", "l_kernel", "l_stride", "l_tile", "l_size", "l_nbins", "l_hot",
         "l_seq_len",

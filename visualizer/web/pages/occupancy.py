@@ -19,6 +19,7 @@ from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
 from visualizer.web.session import (
     RunConfig,
+    as_text,
     current_capture,
     from_link,
     show_link_notices,
@@ -254,6 +255,18 @@ else:
         f"Simulator: nothing is compiled, so registers are unknown; the theoretical value assumes {SIM_REGS} "
         "registers per thread on an H200 (sm_90). Run on a GPU to see the driver's answer."
     )
+    if st.button("Count this kernel's registers with ptxas (sm_90, no GPU needed)", key="occ_ptxas"):
+        from visualizer.web.asm import ptxas_registers
+
+        res, why = ptxas_registers(cap)
+        if res is None:
+            st.caption(f"No register count: {as_text(why)}")
+        else:
+            st.caption(
+                f"ptxas -v, clean build for sm_90: {res['registers']} registers/thread, "
+                f"{res['spill_stores_bytes'] + res['spill_loads_bytes']} B spilled, {res['smem_bytes']:,} B static "
+                "shared memory (set the sliders to it; *Under the hood* shows it line by line)."
+            )
 
 st.subheader("Achieved occupancy")
 run_key = _run_key(cap)
