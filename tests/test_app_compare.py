@@ -67,3 +67,36 @@ def test_overview_offers_the_chrome_trace():
     at = _app(kernel="matmul_tiled", backend="sim", n="20", tile="8").run()
     assert not at.exception
     assert "timeline.trace.json" in [b.label for b in at.get("download_button")]
+
+
+def test_under_the_hood_shows_a_visitors_kernel_compiled_in_its_sandbox(monkeypatch):
+    """After Run your kernel, Under the hood compiles the visitor's kernel (its module runs only in a
+    fresh sandbox, with the visitor's permission) and lines the PTX up with the visitor's source."""
+    from tests.conftest import open_app
+
+    key = "compare-test-key-" + "k" * 32
+    monkeypatch.setenv("VISUALIZER_TOKEN", key)
+    at = open_app("your_kernel", backend="sim", token=key)
+    at.radio(key="uk_backend").set_value("sim")
+    next(b for b in at.button if b.label == "Run your kernel").click().run()
+    assert any("matches the numpy reference" in s.value for s in at.success), [e.value for e in at.error]
+    at.switch_page("web/pages/under_the_hood.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.main.error, [e.value for e in at.main.error]
+    codes = "\n".join(c.value for c in at.main.code)
+    assert "ld.global" in codes or "LDG" in codes, codes[:500]
+
+
+def test_under_the_hood_refuses_a_visitors_kernel_without_the_key(monkeypatch):
+    from tests.conftest import open_app
+
+    key = "compare-test-key-" + "k" * 32
+    monkeypatch.setenv("VISUALIZER_TOKEN", key)
+    at = open_app("your_kernel", backend="sim", token=key)
+    at.radio(key="uk_backend").set_value("sim")
+    next(b for b in at.button if b.label == "Run your kernel").click().run()
+    monkeypatch.setenv("VISUALIZER_ALLOW_USER_CODE", "0")  # the operator closed visitor code since
+    at.switch_page("web/pages/under_the_hood.py").run()
+    assert not at.exception
+    (err,) = [e.value for e in at.main.error]
+    assert "runs its code" in err and not at.main.code

@@ -135,3 +135,26 @@ def test_sass_with_lines_on_the_gpu_machine():
     sass = asm.sass_table(got["sass"])
     fma = _line_of(got["source"], "acc += sA[ty, k] * sB[k, tx]")
     assert any(op.startswith("FFMA") for op in sass.loc[sass["line"] == fma, "opcode"])
+
+
+def test_a_visitors_kernel_is_compiled_inside_its_sandbox(tmp_path):
+    """The Under the hood page's path for a visitor: the module runs (numba compiles it) only in a fresh
+    sandboxed worker, which sends back the PTX with its lines; module-level code that writes a file of
+    the server's finds it out of reach."""
+    from visualizer.engine.user_runner import UserRunQueue
+
+    marker = tmp_path / "written-by-the-visitor"
+    src = (ROOT / "kernels" / "examples" / "matmul_tiled.py").read_text()
+    plant = f"try:\n    open({str(marker)!r}, 'w').close()\nexcept OSError:\n    pass\n"
+    assert src.startswith("from numba import cuda, float32\n")
+    src = src.replace("from numba import cuda, float32\n", "from numba import cuda, float32\n" + plant, 1)
+    launch = plan_source_launch(
+        src, "matmul_tiled", grid="3,3", block="16,16", filename="matmul_tiled.py",
+        args={"A": "rand:float32:48x48", "B": "rand:float32:48x48", "C": "zeros:float32:48x48"},
+    )  # fmt: skip
+    got = UserRunQueue("sim", workers=1).ptx_source(launch, "sm_90")
+    table = asm.ptx_table(got["ptx"])
+    mine = table[asm.same_file(table["file"], "matmul_tiled.py")]
+    fma = _line_of(src, "acc += a_tile[ty, k] * b_tile[k, tx]")
+    assert "fma.rn.f32" in set(mine.loc[mine["line"] == fma, "opcode"])
+    assert not marker.exists()  # the server's tmp is not the sandbox's

@@ -8,9 +8,9 @@ nothing), then ``ptxas -v -lineinfo`` and ``nvdisasm -g -c``. No GPU is needed: 
 the chosen arch. The tools are found by cuda-pathfinder (the pip wheels nvidia-nvvm,
 nvidia-cuda-nvcc, nvidia-cuda-nvdisasm, or a CUDA toolkit), then on PATH.
 
-A visitor's source is compiled only where visitor code runs (``compile_request`` is a request op of
-the visitor-code worker, see engine/ptx_compile.py); ``visitor_ptx`` refuses while this server has
-no sandbox for it.
+A visitor's source is compiled only where visitor code runs: the sandboxed worker's request op
+"ptx_source" (UserRunQueue.ptx_source, engine/user_runner.py) calls ``source_asm`` there;
+``visitor_ptx`` is the server's refusal.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ COMPILE_TIMEOUT_S = float(os.environ.get("VISUALIZER_PTX_TIMEOUT_S", "120"))
 TOOL_TIMEOUT_S = 60.0
 ROOT = Path(__file__).resolve().parents[2]
 VISITOR_REFUSAL = (
-    "PTX of a visitor's kernel is compiled only inside the sandbox that runs visitor code, and this "
-    "server has none yet; built-in kernels show theirs"
+    "PTX of a visitor's kernel is compiled only inside the sandbox that runs visitor code "
+    "(engine/user_runner.py's ptx_source), never in the server's processes"
 )
 
 
@@ -159,7 +159,7 @@ def source_asm(request: dict, arch: str = "sm_90", sass: bool = True) -> dict:
 
 
 def visitor_ptx(request: dict, arch: str = "sm_90") -> dict:
-    """A visitor's kernel: only in the visitor-code sandbox, which is not on this server yet."""
+    """A visitor's kernel asked of the server: refused; the sandbox compiles it (UserRunQueue.ptx_source)."""
     raise AsmError(VISITOR_REFUSAL)
 
 

@@ -158,6 +158,29 @@ class UserRunner(Runner):
             ) from None
 
 
+PTX_REPLY_BYTES = 64 * 2**20  # PTX, SASS and ptxas's log of one kernel, as text
+
+
+def _ptx_source(runner: UserRunner, launch: SourceLaunch, arch: str, timeout: float | None) -> dict:
+    """The visitor's kernel compiled to PTX (and SASS) inside its sandbox (engine/worker.py op
+    "ptx_source": numba runs the visitor's module to compile it, so it runs where visitor code runs)."""
+    request = {**launch.request(runner.backend), "op": "ptx_source", "arch": arch, "sass": True}
+    limit = timeout or runner.run_timeout
+    runner._reply_limit = PTX_REPLY_BYTES
+    try:
+        kind, _, *payload = runner._exchange(
+            request, limit, None, f"compiling your kernel {launch.kernel}", 1
+        )
+    except (KernelError, RunTimeout) as exc:
+        raise KernelError(_explain(str(exc), limit, runner.last_exit_code)) from None
+    if kind in ("invalid", "error", "fatal"):
+        raise KernelError(str(payload[0])[:300])
+    reply = payload[0]
+    if not isinstance(reply, dict) or not isinstance(reply.get("ptx"), str):
+        raise KernelError("the sandbox's reply could not be read (no PTX in it)")
+    return reply
+
+
 def reply_bytes(launch: SourceLaunch, accesses: bool) -> int:
     """The most bytes a run's reply can legitimately take: every array argument once, the trace
     buffers, the memory engine's records if asked for (its RECORD_LIMIT rows), and 16 MiB of the rest."""
@@ -214,6 +237,15 @@ class UserRunQueue(RunQueue):
         runner = self._acquire(waiting)
         try:
             return runner.capture_source(launch, **kwargs)
+        finally:
+            self._release(runner)
+
+    def ptx_source(self, launch: SourceLaunch, arch: str = "sm_90", *, waiting=None, timeout=None) -> dict:
+        """The visitor's kernel as PTX and SASS with line info (engine/ptx.source_asm's reply),
+        compiled in the next free sandbox slot; KernelError in one line."""
+        runner = self._acquire(waiting)
+        try:
+            return _ptx_source(runner, launch, arch, timeout)
         finally:
             self._release(runner)
 

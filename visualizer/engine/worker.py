@@ -374,10 +374,18 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
             if request.get("op") == "info":
                 conn.send(("ok", rid, backend.device_info()))
                 continue
-            if (request.get("op") == "source") != user_code:
+            visitor_op = request.get("op") in ("source", "ptx_source")
+            if visitor_op != user_code:
                 conn.send(("error", rid, "this worker does not run that kind of request"))
                 continue
-            result = (capture_source if user_code else capture)(backend, request)
+            if request.get("op") == "ptx_source":  # compiled here, in the visitor's sandbox
+                from visualizer.engine import ptx
+
+                result = ptx.source_asm(
+                    request, str(request.get("arch", "sm_90")), bool(request.get("sass", True))
+                )
+            else:
+                result = (capture_source if user_code else capture)(backend, request)
             conn.send(("ok", rid, result))
         except Exception as exc:
             from visualizer.specs.catalog import LaunchError

@@ -7,7 +7,7 @@ import streamlit as st
 from visualizer.analysis import asm
 from visualizer.analysis.occupancy import ARCHS, occupancy
 from visualizer.engine import ptx
-from visualizer.web.asm import compiled
+from visualizer.web.asm import compiled, visitor_compiled
 from visualizer.web.memory import access_capture
 from visualizer.web.session import as_text, from_link, require_capture, show_link_notices, to_link
 
@@ -18,12 +18,6 @@ st.title("Under the hood")
 cap = require_capture()
 launch = cap.launch
 show_link_notices(from_link("asm_arch", "sm_90", ARCH_CHOICES))
-if launch.get("user_kernel"):
-    st.error(as_text(ptx.VISITOR_REFUSAL) + ".", icon=":material/lock:")
-    st.caption(
-        "On the command line, your own file: `python -m visualizer asm --source FILE.py --kernel NAME ...`"
-    )
-    st.stop()
 top = st.columns([1.2, 1, 1, 1.3, 1])
 arch = top[0].selectbox(
     "Compile for", ARCH_CHOICES, key="asm_arch", help="NVVM compiles for it; no GPU needed"
@@ -32,7 +26,17 @@ to_link("asm_arch")
 params = tuple(sorted(launch["params"].items()))
 try:
     with st.spinner(f"Compiling {launch['kernel']} for {arch} (numba → NVVM → PTX, ptxas, nvdisasm)…"):
-        got = compiled(launch["kernel"], params, arch)
+        if launch.get("user_kernel"):  # in a sandbox of its own, never in this server
+            got, why = visitor_compiled(cap, arch)
+            if got is None:
+                st.error(f"Could not compile your kernel: {as_text(why)}.", icon=":material/lock:")
+                st.caption(
+                    "On the command line, your own file: "
+                    "`python -m visualizer asm --source FILE.py --kernel NAME ...`"
+                )
+                st.stop()
+        else:
+            got = compiled(launch["kernel"], params, arch)
 except ptx.AsmError as exc:
     st.error(f"Could not compile: {as_text(str(exc))}")
     st.stop()

@@ -196,6 +196,7 @@ elif run:
             )
             status.update(label=f"Ran {kernel} on {cap.launch['device_name']}", state="complete")
         st.session_state.capture = cap
+        st.session_state.uk_launch = launch  # what Under the hood compiles, in a sandbox of its own
         st.session_state.timing_history = []
         st.session_state.pending_run = False  # the sidebar's first run must not replace it later
         st.session_state.uk_error = None
