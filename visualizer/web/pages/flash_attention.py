@@ -31,6 +31,7 @@ from visualizer.figures.attention_break import VARIANTS, break_figure, break_row
 from visualizer.specs import catalog
 from visualizer.specs.attention import BROKEN_FLASH, fast_config, fast_smem_bytes, flash_smem_bytes
 from visualizer.web.charts import chart
+from visualizer.web.current_kernel import YOURS_REPLACED
 from visualizer.web.session import (
     RunConfig,
     as_text,
@@ -494,6 +495,8 @@ def other_kernel(cap: Capture) -> None:
         "seq_len 80, tile 16, causal; the fast kernel: seq_len 200, head_dim 64, causal). The recorded H200 "
         "timings are below."
     )
+    if cap.launch.get("user_kernel"):  # an example is a built-in kernel: it replaces theirs as current
+        st.caption(YOURS_REPLACED)
     example_buttons()
 
 
