@@ -240,10 +240,18 @@ def settle() -> None:
         st.session_state.pop("uk_link_notice", None)  # said before this run; the run is on the page now
         back = st.session_state.pop("uk_link_page", None)
         if back and back != st.session_state.get("page"):
-            st.session_state.page = back
-            st.rerun()
+            _go(back)
     elif st.session_state.get("uk_error"):
         st.session_state.pop("uk_link_page", None)  # the run failed: stay where its error is
+    go = st.session_state.pop("_yk_go", None)
+    if go and go != st.session_state.get("page"):
+        _go(go)
+
+
+def _go(page: str) -> None:
+    """Show ``page`` now (from the script, not a callback: st.switch_page reruns on it)."""
+    st.session_state.page = page
+    st.switch_page(f"web/pages/{page}.py")
 
 
 def _write_link(page: str | None) -> None:
@@ -390,7 +398,7 @@ def record_accesses() -> None:
         return
     state = link_of(cap)
     fill_form(KernelLink(**{**state.__dict__, "backend": "sim", "accesses": True}))
-    st.session_state.page = YOUR_PAGE
+    st.session_state._yk_go = YOUR_PAGE  # settle() goes there: a callback cannot switch pages
     st.session_state.uk_link_notice = None
     if user_code_allowed(visitor_has_key())[0]:
         st.session_state.uk_link_run = True

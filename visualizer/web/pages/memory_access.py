@@ -151,6 +151,7 @@ visitor = visitor_capture() if visitor_is_current() else None
 if visitor is not None:  # the visitor's kernel is current: its own recorded accesses, if any
     cap, kernel, params = visitor_launch(visitor)
     module, src_path = "your_kernel", visitor.launch.get("filename") or "your_kernel.py"
+    notices: list = []
 else:
     config = st.session_state.get("config")
     kernels = [k for k in catalog.KERNELS if k not in HIDDEN_KERNELS]
