@@ -282,8 +282,7 @@ def visitor_sidebar(page: str | None, controls: bool) -> bool:
     _write_link(page)
     cap = visitor_capture()
     launch = cap.launch
-    st.markdown("**Kernel: yours**")
-    st.markdown(as_text(launch["kernel"], 120))
+    st.markdown("**Kernel:** " + as_text(launch["kernel"], 120))
     st.caption(
         f"grid {dims_text(launch['grid'])} × block {dims_text(launch['block'])} = "
         f"{int(launch['threads']):,} threads"
@@ -372,8 +371,8 @@ def take_kernel_link() -> None:
     else:
         st.session_state.uk_link_notice = (
             "info",
-            as_text(f"This link carries a kernel ({state.kernel}); it is filled in below, not run: ")
-            + f"running your own code is {why}.",
+            as_text(f"This link carries a kernel ({state.kernel}): it is filled in below, not run, because")
+            + " running your own code is off in this browser session (why: below).",
         )
 
 

@@ -18,6 +18,7 @@ from visualizer.web.session import (
     as_text,
     drop_link,
     from_link,
+    kernel_named,
     link_value,
     set_link,
     show_link_notices,
@@ -33,6 +34,7 @@ def visitor_launch(cap):
     """The visitor's kernel on this page: (capture, name, arguments) when its accesses were recorded;
     otherwise the page says so, offers to record them, and stops."""
     name = cap.launch["kernel"]
+    st.caption(kernel_named(cap))
     if cap.accesses is not None:
         st.caption(
             "Launch: "
@@ -42,7 +44,7 @@ def visitor_launch(cap):
         )
         return cap, name, dict(cap.launch["params"])
     allowed, why = user_code_allowed(visitor_has_key())
-    c1, c2 = st.columns([3, 1], vertical_alignment="center")
+    c1, c2 = st.columns([2, 1], vertical_alignment="center")
     c1.info(
         "The current kernel is yours ("
         + as_text(name)
