@@ -210,6 +210,15 @@ def test_a_shared_link_opens_the_same_kernel_and_runs_it_only_with_the_key():
     assert _button(stranger, "Run your kernel").disabled
 
 
+@pytest.mark.parametrize("page", ["../../etc/passwd", "nope", "lessons"])
+def test_a_link_naming_a_page_the_app_lacks_still_opens_its_kernel(page):
+    link = {"backend": "sim", "page": page, "yk": encode_link(STATE)}
+    at = _app(link)
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["capture"].launch["kernel"] == "k (yours)"
+    assert at.session_state["page"] == ("lessons" if page == "lessons" else "your_kernel")
+
+
 def test_a_link_with_an_upload_says_the_file_does_not_travel_and_runs_nothing():
     at = _app()
     at.switch_page("web/pages/your_kernel.py").run()
@@ -277,3 +286,41 @@ def test_memory_access_offers_to_record_your_kernel_and_then_draws_it():
     at.button(key="mem_record_yours").click().run()
     assert at.session_state["page"] == "memory_access"
     _memory_page_draws_yours(at, "c")
+
+
+def test_back_on_your_kernel_the_form_holds_the_current_kernel():
+    at = _ran_yours("matmul_tiled")
+    at.switch_page("web/pages/grid.py").run()
+    at.switch_page("web/pages/your_kernel.py").run()
+    assert not at.exception
+    assert (
+        "TILE = 16" in at.text_area(key="uk_source").value and at.session_state["uk_kernel"] == "matmul_tiled"
+    )
+    launch = at.session_state["capture"].launch
+    assert at.session_state["uk_grid"] == ",".join(str(g) for g in launch["grid"] if g > 1)
+    _button(at, "Run your kernel").click().run()  # the same kernel runs again, unchanged
+    assert not at.error and at.session_state["capture"].launch["grid"] == launch["grid"]
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_your_kernel_is_current_and_its_link_runs_it_there_again():
+    at = _app({"backend": "gpu"})
+    at.switch_page("web/pages/your_kernel.py").run()
+    at.selectbox(key="uk_example").set_value("matmul_tiled").run()
+    at.radio(key="uk_backend").set_value("gpu")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    cap = at.session_state["capture"]
+    assert cap.measured and cap.launch["user_kernel"] and cap.check["correct"]
+    for page in ("grid", "scheduling", "occupancy"):
+        at.switch_page(f"web/pages/{page}.py").run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+        assert "Kernel: matmul_tiled (yours)" in sidebar_text(at) and "GPU" in sidebar_text(at), page
+        assert not [b for b in at.button if b.label.startswith("Run n=")], page
+    link = dict(at.query_params)
+    assert decode_link(link["yk"]).backend == "gpu"
+    opened = _app(link)
+    again = opened.session_state["capture"]
+    assert again.measured and again.launch["kernel"] == "matmul_tiled (yours)" and again.check["correct"]
+    assert opened.session_state["page"] == "occupancy"
+    np.testing.assert_array_equal(again.outputs["C"], cap.outputs["C"])

@@ -211,6 +211,16 @@ def fill_form(state: KernelLink) -> None:
         ss[f"uk_arg_{name}"] = text
 
 
+def restore_form() -> bool:
+    """Back on Your kernel after other pages (Streamlit forgets the widgets of a page left): fill
+    the form with the visitor's kernel that is shown, if any; whether it did."""
+    cap = visitor_capture()
+    if cap is None:
+        return False
+    fill_form(link_of(cap))
+    return True
+
+
 # -- the current kernel -------------------------------------------------------------------------
 
 
@@ -249,7 +259,10 @@ def settle() -> None:
 
 
 def _go(page: str) -> None:
-    """Show ``page`` now (from the script, not a callback: st.switch_page reruns on it)."""
+    """Show ``page`` now (from the script, not a callback: st.switch_page reruns on it); a page the
+    app does not have (a link's ``page`` is hostile text) is ignored."""
+    if page not in (st.session_state.get("_page_keys") or ()):
+        return
     st.session_state.page = page
     st.switch_page(f"web/pages/{page}.py")
 

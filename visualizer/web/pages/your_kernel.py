@@ -23,6 +23,7 @@ from visualizer.specs.catalog import LaunchError
 from visualizer.web.current_kernel import (
     kept_uploads,
     link_run_requested,
+    restore_form,
     show_kept_uploads,
     show_link_notice,
 )
@@ -59,7 +60,7 @@ def _on_example() -> None:
     load_example(st.session_state.uk_example)
 
 
-if "uk_source" not in st.session_state:
+if "uk_source" not in st.session_state and not restore_form():  # back here: the current kernel's form
     st.session_state.uk_example = "vector_add"
     load_example("vector_add")
 
