@@ -260,6 +260,32 @@ def test_uploads_survive_page_switches():
     assert not any("kept from before" in plain(c.value) for c in at.caption)
 
 
+def test_kept_uploads_are_bounded_and_the_uploader_always_wins(monkeypatch):
+    import streamlit as st
+
+    from visualizer.web import current_kernel
+
+    class Upload:
+        def __init__(self, name, data):
+            self.name, self.data = name, data
+
+        def getvalue(self):
+            return self.data
+
+    monkeypatch.setattr(current_kernel, "MAX_KEPT_BYTES", 10)
+    st.session_state.pop("uk_kept_uploads", None)  # bare mode: a session state of its own
+    assert [u.name for u in current_kernel.kept_uploads([Upload("a", b"1234"), Upload("b", b"12345")])] == [
+        "a",
+        "b",
+    ]
+    assert [u.name for u in current_kernel.kept_uploads(None)] == ["a", "b"]  # the page was left and back
+    assert [u.name for u in current_kernel.kept_uploads([Upload("c", b"123456")])] == ["c"]  # oldest dropped
+    big = current_kernel.kept_uploads([Upload("big", b"x" * 20)])
+    assert [(u.name, u.getvalue()) for u in big] == [("big", b"x" * 20)]  # used now, too big to keep
+    assert current_kernel.kept_uploads(None) == []
+    st.session_state.pop("uk_kept_uploads", None)
+
+
 def _memory_page_draws_yours(at, array: str):
     assert not at.exception, [e.value for e in at.exception]
     cap = at.session_state["capture"]

@@ -38,7 +38,7 @@ BACKEND_CHOICES = ("auto", "gpu", "sim")  # the Your kernel page's backend radio
 GRID_MODE = "grid"  # the Your kernel page's launch mode that takes a grid (its MODES[1])
 YOUR_PAGE = "your_kernel"
 MAX_KEPT_UPLOADS = uspec.MAX_ARGS
-MAX_KEPT_BYTES = uspec.MAX_ARRAY_BYTES
+MAX_KEPT_BYTES = 256 * 2**20  # per browser session: a classroom server holds many
 YOURS_REPLACED = (
     "Loading an example runs a built-in kernel: it becomes the current kernel in place of yours, which "
     "stays on the Your kernel page (run it again there)."
@@ -290,9 +290,12 @@ def visitor_sidebar(page: str | None, controls: bool) -> bool:
         if LINK_KEY in st.query_params and not keep:
             del st.query_params[LINK_KEY]
         return False
-    if page == "lessons":  # a lesson launches its own kernels
+    if page == "lessons":  # a lesson launches its own kernels: its link is the lesson's
+        if LINK_KEY in st.query_params:
+            del st.query_params[LINK_KEY]
         return False
     _write_link(page)
+    st.session_state.unrun_config = None  # the sidebar shows no built-in choice that has not run
     cap = visitor_capture()
     launch = cap.launch
     st.markdown("**Kernel:** " + as_text(launch["kernel"], 120))
@@ -432,15 +435,17 @@ class KeptUpload:
 
 
 def kept_uploads(fresh) -> list[KeptUpload]:
-    """The files uploaded now plus those kept from before in this session, newest of a name wins;
-    at most MAX_KEPT_UPLOADS files and MAX_KEPT_BYTES in all (the oldest go first)."""
+    """The files in the uploader now, plus those kept from before in this session (a name uploaded
+    again is the new file). The session keeps at most MAX_KEPT_UPLOADS files and MAX_KEPT_BYTES in
+    all for later (the oldest are dropped first); what is in the uploader now is always used."""
     store: dict = st.session_state.setdefault("uk_kept_uploads", {})
-    for f in fresh or []:
-        store.pop(f.name, None)
-        store[f.name] = f.getvalue()
+    now = {f.name: f.getvalue() for f in fresh or []}
+    for name, data in now.items():
+        store.pop(name, None)
+        store[name] = data
     while store and (len(store) > MAX_KEPT_UPLOADS or sum(len(d) for d in store.values()) > MAX_KEPT_BYTES):
         store.pop(next(iter(store)))
-    return [KeptUpload(n, d) for n, d in store.items()]
+    return [KeptUpload(n, d) for n, d in {**store, **now}.items()]
 
 
 def show_kept_uploads(fresh) -> None:
