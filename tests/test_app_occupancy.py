@@ -7,18 +7,14 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
+
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 PAGE = "web/pages/occupancy.py"
 
 
 def _page(**query) -> AppTest:
-    at = AppTest.from_file(ENTRY, default_timeout=120)
-    for key, value in {"backend": "sim", **query}.items():
-        at.query_params[key] = value
-    at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("occupancy", **{"backend": "sim", **query})
 
 
 def _metrics(at) -> dict[str, str]:

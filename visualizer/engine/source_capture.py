@@ -20,7 +20,6 @@ import linecache
 import math
 import os
 import re
-import resource
 import sys
 import time
 import traceback
@@ -33,10 +32,8 @@ from visualizer.analysis.provenance import backend_source
 from visualizer.engine.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
 from visualizer.specs.source import ArgSpec, make_array
 
-# Per-run limits for user code (on top of the runner's wall-clock limit): CPU seconds, and on the
-# simulator the memory the run may add to the worker's address space.
-CPU_LIMIT_S = int(os.environ.get("VISUALIZER_USER_CPU_S", "120"))
-MEMORY_LIMIT_BYTES = int(os.environ.get("VISUALIZER_USER_MEMORY_MB", "4096")) << 20
+# The limits of a run (CPU time, memory, processes, files) are hard rlimits the sandbox sets before
+# the request arrives (visualizer/engine/sandbox.py), on top of the runner's wall-clock limit.
 PER_WARP_ABOVE = 1 << 16
 _module_ids = itertools.count()
 
@@ -178,38 +175,6 @@ def describe_failure(exc: BaseException, filename: str, simulator: bool) -> User
         where = f" at {base} line {lines[0]}: {linecache.getline(filename, lines[0]).strip()}"
     kind = "typing error" if "TypingError" in type(exc).__name__ else type(exc).__name__
     return UserCodeError(f"{kind}{where}: {_short(first, 240)}")
-
-
-@contextmanager
-def user_limits(simulator: bool, threads_per_block: int):
-    """CPU seconds for this run (SIGXCPU ends the worker past it), and address space on the simulator."""
-    old_cpu = resource.getrlimit(resource.RLIMIT_CPU)
-    old_as = resource.getrlimit(resource.RLIMIT_AS)
-    try:
-        used = time.process_time()
-        hard = old_cpu[1]
-        soft = int(used) + CPU_LIMIT_S
-        if hard == resource.RLIM_INFINITY or soft <= hard:
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-        if simulator:  # a GPU context reserves huge virtual ranges: no address-space cap there
-            with open("/proc/self/statm") as f:
-                vsize = int(f.read().split()[0]) * resource.getpagesize()
-            stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
-            stack = 8 << 20 if stack == resource.RLIM_INFINITY else stack
-            # two pools of block threads may overlap (instrumented, then clean), each thread with its stack
-            cap = vsize + MEMORY_LIMIT_BYTES + 2 * (threads_per_block + 8) * stack
-            if old_as[1] == resource.RLIM_INFINITY or cap <= old_as[1]:
-                resource.setrlimit(resource.RLIMIT_AS, (cap, old_as[1]))
-    except (OSError, ValueError):
-        pass  # limits are a safeguard; the runner's wall-clock limit still applies
-    try:
-        yield
-    finally:
-        for which, old in ((resource.RLIMIT_CPU, old_cpu), (resource.RLIMIT_AS, old_as)):
-            try:
-                resource.setrlimit(which, old)
-            except (OSError, ValueError):
-                pass
 
 
 @contextmanager
@@ -439,51 +404,48 @@ def capture_source(backend, request: dict) -> dict:
             raise described from None
 
     fake_modules: list = []
-    with user_limits(backend.simulator, tpb):
-        compile_ns = 0
-        if not backend.simulator:
-            t = time.perf_counter_ns()
-            launch_user(traced, traced_args)  # compiles both builds (excluded from timing)...
-            launch_user(clean, user_args)
-            cuda.synchronize()
-            compile_ns = time.perf_counter_ns() - t
-            copy_in()  # ...then every buffer starts again from its initial contents
-        else:
-            compile_ns = time.perf_counter_ns() - t_compile
-        recorder = (
-            start_access_recording(backend, request, device, bufs, grid, block)
-            if request.get("accesses")
-            else None
-        )
-        try:
-            with shared_allocations(backend.simulator, fake_modules):
-                _, steps["kernel"] = backend.timed(lambda: launch_user(traced, traced_args))
-        finally:
-            if recorder is not None:
-                from visualizer.engine import access_record as record
+    compile_ns = 0
+    if not backend.simulator:
+        t = time.perf_counter_ns()
+        launch_user(traced, traced_args)  # compiles both builds (excluded from timing)...
+        launch_user(clean, user_args)
+        cuda.synchronize()
+        compile_ns = time.perf_counter_ns() - t
+        copy_in()  # ...then every buffer starts again from its initial contents
+    else:
+        compile_ns = time.perf_counter_ns() - t_compile
+    recorder = (
+        start_access_recording(backend, request, device, bufs, grid, block)
+        if request.get("accesses")
+        else None
+    )
+    try:
+        with shared_allocations(backend.simulator, fake_modules):
+            _, steps["kernel"] = backend.timed(lambda: launch_user(traced, traced_args))
+    finally:
+        if recorder is not None:
+            from visualizer.engine import access_record as record
 
-                record.stop()
+            record.stop()
 
-        def copy_out():
-            return {k: device[k].copy_to_host() for k in arrays}, {
-                k: v.copy_to_host() for k, v in bufs.items()
-            }
+    def copy_out():
+        return {k: device[k].copy_to_host() for k in arrays}, {k: v.copy_to_host() for k, v in bufs.items()}
 
-        (after, recorded), steps["copy_out"] = backend.timed(copy_out)
+    (after, recorded), steps["copy_out"] = backend.timed(copy_out)
 
-        # the same timing as the built-in kernels; no flops model for a user's kernel (its bytes
-        # only decide the L2 flush), so no GB/s or GFLOP/s is claimed for it
-        timing = kernel_timing(
-            backend,
-            steps,
-            compile_ns,
-            int(request.get("repeats", 20)),
-            request.get("time_clean", True),
-            lambda: launch_user(clean, user_args),
-            lambda: launch_user(traced, traced_args),
-            float(sum(v.nbytes for v in arrays.values())),
-            0.0,
-        )
+    # the same timing as the built-in kernels; no flops model for a user's kernel (its bytes
+    # only decide the L2 flush), so no GB/s or GFLOP/s is claimed for it
+    timing = kernel_timing(
+        backend,
+        steps,
+        compile_ns,
+        int(request.get("repeats", 20)),
+        request.get("time_clean", True),
+        lambda: launch_user(clean, user_args),
+        lambda: launch_user(traced, traced_args),
+        float(sum(v.nbytes for v in arrays.values())),
+        0.0,
+    )
 
     def free():
         device.clear()

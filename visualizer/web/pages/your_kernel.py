@@ -1,16 +1,17 @@
 """Your kernel: paste a Numba CUDA kernel, give its launch and arguments, run it, see every page for it.
 
 The source is only parsed here (``ast``, for a syntax check and the kernel's parameter names); it
-runs in a separate worker process with time and memory limits, and only for a visitor the operator
-allowed (the key from ``serve``'s link, or VISUALIZER_ALLOW_USER_CODE=1; visualizer/userkernel/client.py).
+runs in a fresh sandboxed process for each run (engine/sandbox.py: bubblewrap where it
+works, hard rlimits always), and only for a visitor the operator allowed (the key from ``serve``'s
+link, or VISUALIZER_ALLOW_USER_CODE=1; engine/user_runner.py). The page says which isolation is in force.
 """
 
 import importlib.util
-import os
 
 import numpy as np
 import streamlit as st
 
+from visualizer.engine import sandbox
 from visualizer.engine.runner import KernelError, gpu_present
 from visualizer.engine.user_runner import (
     RUN_TIMEOUT_S,
@@ -29,7 +30,7 @@ from visualizer.web.current_kernel import (
 )
 from visualizer.web.examples import EXAMPLES
 from visualizer.web.guard import visitor_has_key
-from visualizer.web.session import as_text
+from visualizer.web.session import as_text, queue_text
 
 BACKENDS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
 MODES = ("one thread per element", "grid")
@@ -38,7 +39,8 @@ ERROR_MAX_CHARS = 1000  # an error quoting the visitor's source or arguments, sh
 
 @st.cache_resource(show_spinner=False)
 def runner_for(backend: str):
-    """One worker per backend for user code, shared by the sessions of this server (runs are serialised)."""
+    """The queue for user code on a backend, shared by the sessions of this server; every run in it
+    gets a fresh sandboxed process, never one another visitor's code ran in."""
     return get_user_runner(backend)
 
 
@@ -167,10 +169,11 @@ with right:
     # a shared link (or Memory access's "record") asks for a run: as a click would, where it could click
     run = link_run_requested() and allowed and not syntax_error and bool(params) or run
 
+    on = "gpu" if backend == "gpu" or (backend == "auto" and gpu_present()) else "sim"
     st.caption(
-        f"Runs in a worker process of its own, never in this server: stopped after {RUN_TIMEOUT_S:.0f} s "
-        f"(wall clock) or {os.environ.get('VISUALIZER_USER_CPU_S', '120')} s of CPU time. Not a sandbox: "
-        "it can do what this server's user account can."
+        f"Each run gets a fresh process of its own, never this server, and nothing of it stays. "
+        f"Isolation in force: **{sandbox.isolation(on)}**. Stopped after {RUN_TIMEOUT_S:.0f} s (wall "
+        f"clock); hard limits: {sandbox.limits_text()}."
     )
 
 if run and not allowed:  # a disabled button is a hint to the browser; the server decides
@@ -197,7 +200,14 @@ elif run:
             def progress(done, total):
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks")
 
-            cap = runner_for(chosen).capture_source(launch, progress=progress, accesses=accesses)
+            def waiting(ahead, running):  # another visitor's code holds every sandbox slot
+                text = queue_text(ahead, running, chosen)
+                status.update(label=text[0].upper() + text[1:])
+                bar.progress(0.0, text=text)
+
+            cap = runner_for(chosen).capture_source(
+                launch, progress=progress, waiting=waiting, accesses=accesses
+            )
             status.update(label=f"Ran {kernel} on {cap.launch['device_name']}", state="complete")
         st.session_state.capture = cap
         st.session_state.timing_history = []
