@@ -5,12 +5,12 @@ import io
 import json
 import re
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
 from visualizer.web.current_kernel import (
     LINK_MAX_BYTES,
     LINK_MAX_CHARS,
@@ -20,7 +20,6 @@ from visualizer.web.current_kernel import (
     encode_link,
 )
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 TOKEN = "test-key-" + "c" * 32  # the operator's key in these tests
 PAGES = ["overview", "grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "flash_attention"]
 
@@ -32,14 +31,8 @@ def _operator_key(monkeypatch):
 
 
 def _app(query: dict | None = None, token: str | None = TOKEN) -> AppTest:
-    at = AppTest.from_file(ENTRY, default_timeout=180)
-    for key, value in (query or {"backend": "sim"}).items():
-        at.query_params[key] = value
-    if token is not None:
-        at.query_params["token"] = token
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    """The app after a first visit with ``query`` (the operator's key too, unless ``token`` is None)."""
+    return open_app(**(query or {"backend": "sim"}), **({"token": token} if token is not None else {}))
 
 
 def _button(at, label):
