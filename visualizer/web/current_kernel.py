@@ -22,6 +22,7 @@ import zlib
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from visualizer.analysis.capture import Capture
 from visualizer.engine.user_runner import user_code_allowed
@@ -271,7 +272,10 @@ def _write_link(page: str | None) -> None:
     """The address bar for a visitor's kernel: the page, the page's choices, and ``yk``."""
     text = st.session_state.get("_yk_text")
     for key in [k for k in st.query_params if k not in PAGE_QUERY_KEYS]:
-        del st.query_params[key]  # the built-in kernel's name, backend and parameters
+        try:
+            del st.query_params[key]  # the built-in kernel's name, backend and parameters
+        except StreamlitAPIException:  # a widget bound to the URL owns this key (as in sync_query)
+            pass
     if page and st.query_params.get("page") != page:
         st.query_params["page"] = page
     if text is None:
