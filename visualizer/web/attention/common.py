@@ -8,6 +8,7 @@ import streamlit as st
 from visualizer.analysis.capture import Capture
 from visualizer.analysis.occupancy import ARCHS
 from visualizer.specs.attention import BROKEN_FLASH, fast_config
+from visualizer.web.current_kernel import YOURS_REPLACED
 from visualizer.web.session import (
     RunConfig,
     from_link,
@@ -114,4 +115,6 @@ def other_kernel(cap: Capture) -> None:
         "seq_len 80, tile 16, causal; the fast kernel: seq_len 200, head_dim 64, causal). The recorded H200 "
         "timings are below."
     )
+    if cap.launch.get("user_kernel"):  # an example is a built-in kernel: it replaces theirs as current
+        st.caption(YOURS_REPLACED)
     example_buttons()

@@ -22,6 +22,7 @@ from visualizer.web.session import (
     as_text,
     current_capture,
     from_link,
+    kernel_named,
     show_link_notices,
     show_run_problems,
     show_unrun_notice,
@@ -179,6 +180,8 @@ st.markdown(
 
 show_run_problems()
 cap = None if st.session_state.get("run_error") else current_capture()
+if cap is not None:
+    st.caption(kernel_named(cap))
 seen = st.session_state.get("occ_defaults_for")
 if cap is not None and seen is not None and seen != _run_key(cap):
     # A new run: start the sliders from its launch (before the widgets exist, as Streamlit requires).

@@ -190,13 +190,20 @@ if not cap.measured and (one_wave or not achieved.tail_blocks):
             f"{suggestion['tail_blocks']} of the {num_sms} SMs: the other {suggestion['idle_sms']} sit idle.",
             icon=":material/lightbulb:",
         )
-        c2.button(
-            f"Run n={suggestion['n']:,}, block={suggestion['block']} at {suggestion['regs']} regs",
-            key="sched_suggest",
-            on_click=_run_suggestion,
-            args=(suggestion, st.session_state.config.backend),
-            use_container_width=True,
-        )
+        if launch.get("user_kernel"):  # the suggestion is a built-in kernel: it would replace theirs
+            c2.caption(
+                "The suggested launch is the built-in *Vector add*, not your kernel, so there is no button "
+                "for it here: pick *Vector add* in the sidebar (**Use a built-in kernel instead**) to run "
+                "it, or give your kernel a bigger grid on the Your kernel page."
+            )
+        else:
+            c2.button(
+                f"Run n={suggestion['n']:,}, block={suggestion['block']} at {suggestion['regs']} regs",
+                key="sched_suggest",
+                on_click=_run_suggestion,
+                args=(suggestion, st.session_state.config.backend),
+                use_container_width=True,
+            )
 
 st.subheader("Blocks on SMs")
 chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")

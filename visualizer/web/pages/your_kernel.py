@@ -21,6 +21,13 @@ from visualizer.engine.user_runner import (
 )
 from visualizer.specs import source as uspec
 from visualizer.specs.catalog import LaunchError
+from visualizer.web.current_kernel import (
+    kept_uploads,
+    link_run_requested,
+    restore_form,
+    show_kept_uploads,
+    show_link_notice,
+)
 from visualizer.web.examples import EXAMPLES
 from visualizer.web.guard import visitor_has_key
 from visualizer.web.session import as_text, queue_text
@@ -55,7 +62,7 @@ def _on_example() -> None:
     load_example(st.session_state.uk_example)
 
 
-if "uk_source" not in st.session_state:
+if "uk_source" not in st.session_state and not restore_form():  # back here: the current kernel's form
     st.session_state.uk_example = "vector_add"
     load_example("vector_add")
 
@@ -70,6 +77,7 @@ st.markdown(
     "again: four times the blocks, each staging smaller tiles."
 )
 
+show_link_notice()  # a shared link's kernel: filled in, run or not, and why
 allowed, why = user_code_allowed(visitor_has_key())
 if not allowed:
     st.warning(
@@ -132,7 +140,11 @@ with right:
         key = f"uk_arg_{name}"
         st.session_state.setdefault(key, "zeros:float32:1000")
         arg_texts[name] = st.text_input(name, key=key)
-    uploads = st.file_uploader("upload .npy arrays (optional)", type=["npy"], accept_multiple_files=True)
+    fresh = st.file_uploader(
+        "upload .npy arrays (optional)", type=["npy"], accept_multiple_files=True, key="uk_upload"
+    )
+    uploads = kept_uploads(fresh)  # with the ones uploaded before in this session (page switches)
+    show_kept_uploads(fresh)
     reference = st.text_area(
         "numpy reference (optional): one `NAME = EXPR` per line over the argument names, or `fn:NAME`",
         key="uk_reference",
@@ -154,6 +166,8 @@ with right:
         use_container_width=True,
         disabled=not allowed or bool(syntax_error) or not params,
     )
+    # a shared link (or Memory access's "record") asks for a run: as a click would, where it could click
+    run = link_run_requested() and allowed and not syntax_error and bool(params) or run
 
     on = "gpu" if backend == "gpu" or (backend == "auto" and gpu_present()) else "sim"
     st.caption(
