@@ -461,7 +461,9 @@ def grid_figure(
     fig = go.Figure(data=traces)
     fig.update_layout(
         # at the figure's top edge, above a legend of two rows
-        title={"text": title, "x": 0, "xanchor": "left", "y": 0.99, "yref": "container", "yanchor": "top"},
+        # pad: plotly anchors a two-line title by its last line, so its first line needs room above
+        title={"text": title, "x": 0, "xanchor": "left", "y": 0.99, "yref": "container", "yanchor": "top",
+               "pad": {"t": 14}},
         height=height,
         # a legend of more than three items takes two rows above the plot: room for them under the title
         margin={"l": 60, "r": 20 if color_by == "active" else 150, "t": 80 if legend_items <= 3 else 105,

@@ -14,13 +14,13 @@ MODEL_GPUS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090":
 
 st.title("Warp & SM scheduling")
 st.markdown(
-    "A GPU is a set of **streaming multiprocessors (SMs)**; the block scheduler gives each SM as many blocks "
-    "as its registers, shared memory and warp slots allow, and hands out the next block whenever one "
-    "finishes, so a big grid runs in **waves**. A last wave that is only partly full leaves resident "
-    "**slots** empty (an SM runs fewer blocks than it could hold); when it has fewer blocks than the GPU "
-    "has SMs, whole **SMs** sit idle while the others finish: the **tail effect**. **Try:** run *Vector add* with `n=1048576` on a GPU and look "
-    "at the tail; on the simulator, use the suggested launch below, then switch the modelled GPU between "
-    "T4 (40 SMs) and H200 (132 SMs)."
+    "The block scheduler gives each **SM** as many blocks as its registers, shared memory and warp slots "
+    "allow, so a big grid runs in **waves**. A partly full last wave leaves **slots** empty; with fewer "
+    "blocks than SMs, whole **SMs** sit idle: the **tail effect**."
+)
+TRY = (
+    "Try: run *Vector add* with `n=1048576` on a GPU and look at the tail; on the simulator, use the "
+    "suggested launch below, then switch the modelled GPU between T4 (40 SMs) and H200 (132 SMs)."
 )
 
 
@@ -110,22 +110,29 @@ else:
     max_warps = int(blocks.attrs["max_warps_per_sm"])
     theoretical_warps, blocks_per_sm = int(blocks.attrs["warps_per_sm"]), int(blocks.attrs["blocks_per_sm"])
     st.warning(
-        f"**Modelled**, not measured: the simulator has no SMs, so this is the launch laid out on a {gpu} "
-        f"({num_sms} SMs, {blocks_per_sm} resident blocks per SM at {regs} registers/thread). Blocks go out "
-        f"in blockIdx order to the first free slot; each takes {blocks.attrs['block_cost_ns']:g} ns × its "
-        "share of active threads (a nominal cost). Times are model time, not GPU time."
+        f"**Modelled** on a {gpu} ({num_sms} SMs, {blocks_per_sm} blocks/SM at {regs} registers/thread): "
+        "the simulator has no SMs (details below the chart)."
+    )
+
+
+def why_modelled() -> None:
+    """How the modelled schedule is made, and the simulator's own order beside it (below the chart)."""
+    st.caption(
+        f"Blocks go out in blockIdx order to the first free slot; each takes {blocks.attrs['block_cost_ns']:g} "
+        "ns × its share of active threads (a nominal cost). Times are model time, not GPU time."
     )
     with st.expander("Why modelled? The simulator runs blocks one after another"):
         st.markdown(
             "The CUDA simulator runs one block at a time on one CPU thread (each CUDA thread a greenlet), "
             "so its recorded 'SM' is a "
             "round-robin stand-in and its times are the host clock: the blocks never overlap, as below. "
-            "The charts above the expander use the occupancy calculator's limits instead."
+            "The modelled charts use the occupancy calculator's limits instead."
         )
         chart(
             figs.sm_timeline_figure(schedule.assign_waves(captured_blocks), cap.source),
             key="sched_simulated_timeline",
         )
+
 
 scheduled = schedule.assign_waves(blocks, blocks_per_sm)
 achieved = schedule.achieved_occupancy(
@@ -150,6 +157,10 @@ m4.metric(
     help="share of the kernel's time spent in the last, partial wave (one wave has no tail); how idle "
     "the SMs were in it is said below",
 )
+chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")  # titled: blocks on SMs
+st.caption(TRY)
+if not cap.measured:
+    why_modelled()
 if one_wave:
     st.caption(
         f"All {achieved.blocks:,} blocks fit in one wave of {achieved.first_wave_blocks:,} "
@@ -204,9 +215,6 @@ if not cap.measured and (one_wave or not achieved.tail_blocks):
                 args=(suggestion, st.session_state.config.backend),
                 use_container_width=True,
             )
-
-st.subheader("Blocks on SMs")
-chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")
 
 st.subheader("One SM's warps")
 show_link_notices(from_link("sm", 0, (0, num_sms - 1)))
