@@ -197,24 +197,30 @@ if arch_note:
     st.info(arch_note)
 
 st.subheader("Calculator")
-arch = st.selectbox("GPU generation", list(ARCHS), format_func=lambda a: ARCHS[a].label, key="occ_arch")
-spec = ARCHS[arch]
-left, right = st.columns(2)
-threads = left.slider("threads per block", WARP_SIZE, 1024, step=WARP_SIZE, key="occ_threads")
-regs = left.slider("registers per thread", 0, 255, key="occ_regs")
-smem_kb = right.slider("dynamic shared memory per block (KB)", 0, 227, key="occ_smem_kb")
-static = right.slider("static shared memory per block (B)", 0, 48 * KB, step=128, key="occ_static")
+# the sliders beside the limits they move, so a projected page shows both at once
+controls, picture = st.columns([1, 1.45], gap="medium")
+with controls:
+    arch = st.selectbox("GPU generation", list(ARCHS), format_func=lambda a: ARCHS[a].label, key="occ_arch")
+    spec = ARCHS[arch]
+    threads = st.slider("threads per block", WARP_SIZE, 1024, step=WARP_SIZE, key="occ_threads")
+    regs = st.slider("registers per thread", 0, 255, key="occ_regs")
+    smem_kb = st.slider("dynamic shared memory per block (KB)", 0, 227, key="occ_smem_kb")
+    static = st.slider("static shared memory per block (B)", 0, 48 * KB, step=128, key="occ_static")
 smem_dynamic = smem_kb * KB
 to_link(*SLIDER_KEYS)
 
 result = occupancy_opted_in(arch, threads, regs, smem_dynamic, static)
-c1, c2, c3, c4 = st.columns([2, 2, 2, 3])
-c1.metric("blocks / SM", result.blocks_per_sm)
-c2.metric("warps / SM", f"{result.warps_per_sm} / {spec.max_warps_per_sm}")
-c3.metric("occupancy", f"{100 * result.occupancy:.1f}%")
 limiters = " + ".join(name.replace("_", " ") for name in result.limiters)
-# several limiters at once are too long for a metric column at 1280 px: then the whole row
-(c4 if len(limiters) <= 16 else st).metric("limiter", limiters)
+with picture:
+    chart(limits_figure(result), key="occ_limits")
+with controls:
+    c1, c2 = st.columns(2)
+    c1.metric("blocks / SM", result.blocks_per_sm)
+    c2.metric("warps / SM", f"{result.warps_per_sm} / {spec.max_warps_per_sm}")
+    c3, c4 = st.columns(2)
+    c3.metric("occupancy", f"{100 * result.occupancy:.1f}%")
+    # several limiters at once are too long for half a column at 1280 px: then the column's width
+    (c4 if len(limiters) <= 12 else st).metric("limiter", limiters)
 if static + smem_dynamic > spec.smem_per_block_optin:
     st.error(
         f"Cannot launch: {static + smem_dynamic:,} B of shared memory per block is over the "
@@ -229,7 +235,6 @@ st.caption(
     "Dynamic shared memory above 48 KB assumes the kernel opted in (cudaFuncSetAttribute)."
 )
 chart(impact_figure(arch, threads, regs, smem_dynamic, static, _kernel_regs(cap)), key="occ_impact")
-chart(limits_figure(result), key="occ_limits")
 
 if cap is None:
     st.info("Run a kernel from the sidebar to compare with a real launch and see its achieved occupancy.")
