@@ -49,7 +49,8 @@ def test_page_renders_with_capture_defaults_and_source_labels():
     titles = [c["layout"]["title"]["text"] for c in charts]
     assert all("modelled" in t for t in titles), titles
     assert "H200 / H100 (sm_90)" in _impact(at)["layout"]["title"]["text"]
-    assert sum("not meaningful" in t for t in titles) == 1  # the simulator's timestamps are not an occupancy measurement
+    # the simulator's timestamps are not an occupancy measurement
+    assert sum("not meaningful" in t for t in titles) == 1
     history = at.session_state.occupancy_history
     assert [(h["threads"], h["theoretical"]) for h in history] == [(128, 1.0)]
 
