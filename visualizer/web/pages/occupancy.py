@@ -16,6 +16,7 @@ from visualizer.analysis.occupancy_timeline import (
 from visualizer.figures.occupancy import achieved_figure, impact_figure, limits_figure, measured_points_figure
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
+from visualizer.specs.launch import ceil_div
 from visualizer.web.charts import chart
 from visualizer.web.session import (
     RunConfig,
@@ -82,9 +83,9 @@ def _slider_defaults(cap) -> dict:
     return {
         "occ_arch": _arch_of(cap)[0],
         # Whole warps: 48 threads occupy as much as 64.
-        "occ_threads": min(1024, max(WARP_SIZE, -(-threads // WARP_SIZE) * WARP_SIZE)),
+        "occ_threads": min(1024, max(WARP_SIZE, ceil_div(threads, WARP_SIZE) * WARP_SIZE)),
         "occ_regs": (_kernel_regs(cap) or {}).get("instrumented", SIM_REGS),
-        "occ_smem_kb": min(227, -(-int(launch.get("dynamic_smem_bytes") or 0) // KB)),
+        "occ_smem_kb": min(227, ceil_div(int(launch.get("dynamic_smem_bytes") or 0), KB)),
         "occ_static": min(48 * KB, int(launch.get("static_smem_bytes") or 0)),
     }
 
@@ -244,7 +245,7 @@ show_unrun_notice(cap)
 launch = cap.launch
 st.subheader(f"The launch you ran: {launch['kernel']} with {launch['threads_per_block']} threads per block")
 blocks_per_sm, max_warps, theory_from = _captured_theoretical(cap)
-warps_per_block = -(-launch["threads_per_block"] // WARP_SIZE)
+warps_per_block = ceil_div(launch["threads_per_block"], WARP_SIZE)
 theoretical_warps = blocks_per_sm * warps_per_block
 if cap.measured:
     rows = _driver_rows(cap, _arch_of(cap)[0])

@@ -6,6 +6,7 @@ from visualizer.analysis import schedule
 from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
 from visualizer.figures import scheduling as figs
 from visualizer.specs.catalog import SIM_MAX_THREADS
+from visualizer.specs.launch import ceil_div
 from visualizer.web.charts import chart
 from visualizer.web.session import RunConfig, from_link, require_capture, show_link_notices, to_link
 from visualizer.web.sidebar import load_config
@@ -33,7 +34,7 @@ def _run_suggestion(suggestion: dict, backend: str) -> None:
 cap = require_capture()
 launch = cap.launch
 tpb = int(launch["threads_per_block"])
-warps_per_block = -(-tpb // WARP_SIZE)
+warps_per_block = ceil_div(tpb, WARP_SIZE)
 
 
 def captured_tables() -> tuple:
