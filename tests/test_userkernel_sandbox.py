@@ -247,8 +247,8 @@ def test_the_reference_expression_runs_in_the_sandbox(tmp_path):
 def test_a_built_in_worker_refuses_visitor_source():
     request = {**plan(source()).request("sim"), "time_clean": False}
     with Runner("sim") as runner:
-        kind, _, *payload = runner._exchange(request, 60, None, "a source request")
-    assert kind == "error" and "does not run that kind of request" in payload[0]
+        reply = runner._exchange(request, 60, None, "a source request")
+    assert reply.kind == "error" and "does not run that kind of request" in reply.payload
 
 
 def test_the_second_visitor_is_told_its_place_in_line():

@@ -83,8 +83,8 @@ def run(backend, job: Job, repeats: int = 20, time_clean: bool = True, before_fr
     still exist (the torch baseline of a built-in kernel)."""
     cuda = backend.cuda
     steps: dict[str, float] = {}
-    if backend.progress is not None:
-        backend.progress(-(job.grid[0] * job.grid[1] * job.grid[2]))  # announce the total blocks
+    if backend.announce_blocks is not None:
+        backend.announce_blocks(job.grid[0] * job.grid[1] * job.grid[2])
 
     (device, bufs), steps["allocate"] = backend.timed(
         lambda: (

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from visualizer.analysis.capture import Capture, build_capture
+from visualizer.engine.messages import MalformedMessage, Message
 from visualizer.specs.catalog import LaunchError, admit_capture, limits_from_info
 
 BACKENDS = ("auto", "gpu", "sim")
@@ -123,14 +124,14 @@ class Runner:
         child.close()
         self._proc, self._conn = proc, self._channel(Connection(parent.detach()))
         try:
-            kind, _, *payload = self._receive(None, START_TIMEOUT_S, None, "starting the worker")
+            first = self._receive(None, START_TIMEOUT_S, None, "starting the worker")
         except RunTimeout as exc:
             self._stop(kill=True)
             raise KernelError(f"{exc}; the worker was stopped") from None
-        if kind != "ready":
+        if first.kind != "ready":
             self._stop()
-            raise KernelError(f"{self.backend} worker failed to start: {payload[0]}")
-        self.device_info = payload[0]
+            raise KernelError(f"{self.backend} worker failed to start: {first.payload}")
+        self.device_info = first.payload
 
     def _popen_args(self, fd: int) -> dict:
         """How a worker is started (UserRunner starts a sandboxed one instead)."""
@@ -194,16 +195,20 @@ class Runner:
                     progress(done, total)
                 continue
             try:
-                msg = self._conn.recv()
+                msg = Message.from_wire(self._conn.recv())
             except (EOFError, OSError):
                 return self._died(what)
-            if msg[1] != rid:
+            except MalformedMessage as exc:
+                self._stop(kill=True)
+                raise KernelError(f"{what}: {exc}; the worker was stopped") from None
+            if msg.request_id != rid:
                 continue  # left over from an earlier request
-            if msg[0] == "progress":
-                if msg[2] < 0:
-                    total, done = -msg[2] * launches, 0
-                else:
-                    done += msg[2]
+            if msg.kind == "blocks":  # a launch begins: its blocks, times the launches of this request
+                if not total:
+                    total, done = msg.payload * launches, 0
+                continue
+            if msg.kind == "progress":
+                done += msg.payload
                 if progress is not None and total:
                     last_call = time.monotonic()
                     progress(done, total)
@@ -293,7 +298,7 @@ class Runner:
                         threading.Thread(target=self._warm_up, daemon=True).start()
                 elif self.one_run_per_worker:
                     self._stop(kill=True)  # a fresh process for every run: nothing of this one stays
-            if reply[0] == "fatal":
+            if reply.kind == "fatal":
                 self._stop(kill=True)
                 self.restarts += 1
         return reply
@@ -344,14 +349,13 @@ class Runner:
             reply = self._exchange(request, timeout or self.run_timeout, progress, what, launches, admit)
         except RunTimeout as exc:
             raise KernelError(f"{exc}; it was stopped (try a smaller launch)") from None
-        kind = reply[0]
-        if kind == "invalid":
-            raise LaunchError(reply[2])
-        if kind == "fatal":
-            raise KernelError(f"{kernel} faulted on the GPU: {reply[2]} (the worker was restarted)")
-        if kind == "error":
-            raise KernelError(f"{kernel} failed: {reply[2]}")
-        return build_capture(reply[2])
+        if reply.kind == "invalid":
+            raise LaunchError(reply.payload)
+        if reply.kind == "fatal":
+            raise KernelError(f"{kernel} faulted on the GPU: {reply.payload} (the worker was restarted)")
+        if reply.kind == "error":
+            raise KernelError(f"{kernel} failed: {reply.payload}")
+        return build_capture(reply.payload)
 
 
 class RunTimeout(Exception):

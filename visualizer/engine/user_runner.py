@@ -136,7 +136,7 @@ class UserRunner(Runner):
         self.last_exit_code = None
         self._reply_limit = reply_bytes(launch, accesses)
         try:
-            kind, _, *payload = self._exchange(request, limit, progress, what, launches)
+            reply = self._exchange(request, limit, progress, what, launches)
         except (KernelError, RunTimeout) as exc:
             refused = self._wire.error if self._wire is not None else None
             if refused:
@@ -144,14 +144,16 @@ class UserRunner(Runner):
                     f"your code sent the server a message it does not accept ({refused}); its sandbox was killed"
                 ) from None
             raise KernelError(_explain(str(exc), limit, self.last_exit_code)) from None
-        if kind == "invalid":
-            raise LaunchError(payload[0])
-        if kind == "fatal":  # the worker was reaped by _exchange
-            raise KernelError(f"{launch.kernel} faulted on the GPU: {payload[0]} (the worker was restarted)")
-        if kind == "error":
-            raise KernelError(payload[0].removeprefix("UserCodeError: "))
+        if reply.kind == "invalid":
+            raise LaunchError(reply.payload)
+        if reply.kind == "fatal":  # the worker was reaped by _exchange
+            raise KernelError(
+                f"{launch.kernel} faulted on the GPU: {reply.payload} (the worker was restarted)"
+            )
+        if reply.kind == "error":
+            raise KernelError(reply.payload.removeprefix("UserCodeError: "))
         try:
-            return build_capture(payload[0])
+            return build_capture(reply.payload)
         except Exception as exc:  # a reply shaped by the sandbox's code, not by ours: one line, never a crash
             raise KernelError(
                 f"the sandbox's reply could not be read ({type(exc).__name__}: {exc})"[:300]
@@ -168,14 +170,12 @@ def _ptx_source(runner: UserRunner, launch: SourceLaunch, arch: str, timeout: fl
     limit = timeout or runner.run_timeout
     runner._reply_limit = PTX_REPLY_BYTES
     try:
-        kind, _, *payload = runner._exchange(
-            request, limit, None, f"compiling your kernel {launch.kernel}", 1
-        )
+        answer = runner._exchange(request, limit, None, f"compiling your kernel {launch.kernel}", 1)
     except (KernelError, RunTimeout) as exc:
         raise KernelError(_explain(str(exc), limit, runner.last_exit_code)) from None
-    if kind in ("invalid", "error", "fatal"):
-        raise KernelError(str(payload[0])[:300])
-    reply = payload[0]
+    if answer.failed:
+        raise KernelError(str(answer.payload)[:300])
+    reply = answer.payload
     if not isinstance(reply, dict) or not isinstance(reply.get("ptx"), str):
         raise KernelError("the sandbox's reply could not be read (no PTX in it)")
     return reply

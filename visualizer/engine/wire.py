@@ -13,11 +13,12 @@ import json
 
 import numpy as np
 
+from visualizer.engine.messages import MalformedMessage, Message
+
 MAX_HEADER_BYTES = 64 << 20
 MAX_BLOBS = 4096
 KINDS = frozenset("biufcSUmM")  # numpy dtype kinds that are plain bytes (no objects, no structs)
 MAX_FIELDS = 16  # a record dtype (e.g. RNG states) may have this many plain fields
-MESSAGE_KINDS = frozenset({"ready", "progress", "ok", "error", "invalid", "fatal"})
 
 
 class WireError(OSError):
@@ -149,17 +150,11 @@ class Channel:
 
 
 def check_reply(msg) -> tuple:
-    """A message from a sandbox as the runner reads it: (kind, request id, ...), else WireError."""
-    if not isinstance(msg, tuple) or len(msg) < 2 or msg[0] not in MESSAGE_KINDS:
-        raise WireError("malformed message from the sandbox")
-    if msg[1] is not None and (type(msg[1]) is not int):
-        raise WireError("malformed message from the sandbox: its request id")
-    if msg[0] == "progress" and (len(msg) != 3 or type(msg[2]) is not int):
-        raise WireError("malformed progress message from the sandbox")
-    if msg[0] in ("error", "invalid", "fatal") and not (len(msg) >= 3 and isinstance(msg[2], str)):
-        raise WireError("malformed error message from the sandbox")
-    if msg[0] in ("ok", "ready") and not (len(msg) >= 3 and isinstance(msg[2], dict)):
-        raise WireError("malformed reply from the sandbox")
+    """A message from a sandbox as the runner reads it (engine/messages.py checks it), else WireError."""
+    try:
+        Message.from_wire(msg)
+    except MalformedMessage as exc:
+        raise WireError(str(exc).replace("from the worker", "from the sandbox")) from None
     return msg
 
 

@@ -16,6 +16,8 @@ import traceback
 
 import numpy as np
 
+from visualizer.engine.messages import Message
+
 PER_WARP_ABOVE = 1 << 16  # above this many threads, record timing once per warp (lane 0)
 SIM_THREAD_STACK_BYTES = 4 * 2**20
 
@@ -79,12 +81,13 @@ def limit_cpu(seconds: float | None) -> None:
 class Backend:
     """What differs between the GPU and the simulator, behind one small interface."""
 
-    def __init__(self, name: str, progress=None):
+    def __init__(self, name: str, progress=None, announce_blocks=None):
         from numba import cuda
 
         self.name = name
         self.cuda = cuda
-        self.progress = progress
+        self.progress = progress  # progress(n): n more blocks finished (the simulator counts them)
+        self.announce_blocks = announce_blocks  # announce_blocks(n): one launch has n blocks
         self.simulator = name == "sim"
         if self.simulator:
             from visualizer.engine import fastsim
@@ -347,18 +350,24 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
     limit_memory()
     current = {"id": None}  # the request being served, echoed on its progress messages
 
-    def progress(n):
-        try:
-            conn.send(("progress", current["id"], n))
-        except (BrokenPipeError, OSError):
-            pass
+    def say(kind, payload=None, detail=None):
+        conn.send(Message(kind, current["id"], payload, detail).to_wire())
+
+    def tell(kind):  # progress messages: a worker whose runner left keeps running its request
+        def send(n):
+            try:
+                say(kind, n)
+            except (BrokenPipeError, OSError):
+                pass
+
+        return send
 
     try:
-        backend = Backend(backend_name, progress)
+        backend = Backend(backend_name, tell("progress"), tell("blocks"))
     except Exception as exc:
-        conn.send(("error", None, one_line(exc)))
+        say("error", one_line(exc))
         return
-    conn.send(("ready", None, backend.device_info()))
+    say("ready", backend.device_info())
     if after_ready is not None:
         after_ready(backend)
     while True:
@@ -368,15 +377,15 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
             return
         if request is None:
             return
-        rid = current["id"] = request.get("id")
+        current["id"] = request.get("id")
         limit_cpu(request.get("cpu_limit_s"))
         try:
             if request.get("op") == "info":
-                conn.send(("ok", rid, backend.device_info()))
+                say("ok", backend.device_info())
                 continue
             visitor_op = request.get("op") in ("source", "ptx_source")
             if visitor_op != user_code:
-                conn.send(("error", rid, "this worker does not run that kind of request"))
+                say("error", "this worker does not run that kind of request")
                 continue
             if request.get("op") == "ptx_source":  # compiled here, in the visitor's sandbox
                 from visualizer.engine import ptx
@@ -386,16 +395,16 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
                 )
             else:
                 result = (capture_source if user_code else capture)(backend, request)
-            conn.send(("ok", rid, result))
+            say("ok", result)
         except Exception as exc:
             from visualizer.specs.catalog import LaunchError
 
             if isinstance(exc, LaunchError):
-                conn.send(("invalid", rid, str(exc)))
+                say("invalid", str(exc))
                 continue
             fatal = is_fatal_cuda_error(exc)
             detail = traceback.format_exc(limit=-3)
-            conn.send(("fatal" if fatal else "error", rid, one_line(exc), detail))
+            say("fatal" if fatal else "error", one_line(exc), detail)
             if fatal:
                 # A faulted CUDA context is unusable, and freeing its memory at exit only repeats the
                 # error: leave at once so the runner starts a fresh worker.
