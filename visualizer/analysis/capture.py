@@ -38,6 +38,8 @@ class Capture:
     accesses: pd.DataFrame | None = None
     requests: pd.DataFrame | None = None
     hazards: pd.DataFrame | None = None
+    # runs > 1 (analysis/races.py): each output after every run, stacked (N, *shape); None for one run
+    runs: dict[str, np.ndarray] | None = None
 
     @property
     def measured(self) -> bool:
@@ -194,4 +196,20 @@ def build_capture(reply: dict) -> Capture:
         from visualizer.analysis import memory as memory_tables
 
         cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
+    if "runs" in reply:
+        from visualizer.analysis import races
+
+        cap.runs = dict(reply["runs"])
+        if launch.get("user_kernel"):
+            correct = list(reply.get("runs_correct") or [None] * launch["runs"]["count"])
+        else:
+            correct = [
+                bool(
+                    check_outputs(
+                        spec, launch["params"], inputs, {**outputs, **races.run_arrays(cap.runs, i)}
+                    )["correct"]
+                )
+                for i in range(launch["runs"]["count"])
+            ]
+        launch["runs"] = {**launch.get("runs", {}), **races.summary(cap.runs), "correct": correct}
     return cap

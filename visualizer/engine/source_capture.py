@@ -25,7 +25,7 @@ import sys
 import time
 import traceback
 import types
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -373,6 +373,7 @@ def capture_source(backend, request: dict) -> dict:
     """Run a user's kernel once instrumented (and time it clean); the same payload as worker.capture."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
     from visualizer.engine.measure import kernel_timing, resources
+    from visualizer.engine.pipeline import more_runs, schedule, schedule_fields
     from visualizer.specs import catalog
 
     cuda = backend.cuda
@@ -455,9 +456,14 @@ def capture_source(backend, request: dict) -> dict:
             if request.get("accesses")
             else None
         )
+        runs, schedule_seed, schedules = int(request.get("runs", 1)), request.get("schedule_seed"), []
         try:
-            with shared_allocations(backend.simulator, fake_modules):
+            with (
+                shared_allocations(backend.simulator, fake_modules),
+                schedule(backend, schedule_seed, 0) as sch,
+            ):
                 _, steps["kernel"] = backend.timed(lambda: launch_user(traced, traced_args))
+            schedules.append(schedule_fields(schedule_seed, 0, sch))
         finally:
             if recorder is not None:
                 from visualizer.engine import access_record as record
@@ -470,6 +476,10 @@ def capture_source(backend, request: dict) -> dict:
             }
 
         (after, recorded), steps["copy_out"] = backend.timed(copy_out)
+        stacked = more_runs(  # runs > 1: the same launch from the same inputs (engine/pipeline.py)
+            backend, after, runs, schedule_seed, schedules, copy_in, lambda: launch_user(traced, traced_args),
+            nullcontext, lambda: {k: device[k].copy_to_host() for k in arrays},
+        )  # fmt: skip
 
         # the same timing as the built-in kernels; no flops model for a user's kernel (its bytes
         # only decide the L2 flush), so no GB/s or GFLOP/s is claimed for it
@@ -535,7 +545,19 @@ def capture_source(backend, request: dict) -> dict:
     }
     if recorder is not None:
         reply["accesses"] = recorder.buffers()
+    if stacked is not None:  # every run's written arrays, and each run checked like run 0
+        written = [k for k in arrays if k in changed or any(not _same(before[k], r) for r in stacked[k])]
+        reply["runs"] = {k: stacked[k] for k in written}
+        reply["runs_correct"] = [
+            check_reference(request, module, before, {k: stacked[k][i] for k in arrays}, filename)["correct"]
+            for i in range(runs)
+        ]
+        launch_info["runs"] = {"count": runs, "seed": schedule_seed, "schedules": schedules}
     return reply
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def start_access_recording(backend, request: dict, device: dict, bufs: dict, grid, block):
