@@ -199,17 +199,18 @@ def build_capture(reply: dict) -> Capture:
     if "runs" in reply:
         from visualizer.analysis import races
 
-        cap.runs = dict(reply["runs"])
+        n = launch["runs"]["count"]
         if launch.get("user_kernel"):
-            correct = list(reply.get("runs_correct") or [None] * launch["runs"]["count"])
+            correct = list(reply.get("runs_correct") or [None] * n)
         else:
+            runs = reply["runs"]
             correct = [
                 bool(
-                    check_outputs(
-                        spec, launch["params"], inputs, {**outputs, **races.run_arrays(cap.runs, i)}
-                    )["correct"]
+                    check_outputs(spec, launch["params"], inputs, {**outputs, **races.run_arrays(runs, i)})[
+                        "correct"
+                    ]
                 )
-                for i in range(launch["runs"]["count"])
+                for i in range(n)
             ]
-        launch["runs"] = {**launch.get("runs", {}), **races.summary(cap.runs), "correct": correct}
+        races.attach(cap, reply["runs"], correct)
     return cap

@@ -30,6 +30,13 @@ def _as_uint(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(flat).view(np.uint8)
 
 
+def attach(cap, runs: dict[str, np.ndarray], correct: list) -> None:
+    """Put a reply's runs on its Capture: cap.runs, and launch.json's runs counted (``summary``) with
+    each run's verdict against the reference (None: no reference)."""
+    cap.runs = dict(runs)
+    cap.launch["runs"] = {**cap.launch.get("runs", {}), **summary(cap.runs), "correct": list(correct)}
+
+
 def run_arrays(runs: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
     """Run i's outputs."""
     return {k: v[i] for k, v in runs.items()}

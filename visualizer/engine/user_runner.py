@@ -17,7 +17,7 @@ import numpy as np
 
 from visualizer.analysis.capture import Capture, threads_table
 from visualizer.engine.runner import KernelError, Runner, RunTimeout, resolve_backend
-from visualizer.specs.catalog import LaunchError
+from visualizer.specs.catalog import MAX_RUNS, LaunchError
 from visualizer.specs.source import SourceLaunch
 
 RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_USER_TIMEOUT_S", "120"))
@@ -94,6 +94,10 @@ def build_user_capture(reply: dict) -> Capture:
         from visualizer.analysis import memory as memory_tables
 
         cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
+    if "runs" in reply:  # the launch run N times (analysis/races.py)
+        from visualizer.analysis import races
+
+        races.attach(cap, reply["runs"], reply.get("runs_correct") or [None] * launch["runs"]["count"])
     return cap
 
 
@@ -113,13 +117,20 @@ class UserRunner(Runner):
         time_clean: bool = True,
         progress=None,
         timeout: float | None = None,
+        runs: int = 1,
+        schedule_seed: int | None = None,
     ) -> Capture:
-        """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError."""
+        """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
+        ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py)."""
+        if not 1 <= int(runs) <= MAX_RUNS:
+            raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
+        if runs > 1 or schedule_seed is not None:
+            request.update(runs=int(runs), schedule_seed=schedule_seed)
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
         # the simulator runs the kernel twice when timing it clean
-        launches = 2 if self.backend == "sim" and time_clean else 1
+        launches = (2 if self.backend == "sim" and time_clean else 1) + int(runs) - 1
         self.last_exit_code = None
         try:
             kind, _, *payload = self._exchange(request, limit, progress, what, launches)

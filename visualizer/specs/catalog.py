@@ -384,5 +384,6 @@ def admit_capture(
     launch run that many times (races made visible): runs x its cost (launch.runs_cost)."""
     spec, values, launch = plan_launch(name, params, backend, limits)
     cost = runs_cost(launch_cost(spec, values, launch), runs)
-    check_cost(spec.name, cost, limits or DeviceLimits(), backend, capture=True)
+    name = spec.name if runs == 1 else f"{spec.name} run {runs} times"
+    check_cost(name, cost, limits or DeviceLimits(), backend, capture=True)
     return spec, values, launch, cost

@@ -1,0 +1,217 @@
+"""Races you can watch happen (issue 25): the same launch run N times in seeded schedules on the
+simulator, outputs compared cell by cell; races nobody here wrote, as visitors' sources."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from visualizer.analysis import races
+from visualizer.engine.runner import Runner
+from visualizer.engine.user_runner import UserRunner
+from visualizer.specs.catalog import LaunchError, admit_capture
+from visualizer.specs.source import plan_source_launch
+
+SEEDS = range(8)
+
+# --- races nobody here wrote: textbook kernels with the one line that makes them safe left out ----
+
+REVERSE = """
+from numba import cuda, float32
+
+N = 128
+
+@cuda.jit
+def reverse(a, out):
+    s = cuda.shared.array(N, float32)
+    t = cuda.threadIdx.x
+    i = cuda.blockIdx.x * N + t
+    s[t] = a[i]
+    BARRIER
+    out[i] = s[N - 1 - t]
+"""
+
+HISTOGRAM = """
+from numba import cuda
+
+@cuda.jit
+def histogram(x, bins):
+    i = cuda.grid(1)
+    if i < x.size:
+        b = x[i] % bins.size
+        UPDATE
+"""
+
+MATMUL = """
+from numba import cuda, float32
+
+TILE = 8
+
+@cuda.jit
+def matmul(A, B, C):
+    sA = cuda.shared.array((TILE, TILE), float32)
+    sB = cuda.shared.array((TILE, TILE), float32)
+    x, y = cuda.grid(2)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    acc = float32(0.0)
+    for t in range(A.shape[1] // TILE):
+        sA[ty, tx] = A[y, t * TILE + tx]
+        sB[ty, tx] = B[t * TILE + ty, x]
+        cuda.syncthreads()
+        for k in range(TILE):
+            acc += sA[ty, k] * sB[k, tx]
+        BARRIER
+    C[y, x] = acc
+"""
+
+CASES = {
+    # name: (source, kernel, grid, block, args, reference, racy text, race-free text)
+    "reverse": (REVERSE, "reverse", "2", "128", {"a": "arange:float32:256", "out": "zeros:float32:256"},
+                "out = a.reshape(2, 128)[:, ::-1].reshape(-1)", "pass", "cuda.syncthreads()"),
+    "histogram": (HISTOGRAM, "histogram", "2", "128", {"x": "arange:int32:256", "bins": "zeros:int32:4"},
+                  "bins = np.bincount(x % 4, minlength=4).astype(np.int32)", "bins[b] += 1",
+                  "cuda.atomic.add(bins, b, 1)"),
+    "matmul": (MATMUL, "matmul", "2,2", "8,8", {"A": "rand:float32:16x16", "B": "rand:float32:16x16",
+               "C": "zeros:float32:16x16"}, "C = A @ B", "pass", "cuda.syncthreads()"),
+}  # fmt: skip
+
+
+def source(name: str, racy: bool) -> str:
+    src, *_, bad, good = CASES[name]
+    key = "BARRIER" if "BARRIER" in src else "UPDATE"
+    return textwrap.dedent(src).replace(key, bad if racy else good)
+
+
+def launch_plan(name: str, racy: bool):
+    _, kernel, grid, block, args, ref, *_ = CASES[name]
+    return plan_source_launch(
+        source(name, racy), kernel, grid=grid, block=block, args=args, reference=[ref], filename=f"{name}.py"
+    )
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with Runner("sim") as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def user_runner():
+    with UserRunner("sim") as r:
+        yield r
+
+
+# --- the built-in race demo ------------------------------------------------------------------
+
+
+def test_reduction_race_gives_several_outputs_over_8_seeded_runs_and_replays_bit_for_bit(runner):
+    cap = runner.capture("reduction_race", {"n": 1000, "block": 128}, runs=8, schedule_seed=1)
+    r = cap.launch["runs"]
+    assert r["count"] == 8 and r["seed"] == 1
+    assert cap.runs["partial"].shape == (8, 8)
+    assert r["distinct"] >= 2 and r["differing_elements"] >= 1
+    # run 0 is the capture itself: its tables and its outputs are the first run's
+    np.testing.assert_array_equal(cap.runs["partial"][0], cap.outputs["partial"])
+    assert len(r["correct"]) == 8 and not all(r["correct"])
+    again = runner.capture("reduction_race", {"n": 1000, "block": 128}, runs=8, schedule_seed=1)
+    np.testing.assert_array_equal(again.runs["partial"], cap.runs["partial"])  # the same schedules
+    other = runner.capture("reduction_race", {"n": 1000, "block": 128}, runs=8, schedule_seed=2)
+    assert not np.array_equal(other.runs["partial"], cap.runs["partial"])  # other seeds, other orders
+
+
+def test_race_free_reduction_gives_exactly_one_output_in_8_seeded_runs(runner):
+    cap = runner.capture("reduction", {"n": 1000, "block": 128}, runs=8, schedule_seed=1)
+    assert cap.launch["runs"]["distinct"] == 1 and cap.launch["runs"]["differing_elements"] == 0
+    assert all(cap.launch["runs"]["correct"])
+    table = races.runs_table(cap.runs, cap.launch["runs"]["correct"], cap.launch["runs"]["schedules"], "sim")
+    assert races.verdict(table) == "Right in all 8 runs, with the same output, bit for bit."
+    # the schedules really differed: each run drew its own warp steps
+    assert len({json.dumps(s) for s in cap.launch["runs"]["schedules"]}) > 1
+
+
+def test_unseeded_runs_keep_the_fixed_order(runner):
+    plain = runner.capture("reduction_race", {"n": 512, "block": 128})
+    runs = runner.capture("reduction_race", {"n": 512, "block": 128}, runs=3)
+    assert runs.launch["runs"]["distinct"] == 1  # no seed: the simulator's one linear order, every run
+    np.testing.assert_array_equal(runs.runs["partial"][2], plain.outputs["partial"])
+
+
+def test_runs_cost_is_n_times_one_launch_under_the_admission_rules():
+    params = {"n": 2**12, "block": 128}
+    _, _, _, one = admit_capture("reduction_race", params, "sim")
+    _, _, _, eight = admit_capture("reduction_race", params, "sim", runs=8)
+    assert eight.thread_steps == 8 * one.thread_steps
+    with pytest.raises(LaunchError, match="run 64 times would take about"):
+        admit_capture("reduction_race", {"n": 2**16, "block": 128}, "sim", runs=64)
+    with pytest.raises(LaunchError, match="runs must be"):
+        admit_capture("reduction_race", params, "sim", runs=65)
+
+
+# --- visitors' kernels: the Your-kernel path --------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_visitor_races_differ_over_8_seeds_and_their_fixes_do_not(user_runner, name):
+    racy = user_runner.capture_source(launch_plan(name, racy=True), runs=8, schedule_seed=5, time_clean=False)
+    r = racy.launch["runs"]
+    assert r["distinct"] >= 2, r
+    assert not all(r["correct"]), r["correct"]
+    again = user_runner.capture_source(
+        launch_plan(name, racy=True), runs=8, schedule_seed=5, time_clean=False
+    )
+    for k in racy.runs:
+        np.testing.assert_array_equal(again.runs[k], racy.runs[k])
+    fixed = user_runner.capture_source(
+        launch_plan(name, racy=False), runs=8, schedule_seed=5, time_clean=False
+    )
+    assert fixed.launch["runs"]["distinct"] == 1 and all(fixed.launch["runs"]["correct"])
+
+
+# --- the tables ------------------------------------------------------------------------------
+
+
+def test_cells_and_verdict_on_a_hand_made_stack():
+    runs = {"out": np.array([[1, 2, 3], [1, 2, 4], [1, 5, 6], [1, 2, 3]], np.float32)}
+    s = races.summary(runs)
+    assert s == {"count": 4, "distinct": 3, "differing_elements": 2}
+    cells = races.cells(runs, "out", "simulated")
+    assert cells["distinct"].tolist() == [1, 2, 3] and cells["differs"].tolist() == [False, True, True]
+    t = races.runs_table(runs, [True, False, False, True], None, "simulated")
+    assert t["outcome"].tolist() == [0, 1, 2, 0]
+    assert races.verdict(t) == "Right in 2 of 4 runs - and wrong in two (3 different outputs)."
+    one = races.runs_table(runs, [True, True, False, True], None, "simulated")
+    assert races.verdict(one).startswith("Right in 3 of 4 runs - and wrong in one")
+    nan = {"x": np.array([[np.nan], [np.nan]], np.float32)}
+    assert races.summary(nan)["distinct"] == 1  # NaN equals NaN, bit for bit
+
+
+def test_hazards_join_the_cells_that_differ(runner):
+    cap = runner.capture("reduction_race", {"n": 512, "block": 128}, runs=8, schedule_seed=1, accesses=True)
+    cells = races.cells(cap.runs, "partial", cap.source)
+    joined = races.hazards_at(cells, cap.hazards, cap.accesses)
+    assert set(joined["index"]) == set(cells.loc[cells["differs"], "index"])
+    assert (joined["space"] == "shared").all() and set(joined["kind"]) >= {"RAW"}
+    assert isinstance(races.hazard_summary(joined), pd.DataFrame)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_cli_runs_writes_runs_npz_and_refuses_too_many_runs_in_one_line(tmp_path):
+    out = tmp_path / "bundle"
+    cmd = [sys.executable, "-m", "visualizer", "capture", "reduction_race", "--backend", "sim", "--param",
+           "n=512", "--out", str(out), "--runs", "4", "--seed", "3"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    launch = json.loads((out / "launch.json").read_text())
+    with np.load(out / "runs.npz") as z:
+        assert z["partial"].shape == (4, 4)
+        assert launch["runs"]["distinct"] == len({z["partial"][i].tobytes() for i in range(4)})
+    assert launch["runs"]["count"] == 4 and launch["runs"]["seed"] == 3
+    bad = subprocess.run([*cmd[:-4], "--runs", "65"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "runs must be" in bad.stderr
