@@ -1,0 +1,55 @@
+"""The "run it N times" panel: the same launch in N schedules, its outputs compared cell by cell."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from visualizer.analysis import races
+from visualizer.engine.runner import KernelError
+from visualizer.figures.races import cells_heatmap, runs_strip
+from visualizer.specs.catalog import MAX_RUNS, LaunchError
+from visualizer.web.charts import chart
+from visualizer.web.session import cached_capture
+
+DEFAULT_RUNS = 8
+
+
+def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, key: str) -> None:
+    """Widgets (runs, schedule seed, a Run button), then the heat map, the strip and the verdict."""
+    st.subheader(f"Run {kernel} many times")
+    sim = backend == "sim"
+    c1, c2, c3 = st.columns([1, 1, 2])
+    with c1:
+        n = int(st.number_input("runs", 2, MAX_RUNS, DEFAULT_RUNS, key=f"{key}_runs"))
+    with c2:
+        sched = int(st.number_input("schedule seed", 0, 2**31 - 1, 1, key=f"{key}_seed", disabled=not sim))
+    with c3:
+        st.caption(
+            "The same launch from the same inputs, run again and again. "
+            + (
+                "On the simulator each run is one seeded interleaving of the warps (lockstep lanes, seeded "
+                "stalls): run i of seed S replays bit for bit, another seed explores other orders."
+                if sim
+                else "On the GPU each run is the hardware's own schedule."
+            )
+        )
+    if not st.button(f"Run {n} times", key=f"{key}_go") and not st.session_state.get(f"{key}_ran"):
+        return
+    st.session_state[f"{key}_ran"] = True
+    try:
+        with st.spinner(f"Running {kernel} {n} times…"):
+            cap = cached_capture(
+                kernel, tuple(sorted(params.items())), backend, seed, runs=n,
+                schedule_seed=sched if sim else None, time_clean=False,
+            )  # fmt: skip
+    except (LaunchError, KernelError) as exc:
+        st.error(f"Could not run {kernel} {n} times: {exc}")
+        return
+    info = cap.launch["runs"]
+    table = races.runs_table(cap.runs, info["correct"], info.get("schedules"), cap.source)
+    st.markdown(f"**{races.verdict(table)}**")
+    free = races.race_free_sentence(info)
+    if free:
+        st.caption(free)
+    chart(runs_strip(table, output), key=f"{key}_strip")
+    chart(cells_heatmap(races.cells(cap.runs, output, cap.source)), key=f"{key}_cells")
