@@ -215,3 +215,38 @@ def test_cli_runs_writes_runs_npz_and_refuses_too_many_runs_in_one_line(tmp_path
     assert launch["runs"]["count"] == 4 and launch["runs"]["seed"] == 3
     bad = subprocess.run([*cmd[:-4], "--runs", "65"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "runs must be" in bad.stderr
+
+
+# --- seeded delays before shared accesses and barriers (the GPU's perturbation) ----------------
+
+
+def test_instrumenter_puts_a_delay_before_every_shared_access_and_barrier():
+    import ast
+
+    from visualizer.engine.instrument import DELAY, DELAY_FN, instrument, traced_name
+
+    tree = instrument(ast.parse(source("matmul", racy=False)), "matmul", delays=True)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == traced_name("matmul"))
+    assert fn.args.args[-1].arg == DELAY
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == DELAY_FN]
+    # two tile stores, one barrier, the multiply-add reading both tiles, the second barrier
+    assert [what for _, what in tree.delay_sites] == ["shared", "shared", "barrier", "shared", "barrier"]
+    assert sorted(c.args[1].value for c in calls) == list(range(5))
+    plain = instrument(ast.parse(source("matmul", racy=False)), "matmul")
+    assert plain.delay_sites == [] and DELAY_FN not in ast.unparse(plain)
+
+
+def test_delayed_runs_are_named_by_seed_and_run_and_keep_race_free_kernels_right(user_runner):
+    from visualizer.engine.pipeline import delay_table
+
+    cap = user_runner.capture_source(
+        launch_plan("reverse", racy=False), runs=3, schedule_seed=4, delays=True, time_clean=False
+    )
+    r = cap.launch["runs"]
+    assert r["distinct"] == 1 and all(r["correct"])
+    assert [w for _, w in r["delay_sites"]] == ["shared", "barrier", "shared"]
+    for i, entry in enumerate(r["schedules"]):
+        table = delay_table(4, i)
+        assert entry["delayed_slots"] == int((table > 0).sum()) and entry["max_delay_ns"] == int(table.max())
+    np.testing.assert_array_equal(delay_table(4, 1), delay_table(4, 1))
+    assert not np.array_equal(delay_table(4, 1), delay_table(4, 2))

@@ -72,7 +72,9 @@ class Ran:
     device_arrays: dict  # only until free(): the torch baseline reads them
     accesses: dict | None = None
     runs: dict[str, np.ndarray] | None = None  # runs > 1: each kernel array after every run, stacked
-    schedules: list[dict] | None = None  # how each run was scheduled (seeded simulator: its warp steps, stalls)
+    schedules: list[dict] | None = (
+        None  # how each run was scheduled (seeded simulator: its warp steps, stalls)
+    )
 
 
 def _args(layout: list[Arg], device: dict, bufs: dict) -> list:
@@ -171,7 +173,7 @@ def run(
 
         (after, recorded), steps["copy_out"] = backend.timed(copy_out)
         stacked = more_runs(
-            backend, after, runs, seed, schedules, copy_in, traced, job.during_launch,
+            backend, after, runs, seed, schedules, lambda i: copy_in(), traced, job.during_launch,
             lambda: {k: device[k].copy_to_host() for k in job.arrays},
         )  # fmt: skip
         timing = kernel_timing(
@@ -203,15 +205,34 @@ def run(
     return ran
 
 
+DELAY_SLOTS = 256  # entries of a run's delay table (engine/instrument.py's delays=True)
+DELAY_P = 0.25  # share of the entries that wait
+DELAY_MAX_NS = 20_000  # the longest wait
+
+
+def delay_table(seed: int, run: int, slots: int = DELAY_SLOTS) -> np.ndarray:
+    """Run ``run``'s delays (ns) before shared-memory accesses and barriers on a GPU: drawn from
+    (seed, run) only, so the pair names the perturbation and replays it."""
+    rng = np.random.default_rng([int(seed), int(run)])
+    wait = rng.random(slots) < DELAY_P
+    return np.where(wait, rng.integers(1, DELAY_MAX_NS + 1, slots), 0).astype(np.uint32)
+
+
+def delay_fields(table: np.ndarray) -> dict:
+    """What launch.json says of one run's delay table."""
+    return {"delay_slots": int(table.size), "delayed_slots": int((table > 0).sum()),
+            "max_delay_ns": int(table.max(initial=0)), "delay_p": DELAY_P}  # fmt: skip
+
+
 def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, around, read):
     """Runs 1..runs-1 of a launch whose run 0 gave the arrays ``first``: each from the same inputs
-    (``reset``), in its schedule (``schedule``), its arrays read back (``read``). Returns every run's
-    arrays stacked (None for one run); appends each run's schedule fields to ``schedules``."""
+    (``reset(i)``), in its schedule (``schedule``), its arrays read back (``read``). Returns every
+    run's arrays stacked (None for one run); appends each run's schedule fields to ``schedules``."""
     if runs <= 1:
         return None
     each = [first]
     for i in range(1, runs):
-        reset()
+        reset(i)
         with around(), schedule(backend, seed, i) as sch:
             launch()
             if not backend.simulator:

@@ -30,7 +30,7 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 
 from visualizer.analysis.provenance import backend_source
-from visualizer.engine.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
+from visualizer.engine.instrument import ACTIVE, BEGIN, DELAY_FN, END, TRACE, instrument, traced_name
 from visualizer.specs.source import ArgSpec, make_array
 
 # Per-run limits for user code (on top of the runner's wall-clock limit): CPU seconds, and on the
@@ -69,9 +69,10 @@ def _where(filename: str, hit) -> str:
     return f" at {os.path.basename(filename)} line {line}" + (f": {text}" if text else "")
 
 
-def load_module(source: str, filename: str, kernel: str):
-    """Execute the user's module, instrumented, in a fresh module namespace with the probes in it."""
-    from kernels.probes import trace_begin, trace_end
+def load_module(source: str, filename: str, kernel: str, delays: bool = False):
+    """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
+    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers."""
+    from kernels.probes import race_delay, trace_begin, trace_end
 
     try:
         tree = ast.parse(source, filename=filename)
@@ -82,7 +83,8 @@ def load_module(source: str, filename: str, kernel: str):
             + (f": {text[:80]}" if text else "")
         ) from None
     try:
-        code = compile(instrument(tree, kernel), filename, "exec")
+        instrumented = instrument(tree, kernel, delays=delays)
+        code = compile(instrumented, filename, "exec")
     except KeyError:
         raise UserCodeError(
             f"no function {kernel!r} at the top level of {os.path.basename(filename)}"
@@ -96,6 +98,8 @@ def load_module(source: str, filename: str, kernel: str):
     module.__file__ = filename
     module.__dict__[BEGIN] = trace_begin
     module.__dict__[END] = trace_end
+    module.__dict__[DELAY_FN] = race_delay
+    module.__dict__["_vz_delay_sites"] = instrumented.delay_sites
     sys.modules[name] = module  # numba and inspect look modules up by name
     try:
         exec(code, module.__dict__)
@@ -373,7 +377,7 @@ def capture_source(backend, request: dict) -> dict:
     """Run a user's kernel once instrumented (and time it clean); the same payload as worker.capture."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
     from visualizer.engine.measure import kernel_timing, resources
-    from visualizer.engine.pipeline import more_runs, schedule, schedule_fields
+    from visualizer.engine.pipeline import delay_fields, delay_table, more_runs, schedule, schedule_fields
     from visualizer.specs import catalog
 
     cuda = backend.cuda
@@ -402,8 +406,12 @@ def capture_source(backend, request: dict) -> dict:
     records = launch.blocks * ((tpb + 31) // 32) if threads > PER_WARP_ABOVE else threads
     buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
 
+    # races made visible on a GPU: the instrumented build waits seeded delays (run i: delay_table(seed, i))
+    delays = bool(request.get("delays")) and request.get("schedule_seed") is not None
+    if delays:
+        buffers["delay"] = delay_table(request["schedule_seed"], 0)
     t_compile = time.perf_counter_ns()
-    module = load_module(request["source"], filename, kernel)
+    module = load_module(request["source"], filename, kernel, delays)
     traced, clean = kernel_pair(cuda, module, kernel)
     config = (grid, block)
     steps: dict[str, float] = {}
@@ -426,7 +434,7 @@ def capture_source(backend, request: dict) -> dict:
 
     _, steps["copy_in"] = backend.timed(copy_in)
     user_args = [device[p] if p in arrays else values[p] for p in params]
-    traced_args = [*user_args, bufs["trace"], bufs["active"]]
+    traced_args = [*user_args, bufs["trace"], bufs["active"], *([bufs["delay"]] if delays else [])]
 
     def launch_user(fn, args):
         try:
@@ -464,6 +472,8 @@ def capture_source(backend, request: dict) -> dict:
             ):
                 _, steps["kernel"] = backend.timed(lambda: launch_user(traced, traced_args))
             schedules.append(schedule_fields(schedule_seed, 0, sch))
+            if delays:
+                schedules[0].update(delay_fields(buffers["delay"]))
         finally:
             if recorder is not None:
                 from visualizer.engine import access_record as record
@@ -476,8 +486,14 @@ def capture_source(backend, request: dict) -> dict:
             }
 
         (after, recorded), steps["copy_out"] = backend.timed(copy_out)
+
+        def reset(i):  # run i from the same inputs, with its own delay table
+            if delays:
+                buffers["delay"] = delay_table(schedule_seed, i)
+            copy_in()
+
         stacked = more_runs(  # runs > 1: the same launch from the same inputs (engine/pipeline.py)
-            backend, after, runs, schedule_seed, schedules, copy_in, lambda: launch_user(traced, traced_args),
+            backend, after, runs, schedule_seed, schedules, reset, lambda: launch_user(traced, traced_args),
             nullcontext, lambda: {k: device[k].copy_to_host() for k in arrays},
         )  # fmt: skip
 
@@ -552,7 +568,12 @@ def capture_source(backend, request: dict) -> dict:
             check_reference(request, module, before, {k: stacked[k][i] for k in arrays}, filename)["correct"]
             for i in range(runs)
         ]
+        if delays:
+            for i, entry in enumerate(schedules[1:], 1):
+                entry.update(delay_fields(delay_table(schedule_seed, i)))
         launch_info["runs"] = {"count": runs, "seed": schedule_seed, "schedules": schedules}
+        if delays:
+            launch_info["runs"]["delay_sites"] = [list(x) for x in module.__dict__["_vz_delay_sites"]]
     return reply
 
 

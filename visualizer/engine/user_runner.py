@@ -119,14 +119,17 @@ class UserRunner(Runner):
         timeout: float | None = None,
         runs: int = 1,
         schedule_seed: int | None = None,
+        delays: bool = False,
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
-        ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py)."""
+        ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py);
+        ``delays``: with a seed, the instrumented build waits seeded delays before shared-memory
+        accesses and barriers (engine/instrument.py; run i's table is pipeline.delay_table(seed, i))."""
         if not 1 <= int(runs) <= MAX_RUNS:
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
         if runs > 1 or schedule_seed is not None:
-            request.update(runs=int(runs), schedule_seed=schedule_seed)
+            request.update(runs=int(runs), schedule_seed=schedule_seed, delays=bool(delays))
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
         # the simulator runs the kernel twice when timing it clean
