@@ -183,3 +183,25 @@ def test_delayed_runs_are_named_by_seed_and_run_and_keep_race_free_kernels_right
         assert entry["delayed_slots"] == int((table > 0).sum()) and entry["max_delay_ns"] == int(table.max())
     np.testing.assert_array_equal(delay_table(4, 1), delay_table(4, 1))
     assert not np.array_equal(delay_table(4, 1), delay_table(4, 2))
+
+
+# --- the lesson --------------------------------------------------------------------------------
+
+
+def test_race_runs_lesson_answers_from_its_8_runs(runner):
+    from visualizer.analysis import lesson_answers as A
+    from visualizer.web.lessons import RACE_RUNS
+
+    v = RACE_RUNS.defaults()
+    (r,) = RACE_RUNS.runs(v).values()
+    cap = runner.capture(r.kernel, r.params, time_clean=False, **r.options())
+    right = A.runs_right(cap)
+    assert right.value == sum(cap.launch["runs"]["correct"]) and right.facts["runs"] == 8
+    spread = A.runs_spread(cap)
+    assert spread.value in RACE_RUNS.questions[0].choices
+    assert spread.value == ("all 8" if right.value == 8 else "none" if right.value == 0 else "some")
+    assert "seeded schedules (seed 1" in right.source
+    text = RACE_RUNS.questions[0].explain(spread, v)
+    assert right.facts["verdict"] in text and f"{right.facts['distinct']} different set" in text
+    figs = RACE_RUNS.charts({"main": cap}, v, [spread, right])
+    assert len(figs) == 2 and all("simulated" in f.layout.title.text for _, f in figs)
