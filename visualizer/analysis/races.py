@@ -142,7 +142,7 @@ def verdict(table: pd.DataFrame) -> str:
     if right == 0:
         return f"Wrong in all {n} runs, with {same}."
     tail = "and wrong in one" if wrong == 1 else f"and wrong in {_count_word(wrong)}"
-    return f"Right in {right} of {n} runs - {tail} ({same})."
+    return f"Right in {right} of {n} runs — {tail} ({same})."
 
 
 def race_free_sentence(summ: dict) -> str | None:

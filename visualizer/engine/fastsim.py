@@ -105,7 +105,7 @@ class _State:
 
 # ------------------------------------------------------------------------------- seeded schedules
 
-STALL_P = 0.01  # a warp's step of a seeded schedule stalls with this chance (a memory latency, a choice)
+STALL_P = float(os.environ.get("FASTSIM_STALL_P", 0.006))  # a seeded schedule stalls a warp step this often
 STALL_MAX = 48  # for 1 to this many steps of the other warps
 
 

@@ -40,7 +40,7 @@ def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, 
         with st.spinner(f"Running {kernel} {n} times…"):
             cap = cached_capture(
                 kernel, tuple(sorted(params.items())), backend, seed, runs=n,
-                schedule_seed=sched if sim else None, time_clean=False,
+                schedule_seed=sched if sim else None, time_clean=False, **({"accesses": True} if sim else {}),
             )  # fmt: skip
     except (LaunchError, KernelError) as exc:
         st.error(f"Could not run {kernel} {n} times: {exc}")
@@ -52,4 +52,19 @@ def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, 
     if free:
         st.caption(free)
     chart(runs_strip(table, output), key=f"{key}_strip")
-    chart(cells_heatmap(races.cells(cap.runs, output, cap.source)), key=f"{key}_cells")
+    cells = races.cells(cap.runs, output, cap.source)
+    chart(cells_heatmap(cells), key=f"{key}_cells")
+    if cap.hazards is None:
+        return
+    joined = races.hazard_summary(races.hazards_at(cells, cap.hazards, cap.accesses))
+    if joined.empty:
+        if cells["differs"].any():
+            st.caption(
+                "No recorded hazard is on these cells or in the shared memory of the blocks that stored them."
+            )
+        return
+    st.markdown(
+        f"**Where the differing cells raced** (recorded addresses of run 0, simulator): the hazards on "
+        f"each differing cell of `{output}` itself, and in the shared memory of the block that stored it."
+    )
+    st.dataframe(joined.drop(columns="source", errors="ignore"), hide_index=True)

@@ -10,6 +10,7 @@ from visualizer.figures.memory import bank_figure, requests_heatmap, sector_figu
 from visualizer.specs import catalog
 from visualizer.web.charts import chart
 from visualizer.web.memory import access_capture
+from visualizer.web.races import runs_panel
 from visualizer.web.session import (
     HIDDEN_KERNELS,
     as_text,
@@ -309,3 +310,6 @@ else:
     st.caption(
         "No hazards: no two threads touched one word without a barrier between them, and every shared read was written first."
     )
+runs_panel(
+    kernel, params, "sim", 0, spec.outputs[0], "mem_runs"
+)  # the same launch N times (analysis/races.py)
