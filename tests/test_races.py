@@ -205,3 +205,18 @@ def test_race_runs_lesson_answers_from_its_8_runs(runner):
     assert right.facts["verdict"] in text and f"{right.facts['distinct']} different set" in text
     figs = RACE_RUNS.charts({"main": cap}, v, [spread, right])
     assert len(figs) == 2 and all("simulated" in f.layout.title.text for _, f in figs)
+
+
+def test_cli_runs_a_visitors_source_n_times(tmp_path):
+    src = tmp_path / "histogram.py"
+    src.write_text(source("histogram", racy=True))
+    out = tmp_path / "bundle"
+    cmd = [sys.executable, "-m", "visualizer", "capture", "--source", str(src), "--block", "128", "--grid", "2",
+           "--arg", "x=arange:int32:256", "--arg", "bins=zeros:int32:4", "--reference",
+           "bins=np.bincount(x % 4, minlength=4).astype(np.int32)", "--backend", "sim", "--runs", "8", "--seed",
+           "5", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "right in 0 of 8 runs" in done.stdout  # lost updates: wrong, as it should
+    launch = json.loads((out / "launch.json").read_text())
+    with np.load(out / "runs.npz") as z:
+        assert z["bins"].shape == (8, 4) and launch["runs"]["distinct"] >= 2
