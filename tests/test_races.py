@@ -220,3 +220,15 @@ def test_cli_runs_a_visitors_source_n_times(tmp_path):
     launch = json.loads((out / "launch.json").read_text())
     with np.load(out / "runs.npz") as z:
         assert z["bins"].shape == (8, 4) and launch["runs"]["distinct"] >= 2
+
+
+def test_histogram_race_joins_global_hazards_on_the_cells_at_the_visitors_line(user_runner):
+    cap = user_runner.capture_source(
+        launch_plan("histogram", racy=True), runs=8, schedule_seed=5, accesses=True, time_clean=False
+    )
+    cells = races.cells(cap.runs, "bins", cap.source)
+    joined = races.hazards_at(cells, cap.hazards, cap.accesses)
+    line = 1 + source("histogram", racy=True).splitlines().index("        bins[b] += 1")
+    assert cells["differs"].any() and set(joined["index"]) == set(cells.loc[cells["differs"], "index"])
+    assert set(joined["via"]) == {"on the cell itself"} and (joined["hazard_array"] == "bins").all()
+    assert set(joined["line_a"]) == set(joined["line_b"]) == {line}  # the kernel's line, seeded or not

@@ -211,6 +211,9 @@ def _maybe_switch():
         raise RuntimeError("abort flag set on a switch before a memory access")
 
 
+SWITCH_CODES: set = set()  # code of the seeded schedule's global-array wrappers (not a kernel's line)
+
+
 class _Switching:
     """A shared array of a seeded launch: every element access may switch threads first."""
 
@@ -530,6 +533,7 @@ class _Launch:
             _maybe_switch()
             set_(self, idx, val)
 
+        SWITCH_CODES.update((getitem.__code__, setitem.__code__))  # recorders look past these frames
         W.__getitem__, W.__setitem__ = getitem, setitem
 
         def unpatch():
