@@ -14,7 +14,7 @@ from race_cases import source  # noqa: E402
 from visualizer.analysis import races
 from visualizer.engine.runner import Runner
 from visualizer.engine.user_runner import UserRunner
-from visualizer.specs.catalog import LaunchError, admit_capture
+from visualizer.specs.catalog import KERNELS, LaunchError, admit_capture
 from visualizer.specs.source import plan_source_launch
 
 SOURCES = race_cases.CASES
@@ -232,3 +232,18 @@ def test_histogram_race_joins_global_hazards_on_the_cells_at_the_visitors_line(u
     assert cells["differs"].any() and set(joined["index"]) == set(cells.loc[cells["differs"], "index"])
     assert set(joined["via"]) == {"on the cell itself"} and (joined["hazard_array"] == "bins").all()
     assert set(joined["line_a"]) == set(joined["line_b"]) == {line}  # the kernel's line, seeded or not
+
+
+RACE_FREE = [
+    k
+    for k, s in KERNELS.items()
+    if not s.deliberately_wrong and k not in ("out_of_bounds_write", "flash_attention", "naive_attention")
+]  # fmt: skip  (flash_attention_fast stays: its warp shuffles and tensor-core tiles under seeded schedules)
+
+
+@pytest.mark.parametrize("kernel", RACE_FREE)
+def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, kernel):
+    cap = runner.capture(kernel, {}, runs=3, schedule_seed=1, time_clean=False)
+    assert cap.launch["runs"]["distinct"] == 1, kernel
+    assert all(cap.launch["runs"]["correct"]), kernel
+    assert all(s["seed"] == 1 and s["steps"] > 0 for s in cap.launch["runs"]["schedules"])  # really seeded
