@@ -64,3 +64,18 @@ def test_a_race_free_kernel_says_its_runs_gave_one_output():
     assert not at.exception, [e.value for e in at.exception]
     assert any(m.value.startswith("**Right in all 8 runs, with the same output") for m in at.markdown)
     assert any("All 8 runs gave one output, bit for bit" in c.value for c in at.caption)
+
+
+def test_the_panel_runs_only_when_asked_for_the_launch_on_screen():
+    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
+    at.query_params.update(kernel="reduction_race", backend="sim", n="512", block="128")
+    at.run()
+    at.switch_page("web/pages/shared_memory.py").run()
+    before = len(at.get("plotly_chart"))
+    at.button(key="smem_runs_go").click().run()
+    assert len(at.get("plotly_chart")) == before + 2
+    at.number_input(key="smem_runs_runs").set_value(4).run()  # another launch: not run until asked
+    assert not at.exception and len(at.get("plotly_chart")) == before
+    at.button(key="smem_runs_go").click().run()
+    strip = [json.loads(c.proto.spec) for c in at.get("plotly_chart")][-2]
+    assert values(strip["data"][0]["x"]) == [0, 1, 2, 3]

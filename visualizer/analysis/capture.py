@@ -203,14 +203,8 @@ def build_capture(reply: dict) -> Capture:
         if launch.get("user_kernel"):
             correct = list(reply.get("runs_correct") or [None] * n)
         else:
-            runs = reply["runs"]
-            correct = [
-                bool(
-                    check_outputs(spec, launch["params"], inputs, {**outputs, **races.run_arrays(runs, i)})[
-                        "correct"
-                    ]
-                )
-                for i in range(n)
-            ]
+            params, runs = launch["params"], reply["runs"]
+            each = [{**outputs, **races.run_arrays(runs, i)} for i in range(n)]
+            correct = [bool(check_outputs(spec, params, inputs, run)["correct"]) for run in each]
         races.attach(cap, reply["runs"], correct)
     return cap

@@ -118,12 +118,8 @@ class Schedule:
     Named by (seed, run): the same name gives the same interleaving, bit for bit."""
 
     def __init__(self, seed: int, run: int = 0, stall_p: float = STALL_P, stall_max: int = STALL_MAX):
-        self.seed, self.run, self.stall_p, self.stall_max = (
-            int(seed),
-            int(run),
-            float(stall_p),
-            int(stall_max),
-        )
+        self.seed, self.run = int(seed), int(run)
+        self.stall_p, self.stall_max = float(stall_p), int(stall_max)
         self.rng = random.Random(f"fastsim-schedule:{self.seed}:{self.run}")  # str seeds are stable
         self.steps = 0  # warp steps drawn
         self.stalls = 0  # of them stalled

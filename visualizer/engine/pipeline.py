@@ -72,9 +72,8 @@ class Ran:
     device_arrays: dict  # only until free(): the torch baseline reads them
     accesses: dict | None = None
     runs: dict[str, np.ndarray] | None = None  # runs > 1: each kernel array after every run, stacked
-    schedules: list[dict] | None = (
-        None  # how each run was scheduled (seeded simulator: its warp steps, stalls)
-    )
+    # how each run was scheduled (seeded simulator: its warp steps and stalls; GPU delays: their table)
+    schedules: list[dict] | None = None
 
 
 def _args(layout: list[Arg], device: dict, bufs: dict) -> list:

@@ -33,9 +33,11 @@ def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, 
                 else "On the GPU each run is the hardware's own schedule."
             )
         )
-    if not st.button(f"Run {n} times", key=f"{key}_go") and not st.session_state.get(f"{key}_ran"):
+    want = (kernel, tuple(sorted(params.items())), backend, seed, n, sched)  # what a click asked for
+    if st.button(f"Run {n} times", key=f"{key}_go"):
+        st.session_state[f"{key}_ran"] = want
+    if st.session_state.get(f"{key}_ran") != want:  # N runs cost N launches: only when asked, for this launch
         return
-    st.session_state[f"{key}_ran"] = True
     try:
         with st.spinner(f"Running {kernel} {n} times…"):
             cap = cached_capture(
