@@ -226,8 +226,8 @@ def delay_fields(table: np.ndarray) -> dict:
 def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, around, read):
     """Runs 1..runs-1 of a launch whose run 0 gave the arrays ``first``: each from the same inputs
     (``reset(i)``), in its schedule (``schedule``), its arrays read back (``read``). Returns every
-    run's arrays stacked (None for one run); appends each run's schedule fields to ``schedules``."""
-    if runs <= 1:
+    run's arrays stacked (None for one unseeded run); appends each run's schedule fields to ``schedules``."""
+    if runs <= 1 and seed is None:
         return None
     each = [first]
     for i in range(1, runs):
