@@ -148,6 +148,20 @@ def trace_row_state(state, step, row, m, l):  # noqa: E741 - l is the softmax ro
         state[block, step, row, 1] = l
 
 
+@cuda.jit(device=True)
+def race_delay(delays, site):
+    """Perturb the schedule (races made visible, CUTracer's idea): before a shared-memory access or a
+    barrier at ``site``, wait this thread's delay from the seeded table ``delays`` (nanoseconds, a spin
+    on %globaltimer; 0: no wait). The host draws the table from (seed, run), so a run is named by them."""
+    block, thread, tpb = linear_ids()
+    k = (site * 7919 + (block * tpb + thread) * 104729) % delays.size
+    ns = delays[k]
+    if ns > 0:
+        t0 = globaltimer()
+        while globaltimer() - t0 < ns:
+            pass
+
+
 # --- clean builds: the same kernels with every probe replaced by a no-op ---------------------
 
 

@@ -109,8 +109,10 @@ def test_a_student_can_go_through_every_lesson_on_the_simulator():
         assert not at.error, (name, [e.value for e in at.error])
         answers = [m for m in at.metric if m.label == "answer (from the run)"]
         assert answers and at.get("plotly_chart"), name
+    from visualizer.web.lessons import LESSONS
+
     done = at.session_state.lesson_progress
-    assert all(done[n]["done"] for n in done) and len(done) == 10
+    assert all(done[n]["done"] for n in done) and len(done) == len(LESSONS) == 11
 
 
 def launch_widgets(at: AppTest, lesson: str) -> dict:

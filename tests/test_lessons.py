@@ -9,8 +9,8 @@ from visualizer.analysis.occupancy import ARCHS
 from visualizer.web.lessons import LESSONS
 
 
-def run(sim_runner, kernel, params, accesses=False):
-    return sim_runner.capture(kernel, params, accesses=accesses, time_clean=False)
+def run(sim_runner, kernel, params, accesses=False, **options):
+    return sim_runner.capture(kernel, params, accesses=accesses, time_clean=False, **options)
 
 
 @pytest.mark.parametrize(
@@ -142,7 +142,7 @@ def test_every_lesson_answers_and_draws_from_its_default_run(sim_runner):
     for lesson in LESSONS:
         v = lesson.defaults()
         caps = {
-            role: run(sim_runner, r.kernel, r.params, accesses=r.accesses)
+            role: run(sim_runner, r.kernel, r.params, accesses=r.accesses, **r.options())
             for role, r in lesson.runs(v).items()
         }
         got = [q.answer(caps, v) for q in lesson.questions]

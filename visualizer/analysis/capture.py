@@ -38,6 +38,8 @@ class Capture:
     accesses: pd.DataFrame | None = None
     requests: pd.DataFrame | None = None
     hazards: pd.DataFrame | None = None
+    # runs > 1 (analysis/races.py): each output after every run, stacked (N, *shape); None for one run
+    runs: dict[str, np.ndarray] | None = None
 
     @property
     def measured(self) -> bool:
@@ -194,4 +196,15 @@ def build_capture(reply: dict) -> Capture:
         from visualizer.analysis import memory as memory_tables
 
         cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
+    if "runs" in reply:
+        from visualizer.analysis import races
+
+        n = launch["runs"]["count"]
+        if launch.get("user_kernel"):
+            correct = list(reply.get("runs_correct") or [None] * n)
+        else:
+            params, runs = launch["params"], reply["runs"]
+            each = [{**outputs, **races.run_arrays(runs, i)} for i in range(n)]
+            correct = [bool(check_outputs(spec, params, inputs, run)["correct"]) for run in each]
+        races.attach(cap, reply["runs"], correct)
     return cap

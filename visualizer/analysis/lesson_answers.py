@@ -253,6 +253,33 @@ def any_race(cap: Capture) -> Answer:
     return Answer("yes" if words.value else "no", words.facts, words.source)
 
 
+def runs_right(cap: Capture) -> Answer:
+    """How many of a capture's runs (analysis/races.py) matched the reference in every element."""
+    from visualizer.analysis import races
+
+    info = cap.launch.get("runs")
+    if cap.runs is None or not info:
+        raise ValueError("this capture ran once (capture it with runs=N)")
+    table = races.runs_table(cap.runs, info["correct"], info.get("schedules"), cap.source)
+    cells = sum(int(np.prod(a.shape[1:])) for a in cap.runs.values())
+    seed = info.get("seed")
+    how = f"; seeded schedules (seed {seed}, runs 0..{info['count'] - 1})" if seed is not None else ""
+    return Answer(
+        int(sum(bool(c) for c in info["correct"])),
+        {"runs": info["count"], "distinct": info["distinct"], "differing": info["differing_elements"],
+         "cells": cells, "verdict": races.verdict(table)},
+        f"{cap.source}{how}",
+    )  # fmt: skip
+
+
+def runs_spread(cap: Capture) -> Answer:
+    """'all N', 'some' or 'none': how many runs were right."""
+    right = runs_right(cap)
+    n = right.facts["runs"]
+    value = f"all {n}" if right.value == n else "none" if right.value == 0 else "some"
+    return Answer(value, right.facts, right.source)
+
+
 def halo_loads_per_block(cap: Capture, array: str = "u") -> Answer:
     """Global loads of ``array`` by the block that loaded the most (an interior block: tile + halo)."""
     acc = cap.accesses

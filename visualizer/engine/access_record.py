@@ -318,13 +318,19 @@ def install() -> None:
     orig_get = FakeWithinKernelCUDAArray.__getitem__
     orig_set = FakeWithinKernelCUDAArray.__setitem__
 
+    from visualizer.engine.fastsim import SWITCH_CODES  # a seeded schedule's wrapper: not the caller
+
+    def caller():
+        f = sys._getframe(2)
+        return f.f_back if f.f_code in SWITCH_CODES else f
+
     def getitem(self, idx):
         val = orig_get(self, idx)
         rec = _ACTIVE
         if rec is not None:
             info = rec.by_object.get(id(self.__dict__["_item"]))
             if info is not None and not info.excluded:
-                rec.record(info, idx, LOAD, sys._getframe(1))
+                rec.record(info, idx, LOAD, caller())
         return val
 
     def setitem(self, idx, val):
@@ -333,7 +339,7 @@ def install() -> None:
         if rec is not None:
             info = rec.by_object.get(id(self.__dict__["_item"]))
             if info is not None and not info.excluded:
-                rec.record(info, idx, STORE, sys._getframe(1))
+                rec.record(info, idx, STORE, caller())
 
     FakeWithinKernelCUDAArray.__getitem__ = getitem
     FakeWithinKernelCUDAArray.__setitem__ = setitem

@@ -7,6 +7,11 @@ until it reaches a barrier (``syncthreads*``, a grid sync, a warp intrinsic), an
 or ends, and then the next one runs, in linear thread order (x fastest, as warps are formed). No GIL contention, no
 OS thread per CUDA thread, and the same interleaving on every run.
 
+A launch inside ``with seeded(seed, run):`` runs one seeded interleaving instead (races you can watch
+happen; ``Schedule``): warps step in lockstep one memory access at a time, the warp furthest behind goes
+next, with seeded stalls and lane orders; the same (seed, run) gives the same interleaving, bit for bit,
+and different seeds explore different orders. Without it nothing changes.
+
 Kept from the stock simulator: blocks run one after another in ``np.ndindex`` order; threads that
 have exited do not count at a barrier; an exception in one thread aborts the launch and is re-raised
 with ``tid=[..] ctaid=[..]`` in its message.
@@ -46,10 +51,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import sys
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -93,6 +100,140 @@ class _WatchdogInterrupt(BaseException):
 
 class _State:
     launch: _Launch | None = None
+    schedule: Schedule | None = None  # the seeded interleaving the next launches run (None: linear order)
+
+
+# ------------------------------------------------------------------------------- seeded schedules
+
+STALL_P = float(os.environ.get("FASTSIM_STALL_P", 0.006))  # a seeded schedule stalls a warp step this often
+STALL_MAX = 48  # for 1 to this many steps of the other warps
+
+
+class Schedule:
+    """One seeded interleaving, a model of a GPU's warp schedulers: the lanes of a warp run in lockstep,
+    one memory access per lane per step (in an order drawn for each step: which lane's store to one
+    address lands last); the next warp to step is the ready one furthest behind, ties drawn, and a
+    step stalls its warp with chance ``stall_p`` for 1 to ``stall_max`` steps of the others. Threads
+    switch before every shared or global memory access (never inside an atomic) and at barriers.
+    Named by (seed, run): the same name gives the same interleaving, bit for bit."""
+
+    def __init__(self, seed: int, run: int = 0, stall_p: float = STALL_P, stall_max: int = STALL_MAX):
+        self.seed, self.run = int(seed), int(run)
+        self.stall_p, self.stall_max = float(stall_p), int(stall_max)
+        self.rng = random.Random(f"fastsim-schedule:{self.seed}:{self.run}")  # str seeds are stable
+        self.steps = 0  # warp steps drawn
+        self.stalls = 0  # of them stalled
+
+    @property
+    def name(self) -> str:
+        return f"seed {self.seed}, run {self.run}"
+
+    def summary(self) -> dict:
+        return {"seed": self.seed, "run": self.run, "steps": self.steps, "stalls": self.stalls}
+
+
+class _WarpReady:
+    """The ready threads of a seeded launch, by warp (the scheduler's ``ready`` for ``Schedule``)."""
+
+    def __init__(self, sch: Schedule, threads):
+        self.sch, self.rng = sch, sch.rng
+        self.by_warp: dict[tuple, list] = {}
+        self.clock: dict[tuple, int] = {}
+        self.step: list = []
+        self.n = 0
+        for t in threads:
+            b = t.blockIdx
+            t.wkey = (b.x, b.y, b.z, t.thread_id >> 5)
+        self.extend(threads)
+
+    def append(self, t):
+        self.by_warp.setdefault(t.wkey, []).append(t)
+        self.n += 1
+
+    def extend(self, ts):
+        for t in ts:
+            self.append(t)
+
+    def __len__(self):
+        return self.n
+
+    def __bool__(self):
+        return self.n > 0
+
+    def pop_next(self):
+        if not self.step:  # the next warp steps: the ready one furthest behind
+            sch, rng, clock = self.sch, self.rng, self.clock
+            keys = [k for k, lanes in self.by_warp.items() if lanes]
+            low = min(clock.get(k, 0) for k in keys)
+            tied = sorted(k for k in keys if clock.get(k, 0) == low)
+            k = tied[rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
+            lanes = self.by_warp[k]
+            self.by_warp[k] = []
+            rng.shuffle(lanes)
+            self.step = lanes
+            cost = 1
+            if rng.random() < sch.stall_p:
+                cost += rng.randint(1, sch.stall_max)
+                sch.stalls += 1
+            clock[k] = low + cost
+            sch.steps += 1
+        self.n -= 1
+        return self.step.pop()
+
+
+@contextmanager
+def seeded(seed: int | None, run: int = 0, **kw):
+    """Launches inside run the seeded interleaving (seed, run) (``Schedule``); seed None: the linear
+    order. Yields the Schedule (or None), whose counters say how it ran."""
+    previous = _state.schedule
+    _state.schedule = None if seed is None else Schedule(seed, run, **kw)
+    try:
+        yield _state.schedule
+    finally:
+        _state.schedule = previous
+
+
+def _maybe_switch():
+    """Before a memory access in a seeded launch: the end of this lane's step."""
+    launch = _state.launch
+    if launch is None or launch.no_switch or launch.schedule is None:
+        return
+    t = launch.current
+    if t is None:
+        return
+    t.state = PREEMPTED
+    launch.sched.switch()
+    if t.abort:
+        raise RuntimeError("abort flag set on a switch before a memory access")
+
+
+SWITCH_CODES: set = set()  # code of the seeded schedule's global-array wrappers (not a kernel's line)
+
+
+class _Switching:
+    """A shared array of a seeded launch: every element access may switch threads first."""
+
+    __slots__ = ("_ary",)
+
+    def __init__(self, ary):
+        self._ary = ary
+
+    def __getitem__(self, idx):
+        _maybe_switch()
+        return self._ary[idx]
+
+    def __setitem__(self, idx, val):
+        _maybe_switch()
+        self._ary[idx] = val
+
+    def __len__(self):
+        return len(self._ary)
+
+    def __getattr__(self, name):  # shape, size, dtype, ndim ...
+        return getattr(self._ary, name)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._ary if dtype is None else self._ary.astype(dtype)
 
 
 _state = _State()
@@ -129,6 +270,7 @@ def poison_fill(arr: np.ndarray) -> np.ndarray:
 
 
 RUNNING, BARRIER, YIELDED, DONE = "running", "barrier", "yielded", "done"
+PREEMPTED = "preempted"  # switched out before a memory access by a seeded schedule
 WARP, GRID = "warp", "grid"  # waiting at a warp intrinsic's rendezvous; at a grid sync
 BLOCKED = (BARRIER, WARP, GRID)
 
@@ -369,6 +511,31 @@ class _Launch:
         self.last_progress = time.monotonic()  # a thread finished, reached a barrier or passed one
         self.yields = self.yields_at_progress = 0  # switches at atomics and fences
         self.watchdog = _Watchdog(self)
+        self.schedule = _state.schedule  # a seeded interleaving, or None: linear order
+        self.no_switch = 0  # inside an atomic: a seeded schedule does not switch
+        self.unpatch = None
+
+    def patch_switching(self):
+        """A seeded launch: global-array accesses may switch threads too (restored by close())."""
+        from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray as W
+
+        get, set_ = W.__getitem__, W.__setitem__
+
+        def getitem(self, idx):
+            _maybe_switch()
+            return get(self, idx)
+
+        def setitem(self, idx, val):
+            _maybe_switch()
+            set_(self, idx, val)
+
+        SWITCH_CODES.update((getitem.__code__, setitem.__code__))  # recorders look past these frames
+        W.__getitem__, W.__setitem__ = getitem, setitem
+
+        def unpatch():
+            W.__getitem__, W.__setitem__ = get, set_
+
+        self.unpatch = unpatch
 
     def run_block(self, manager, grid_point):
         """One block, as stock runs them: alone, in the module's shared memory made fresh."""
@@ -429,14 +596,15 @@ class _Launch:
         threads = self.threads = [t for b in blocks for t in b.threads]
         sched = self.sched = getcurrent()
         idle = self.idle
-        ready = self.ready = deque(threads)
+        sch = self.schedule
+        ready = self.ready = deque(threads) if sch is None else _WarpReady(sch, threads)
         self.live = len(threads)
         grid_waiting = self.grid_waiting = []
         cur_block = None
         self.last_progress = time.monotonic()
         try:
             while ready:
-                t = ready.popleft()
+                t = ready.popleft() if sch is None else ready.pop_next()
                 b = t.block
                 if b is not cur_block:
                     self._enter_block(b, cur_block)
@@ -458,6 +626,9 @@ class _Launch:
                 if state is YIELDED:
                     ready.append(t)
                     self.yields += 1
+                    continue
+                if state is PREEMPTED:
+                    ready.append(t)
                     continue
                 if state is not DONE:  # reached a barrier: progress (a spinning thread reaches none)
                     self.last_progress = time.monotonic()
@@ -656,6 +827,9 @@ class _Launch:
     def close(self):
         self.watchdog.stop()
         self.dead = True
+        if self.unpatch is not None:
+            self.unpatch()
+            self.unpatch = None
         for glob, name, dispatcher in reversed(self.rebound):
             if glob.get(name) is dispatcher.fn:
                 glob[name] = dispatcher
@@ -991,9 +1165,13 @@ def install(**limits) -> None:
                 if dtype.kind in "fc":
                     view.fill(SHARED_POISON_FLOAT)
                 self._dyn_poisoned = True
-            return view
-        res = self._allocations[caller] = poison_fill(np.empty(shape, dtype))
+            return _switching(view)
+        res = self._allocations[caller] = _switching(poison_fill(np.empty(shape, dtype)))
         return res
+
+    def _switching(ary):
+        launch = _state.launch
+        return ary if launch is None or launch.schedule is None else _Switching(ary)
 
     StockShared._dyn_poisoned = False
     StockShared._new_block = shared_new_block
@@ -1102,7 +1280,15 @@ def install(**limits) -> None:
         op = getattr(Atomic, name)
 
         def atomic(self, *args, _op=op):
-            old = _op(self, *args)
+            launch = _state.launch
+            if launch is None or launch.schedule is None:
+                old = _op(self, *args)
+            else:  # a seeded schedule never switches inside the atomic's read-modify-write
+                launch.no_switch += 1
+                try:
+                    old = _op(self, *args)
+                finally:
+                    launch.no_switch -= 1
             _yield()
             return old
 
@@ -1119,6 +1305,8 @@ def install(**limits) -> None:
             launch.nblocks = int(np.prod(self._grid_dim))
             launch.coop = uses_grid_sync(self._f)
             launch.enter_swap(self._f)
+            if launch.schedule is not None:
+                launch.patch_switching()
             if launch.coop:
                 threads = launch.nblocks * len(launch.points)
                 if threads > COOP_MAX_THREADS:

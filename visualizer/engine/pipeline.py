@@ -5,7 +5,8 @@ A front end (``worker.prepare_builtin``, ``source_capture.prepare_source``) turn
 arguments are laid out. :func:`run` then does, the same way for both:
 
     allocate -> copy in -> warm-up (GPU: compiles both builds, then the buffers are reset)
-    -> instrumented launch (recording accesses when asked) -> copy out -> time both builds -> free
+    -> instrumented launch (recording accesses when asked) -> copy out
+    -> (runs > 1: the same launch again from the same inputs, each run's arrays kept) -> time both builds -> free
 
 and returns the arrays after the launch, the probe buffers, the host steps, timing.json and the
 builds' resources. The front end adds only what is its own (names, the reference check).
@@ -23,6 +24,7 @@ import numpy as np
 
 from visualizer.analysis.provenance import backend_source
 from visualizer.engine.measure import kernel_timing, resources
+from visualizer.specs.launch import MAX_RUNS
 
 # How a build's parameter is filled: ("array", name) a kernel array, ("buffer", name) a probe
 # buffer, ("value", v) a scalar passed as it is.
@@ -52,6 +54,7 @@ class Job:
     limits: Callable[[], Any] = nullcontext  # a context around running the kernel (a visitor's limits)
     during_launch: Callable[[], Any] = nullcontext  # a context around the instrumented launch only
     overflow_error: Callable[[Any], Exception] | None = None  # recorder -> the error to raise instead
+    before_run: Callable[[int], None] | None = None  # before run i > 0 is reset (a visitor's delay table)
 
     @property
     def config(self) -> tuple:
@@ -69,6 +72,16 @@ class Ran:
     clean: dict
     device_arrays: dict  # only until free(): the torch baseline reads them
     accesses: dict | None = None
+    runs: dict[str, np.ndarray] | None = None  # runs > 1: each kernel array after every run, stacked
+    # how each run was scheduled (seeded simulator: its warp steps and stalls; GPU delays: their table)
+    schedules: list[dict] | None = None
+
+
+def _reset(job: Job, run: int, copy_in) -> None:
+    """Run ``run`` starts from the same inputs (and, for a visitor's delays, its own delay table)."""
+    if job.before_run is not None:
+        job.before_run(run)
+    copy_in()
 
 
 def _args(layout: list[Arg], device: dict, bufs: dict) -> list:
@@ -78,9 +91,32 @@ def _args(layout: list[Arg], device: dict, bufs: dict) -> list:
     return out
 
 
-def run(backend, job: Job, repeats: int = 20, time_clean: bool = True, before_free=None) -> Ran:
+def schedule(backend, seed: int | None, run: int):
+    """The context one run of the instrumented launch runs in: on the simulator the seeded
+    interleaving (seed, run) of engine/fastsim.py (seed None: its fixed linear order); on a GPU the
+    hardware's own schedule."""
+    if backend.simulator and seed is not None:
+        from visualizer.engine import fastsim
+
+        return fastsim.seeded(seed, run)
+    return nullcontext()
+
+
+def run(
+    backend,
+    job: Job,
+    repeats: int = 20,
+    time_clean: bool = True,
+    before_free=None,
+    runs: int = 1,
+    seed: int | None = None,
+) -> Ran:
     """The capture sequence (module docstring). ``before_free(ran)`` runs while the device arrays
-    still exist (the torch baseline of a built-in kernel)."""
+    still exist (the torch baseline of a built-in kernel). ``runs``: launch the instrumented build
+    this many times from the same inputs (run 0 is the one the capture's tables come from) and keep
+    every run's arrays; ``seed``: the seeded schedules they run (``schedule``)."""
+    if not 1 <= int(runs) <= MAX_RUNS:
+        raise ValueError(f"runs must be 1 to {MAX_RUNS}, not {runs}")
     cuda = backend.cuda
     steps: dict[str, float] = {}
     if backend.announce_blocks is not None:
@@ -122,9 +158,11 @@ def run(backend, job: Job, repeats: int = 20, time_clean: bool = True, before_fr
             compile_ns = time.perf_counter_ns() - job.compile_started_ns
 
         recorder = job.start_recording(device, bufs) if job.start_recording else None
+        schedules = []
         try:
-            with job.during_launch():
+            with job.during_launch(), schedule(backend, seed, 0) as sch:
                 _, steps["kernel"] = backend.timed(traced)
+            schedules.append(schedule_fields(seed, 0, sch))
         except Exception:
             if recorder is not None and getattr(recorder, "overflow", False) and job.overflow_error:
                 raise job.overflow_error(recorder) from None
@@ -141,6 +179,10 @@ def run(backend, job: Job, repeats: int = 20, time_clean: bool = True, before_fr
             }
 
         (after, recorded), steps["copy_out"] = backend.timed(copy_out)
+        stacked = more_runs(
+            backend, after, runs, seed, schedules, lambda i: _reset(job, i, copy_in), traced, job.during_launch,
+            lambda: {k: device[k].copy_to_host() for k in job.arrays},
+        )  # fmt: skip
         timing = kernel_timing(
             backend, steps, compile_ns, repeats, time_clean, clean, traced, job.nbytes, job.flops
         )
@@ -153,6 +195,8 @@ def run(backend, job: Job, repeats: int = 20, time_clean: bool = True, before_fr
         clean=resources(backend, job.clean, _launch_shape(job)),
         device_arrays=device,
         accesses=recorder.buffers() if recorder is not None else None,
+        runs=stacked,
+        schedules=schedules,
     )
     if before_free is not None:
         before_free(ran)
@@ -166,6 +210,50 @@ def run(backend, job: Job, repeats: int = 20, time_clean: bool = True, before_fr
     _, steps["free"] = backend.timed(free)
     ran.device_arrays = {}
     return ran
+
+
+DELAY_SLOTS = 256  # entries of a run's delay table (engine/instrument.py's delays=True)
+DELAY_P = 0.25  # share of the entries that wait
+DELAY_MAX_NS = 20_000  # the longest wait
+
+
+def delay_table(seed: int, run: int, slots: int = DELAY_SLOTS) -> np.ndarray:
+    """Run ``run``'s delays (ns) before shared-memory accesses and barriers on a GPU: drawn from
+    (seed, run) only, so the pair names the perturbation and replays it."""
+    rng = np.random.default_rng([int(seed), int(run)])
+    wait = rng.random(slots) < DELAY_P
+    return np.where(wait, rng.integers(1, DELAY_MAX_NS + 1, slots), 0).astype(np.uint32)
+
+
+def delay_fields(table: np.ndarray) -> dict:
+    """What launch.json says of one run's delay table."""
+    return {"delay_slots": int(table.size), "delayed_slots": int((table > 0).sum()),
+            "max_delay_ns": int(table.max(initial=0)), "delay_p": DELAY_P}  # fmt: skip
+
+
+def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, around, read):
+    """Runs 1..runs-1 of a launch whose run 0 gave the arrays ``first``: each from the same inputs
+    (``reset(i)``), in its schedule (``schedule``), its arrays read back (``read``). Returns every
+    run's arrays stacked (None for one unseeded run); appends each run's schedule fields to ``schedules``."""
+    if runs <= 1 and seed is None:
+        return None
+    each = [first]
+    for i in range(1, runs):
+        reset(i)
+        with around(), schedule(backend, seed, i) as sch:
+            launch()
+            if not backend.simulator:
+                backend.cuda.synchronize()
+        schedules.append(schedule_fields(seed, i, sch))
+        each.append(read())
+    return {k: np.stack([r[k] for r in each]) for k in first}
+
+
+def schedule_fields(seed, run: int, sch) -> dict:
+    """One run's entry of launch.json's runs.schedules."""
+    if sch is not None:  # the simulator's seeded interleaving
+        return sch.summary()
+    return {"seed": seed, "run": run}
 
 
 @dataclass(frozen=True)

@@ -324,8 +324,10 @@ class Runner:
     ) -> Capture:
         """Launch ``kernel`` once instrumented (and timed clean); raises LaunchError or KernelError.
 
-        ``options`` (e.g. ``accesses=True``) go to the worker's request unchanged.
+        ``options`` (e.g. ``accesses=True``; ``runs=N, schedule_seed=S``: the launch run N times, on
+        the simulator in seeded schedules) go to the worker's request unchanged.
         """
+        runs = int(options.get("runs", 1))
         request = {
             **options,
             "kernel": kernel,
@@ -335,15 +337,15 @@ class Runner:
             "time_clean": time_clean,
         }
         if self.backend == "sim":
-            admit_capture(kernel, params, "sim")  # refuse bad input before starting a worker
+            admit_capture(kernel, params, "sim", runs=runs)  # refuse bad input before starting a worker
             request["cpu_limit_s"] = SIM_RUN_CPU_S
 
         def admit(info):  # on a GPU, against the memory the worker's device reports
             if self.backend == "gpu":
-                admit_capture(kernel, params, "gpu", limits_from_info(info))
+                admit_capture(kernel, params, "gpu", limits_from_info(info), runs=runs)
 
         # the worker announces one launch's blocks; the simulator runs it twice when timing clean
-        launches = 2 if self.backend == "sim" and time_clean else 1
+        launches = (2 if self.backend == "sim" and time_clean else 1) + runs - 1
         what = f"running {kernel}"
         try:
             reply = self._exchange(request, timeout or self.run_timeout, progress, what, launches, admit)
@@ -439,7 +441,9 @@ class RunQueue:
 
     def capture(self, kernel: str, params: dict | None = None, *, waiting=None, **kwargs) -> Capture:
         """Runner.capture on the next free worker, after waiting in line (see ``waiting``)."""
-        admit_capture(kernel, params, self.backend)  # a refused launch never waits in line
+        admit_capture(
+            kernel, params, self.backend, runs=kwargs.get("runs", 1)
+        )  # refused: never waits in line
         runner = self._acquire(waiting)
         try:
             return runner.capture(kernel, params, **kwargs)

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from visualizer.engine.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
+from visualizer.engine.instrument import ACTIVE, BEGIN, DELAY_FN, END, TRACE, instrument, traced_name
 from visualizer.specs.launch import ceil_div
 from visualizer.specs.source import ArgSpec, make_array
 
@@ -66,9 +66,10 @@ def _where(filename: str, hit) -> str:
     return f" at {os.path.basename(filename)} line {line}" + (f": {text}" if text else "")
 
 
-def load_module(source: str, filename: str, kernel: str):
-    """Execute the user's module, instrumented, in a fresh module namespace with the probes in it."""
-    from kernels.probes import trace_begin, trace_end
+def load_module(source: str, filename: str, kernel: str, delays: bool = False):
+    """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
+    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers."""
+    from kernels.probes import race_delay, trace_begin, trace_end
 
     try:
         tree = ast.parse(source, filename=filename)
@@ -79,7 +80,8 @@ def load_module(source: str, filename: str, kernel: str):
             + (f": {text[:80]}" if text else "")
         ) from None
     try:
-        code = compile(instrument(tree, kernel), filename, "exec")
+        instrumented = instrument(tree, kernel, delays=delays)
+        code = compile(instrumented, filename, "exec")
     except KeyError:
         raise UserCodeError(
             f"no function {kernel!r} at the top level of {os.path.basename(filename)}"
@@ -93,6 +95,8 @@ def load_module(source: str, filename: str, kernel: str):
     module.__file__ = filename
     module.__dict__[BEGIN] = trace_begin
     module.__dict__[END] = trace_end
+    module.__dict__[DELAY_FN] = race_delay
+    module.__dict__["_vz_delay_sites"] = instrumented.delay_sites
     sys.modules[name] = module  # numba and inspect look modules up by name
     try:
         exec(code, module.__dict__)
@@ -338,7 +342,7 @@ def prepare_source(backend, request: dict):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.pipeline import Job
+    from visualizer.engine.pipeline import Job, delay_table
     from visualizer.specs import catalog
 
     limits = catalog.limits_from_info(backend.device_info())
@@ -363,8 +367,13 @@ def prepare_source(backend, request: dict):
     records = launch.blocks * ceil_div(tpb, 32) if threads > PER_WARP_ABOVE else threads
     buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
 
+    # races made visible on a GPU: the instrumented build waits seeded delays (run i: delay_table(seed, i))
+    seed = request.get("schedule_seed")
+    delays = bool(request.get("delays")) and seed is not None
+    if delays:
+        buffers["delay"] = delay_table(seed, 0)
     started = time.perf_counter_ns()
-    module = load_module(request["source"], filename, kernel)
+    module = load_module(request["source"], filename, kernel, delays)
     traced, clean = kernel_pair(backend.cuda, module, kernel)
     user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
 
@@ -382,7 +391,8 @@ def prepare_source(backend, request: dict):
     fake_modules: list = []
     job = Job(
         traced=traced, clean=clean, grid=grid, block=block, arrays=arrays, buffers=buffers,
-        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active")], clean_args=user_args,
+        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active"), *([("buffer", "delay")] if delays else [])],
+        clean_args=user_args,
         # no flops model for a visitor's kernel (its bytes only decide the L2 flush): no GB/s is claimed
         nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
         during_launch=lambda: shared_allocations(backend.simulator, fake_modules),
@@ -391,6 +401,8 @@ def prepare_source(backend, request: dict):
         job.start_recording = lambda device, bufs: start_access_recording(
             backend, request, device, bufs, grid, block
         )
+    if delays:
+        job.before_run = lambda run: buffers.__setitem__("delay", delay_table(seed, run))
     return module, values, job, fake_modules
 
 
@@ -401,7 +413,10 @@ def capture_source(backend, request: dict) -> dict:
 
     module, values, job, fake_modules = prepare_source(backend, request)
     before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
-    ran = pipeline.run(backend, job, int(request.get("repeats", 20)), request.get("time_clean", True))
+    runs, seed = int(request.get("runs", 1)), request.get("schedule_seed")
+    ran = pipeline.run(
+        backend, job, int(request.get("repeats", 20)), request.get("time_clean", True), None, runs, seed
+    )
     kernel, filename, params = request["kernel"], request["filename"], list(request["params"])
     after = ran.after
     check = check_reference(request, module, before, after, filename)
@@ -439,7 +454,27 @@ def capture_source(backend, request: dict) -> dict:
     }
     if ran.accesses is not None:
         reply["accesses"] = ran.accesses
+    if ran.runs is not None:  # every run's written arrays, and each run checked like run 0
+        stacked, schedules = ran.runs, ran.schedules
+        written = [k for k in job.arrays if k in changed or any(not _same(before[k], r) for r in stacked[k])]
+        reply["runs"] = {k: stacked[k] for k in written}
+        reply["runs_correct"] = [
+            check_reference(request, module, before, {k: stacked[k][i] for k in job.arrays}, filename)[
+                "correct"
+            ]
+            for i in range(runs)
+        ]
+        if "delay" in job.buffers:
+            for i, entry in enumerate(schedules):
+                entry.update(pipeline.delay_fields(pipeline.delay_table(seed, i)))
+        launch_info["runs"] = {"count": runs, "seed": seed, "schedules": schedules}
+        if "delay" in job.buffers:
+            launch_info["runs"]["delay_sites"] = [list(x) for x in module.__dict__["_vz_delay_sites"]]
     return reply
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def start_access_recording(backend, request: dict, device: dict, bufs: dict, grid, block):

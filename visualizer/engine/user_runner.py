@@ -20,7 +20,7 @@ import numpy as np
 from visualizer.analysis.capture import Capture, build_capture
 from visualizer.engine import sandbox, wire
 from visualizer.engine.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
-from visualizer.specs.catalog import LaunchError
+from visualizer.specs.catalog import MAX_RUNS, LaunchError
 from visualizer.specs.source import SourceLaunch
 
 RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_USER_TIMEOUT_S", "120"))
@@ -126,13 +126,23 @@ class UserRunner(Runner):
         time_clean: bool = True,
         progress=None,
         timeout: float | None = None,
+        runs: int = 1,
+        schedule_seed: int | None = None,
+        delays: bool = False,
     ) -> Capture:
-        """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError."""
+        """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
+        ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py);
+        ``delays``: with a seed, the instrumented build waits seeded delays before shared-memory
+        accesses and barriers (engine/instrument.py; run i's table is pipeline.delay_table(seed, i))."""
+        if not 1 <= int(runs) <= MAX_RUNS:
+            raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
+        if runs > 1 or schedule_seed is not None:
+            request.update(runs=int(runs), schedule_seed=schedule_seed, delays=bool(delays))
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
         # the simulator runs the kernel twice when timing it clean
-        launches = 2 if self.backend == "sim" and time_clean else 1
+        launches = (2 if self.backend == "sim" and time_clean else 1) + int(runs) - 1
         self.last_exit_code = None
         self._reply_limit = reply_bytes(launch, accesses)
         try:

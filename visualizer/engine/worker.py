@@ -263,7 +263,10 @@ def capture(backend: Backend, request: dict) -> dict:
             flush = ran.timing["method"]["l2_flush"]
             baseline.update(torch_baseline(spec, values, inputs, ran.device_arrays, repeats, flush))
 
-    ran = pipeline.run(backend, job, repeats, request.get("time_clean", True), torch_while_allocated)
+    runs, schedule_seed = int(request.get("runs", 1)), request.get("schedule_seed")
+    ran = pipeline.run(
+        backend, job, repeats, request.get("time_clean", True), torch_while_allocated, runs, schedule_seed
+    )
     timing = {**ran.timing, **baseline, "bytes_moved": job.nbytes, "flops": job.flops}
     if not backend.simulator:
         sec = timing["clean_ms"] / 1e3
@@ -288,6 +291,9 @@ def capture(backend: Backend, request: dict) -> dict:
     }
     if ran.accesses is not None:
         reply["accesses"] = ran.accesses
+    if ran.runs is not None:  # every run's outputs, stacked (analysis/races.py compares them)
+        reply["runs"] = {k: ran.runs[k] for k in spec.outputs}
+        launch_info["runs"] = {"count": runs, "seed": schedule_seed, "schedules": ran.schedules}
     return reply
 
 

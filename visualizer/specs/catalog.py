@@ -18,6 +18,7 @@ from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as 
     BARRIER_STEPS,
     GPU_MAX_CAPTURE_BYTES,
     GPU_MEMORY_FRACTION,
+    MAX_RUNS,
     QUOTE_MAX_CHARS,
     SIM_CAPTURE_LAUNCHES,
     SIM_MAX_BYTES,
@@ -42,6 +43,7 @@ from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as 
     limits_from_info,
     quoted,
     record_bytes,
+    runs_cost,
     sim_cost_limit,
 )
 from visualizer.specs.lessons import SPECS as LESSON_SPECS
@@ -376,10 +378,12 @@ def plan_launch(
 
 
 def admit_capture(
-    name: str, params: dict | None, backend: str, limits: DeviceLimits | None = None
+    name: str, params: dict | None, backend: str, limits: DeviceLimits | None = None, runs: int = 1
 ) -> tuple[KernelSpec, dict[str, int], Launch, Cost]:
-    """plan_launch, plus the limit on the trace tables a capture keeps in host memory."""
+    """plan_launch, plus the limit on the trace tables a capture keeps in host memory. ``runs``: the
+    launch run that many times (races made visible): runs x its cost (launch.runs_cost)."""
     spec, values, launch = plan_launch(name, params, backend, limits)
-    cost = launch_cost(spec, values, launch)
-    check_cost(spec.name, cost, limits or DeviceLimits(), backend, capture=True)
+    cost = runs_cost(launch_cost(spec, values, launch), runs)
+    name = spec.name if runs == 1 else f"{spec.name} run {runs} times"
+    check_cost(name, cost, limits or DeviceLimits(), backend, capture=True)
     return spec, values, launch, cost

@@ -6,6 +6,7 @@ Host side only (numpy, no numba): the CLI validates launches without starting a 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -211,6 +212,24 @@ class Cost:
     @property
     def run_bytes(self) -> int:
         return self.array_bytes + self.record_bytes
+
+
+MAX_RUNS = 64  # runs of one launch a capture may ask for (engine/pipeline.py runs them)
+
+
+def runs_cost(cost: Cost, runs: int) -> Cost:
+    """The cost of one launch run ``runs`` times from the same inputs: runs x its simulated work, and
+    the host memory of every run's outputs kept beside the capture (the device arrays are reused)."""
+    runs = int(runs)
+    if not 1 <= runs <= MAX_RUNS:
+        raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
+    if runs == 1:
+        return cost
+    return dataclasses.replace(
+        cost,
+        thread_steps=cost.thread_steps * runs,
+        capture_bytes=cost.capture_bytes + (runs - 1) * cost.array_bytes,
+    )
 
 
 def record_bytes(spec: KernelSpec, launch: Launch, per_warp_above: int = 1 << 16) -> int:

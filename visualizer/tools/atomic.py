@@ -26,7 +26,7 @@ from pathlib import Path
 
 PARTIAL = ".partial-"
 PROBE = ".probe-"  # bundle_dir_problem's test directory (not a bundle being written)
-BUNDLE_FILES = ("launch.json", "timing.json", "arrays.npz")
+BUNDLE_FILES = ("launch.json", "timing.json", "arrays.npz", "runs.npz")
 
 
 def _fsync(path: Path) -> None:

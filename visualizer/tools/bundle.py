@@ -1,5 +1,5 @@
-"""The capture bundle on disk: one Parquet file per table, launch.json, timing.json, arrays.npz,
-written as a whole or not at all (``capture --out DIR``)."""
+"""The capture bundle on disk: one Parquet file per table, launch.json, timing.json, arrays.npz
+(and runs.npz when the launch ran several times), written as a whole or not at all (``capture --out DIR``)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ def save(cap: Capture, out_dir: str | Path) -> list[Path]:
             names.append(f"{name}.json")
         np.savez_compressed(out / "arrays.npz", **cap.inputs, **cap.outputs)
         names.append("arrays.npz")
+        if cap.runs is not None:  # each output stacked over the runs (analysis/races.py)
+            np.savez_compressed(out / "runs.npz", **cap.runs)
+            names.append("runs.npz")
         return names
 
     names = atomic.write_dir(out_dir, fill)

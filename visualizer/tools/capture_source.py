@@ -82,7 +82,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--accesses", action="store_true", help="record memory accesses (simulator)")
     p.add_argument("--out", required=True, help="directory for the trace bundle")
     p.add_argument("--repeats", type=count(1), default=20, help="timed launches per build on the GPU")
-    p.add_argument("--seed", type=count(0), default=0)
+    p.add_argument(
+        "--seed", type=count(0), default=None, help="inputs' seed (default 0); with --runs the schedules'"
+    )
+    p.add_argument("--runs", type=count(1), default=None, help="run the same launch N times (runs.npz)")
+    p.add_argument(
+        "--delays",
+        action="store_true",
+        help="with --runs and --seed: seeded delays before shared accesses/barriers",
+    )
     p.add_argument("--timeout", type=_positive_seconds, default=None, help="wall-clock limit in seconds")
     return p
 
@@ -136,9 +144,11 @@ def cmd_capture_source(argv: list[str]) -> int:
             **tolerances,
         )
         with UserRunner(backend) as runner:
+            runs = {"runs": args.runs, "schedule_seed": args.seed, "delays": args.delays} if args.runs else {}
             cap = runner.capture_source(
-                launch, seed=args.seed, repeats=args.repeats, accesses=args.accesses, timeout=args.timeout
-            )
+                launch, seed=args.seed or 0, repeats=args.repeats, accesses=args.accesses, timeout=args.timeout,
+                **runs,
+            )  # fmt: skip
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -172,6 +182,11 @@ def cmd_capture_source(argv: list[str]) -> int:
     )
     if getattr(cap, "accesses", None) is not None:
         print(f"  memory accesses recorded: {len(cap.accesses):,} ({len(cap.hazards):,} hazards)")
+    if cap.runs is not None:
+        from visualizer.analysis.races import describe as describe_runs
+
+        for text in describe_runs(info["runs"]):
+            print(f"  {text}")
     print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
     if check.get("correct") is None:
         print("  no --reference given: the outputs were not checked")

@@ -83,7 +83,20 @@ def cmd_capture(argv: list[str]) -> int:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--out", required=True, help="directory for the trace bundle")
     p.add_argument("--repeats", type=count(1), default=20, help="timed launches per build on the GPU")
-    p.add_argument("--seed", type=count(0), default=0)
+    p.add_argument(
+        "--seed",
+        type=count(0),
+        default=None,
+        help="seed of the inputs (default 0); with --runs also of the schedules: on the simulator run i "
+        "is the seeded interleaving (seed, i), replayed bit for bit (without --seed: its fixed order)",
+    )
+    p.add_argument(
+        "--runs",
+        type=count(1),
+        default=None,
+        help="run the same launch N times from the same inputs; keeps every run's outputs (runs.npz) and "
+        "counts the distinct outputs (launch.json runs). Costs N launches under the limits",
+    )
     p.add_argument(
         "--accesses",
         action="store_true",
@@ -108,8 +121,9 @@ def cmd_capture(argv: list[str]) -> int:
                 args.kernel,
                 params,
                 repeats=args.repeats,
-                seed=args.seed,
+                seed=args.seed or 0,
                 **({"accesses": True} if args.accesses else {}),
+                **({"runs": args.runs, "schedule_seed": args.seed} if args.runs is not None else {}),
             )
     except (LaunchError, CliError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -144,6 +158,11 @@ def cmd_capture(argv: list[str]) -> int:
         from visualizer.analysis.memory import describe
 
         for text in describe(launch["accesses"]):
+            print(f"  {text}")
+    if cap.runs is not None:
+        from visualizer.analysis.races import describe as describe_runs
+
+        for text in describe_runs(cap.launch["runs"]):
             print(f"  {text}")
     print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
     if check["correct"]:

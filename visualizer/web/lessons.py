@@ -35,6 +35,12 @@ class Run:
     kernel: str
     params: dict
     accesses: bool = False  # recorded loads/stores (always on the simulator)
+    runs: int = 1  # the launch run this many times from the same inputs (analysis/races.py)
+    schedule_seed: int | None = None  # their seeded schedules on the simulator
+
+    def options(self) -> dict:
+        """The runner options beyond accesses (none for one run)."""
+        return {"runs": self.runs, "schedule_seed": self.schedule_seed} if self.runs > 1 else {}
 
 
 @dataclass(frozen=True)
@@ -439,6 +445,64 @@ BARRIERS = Lesson(
 )
 
 
+# --- 7b. the race, run again and again ---------------------------------------------------------
+
+
+def _runs_charts(caps, v, answers):
+    from visualizer.analysis import races
+    from visualizer.figures.races import cells_heatmap, runs_strip
+
+    cap = caps["main"]
+    info = cap.launch["runs"]
+    table = races.runs_table(cap.runs, info["correct"], info.get("schedules"), cap.source)
+    return [
+        ("", runs_strip(table, "partial")),
+        ("", cells_heatmap(races.cells(cap.runs, "partial", cap.source))),
+    ]
+
+
+RACE_RUNS = Lesson(
+    name="race_runs",
+    title="The race, run again and again",
+    intro="`reduction_race` is the tree reduction with the barrier between levels left out. On a GPU its "
+    "answer depends on how the warps happen to interleave, so it can be right on one run and wrong on the "
+    "next. Here the same launch, from the same inputs, runs **8 times**, each in a seeded schedule of the "
+    "simulator (warps in lockstep, the one furthest behind going next, seeded stalls). Predict, then watch.",
+    controls=(
+        Control("block", "threads per block", (64, 128, 256), 128),
+        Control("seed", "schedule seed (another 8 schedules)", (1, 2, 3, 4, 5), 1),
+    ),
+    runs=lambda v: {
+        "main": Run(
+            "reduction_race", {"n": 8 * v["block"], "block": v["block"]}, runs=8, schedule_seed=v["seed"]
+        )
+    },
+    questions=(
+        Question(
+            "In the next 8 runs, will the racy reduction be right in all of them, in some, or in none?",
+            lambda caps, v: A.runs_spread(caps["main"]),
+            lambda a, v: (
+                f"{a.facts['verdict']} The 8 runs gave {a.facts['distinct']} different set(s) of block sums; "
+                f"{a.facts['differing']} of the {a.facts['cells']} block sums changed from run to run. A race is a "
+                "bug even in the runs that come out right: nothing in the code makes them right."
+            ),
+            kind="choice",
+            choices=("all 8", "some", "none"),
+        ),
+        Question(
+            "How many of the 8 runs give every block's sum right?",
+            lambda caps, v: A.runs_right(caps["main"]),
+            lambda a, v: (
+                f"{a.value} of 8, each run checked block by block against numpy; the strip shows each."
+            ),
+            unit="runs",
+        ),
+    ),
+    charts=_runs_charts,
+    takeaway="Run a racy kernel once and you see one answer; run it many times and you see the race.",
+)
+
+
 # --- 8. a stencil: the heat equation ------------------------------------------------------------
 
 
@@ -599,7 +663,8 @@ FLASH = Lesson(
 
 
 LESSONS: tuple[Lesson, ...] = (
-    CPU_GPU, THREADS, SCHEDULER, OCCUPANCY, MEMORY_FLOW, COALESCING, BARRIERS, STENCIL, HISTOGRAM, FLASH,
+    CPU_GPU, THREADS, SCHEDULER, OCCUPANCY, MEMORY_FLOW, COALESCING, BARRIERS, RACE_RUNS, STENCIL, HISTOGRAM,
+    FLASH,
 )  # fmt: skip
 BY_NAME = {lesson.name: lesson for lesson in LESSONS}
 

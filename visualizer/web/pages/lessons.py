@@ -11,7 +11,8 @@ from __future__ import annotations
 import streamlit as st
 
 from visualizer.analysis import lesson_answers as A
-from visualizer.engine.runner import gpu_present
+from visualizer.engine.runner import KernelError, gpu_present
+from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
 from visualizer.web.lesson_progress import store_done, stored_done
 from visualizer.web.lessons import LESSONS, Lesson, get
@@ -21,6 +22,7 @@ from visualizer.web.session import (
     PAGE_QUERY_KEYS,
     RunConfig,
     as_text,
+    cached_capture,
     capture_cache,
     capture_key,
     drop_link,
@@ -144,6 +146,8 @@ def captures(lesson: Lesson, values: dict) -> tuple[dict, str | None]:
     for role, run in lesson.runs(values).items():
         if run.accesses:
             cap, error = access_capture(run.kernel, run.params)
+        elif run.runs > 1:  # the same launch N times in seeded schedules (simulator): analysis/races.py
+            cap, error = runs_capture(run)
         else:
             config = RunConfig(run.kernel, backend, tuple(sorted(run.params.items())))
             cap, error = cached_only(config), None
@@ -153,6 +157,16 @@ def captures(lesson: Lesson, values: dict) -> tuple[dict, str | None]:
             return {}, f"{run.kernel} did not run: {as_text(error)}"
         caps[role] = cap
     return caps, None
+
+
+def runs_capture(run) -> tuple:
+    """(capture of run.runs runs, None) or (None, one-line error); simulator, cached per launch."""
+    try:
+        with st.spinner(f"Running {run.kernel} {run.runs} times on the CUDA simulator…"):
+            params = tuple(sorted(run.params.items()))
+            return cached_capture(run.kernel, params, "sim", 0, time_clean=False, **run.options()), None
+    except (LaunchError, KernelError) as exc:
+        return None, as_text(str(exc))
 
 
 def cached_only(config: RunConfig):

@@ -13,6 +13,7 @@ from visualizer.web.charts import chart
 from visualizer.web.current_kernel import record_accesses, visitor_capture, visitor_is_current
 from visualizer.web.guard import visitor_has_key
 from visualizer.web.memory import access_capture
+from visualizer.web.races import runs_panel
 from visualizer.web.session import (
     HIDDEN_KERNELS,
     as_text,
@@ -363,3 +364,6 @@ else:
     st.caption(
         "No hazards: no two threads touched one word without a barrier between them, and every shared read was written first."
     )
+runs_panel(
+    kernel, params, "sim", 0, spec.outputs[0], "mem_runs"
+)  # the same launch N times (analysis/races.py)

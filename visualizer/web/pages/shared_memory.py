@@ -19,6 +19,7 @@ from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
 from visualizer.web.current_kernel import YOURS_REPLACED
 from visualizer.web.memory import race_words_panel
+from visualizer.web.races import runs_panel
 from visualizer.web.session import (
     RunConfig,
     cached_capture,
@@ -154,6 +155,9 @@ def reduction_section(cap: Capture) -> None:
     race_words_panel(
         race.launch["params"], SIDEBAR_SEED
     )  # the exact raced words (visualizer/engine/access_record.py)
+    runs_panel(
+        "reduction_race", race.launch["params"], race.launch["backend"], SIDEBAR_SEED, "partial", "smem_runs"
+    )
     st.markdown(
         "**Why the missing barrier breaks it.** At level k + 1, thread `tid` reads `s[tid + stride]`, "
         "which thread `tid + stride` wrote at level k. The `cuda.syncthreads()` after each level is the "
@@ -169,8 +173,8 @@ def reduction_section(cap: Capture) -> None:
             "run in thread order until it ends or reaches a barrier, and with no barrier in the loop thread 0 "
             "runs its whole tree before thread 1 starts: it adds its partners' slots before they have added "
             f"theirs. Here {int((race.outputs['partial'] != expected).sum()):,} of {len(expected):,} blocks "
-            "are wrong, and a second run gives byte-identical sums: the simulator's order is fixed, so it "
-            "shows one outcome of the race, never the spread a GPU can give."
+            "are wrong, and a second run in that order gives byte-identical sums: it shows one outcome of the "
+            "race. Run it many times below to see the spread: seeded schedules interleave the warps."
             if not race.measured
             else f"**This run** (measured on {race.launch['device_name']}): "
             f"{int((race.outputs['partial'] != expected).sum()):,} of {len(expected):,} blocks wrong."

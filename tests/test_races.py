@@ -1,0 +1,249 @@
+"""Races you can watch happen (issue 25): the same launch run N times in seeded schedules on the
+simulator, outputs compared cell by cell; races nobody here wrote, as visitors' sources."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import race_cases  # noqa: E402  (the visitors' sources)
+from race_cases import source  # noqa: E402
+
+from visualizer.analysis import races
+from visualizer.engine.runner import Runner
+from visualizer.engine.user_runner import UserRunner
+from visualizer.specs.catalog import KERNELS, LaunchError, admit_capture
+from visualizer.specs.source import plan_source_launch
+
+SOURCES = race_cases.CASES
+
+
+def launch_plan(name: str, racy: bool):
+    _, kernel, grid, block, args, ref, *_ = SOURCES[name]
+    return plan_source_launch(
+        source(name, racy), kernel, grid=grid, block=block, args=args, reference=[ref], filename=f"{name}.py"
+    )
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with Runner("sim") as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def user_runner():
+    with UserRunner("sim") as r:
+        yield r
+
+
+# --- the built-in race demo ------------------------------------------------------------------
+
+
+def test_reduction_race_gives_several_outputs_over_8_seeded_runs_and_replays_bit_for_bit(runner):
+    cap = runner.capture("reduction_race", {"n": 1000, "block": 128}, runs=8, schedule_seed=1)
+    r = cap.launch["runs"]
+    assert r["count"] == 8 and r["seed"] == 1
+    assert cap.runs["partial"].shape == (8, 8)
+    assert r["distinct"] >= 2 and r["differing_elements"] >= 1
+    # run 0 is the capture itself: its tables and its outputs are the first run's
+    np.testing.assert_array_equal(cap.runs["partial"][0], cap.outputs["partial"])
+    assert len(r["correct"]) == 8 and not all(r["correct"])
+    again = runner.capture("reduction_race", {"n": 1000, "block": 128}, runs=8, schedule_seed=1)
+    np.testing.assert_array_equal(again.runs["partial"], cap.runs["partial"])  # the same schedules
+    other = runner.capture("reduction_race", {"n": 1000, "block": 128}, runs=8, schedule_seed=2)
+    assert not np.array_equal(other.runs["partial"], cap.runs["partial"])  # other seeds, other orders
+
+
+def test_race_free_reduction_gives_exactly_one_output_in_8_seeded_runs(runner):
+    cap = runner.capture("reduction", {"n": 1000, "block": 128}, runs=8, schedule_seed=1)
+    assert cap.launch["runs"]["distinct"] == 1 and cap.launch["runs"]["differing_elements"] == 0
+    assert all(cap.launch["runs"]["correct"])
+    table = races.runs_table(cap.runs, cap.launch["runs"]["correct"], cap.launch["runs"]["schedules"], "sim")
+    assert races.verdict(table) == "Right in all 8 runs, with the same output, bit for bit."
+    # the schedules really differed: each run drew its own warp steps
+    assert len({json.dumps(s) for s in cap.launch["runs"]["schedules"]}) > 1
+
+
+def test_unseeded_runs_keep_the_fixed_order(runner):
+    plain = runner.capture("reduction_race", {"n": 512, "block": 128})
+    runs = runner.capture("reduction_race", {"n": 512, "block": 128}, runs=3)
+    assert runs.launch["runs"]["distinct"] == 1  # no seed: the simulator's one linear order, every run
+    np.testing.assert_array_equal(runs.runs["partial"][2], plain.outputs["partial"])
+
+
+def test_runs_cost_is_n_times_one_launch_under_the_admission_rules():
+    params = {"n": 2**12, "block": 128}
+    _, _, _, one = admit_capture("reduction_race", params, "sim")
+    _, _, _, eight = admit_capture("reduction_race", params, "sim", runs=8)
+    assert eight.thread_steps == 8 * one.thread_steps
+    with pytest.raises(LaunchError, match="run 64 times would take about"):
+        admit_capture("reduction_race", {"n": 2**16, "block": 128}, "sim", runs=64)
+    with pytest.raises(LaunchError, match="runs must be"):
+        admit_capture("reduction_race", params, "sim", runs=65)
+
+
+# --- visitors' kernels: the Your-kernel path --------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_visitor_races_differ_over_8_seeds_and_their_fixes_do_not(user_runner, name):
+    racy = user_runner.capture_source(launch_plan(name, racy=True), runs=8, schedule_seed=5, time_clean=False)
+    r = racy.launch["runs"]
+    assert r["distinct"] >= 2, r
+    assert not all(r["correct"]), r["correct"]
+    again = user_runner.capture_source(
+        launch_plan(name, racy=True), runs=8, schedule_seed=5, time_clean=False
+    )
+    for k in racy.runs:
+        np.testing.assert_array_equal(again.runs[k], racy.runs[k])
+    fixed = user_runner.capture_source(
+        launch_plan(name, racy=False), runs=8, schedule_seed=5, time_clean=False
+    )
+    assert fixed.launch["runs"]["distinct"] == 1 and all(fixed.launch["runs"]["correct"])
+
+
+# --- the tables ------------------------------------------------------------------------------
+
+
+def test_cells_and_verdict_on_a_hand_made_stack():
+    runs = {"out": np.array([[1, 2, 3], [1, 2, 4], [1, 5, 6], [1, 2, 3]], np.float32)}
+    s = races.summary(runs)
+    assert s == {"count": 4, "distinct": 3, "differing_elements": 2}
+    cells = races.cells(runs, "out", "simulated")
+    assert cells["distinct"].tolist() == [1, 2, 3] and cells["differs"].tolist() == [False, True, True]
+    t = races.runs_table(runs, [True, False, False, True], None, "simulated")
+    assert t["outcome"].tolist() == [0, 1, 2, 0]
+    assert races.verdict(t) == "Right in 2 of 4 runs — and wrong in two (3 different outputs)."
+    one = races.runs_table(runs, [True, True, False, True], None, "simulated")
+    assert races.verdict(one).startswith("Right in 3 of 4 runs — and wrong in one")
+    nan = {"x": np.array([[np.nan], [np.nan]], np.float32)}
+    assert races.summary(nan)["distinct"] == 1  # NaN equals NaN, bit for bit
+
+
+def test_hazards_join_the_cells_that_differ(runner):
+    cap = runner.capture("reduction_race", {"n": 512, "block": 128}, runs=8, schedule_seed=2, accesses=True)
+    cells = races.cells(cap.runs, "partial", cap.source)
+    joined = races.hazards_at(cells, cap.hazards, cap.accesses)
+    assert set(joined["index"]) == set(cells.loc[cells["differs"], "index"])
+    assert (joined["space"] == "shared").all() and set(joined["kind"]) >= {"RAW"}
+    assert isinstance(races.hazard_summary(joined), pd.DataFrame)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_cli_runs_writes_runs_npz_and_refuses_too_many_runs_in_one_line(tmp_path):
+    out = tmp_path / "bundle"
+    cmd = [sys.executable, "-m", "visualizer", "capture", "reduction_race", "--backend", "sim", "--param",
+           "n=512", "--out", str(out), "--runs", "4", "--seed", "3"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    launch = json.loads((out / "launch.json").read_text())
+    with np.load(out / "runs.npz") as z:
+        assert z["partial"].shape == (4, 4)
+        assert launch["runs"]["distinct"] == len({z["partial"][i].tobytes() for i in range(4)})
+    assert launch["runs"]["count"] == 4 and launch["runs"]["seed"] == 3
+    bad = subprocess.run([*cmd[:-4], "--runs", "65"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "runs must be" in bad.stderr
+
+
+# --- seeded delays before shared accesses and barriers (the GPU's perturbation) ----------------
+
+
+def test_instrumenter_puts_a_delay_before_every_shared_access_and_barrier():
+    import ast
+
+    from visualizer.engine.instrument import DELAY, DELAY_FN, instrument, traced_name
+
+    tree = instrument(ast.parse(source("matmul", racy=False)), "matmul", delays=True)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == traced_name("matmul"))
+    assert fn.args.args[-1].arg == DELAY
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == DELAY_FN]
+    # two tile stores, one barrier, the multiply-add reading both tiles, the second barrier
+    assert [what for _, what in tree.delay_sites] == ["shared", "shared", "barrier", "shared", "barrier"]
+    assert sorted(c.args[1].value for c in calls) == list(range(5))
+    plain = instrument(ast.parse(source("matmul", racy=False)), "matmul")
+    assert plain.delay_sites == [] and DELAY_FN not in ast.unparse(plain)
+
+
+def test_delayed_runs_are_named_by_seed_and_run_and_keep_race_free_kernels_right(user_runner):
+    from visualizer.engine.pipeline import delay_table
+
+    cap = user_runner.capture_source(
+        launch_plan("reverse", racy=False), runs=3, schedule_seed=4, delays=True, time_clean=False
+    )
+    r = cap.launch["runs"]
+    assert r["distinct"] == 1 and all(r["correct"])
+    assert [w for _, w in r["delay_sites"]] == ["shared", "barrier", "shared"]
+    for i, entry in enumerate(r["schedules"]):
+        table = delay_table(4, i)
+        assert entry["delayed_slots"] == int((table > 0).sum()) and entry["max_delay_ns"] == int(table.max())
+    np.testing.assert_array_equal(delay_table(4, 1), delay_table(4, 1))
+    assert not np.array_equal(delay_table(4, 1), delay_table(4, 2))
+
+
+# --- the lesson --------------------------------------------------------------------------------
+
+
+def test_race_runs_lesson_answers_from_its_8_runs(runner):
+    from visualizer.analysis import lesson_answers as A
+    from visualizer.web.lessons import RACE_RUNS
+
+    v = RACE_RUNS.defaults()
+    (r,) = RACE_RUNS.runs(v).values()
+    cap = runner.capture(r.kernel, r.params, time_clean=False, **r.options())
+    right = A.runs_right(cap)
+    assert right.value == sum(cap.launch["runs"]["correct"]) and right.facts["runs"] == 8
+    spread = A.runs_spread(cap)
+    assert spread.value in RACE_RUNS.questions[0].choices
+    assert spread.value == ("all 8" if right.value == 8 else "none" if right.value == 0 else "some")
+    assert "seeded schedules (seed 1" in right.source
+    text = RACE_RUNS.questions[0].explain(spread, v)
+    assert right.facts["verdict"] in text and f"{right.facts['distinct']} different set" in text
+    figs = RACE_RUNS.charts({"main": cap}, v, [spread, right])
+    assert len(figs) == 2 and all("simulated" in f.layout.title.text for _, f in figs)
+
+
+def test_cli_runs_a_visitors_source_n_times(tmp_path):
+    src = tmp_path / "histogram.py"
+    src.write_text(source("histogram", racy=True))
+    out = tmp_path / "bundle"
+    cmd = [sys.executable, "-m", "visualizer", "capture", "--source", str(src), "--block", "128", "--grid", "2",
+           "--arg", "x=arange:int32:256", "--arg", "bins=zeros:int32:4", "--reference",
+           "bins=np.bincount(x % 4, minlength=4).astype(np.int32)", "--backend", "sim", "--runs", "8", "--seed",
+           "5", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "right in 0 of 8 runs" in done.stdout  # lost updates: wrong, as it should
+    launch = json.loads((out / "launch.json").read_text())
+    with np.load(out / "runs.npz") as z:
+        assert z["bins"].shape == (8, 4) and launch["runs"]["distinct"] >= 2
+
+
+def test_histogram_race_joins_global_hazards_on_the_cells_at_the_visitors_line(user_runner):
+    cap = user_runner.capture_source(
+        launch_plan("histogram", racy=True), runs=8, schedule_seed=5, accesses=True, time_clean=False
+    )
+    cells = races.cells(cap.runs, "bins", cap.source)
+    joined = races.hazards_at(cells, cap.hazards, cap.accesses)
+    line = 1 + source("histogram", racy=True).splitlines().index("        bins[b] += 1")
+    assert cells["differs"].any() and set(joined["index"]) == set(cells.loc[cells["differs"], "index"])
+    assert set(joined["via"]) == {"on the cell itself"} and (joined["hazard_array"] == "bins").all()
+    assert set(joined["line_a"]) == set(joined["line_b"]) == {line}  # the kernel's line, seeded or not
+
+
+RACE_FREE = [
+    k
+    for k, s in KERNELS.items()
+    if not s.deliberately_wrong and k not in ("out_of_bounds_write", "flash_attention", "naive_attention")
+]  # fmt: skip  (flash_attention_fast stays: its warp shuffles and tensor-core tiles under seeded schedules)
+
+
+@pytest.mark.parametrize("kernel", RACE_FREE)
+def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, kernel):
+    cap = runner.capture(kernel, {}, runs=3, schedule_seed=1, time_clean=False)
+    assert cap.launch["runs"]["distinct"] == 1, kernel
+    assert all(cap.launch["runs"]["correct"]), kernel
+    assert all(s["seed"] == 1 and s["steps"] > 0 for s in cap.launch["runs"]["schedules"])  # really seeded

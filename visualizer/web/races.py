@@ -1,0 +1,72 @@
+"""The "run it N times" panel: the same launch in N schedules, its outputs compared cell by cell."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from visualizer.analysis import races
+from visualizer.engine.runner import KernelError
+from visualizer.figures.races import cells_heatmap, runs_strip
+from visualizer.specs.catalog import MAX_RUNS, LaunchError
+from visualizer.web.charts import chart
+from visualizer.web.session import cached_capture
+
+DEFAULT_RUNS = 8
+
+
+def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, key: str) -> None:
+    """Widgets (runs, schedule seed, a Run button), then the heat map, the strip and the verdict."""
+    st.subheader(f"Run {kernel} many times")
+    sim = backend == "sim"
+    c1, c2, c3 = st.columns([1, 1, 2])
+    with c1:
+        n = int(st.number_input("runs", 2, MAX_RUNS, DEFAULT_RUNS, key=f"{key}_runs"))
+    with c2:
+        sched = int(st.number_input("schedule seed", 0, 2**31 - 1, 1, key=f"{key}_seed", disabled=not sim))
+    with c3:
+        st.caption(
+            "The same launch from the same inputs, run again and again. "
+            + (
+                "On the simulator each run is one seeded interleaving of the warps (lockstep lanes, seeded "
+                "stalls): run i of seed S replays bit for bit, another seed explores other orders."
+                if sim
+                else "On the GPU each run is the hardware's own schedule."
+            )
+        )
+    want = (kernel, tuple(sorted(params.items())), backend, seed, n, sched)  # what a click asked for
+    if st.button(f"Run {n} times", key=f"{key}_go"):
+        st.session_state[f"{key}_ran"] = want
+    if st.session_state.get(f"{key}_ran") != want:  # N runs cost N launches: only when asked, for this launch
+        return
+    try:
+        with st.spinner(f"Running {kernel} {n} times…"):
+            cap = cached_capture(
+                kernel, tuple(sorted(params.items())), backend, seed, runs=n,
+                schedule_seed=sched if sim else None, time_clean=False, **({"accesses": True} if sim else {}),
+            )  # fmt: skip
+    except (LaunchError, KernelError) as exc:
+        st.error(f"Could not run {kernel} {n} times: {exc}")
+        return
+    info = cap.launch["runs"]
+    table = races.runs_table(cap.runs, info["correct"], info.get("schedules"), cap.source)
+    st.markdown(f"**{races.verdict(table)}**")
+    free = races.race_free_sentence(info)
+    if free:
+        st.caption(free)
+    chart(runs_strip(table, output), key=f"{key}_strip")
+    cells = races.cells(cap.runs, output, cap.source)
+    chart(cells_heatmap(cells), key=f"{key}_cells")
+    if cap.hazards is None:
+        return
+    joined = races.hazard_summary(races.hazards_at(cells, cap.hazards, cap.accesses))
+    if joined.empty:
+        if cells["differs"].any():
+            st.caption(
+                "No recorded hazard is on these cells or in the shared memory of the blocks that stored them."
+            )
+        return
+    st.markdown(
+        f"**Where the differing cells raced** (recorded addresses of run 0, simulator): the hazards on "
+        f"each differing cell of `{output}` itself, and in the shared memory of the block that stored it."
+    )
+    st.dataframe(joined.drop(columns="source", errors="ignore"), hide_index=True)
