@@ -45,7 +45,11 @@ PAGES = [
     st.Page("web/pages/compare.py", title="Compare", icon=":material/compare:"),
     st.Page("web/pages/under_the_hood.py", title="Under the hood", icon=":material/memory_alt:"),
 ]
-LESSON_PAGES = [st.Page("web/pages/lessons.py", title="Predict, run, compare", icon=":material/school:")]
+# its own group (a radio of its own), titled in its one entry: a header line would push the sidebar's
+# parameters under the sticky Run at 720 px
+LESSON_PAGES = [
+    st.Page("web/pages/lessons.py", title="Lessons: predict, run, compare", icon=":material/school:")
+]
 take_kernel_link()  # a shared link's kernel fills the Your kernel page (runs only where code may run)
 page = navigate({"": PAGES, "Lessons": LESSON_PAGES})
 sidebar()

@@ -3,6 +3,8 @@ one question with the answer hidden until Reveal; nothing clipped."""
 
 import pytest
 
+from visualizer.web.lessons import LESSONS
+
 from .conftest import wait_for_app
 from .test_browser import CLIPPED, charts, main, open_page
 
@@ -121,7 +123,7 @@ def test_teacher_mode_slider_values_clear_their_track_at_1280(page, app_url, str
 def test_progress_survives_a_reload_and_a_lesson_link_and_word_answers_fit(page, app_url):
     page = open_page(page, app_url, "?backend=sim&page=lessons&lesson=cpu_gpu")
     m = main(page)
-    assert "0 of 10 lessons done" in m.inner_text()
+    assert f"0 of {len(LESSONS)} lessons done" in m.inner_text()
     m.get_by_text("numpy (CPU)").first.click()
     wait_for_app(page)
     lock_in(page)
@@ -130,14 +132,14 @@ def test_progress_survives_a_reload_and_a_lesson_link_and_word_answers_fit(page,
     answer = m.get_by_test_id("stMetricValue").first.inner_text()
     assert answer in ("numpy (CPU)", "GPU kernel")
     assert page.evaluate(CLIPPED) == []  # the word answer is not cut at 1280x720
-    assert "1 of 10 lessons done (✓ 1)" in m.inner_text()
+    assert f"1 of {len(LESSONS)} lessons done (✓ 1)" in m.inner_text()
     page.wait_for_timeout(500)  # the cookie's one-line frame has run
     page.reload()
     wait_for_app(page)
-    assert "1 of 10 lessons done (✓ 1)" in main(page).inner_text()  # a reload keeps the progress
+    assert f"1 of {len(LESSONS)} lessons done (✓ 1)" in main(page).inner_text()  # a reload keeps the progress
     with page.context.expect_page() as opened:  # a question link opens a new tab: a new session
         main(page).get_by_role("link", name="link", exact=True).first.click()
     tab = opened.value
     wait_for_app(tab)
-    assert "1 of 10 lessons done (✓ 1)" in main(tab).inner_text()
+    assert f"1 of {len(LESSONS)} lessons done (✓ 1)" in main(tab).inner_text()
     assert "backend=sim" in tab.url and "lesson=cpu_gpu" in tab.url and "q=1" in tab.url

@@ -108,8 +108,6 @@ def _page_list() -> None:
     for title, group in groups:
         widget = f"_nav_{title or 'pages'}"
         st.session_state[widget] = st.session_state.page if st.session_state.page in group else None
-        if title:
-            st.markdown(f"**{title}**")
         st.radio(
             title or "page", group, format_func=label, key=widget, index=None, label_visibility="collapsed",
             on_change=_choose_page, args=(widget,),

@@ -214,14 +214,12 @@ result = occupancy_opted_in(arch, threads, regs, smem_dynamic, static)
 limiters = " + ".join(name.replace("_", " ") for name in result.limiters)
 with picture:
     chart(limits_figure(result), key="occ_limits")
-with controls:
-    c1, c2 = st.columns(2)
-    c1.metric("blocks / SM", result.blocks_per_sm)
-    c2.metric("warps / SM", f"{result.warps_per_sm} / {spec.max_warps_per_sm}")
-    c3, c4 = st.columns(2)
-    c3.metric("occupancy", f"{100 * result.occupancy:.1f}%")
-    # several limiters at once are too long for half a column at 1280 px: then the column's width
-    (c4 if len(limiters) <= 12 else st).metric("limiter", limiters)
+c1, c2, c3, c4 = st.columns([2, 2, 2, 3])
+c1.metric("blocks / SM", result.blocks_per_sm)
+c2.metric("warps / SM", f"{result.warps_per_sm} / {spec.max_warps_per_sm}")
+c3.metric("occupancy", f"{100 * result.occupancy:.1f}%")
+# several limiters at once are too long for a metric column at 1280 px: then the whole row
+(c4 if len(limiters) <= 16 else st).metric("limiter", limiters)
 if static + smem_dynamic > spec.smem_per_block_optin:
     st.error(
         f"Cannot launch: {static + smem_dynamic:,} B of shared memory per block is over the "
