@@ -37,7 +37,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 
-from visualizer.engine.runner import KernelError, RunQueue
+from visualizer.engine.runner import KernelError, RunQueue, cluster_address, get_runner, gpu_present
 from visualizer.specs.catalog import LaunchError, admit_capture
 
 KEY_PREFIX = "visualizer_capture"
@@ -376,3 +376,16 @@ def cluster_has_gpu(address: str) -> bool:
         return cluster_for(address).has_gpu()
     except Exception:
         return False  # unreachable: the capture itself then says so in one line
+
+
+def capture_queue(backend: str):
+    """Where the app's built-in captures go: the Dask cluster VISUALIZER_CLUSTER names, else this
+    machine's workers (runner.get_runner)."""
+    address = cluster_address()
+    return cluster_queue(address, backend) if address else get_runner(backend)
+
+
+def gpu_for_captures() -> bool:
+    """Is there a GPU for built-in captures: here, or on the Dask cluster the app sends them to?"""
+    address = cluster_address()
+    return cluster_has_gpu(address) if address else gpu_present()

@@ -117,16 +117,6 @@ def visible_gpus(env: str | None = None, count: int | None = None) -> list[str]:
     return [e.strip() for e in env.split(",") if e.strip()][:count]
 
 
-def gpu_for_captures() -> bool:
-    """Is there a GPU for built-in captures: here, or on the Dask cluster the app sends them to?"""
-    address = cluster_address()
-    if address:
-        from visualizer.engine.cluster import cluster_has_gpu
-
-        return cluster_has_gpu(address)
-    return gpu_present()
-
-
 CLUSTER_ENV = "VISUALIZER_CLUSTER"  # `serve --cluster tcp://HOST:PORT` sets it (engine/cluster.py)
 
 
@@ -513,13 +503,7 @@ _RUNNERS_LOCK = threading.Lock()
 
 
 def get_runner(backend: str = "auto") -> RunQueue:
-    """The process-wide queue of workers for a backend, created on first use (on the Dask cluster
-    when VISUALIZER_CLUSTER names one: engine/cluster.py)."""
-    address = cluster_address()
-    if address:
-        from visualizer.engine.cluster import cluster_queue
-
-        return cluster_queue(address, backend)
+    """The process-wide queue of workers for a backend, created on first use."""
     name = resolve_backend(backend)
     with _RUNNERS_LOCK:
         if name not in _RUNNERS:

@@ -106,7 +106,8 @@ class LocalCluster:
         """The Dask worker processes (children of the nannies), not the nannies themselves."""
         out = []
         for p in self.procs[1:]:
-            out += [c for c in children(p.pid) if "multiprocessing.spawn" in cmdline(c)]  # the nanny spawns it
+            # the nanny starts its worker through multiprocessing's spawn
+            out += [c for c in children(p.pid) if "multiprocessing.spawn" in cmdline(c)]
         return out
 
     def stop(self) -> None:

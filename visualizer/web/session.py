@@ -16,7 +16,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from visualizer.analysis.capture import Capture
-from visualizer.engine.runner import BACKENDS, KernelError, get_runner, gpu_for_captures
+from visualizer.engine.cluster import capture_queue, gpu_for_captures
+from visualizer.engine.runner import BACKENDS, KernelError
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 
@@ -113,8 +114,9 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
 
 @st.cache_resource(show_spinner=False)
 def runner_for(backend: str):
-    """One queue of workers per backend, shared by every browser session (runner.RunQueue)."""
-    return get_runner(backend)
+    """One queue of workers per backend, shared by every browser session (runner.RunQueue, or the
+    Dask cluster's: engine/cluster.py)."""
+    return capture_queue(backend)
 
 
 def capture_nbytes(cap: Capture) -> int:
