@@ -35,6 +35,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from collections import Counter, OrderedDict
 
 from visualizer.engine.runner import KernelError, RunQueue, cluster_address, get_runner, gpu_present
@@ -45,7 +46,9 @@ TOPIC = "visualizer-progress"
 PLUGIN_NAME = "visualizer-warm-workers"
 HOLD_MAX = 64  # captures each replica keeps alive in the cluster's memory (the shared cache)
 HOLD_MAX_BYTES = 512 * 2**20
+CANCELLED_RETRIES = 3
 CONNECT_TIMEOUT_S = 10.0
+POLL_S = 0.25  # a visitor's progress, place in line and leaving are looked at this often
 LINE_EVERY_S = 1.0  # the scheduler is asked for the line at most this often per replica
 SCHEMES = ("tcp", "tls")
 _ADDRESS = re.compile(r"^(tcp|tls)://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$")
@@ -269,16 +272,35 @@ class ClusterQueue:
         )
         return future.result(timeout=300)
 
-    def capture(self, kernel: str, params: dict | None = None, *, waiting=None, progress=None, **options):
+    def capture(
+        self, kernel: str, params: dict | None = None, *, waiting=None, progress=None, fresh=False, **options
+    ):
         """The capture from the cluster (its memory, or a run on a worker); raises LaunchError or
         KernelError with one line. ``waiting``/``progress`` as in RunQueue.capture; either may raise
-        to leave, which cancels the run unless another replica waits for it too."""
+        to leave, which cancels the run unless another replica waits for it too. ``fresh``: a new
+        run, never one in the cluster's memory (Time again), and not kept there."""
         from distributed import CancelledError
-        from distributed.scheduler import KilledWorker
 
         admit_capture(kernel, params, self.backend)  # a refused launch never reaches the cluster
         options.pop("timeout", None)  # the worker's runner applies the per-run limit
         key = task_key(self.backend, kernel, params, options)
+        if fresh:
+            key = f"{key}-fresh-{uuid.uuid4().hex}"
+        for attempt in range(CANCELLED_RETRIES + 1):
+            try:
+                cap = self._run(key, kernel, params, options, waiting, progress)
+                break
+            except CancelledError:
+                # this replica cancelled the same key a moment ago (a visitor left it, and one asked for
+                # it again before the cancel was through): the cancel took this future too; ask again
+                if attempt == CANCELLED_RETRIES:
+                    raise KernelError(f"the cluster cancelled the run of {kernel}; run it again") from None
+                time.sleep(0.2)
+        return cap
+
+    def _run(self, key, kernel, params, options, waiting, progress):
+        from distributed.scheduler import KilledWorker
+
         client = self.cluster.client()
         future = client.submit(
             run_capture_task,
@@ -295,7 +317,7 @@ class ClusterQueue:
         try:
             while cap is None:
                 try:
-                    cap = future.result(timeout=1.0)
+                    cap = future.result(timeout=POLL_S)
                 except TimeoutError:
                     pass
                 else:
@@ -316,9 +338,6 @@ class ClusterQueue:
             raise KernelError(
                 f"the cluster's worker running {kernel} was lost (stopped or out of memory); run it again"
             ) from None
-        except CancelledError:
-            answered = True
-            raise KernelError(f"the cluster cancelled the run of {kernel}; run it again") from None
         except (OSError, TimeoutError) as exc:
             answered = True
             raise KernelError(
@@ -332,7 +351,8 @@ class ClusterQueue:
                     future.cancel()
                 except Exception:
                     pass
-        self.cluster.hold(key, future, capture_bytes(cap))
+        if "-fresh-" not in key:
+            self.cluster.hold(key, future, capture_bytes(cap))
         return cap
 
     def close(self) -> None:

@@ -478,8 +478,11 @@ class RunQueue:
         finally:
             self._release(runner)
 
-    def capture(self, kernel: str, params: dict | None = None, *, waiting=None, **kwargs) -> Capture:
-        """Runner.capture on the next free worker, after waiting in line (see ``waiting``)."""
+    def capture(
+        self, kernel: str, params: dict | None = None, *, waiting=None, fresh=False, **kwargs
+    ) -> Capture:
+        """Runner.capture on the next free worker, after waiting in line (see ``waiting``). Every
+        call is a new run (``fresh`` is for the cluster's queue, which may answer from its memory)."""
         admit_capture(kernel, params, self.backend)  # a refused launch never waits in line
         runner = self._acquire(waiting)
         try:

@@ -40,7 +40,11 @@ class LocalCluster:
     """``dask scheduler`` and ``dask worker`` processes on 127.0.0.1 (each worker under a nanny, which
     starts it again if it is killed)."""
 
-    def __init__(self, workers: int = 2, gpu_workers: int = 0, log_dir: Path | None = None):
+    def __init__(
+        self, workers: int = 2, gpu_workers: int = 0, log_dir: Path | None = None, allowed_failures=None
+    ):
+        """``allowed_failures``: how many lost workers a task survives (Dask's default is 3: it runs
+        again elsewhere); 0 makes a worker killed mid-run the visitor's one-line error."""
         self.port = free_port()
         self.address = f"tcp://{LOOPBACK}:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="visualizer-dask-"))
@@ -53,7 +57,10 @@ class LocalCluster:
             # without a dashboard the scheduler still serves its HTTP routes, on 0.0.0.0:8787 by default
             "--dashboard-address", f"{LOOPBACK}:0",
         ]  # fmt: skip
-        self._start("scheduler", scheduler)
+        extra = {}
+        if allowed_failures is not None:
+            extra["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = str(int(allowed_failures))
+        self._start("scheduler", scheduler, extra)
         for i in range(workers + gpu_workers):
             gpu = i >= workers
             cmd = [
