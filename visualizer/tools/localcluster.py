@@ -41,10 +41,16 @@ class LocalCluster:
     starts it again if it is killed)."""
 
     def __init__(
-        self, workers: int = 2, gpu_workers: int = 0, log_dir: Path | None = None, allowed_failures=None
+        self,
+        workers: int = 2,
+        gpu_workers: int = 0,
+        log_dir: Path | None = None,
+        allowed_failures=None,
+        gpu_ids=None,
     ):
         """``allowed_failures``: how many lost workers a task survives (Dask's default is 3: it runs
-        again elsewhere); 0 makes a worker killed mid-run the visitor's one-line error."""
+        again elsewhere); 0 makes a worker killed mid-run the visitor's one-line error. ``gpu_ids``: the
+        CUDA_VISIBLE_DEVICES of each GPU worker (default 0, 1, ...)."""
         self.port = free_port()
         self.address = f"tcp://{LOOPBACK}:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="visualizer-dask-"))
@@ -72,7 +78,8 @@ class LocalCluster:
             ]  # fmt: skip
             if gpu:
                 cmd += ["--resources", "GPU=1"]
-            self._start(f"worker-{i}", cmd, {"CUDA_VISIBLE_DEVICES": str(i - workers)} if gpu else None)
+            gpu_id = (gpu_ids[i - workers] if gpu_ids else str(i - workers)) if gpu else None
+            self._start(f"worker-{i}", cmd, {"CUDA_VISIBLE_DEVICES": gpu_id} if gpu else None)
         self.wait_for_workers(workers + gpu_workers)
 
     def _start(self, name: str, cmd: list[str], extra: dict | None = None) -> None:
