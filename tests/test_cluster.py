@@ -74,7 +74,7 @@ def test_serve_refuses_bad_worker_flags_in_one_line(args, says):
 # --- many machines: a real local Dask cluster -------------------------------------------------------
 
 distributed = pytest.importorskip("distributed")
-from visualizer.engine.cluster import worker_runs  # noqa: E402
+from visualizer.engine.cluster_worker import worker_runs  # noqa: E402
 from visualizer.tools.loadtest import Server, Visitor, classroom, query  # noqa: E402
 from visualizer.tools.localcluster import LocalCluster  # noqa: E402
 

@@ -36,9 +36,9 @@ import re
 import threading
 import time
 import uuid
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 
-from visualizer.engine.runner import KernelError, RunQueue, cluster_address, get_runner, gpu_present
+from visualizer.engine.runner import KernelError, cluster_address, get_runner, gpu_present
 from visualizer.specs.catalog import LaunchError, admit_capture
 
 KEY_PREFIX = "visualizer_capture"
@@ -49,7 +49,8 @@ HOLD_MAX_BYTES = 512 * 2**20
 CANCELLED_RETRIES = 3
 CONNECT_TIMEOUT_S = 10.0
 POLL_S = 0.25  # a visitor's progress, place in line and leaving are looked at this often
-LINE_EVERY_S = 1.0  # the scheduler is asked for the line at most this often per replica
+LINE_EVERY_S = 1.0
+GPU_CHECK_EVERY_S = 30.0  # the scheduler is asked for the line at most this often per replica
 SCHEMES = ("tcp", "tls")
 _ADDRESS = re.compile(r"^(tcp|tls)://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$")
 
@@ -78,90 +79,6 @@ def task_key(backend: str, kernel: str, params: dict | None, options: dict) -> s
     return f"{KEY_PREFIX}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
 
-# --- on a Dask worker ---------------------------------------------------------------------------
-
-_POOLS: dict[str, RunQueue] = {}
-_POOLS_LOCK = threading.Lock()
-RUNS: Counter = Counter()  # captures this Dask worker ran, by key (what cross-replica hits avoid)
-
-
-class Abandoned(KernelError):
-    """Nobody wants this task any more (every replica that asked for it cancelled it)."""
-
-
-def worker_pool(backend: str, workers: int | None = None) -> RunQueue:
-    """The warm project workers of one backend in this Dask worker process, made on first use."""
-    with _POOLS_LOCK:
-        if backend not in _POOLS:
-            _POOLS[backend] = RunQueue(backend, workers=workers)
-        return _POOLS[backend]
-
-
-def worker_runs() -> dict:
-    """For tests and operators (``client.run(worker_runs)``): captures run here, by key."""
-    return dict(RUNS)
-
-
-def _worker_backend(worker) -> str:
-    return "gpu" if worker.state.total_resources.get("GPU") else "sim"
-
-
-try:
-    from distributed.diagnostics.plugin import WorkerPlugin
-except ImportError:  # Dask is optional: the class below is only used with it
-    WorkerPlugin = object
-
-
-class WarmWorkers(WorkerPlugin):
-    """Start this Dask worker's project workers now (numba imported, a CUDA context on a GPU worker),
-    so the first capture does not wait; tasks then reuse them. Registering it again (another replica
-    connecting) keeps the running workers."""
-
-    name = PLUGIN_NAME
-
-    def setup(self, worker):
-        backend = _worker_backend(worker)
-        pool = worker_pool(backend, worker.state.nthreads if backend == "sim" else None)
-        for runner in pool.runners:
-            threading.Thread(target=runner._warm_up, daemon=True).start()
-
-
-def run_capture_task(backend: str, kernel: str, params: dict, options: dict):
-    """The Dask task: one capture on this worker's warm project worker; returns the Capture."""
-    from distributed import get_worker
-
-    worker = get_worker()
-    key = worker.get_current_task()
-    RUNS[key] += 1
-    pool = worker_pool(backend, worker.state.nthreads if backend == "sim" else None)
-    last = [0.0]
-
-    def progress(done, total):
-        ts = worker.state.tasks.get(key)
-        if ts is None or ts.state in ("cancelled", "released", "forgotten"):
-            raise Abandoned("every visitor who asked for this capture left")
-        now = time.monotonic()
-        if now - last[0] >= 0.5 or done >= total:
-            last[0] = now
-            worker.log_event(TOPIC, {"key": key, "done": int(done), "total": int(total)})
-
-    return pool.capture(kernel, params, progress=progress, **options)
-
-
-def _line_on_scheduler(dask_scheduler=None, prefix: str = KEY_PREFIX) -> dict:
-    """On the scheduler: every capture waiting for a worker -> (runs ahead of it, runs running)."""
-    running, waiting = 0, []
-    for ts in dask_scheduler.tasks.values():
-        if not (isinstance(ts.key, str) and ts.key.startswith(prefix)):
-            continue
-        if ts.state == "processing":
-            running += 1
-        elif ts.state in ("queued", "no-worker", "waiting", "released"):
-            waiting.append((ts.priority or (), ts.key))
-    waiting.sort()
-    return {key: (i + running, running) for i, (_, key) in enumerate(waiting)}
-
-
 # --- in an app replica ----------------------------------------------------------------------------
 
 
@@ -184,6 +101,7 @@ class Cluster:
         self._line: dict = {}
         self._line_at = 0.0
         self._line_lock = threading.Lock()
+        self._gpu: tuple[float, bool] | None = None
 
     def client(self):
         with self._lock:
@@ -200,6 +118,8 @@ class Cluster:
                     f"the Dask cluster at {self.address} cannot be reached ({type(exc).__name__}); "
                     "try again in a moment"
                 ) from None
+            from visualizer.engine.cluster_worker import WarmWorkers
+
             client.register_plugin(WarmWorkers(), name=PLUGIN_NAME)
             client.subscribe_topic(TOPIC, self._on_progress)
             self._client = client
@@ -211,8 +131,12 @@ class Cluster:
             self.progress[msg["key"]] = (msg.get("done", 0), msg.get("total", 0))
 
     def has_gpu(self) -> bool:
-        workers = self.client().scheduler_info(n_workers=-1).get("workers", {}).values()
-        return any(w.get("resources", {}).get("GPU") for w in workers)
+        """Has some worker a GPU (``--resources GPU=1``)? Asked at most every GPU_CHECK_EVERY_S."""
+        now = time.monotonic()
+        if self._gpu is None or now - self._gpu[0] > GPU_CHECK_EVERY_S:
+            workers = self.client().scheduler_info(n_workers=-1).get("workers", {}).values()
+            self._gpu = (now, any(w.get("resources", {}).get("GPU") for w in workers))
+        return self._gpu[1]
 
     def hold(self, key: str, future, nbytes: int) -> None:
         with self._lock:
@@ -232,7 +156,9 @@ class Cluster:
             if time.monotonic() - self._line_at >= LINE_EVERY_S:
                 self._line_at = time.monotonic()
                 try:
-                    self._line = self.client().run_on_scheduler(_line_on_scheduler)
+                    from visualizer.engine.cluster_worker import line_on_scheduler
+
+                    self._line = self.client().run_on_scheduler(line_on_scheduler, prefix=KEY_PREFIX)
                 except Exception:
                     self._line = {}
             return self._line.get(key)
@@ -267,8 +193,10 @@ class ClusterQueue:
         return {"cluster": self.cluster.address, "backend": self.backend}
 
     def info(self) -> dict:
+        from visualizer.engine.cluster_worker import pool_info
+
         future = self.cluster.client().submit(
-            _pool_info, self.backend, pure=False, resources={"GPU": 1} if self.backend == "gpu" else None
+            pool_info, self.backend, pure=False, resources={"GPU": 1} if self.backend == "gpu" else None
         )
         return future.result(timeout=300)
 
@@ -301,6 +229,8 @@ class ClusterQueue:
     def _run(self, key, kernel, params, options, waiting, progress):
         from distributed.scheduler import KilledWorker
 
+        from visualizer.engine.cluster_worker import run_capture_task
+
         client = self.cluster.client()
         future = client.submit(
             run_capture_task,
@@ -308,6 +238,7 @@ class ClusterQueue:
             kernel,
             dict(params or {}),
             options,
+            TOPIC,
             key=key,
             resources={"GPU": 1} if self.backend == "gpu" else None,
             retries=0,
@@ -357,13 +288,6 @@ class ClusterQueue:
 
     def close(self) -> None:
         pass  # the connection is the replica's (Cluster.close)
-
-
-def _pool_info(backend: str) -> dict:
-    from distributed import get_worker
-
-    worker = get_worker()
-    return worker_pool(backend, worker.state.nthreads if backend == "sim" else None).info()
 
 
 _CLUSTERS: dict[str, Cluster] = {}
