@@ -55,6 +55,10 @@ SCHEMES = ("tcp", "tls")
 _ADDRESS = re.compile(r"^(tcp|tls)://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$")
 
 
+def one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:200]
+
+
 def check_address(address: str) -> str | None:
     """None if ``address`` is a scheduler address this app can use, else why not (one line)."""
     m = _ADDRESS.match(address)
@@ -209,6 +213,8 @@ class ClusterQueue:
         run, never one in the cluster's memory (Time again), and not kept there."""
         from distributed import CancelledError
 
+        from visualizer.engine.cluster_worker import Abandoned
+
         admit_capture(kernel, params, self.backend)  # a refused launch never reaches the cluster
         options.pop("timeout", None)  # the worker's runner applies the per-run limit
         key = task_key(self.backend, kernel, params, options)
@@ -218,15 +224,17 @@ class ClusterQueue:
             try:
                 cap = self._run(key, kernel, params, options, waiting, progress)
                 break
-            except CancelledError:
+            except (CancelledError, Abandoned):
                 # this replica cancelled the same key a moment ago (a visitor left it, and one asked for
-                # it again before the cancel was through): the cancel took this future too; ask again
+                # it again before the cancel was through): the cancel took this future too, or the
+                # worker stopped the run before it heard that someone wants it again; ask again
                 if attempt == CANCELLED_RETRIES:
                     raise KernelError(f"the cluster cancelled the run of {kernel}; run it again") from None
                 time.sleep(0.2)
         return cap
 
     def _run(self, key, kernel, params, options, waiting, progress):
+        from distributed import CancelledError
         from distributed.scheduler import KilledWorker
 
         from visualizer.engine.cluster_worker import run_capture_task
@@ -251,29 +259,36 @@ class ClusterQueue:
                     cap = future.result(timeout=POLL_S)
                 except TimeoutError:
                     pass
+                except BaseException:
+                    answered = True  # the run ended (it failed): the cluster's answer
+                    raise
                 else:
                     break
-                if key in self.cluster.progress:
+                ran = self.cluster.progress.get(key)  # one read: another run of this key may pop it
+                if ran is not None:
                     if progress is not None:
-                        progress(*self.cluster.progress[key])
+                        progress(*ran)
                 elif waiting is not None:
                     place = self.cluster.place(key)
                     if place is not None:
                         waiting(*place)
             answered = True
-        except (LaunchError, KernelError):
-            answered = True
+        except (LaunchError, KernelError, CancelledError):
             raise
         except KilledWorker:
-            answered = True
             raise KernelError(
                 f"the cluster's worker running {kernel} was lost (stopped or out of memory); run it again"
             ) from None
-        except (OSError, TimeoutError) as exc:
-            answered = True
+        except OSError as exc:  # the connection (CommClosedError is one)
+            if not answered:
+                raise
             raise KernelError(
                 f"lost the Dask cluster at {self.cluster.address} ({type(exc).__name__}); run it again"
             ) from None
+        except Exception as exc:
+            if not answered:  # the caller's callback raised: it left
+                raise
+            raise KernelError(f"the cluster could not run {kernel}: {one_line(exc)}") from None
         finally:
             self.cluster.progress.pop(key, None)
             if not answered:  # the visitor left: nobody in this replica wants it any more
