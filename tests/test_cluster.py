@@ -194,3 +194,55 @@ def test_no_process_started_held_a_socket_off_loopback(deployment):
     # and every listener is on 127.0.0.1: the scheduler, the workers, the nannies, both replicas
     pids = set(cluster.pids()) | {s.proc.pid for s in servers}
     assert not sockets_off_loopback(pids)
+
+
+def test_a_run_left_and_asked_again_at_once_is_answered(deployment):
+    """Streamlit's rerun: the visitor's run is cancelled from its progress callback and the same
+    capture asked for again before the cancel is through; the second ask gets the capture."""
+    from visualizer.engine.cluster import Cluster, ClusterQueue
+
+    cluster, _, _, _ = deployment
+    link = Cluster(cluster.address)
+    try:
+        queue = ClusterQueue(link, "sim")
+        params = {"n": 64, "tile": 8}
+
+        class Left(Exception):
+            pass
+
+        def leave(done, total):
+            raise Left
+
+        with pytest.raises(Left):
+            queue.capture("matmul_naive", params, progress=leave, seed=0)
+        cap = queue.capture("matmul_naive", params, seed=0)
+        assert cap.launch["kernel"] == "matmul_naive" and cap.launch["params"] == params
+        assert cap.check["correct"], cap.check
+        assert queue.abandoned == 1
+    finally:
+        link.close()
+
+
+def test_a_run_nobody_wants_is_stopped_on_its_worker(deployment):
+    """Nothing computes for nobody: the visitor leaves, no replica holds the task, and the worker's
+    project worker is stopped at its next progress report."""
+    from visualizer.engine.cluster import Cluster, ClusterQueue
+    from visualizer.engine.cluster_worker import worker_abandoned
+
+    cluster, _, client, _ = deployment
+    before = sum(client.run(worker_abandoned).values())
+    link = Cluster(cluster.address)
+    try:
+        queue = ClusterQueue(link, "sim")
+
+        def leave(done, total):
+            raise KeyboardInterrupt  # what a visitor closing the tab amounts to
+
+        with pytest.raises(KeyboardInterrupt):
+            queue.capture("matmul_naive", {"n": 120, "tile": 8}, progress=leave, seed=0)
+        deadline = time.monotonic() + 30
+        while sum(client.run(worker_abandoned).values()) == before and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert sum(client.run(worker_abandoned).values()) == before + 1
+    finally:
+        link.close()

@@ -16,8 +16,8 @@ VISUALIZER_CLUSTER) nothing here is imported and the app runs its own workers (r
   asking for it gets it without running anything. Results stay in the Dask workers' memory while a
   replica holds its future: each replica holds its HOLD_MAX most recent captures (HOLD_MAX_BYTES in
   all). Nothing is written to disk by this module.
-- **Leaving.** A visitor who leaves cancels the future; if no other replica wants it, the task is
-  cancelled, and its next progress report on the worker finds that out and kills the project worker
+- **Leaving.** A visitor who leaves releases the future; if no other replica holds it, the scheduler
+  frees the task, and its next progress report on the worker finds that out and kills the project worker
   (nothing computes for nobody), as a local run does.
 - **Progress and place in line** come from the workers (``log_event``) and the scheduler.
 - **A lost Dask worker.** Dask runs the task again on another worker; if it cannot (KilledWorker),
@@ -209,7 +209,7 @@ class ClusterQueue:
     ):
         """The capture from the cluster (its memory, or a run on a worker); raises LaunchError or
         KernelError with one line. ``waiting``/``progress`` as in RunQueue.capture; either may raise
-        to leave, which cancels the run unless another replica waits for it too. ``fresh``: a new
+        to leave, which stops the run unless another replica waits for it too. ``fresh``: a new
         run, never one in the cluster's memory (Time again), and not kept there."""
         from distributed import CancelledError
 
@@ -225,9 +225,8 @@ class ClusterQueue:
                 cap = self._run(key, kernel, params, options, waiting, progress)
                 break
             except (CancelledError, Abandoned):
-                # this replica cancelled the same key a moment ago (a visitor left it, and one asked for
-                # it again before the cancel was through): the cancel took this future too, or the
-                # worker stopped the run before it heard that someone wants it again; ask again
+                # the run was stopped (a visitor left it) just before this replica asked for it again:
+                # the worker ended it before it heard that someone wants it again; ask again
                 if attempt == CANCELLED_RETRIES:
                     raise KernelError(f"the cluster cancelled the run of {kernel}; run it again") from None
                 time.sleep(0.2)
@@ -293,8 +292,11 @@ class ClusterQueue:
             self.cluster.progress.pop(key, None)
             if not answered:  # the visitor left: nobody in this replica wants it any more
                 self.abandoned += 1
+                # Released, not cancelled: once no replica holds it the scheduler frees it, and the
+                # worker stops the run. (Client.cancel would also cancel the same key asked for again
+                # a moment later by this replica: Streamlit's rerun does exactly that.)
                 try:
-                    future.cancel()
+                    future.release()
                 except Exception:
                     pass
         if "-fresh-" not in key:

@@ -93,3 +93,9 @@ def pool_info(backend: str) -> dict:
 
     worker = get_worker()
     return worker_pool(backend, worker.state.nthreads if backend == "sim" else None).info()
+
+
+def worker_abandoned() -> int:
+    """For tests and operators: runs this Dask worker's project workers gave up (nobody wanted them)."""
+    with _POOLS_LOCK:
+        return sum(pool.abandoned for pool in _POOLS.values())
