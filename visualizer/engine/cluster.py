@@ -50,7 +50,8 @@ CANCELLED_RETRIES = 3
 CONNECT_TIMEOUT_S = 10.0
 POLL_S = 0.25  # a visitor's progress, place in line and leaving are looked at this often
 LINE_EVERY_S = 1.0
-GPU_CHECK_EVERY_S = 30.0  # the scheduler is asked for the line at most this often per replica
+GPU_CHECK_EVERY_S = 30.0
+PROGRESS_MAX = 10_000  # the scheduler is asked for the line at most this often per replica
 SCHEMES = ("tcp", "tls")
 _ADDRESS = re.compile(r"^(tcp|tls)://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$")
 
@@ -132,6 +133,8 @@ class Cluster:
     def _on_progress(self, event) -> None:
         msg = event[1] if isinstance(event, tuple) else event
         if isinstance(msg, dict) and isinstance(msg.get("key"), str):
+            if len(self.progress) > PROGRESS_MAX:  # reports that came after their run ended
+                self.progress.clear()
             self.progress[msg["key"]] = (msg.get("done", 0), msg.get("total", 0))
 
     def has_gpu(self) -> bool:
@@ -252,16 +255,18 @@ class ClusterQueue:
         )
         answered = False
         cap = None
+        # Waited for with a callback, not future.result(timeout=...): distributed's sync() loses the
+        # result (UnboundLocalError) when the awaited coroutine ends in asyncio.CancelledError (seen under load).
+        finished = threading.Event()
+        future.add_done_callback(lambda _: finished.set())
         try:
             while cap is None:
-                try:
-                    cap = future.result(timeout=POLL_S)
-                except TimeoutError:
-                    pass
-                except BaseException:
-                    answered = True  # the run ended (it failed): the cluster's answer
-                    raise
-                else:
+                if finished.wait(POLL_S) or future.done():
+                    try:
+                        cap = future.result()
+                    except BaseException:
+                        answered = True  # the run ended (it failed): the cluster's answer
+                        raise
                     break
                 ran = self.cluster.progress.get(key)  # one read: another run of this key may pop it
                 if ran is not None:
