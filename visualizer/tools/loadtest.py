@@ -434,6 +434,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     serve_args = ["--sim-workers", str(args.sim_workers)] if args.sim_workers else []
     if args.cluster_workers:
+        from distributed import Client
+
+        from visualizer.engine.cluster_worker import worker_abandoned, worker_runs
         from visualizer.tools.localcluster import LocalCluster
 
         with LocalCluster(args.cluster_workers) as cluster:
@@ -443,6 +446,9 @@ def main(argv: list[str]) -> int:
                 serve_args=[*serve_args, "--cluster", cluster.address],
                 cluster_pids=cluster.pids,
             )
+            with Client(cluster.address, set_as_default=False, timeout=30) as client:
+                res["cluster_runs"] = sum(sum(r.values()) for r in client.run(worker_runs).values())
+                res["cluster_runs_stopped"] = sum(client.run(worker_abandoned).values())
     else:
         res = classroom(args.visitors, replicas=args.replicas, serve_args=serve_args)
     wrong = [o for o in res["outcomes"] if not o["correct"]]
