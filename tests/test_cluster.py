@@ -71,6 +71,18 @@ def test_serve_refuses_bad_worker_flags_in_one_line(args, says):
     assert "Traceback" not in res.stderr
 
 
+def test_without_a_cluster_the_app_never_imports_dask():
+    code = (
+        "import sys, visualizer.web.session, visualizer.web.timing, visualizer.engine.cluster as c\n"
+        "q = c.capture_queue('sim')\n"
+        "assert type(q).__name__ == 'RunQueue', q\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != runner.CLUSTER_ENV}
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
 # --- many machines: a real local Dask cluster -------------------------------------------------------
 
 distributed = pytest.importorskip("distributed")
