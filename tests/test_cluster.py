@@ -6,6 +6,7 @@ Dask worker killed mid-run gives that visitor one line and the next run works; a
 test started ever holds a socket to an address off loopback. Skipped without Dask
 (requirements-cluster.txt). Also: the pool sized to the machine, and serve's new flags."""
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -16,7 +17,8 @@ import time
 import pytest
 
 from visualizer.engine import runner
-from visualizer.tools.localcluster import descendants, sockets_off_loopback
+from visualizer.tools.loadtest import Server, Visitor, classroom, query
+from visualizer.tools.localcluster import LocalCluster, descendants, sockets_off_loopback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -85,11 +87,6 @@ def test_without_a_cluster_the_app_never_imports_dask():
 
 # --- many machines: a real local Dask cluster -------------------------------------------------------
 
-distributed = pytest.importorskip("distributed")
-from visualizer.engine.cluster_worker import worker_runs  # noqa: E402
-from visualizer.tools.loadtest import Server, Visitor, classroom, query  # noqa: E402
-from visualizer.tools.localcluster import LocalCluster  # noqa: E402
-
 
 class SocketWatch:
     """Samples the sockets of every process the test started (and their children) until stopped."""
@@ -118,7 +115,8 @@ class SocketWatch:
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     """A scheduler and two workers (a killed worker's task fails at once: allowed-failures 0, so
-    the visitor's line is seen), and two app replicas sending captures to it."""
+    the visitor's line is seen), and two app replicas sending captures to it. Skipped without Dask."""
+    distributed = pytest.importorskip("distributed")
     logs = tmp_path_factory.mktemp("cluster")
     cluster = LocalCluster(2, log_dir=logs, allowed_failures=0)
     servers = []
@@ -137,6 +135,8 @@ def deployment(tmp_path_factory):
 
 
 def _runs(client) -> int:
+    from visualizer.engine.cluster_worker import worker_runs
+
     return sum(sum(runs.values()) for runs in client.run(worker_runs).values())
 
 
@@ -258,3 +258,28 @@ def test_a_run_nobody_wants_is_stopped_on_its_worker(deployment):
         assert sum(client.run(worker_abandoned).values()) == before + 1
     finally:
         link.close()
+
+
+def test_serve_hands_the_pool_size_and_the_cluster_to_the_app(monkeypatch, capsys):
+    from visualizer.tools import serve
+
+    seen = {}
+
+    def execve(path, cmd, env):
+        seen.update(env)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(serve.os, "execve", execve)
+    monkeypatch.setattr(serve.os, "chdir", lambda path: None)
+    monkeypatch.delenv(runner.CLUSTER_ENV, raising=False)
+    with pytest.raises(SystemExit):
+        serve.main(["--sim-workers", "3", "--port", "8599"])
+    assert seen[runner.SIM_WORKERS_ENV] == "3" and seen[runner.CLUSTER_ENV] == ""
+    assert "Captures run here: 3 simulator workers." in capsys.readouterr().out
+    if importlib.util.find_spec("distributed") is None:
+        return
+    seen.clear()
+    with pytest.raises(SystemExit):
+        serve.main(["--cluster", "tcp://127.0.0.1:8786", "--port", "8599"])
+    assert seen[runner.CLUSTER_ENV] == "tcp://127.0.0.1:8786"
+    assert "Dask cluster at tcp://127.0.0.1:8786" in capsys.readouterr().out
