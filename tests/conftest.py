@@ -29,3 +29,33 @@ def sim_runner():
 def gpu_runner():
     with Runner("gpu") as runner:
         yield runner
+
+
+APP_ENTRY = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+
+
+def new_app(timeout: int = 180, **query):
+    """The app as AppTest sees it, with these URL parameters set (values as strings), not run yet."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP_ENTRY, default_timeout=timeout)
+    for key, value in query.items():
+        at.query_params[key] = str(value)
+    return at
+
+
+def open_app(switch_to: str | None = None, *, direct: bool = False, timeout: int = 180, **query):
+    """The app after a visit with these URL parameters (``page=`` among them is the URL's), then on
+    ``switch_to`` (a file of web/pages, e.g. "grid").
+
+    ``direct``: the link itself opens the page (no first run on the default page). Fails on any
+    exception the app raised on the way.
+    """
+    at = new_app(timeout, **query)
+    if not direct or switch_to is None:
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+    if switch_to is not None:
+        at.switch_page(f"web/pages/{switch_to}.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+    return at

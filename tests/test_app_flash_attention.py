@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
 from visualizer.figures.attention import (
     TIMING_ALIASES,
     TIMING_STYLES,
@@ -38,16 +39,7 @@ def sample_timings(monkeypatch):
 
 def open_page(kernel: str, direct: bool = False, **params) -> AppTest:
     """The page after a first visit with these URL parameters (direct: the link opens this page)."""
-    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=120)
-    at.query_params["kernel"] = kernel
-    at.query_params["backend"] = "sim"
-    for name, value in params.items():
-        at.query_params[name] = str(value)
-    if not direct:
-        at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("flash_attention", direct=direct, kernel=kernel, backend="sim", **params)
 
 
 def charts(at: AppTest) -> dict[str, dict]:

@@ -4,7 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+
+from tests.conftest import open_app
 
 pytestmark = pytest.mark.gpu
 
@@ -23,11 +24,7 @@ PAGES = ["grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "fla
     ],
 )
 def test_pages_render_from_gpu_capture(query):
-    at = AppTest.from_file(ENTRY, default_timeout=300)
-    for k, v in {**query, "backend": "gpu"}.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app(timeout=300, **{**query, "backend": "gpu"})
     assert "GPU" in " ".join(m.value for m in at.sidebar.markdown)
     assert at.session_state.capture.measured
     titles = []

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
 from visualizer.figures.grid import IDLE, NOT_STARTED, SIM_ORDER_LABEL
 from visualizer.figures.memory_flow import SIM_CLOCK_LABEL
 
@@ -15,14 +16,7 @@ ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 
 
 def _page(page: str, **query) -> AppTest:
-    at = AppTest.from_file(ENTRY, default_timeout=120)
-    for k, v in {"backend": "sim", **query}.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    at.switch_page(f"web/pages/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app(page, **{"backend": "sim", **query})
 
 
 def _figure(at: AppTest, i: int = 0) -> dict:

@@ -5,19 +5,13 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def open_lesson(lesson: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
-    at.query_params["backend"] = "sim"
-    at.query_params["page"] = "lessons"
-    at.query_params["lesson"] = lesson
-    for k, v in query.items():
-        at.query_params[k] = str(v)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app(backend="sim", page="lessons", lesson=lesson, **query)
 
 
 def lock(at: AppTest, index: int, value) -> None:
@@ -153,11 +147,7 @@ def test_a_teachers_link_reproduces_the_lessons_launch():
     runs = [c.value for c in at.main.caption if "Runs `" in c.value]
     assert runs and "`transpose_naive`" in runs[0]
 
-    again = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
-    for k, v in link.items():
-        again.query_params[k] = v
-    again.run()
-    assert not again.exception, [e.value for e in again.exception]
+    again = open_app(**link)
     assert launch_widgets(again, "coalescing") == shown
     assert [c.value for c in again.main.caption if "Runs `" in c.value] == runs  # the same launch
     assert not again.warning

@@ -5,21 +5,15 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "web/pages/memory_access.py"
 SOURCE = "recorded addresses, simulator"
 
 
 def open_page(kernel: str, **params) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
-    at.query_params["kernel"] = kernel
-    at.query_params["backend"] = "sim"
-    for name, value in params.items():
-        at.query_params[name] = str(value)
-    at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("memory_access", kernel=kernel, backend="sim", **params)
 
 
 def charts(at: AppTest) -> list[dict]:

@@ -2,16 +2,13 @@
 
 from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
+from tests.conftest import new_app
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 
 
 def _app(**query):
-    at = AppTest.from_file(ENTRY, default_timeout=120)
-    for k, v in query.items():
-        at.query_params[k] = v
-    return at
+    return new_app(**query)
 
 
 def test_first_visit_runs_and_badges_the_backend():

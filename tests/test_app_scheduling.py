@@ -8,18 +8,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
+
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 PAGE = "web/pages/scheduling.py"
 
 
 def _page(**query) -> AppTest:
-    at = AppTest.from_file(ENTRY, default_timeout=120)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app("scheduling", **query)
 
 
 def _charts(at: AppTest) -> dict[str, dict]:

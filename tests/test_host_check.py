@@ -2,6 +2,7 @@
 (the ASGI middleware `serve` puts in front of Streamlit) driven with real ASGI messages."""
 
 import asyncio
+import concurrent.futures
 
 import pytest
 
@@ -198,7 +199,10 @@ def _call(guard_kwargs, kind, headers, client=("127.0.0.1", 5555)):
         "client": client,
         "path": "/",
     }
-    asyncio.run(HostGuard(app, **guard_kwargs)(scope, receive, send))
+    # in a thread of its own: a browser test earlier in the session may leave this thread's event loop
+    # running (Playwright's sync API), and asyncio.run refuses to start inside a running loop
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, HostGuard(app, **guard_kwargs)(scope, receive, send)).result()
     return reached, sent
 
 

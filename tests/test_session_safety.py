@@ -5,8 +5,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
 from visualizer.web.session import CaptureCache, as_text, capture_nbytes, queue_text
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
@@ -43,11 +43,7 @@ def test_as_text_escapes_every_markup_character_and_truncates(value):
 
 
 def _sidebar_errors(**query):
-    at = AppTest.from_file(ENTRY, default_timeout=120)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_app(**query)
     return [e.value for e in at.sidebar.error]
 
 

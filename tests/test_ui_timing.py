@@ -5,8 +5,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from tests.conftest import open_app
 from visualizer.web.timing import fmt_us, gpu_timing_notes
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
@@ -39,12 +39,7 @@ def captions(at) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sim_app():
-    at = AppTest.from_file(ENTRY, default_timeout=180)
-    for k, v in {"kernel": "vector_add", "backend": "sim", "n": "100", "block": "32"}.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_app(kernel="vector_add", backend="sim", n=100, block=32)
 
 
 def test_simulator_panel_says_cpu_wall_time(sim_app):

@@ -11,6 +11,7 @@ import numpy as np  # noqa: E402
 import streamlit as st  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from visualizer.web.current_kernel import take_kernel_link  # noqa: E402
 from visualizer.web.guard import guard_server  # noqa: E402
 from visualizer.web.sidebar import navigate, sidebar  # noqa: E402
 from visualizer.web.timing import timing_panel  # noqa: E402
@@ -41,8 +42,11 @@ PAGES = [
     st.Page("web/pages/occupancy.py", title="Occupancy", icon=":material/speed:"),
     st.Page("web/pages/flash_attention.py", title="FlashAttention", icon=":material/bolt:"),
     st.Page("web/pages/your_kernel.py", title="Your kernel", icon=":material/code:"),
+    st.Page("web/pages/compare.py", title="Compare", icon=":material/compare:"),
+    st.Page("web/pages/under_the_hood.py", title="Under the hood", icon=":material/memory_alt:"),
 ]
 LESSON_PAGES = [st.Page("web/pages/lessons.py", title="Predict, run, compare", icon=":material/school:")]
+take_kernel_link()  # a shared link's kernel fills the Your kernel page (runs only where code may run)
 page = navigate({"": PAGES, "Lessons": LESSON_PAGES})
 sidebar()
 timing_panel()

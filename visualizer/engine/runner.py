@@ -160,6 +160,7 @@ class Runner:
         self.abandoned = 0  # runs given up while the kernel ran (caller left, time limit)
         self.last_exit_code: int | None = None  # of the last worker that died under a request
         self.respawn = False  # start a replacement worker in the background after a kill (pools)
+        self.one_run_per_worker = False  # UserRunner: the worker is stopped after every request
         self._closed = False
 
     # --- process management ----------------------------------------------------------------
@@ -167,24 +168,12 @@ class Runner:
         # A fresh interpreter (not fork: never copy a process that may hold a CUDA context; not
         # multiprocessing's spawn: it re-imports the caller's __main__, e.g. a test or app script).
         parent, child = socket.socketpair()
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        }
-        env.pop("VISUALIZER_TOKEN", None)  # the operator's key for visitor code stays in the server
-        if self.backend == "sim":
-            env["VISUALIZER_WORKER_MEMORY"] = str(SIM_MEMORY_BYTES)
-        if self.device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.device  # one GPU: a fault there restarts this worker alone
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "visualizer.engine.worker", str(child.fileno()), self.backend],
-            pass_fds=[child.fileno()],
-            env=env,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-        )
+        args = self._popen_args(child.fileno())
+        if self.device is not None:  # one GPU: a fault there restarts this worker alone
+            args["env"] = {**args["env"], "CUDA_VISIBLE_DEVICES": self.device}
+        proc = subprocess.Popen(**args, stdin=subprocess.DEVNULL)
         child.close()
-        self._proc, self._conn = proc, Connection(parent.detach())
+        self._proc, self._conn = proc, self._channel(Connection(parent.detach()))
         try:
             kind, _, *payload = self._receive(None, START_TIMEOUT_S, None, "starting the worker")
         except RunTimeout as exc:
@@ -194,6 +183,25 @@ class Runner:
             self._stop()
             raise KernelError(f"{self.backend} worker failed to start: {payload[0]}")
         self.device_info = payload[0]
+
+    def _popen_args(self, fd: int) -> dict:
+        """How a worker is started (UserRunner starts a sandboxed one instead)."""
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        env.pop("VISUALIZER_TOKEN", None)  # the operator's key for visitor code stays in the server
+        if self.backend == "sim":
+            env["VISUALIZER_WORKER_MEMORY"] = str(SIM_MEMORY_BYTES)
+        args = [sys.executable, "-m", "visualizer.engine.worker", str(fd), self.backend]
+        return {"args": args, "pass_fds": [fd], "env": env, "cwd": ROOT}
+
+    def _exit_status(self, code: int | None) -> int | None:
+        return code
+
+    def _channel(self, conn: Connection):
+        """The connection to the worker as this runner speaks it (UserRunner: no pickles)."""
+        return conn
 
     def _stop(self, kill: bool = False) -> None:
         """Ask the worker to leave (or kill it: a busy worker never reads the request to leave)."""
@@ -258,7 +266,7 @@ class Runner:
         code = None
         if self._proc is not None:
             try:  # the pipe can close a moment before the exit status is there
-                code = self._proc.wait(timeout=2)
+                code = self._exit_status(self._proc.wait(timeout=2))
             except subprocess.TimeoutExpired:
                 pass
         self.last_exit_code = code  # which limit stopped it, for callers that explain it their way
@@ -335,6 +343,8 @@ class Runner:
                     self.abandoned += 1
                     if self.respawn:
                         threading.Thread(target=self._warm_up, daemon=True).start()
+                elif self.one_run_per_worker:
+                    self._stop(kill=True)  # a fresh process for every run: nothing of this one stays
             if reply[0] == "fatal":
                 self._stop(kill=True)
                 self.restarts += 1
@@ -407,16 +417,20 @@ class RunQueue:
     a second; if that callback raises (the visitor left), it leaves the queue.
     """
 
+    runner_class = Runner  # UserRunQueue: UserRunner, a fresh sandboxed process per run
+    respawn = True  # a warm worker waits for the next run (not for visitor code: nothing stays)
+
     def __init__(self, backend: str = "auto", workers: int | None = None, run_timeout: float | None = None):
         self.backend = resolve_backend(backend)
         n = workers or default_workers(self.backend)
         gpus = visible_gpus() if self.backend == "gpu" else []
         # one worker per GPU, each pinned to its own (a worker beyond the GPUs shares them in turn)
         devices = [gpus[i % len(gpus)] if gpus else None for i in range(n)]
-        self.runners = [Runner(self.backend, run_timeout, device) for device in devices]
-        for r in self.runners:
-            r.respawn = True
-        if len(set(devices) - {None}) > 1:  # start every GPU's worker now, so captures spread over them
+        self.runners = [self.runner_class(self.backend, run_timeout) for _ in range(n)]
+        for r, device in zip(self.runners, devices, strict=True):
+            r.device = device
+            r.respawn = self.respawn
+        if self.respawn and len(set(devices) - {None}) > 1:  # every GPU's worker now: captures spread
             for r in self.runners[1:]:
                 threading.Thread(target=r._warm_up, daemon=True).start()
         self._cond = threading.Condition()

@@ -20,7 +20,6 @@ import linecache
 import math
 import os
 import re
-import resource
 import sys
 import time
 import traceback
@@ -29,14 +28,12 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from visualizer.analysis.provenance import backend_source
 from visualizer.engine.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
+from visualizer.specs.launch import ceil_div
 from visualizer.specs.source import ArgSpec, make_array
 
-# Per-run limits for user code (on top of the runner's wall-clock limit): CPU seconds, and on the
-# simulator the memory the run may add to the worker's address space.
-CPU_LIMIT_S = int(os.environ.get("VISUALIZER_USER_CPU_S", "120"))
-MEMORY_LIMIT_BYTES = int(os.environ.get("VISUALIZER_USER_MEMORY_MB", "4096")) << 20
+# The limits of a run (CPU time, memory, processes, files) are hard rlimits the sandbox sets before
+# the request arrives (visualizer/engine/sandbox.py), on top of the runner's wall-clock limit.
 PER_WARP_ABOVE = 1 << 16
 _module_ids = itertools.count()
 
@@ -178,38 +175,6 @@ def describe_failure(exc: BaseException, filename: str, simulator: bool) -> User
         where = f" at {base} line {lines[0]}: {linecache.getline(filename, lines[0]).strip()}"
     kind = "typing error" if "TypingError" in type(exc).__name__ else type(exc).__name__
     return UserCodeError(f"{kind}{where}: {_short(first, 240)}")
-
-
-@contextmanager
-def user_limits(simulator: bool, threads_per_block: int):
-    """CPU seconds for this run (SIGXCPU ends the worker past it), and address space on the simulator."""
-    old_cpu = resource.getrlimit(resource.RLIMIT_CPU)
-    old_as = resource.getrlimit(resource.RLIMIT_AS)
-    try:
-        used = time.process_time()
-        hard = old_cpu[1]
-        soft = int(used) + CPU_LIMIT_S
-        if hard == resource.RLIM_INFINITY or soft <= hard:
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-        if simulator:  # a GPU context reserves huge virtual ranges: no address-space cap there
-            with open("/proc/self/statm") as f:
-                vsize = int(f.read().split()[0]) * resource.getpagesize()
-            stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
-            stack = 8 << 20 if stack == resource.RLIM_INFINITY else stack
-            # two pools of block threads may overlap (instrumented, then clean), each thread with its stack
-            cap = vsize + MEMORY_LIMIT_BYTES + 2 * (threads_per_block + 8) * stack
-            if old_as[1] == resource.RLIM_INFINITY or cap <= old_as[1]:
-                resource.setrlimit(resource.RLIMIT_AS, (cap, old_as[1]))
-    except (OSError, ValueError):
-        pass  # limits are a safeguard; the runner's wall-clock limit still applies
-    try:
-        yield
-    finally:
-        for which, old in ((resource.RLIMIT_CPU, old_cpu), (resource.RLIMIT_AS, old_as)):
-            try:
-                resource.setrlimit(which, old)
-            except (OSError, ValueError):
-                pass
 
 
 @contextmanager
@@ -369,15 +334,14 @@ def _xoroshiro_init(n, seed):
 _xoroshiro_jit = None
 
 
-def capture_source(backend, request: dict) -> dict:
-    """Run a user's kernel once instrumented (and time it clean); the same payload as worker.capture."""
+def prepare_source(backend, request: dict):
+    """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
+    (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.measure import kernel_timing, resources
+    from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
-    cuda = backend.cuda
-    info = backend.device_info()
-    limits = catalog.limits_from_info(info)
+    limits = catalog.limits_from_info(backend.device_info())
     kernel, filename, params = request["kernel"], request["filename"], list(request["params"])
     grid, block = tuple(request["grid"]), tuple(request["block"])
     launch = catalog.Launch(grid=grid, block=block, scalars={})
@@ -395,41 +359,18 @@ def capture_source(backend, request: dict) -> dict:
             spec = ArgSpec(name, a["text"], a["kind"], a["dtype"], tuple(a["shape"]), a["value"], a["array"])
             values[name] = make_array(spec, rng)
     arrays = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
-    before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
-
     threads, tpb = launch.threads, launch.threads_per_block
-    records = launch.blocks * ((tpb + 31) // 32) if threads > PER_WARP_ABOVE else threads
+    records = launch.blocks * ceil_div(tpb, 32) if threads > PER_WARP_ABOVE else threads
     buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
 
-    t_compile = time.perf_counter_ns()
+    started = time.perf_counter_ns()
     module = load_module(request["source"], filename, kernel)
-    traced, clean = kernel_pair(cuda, module, kernel)
-    config = (grid, block)
-    steps: dict[str, float] = {}
-    if backend.progress is not None:
-        backend.progress(-launch.blocks)
+    traced, clean = kernel_pair(backend.cuda, module, kernel)
+    user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
 
-    # user arrays and trace buffers are kept apart, so a user argument may be called "trace"
-    (device, bufs), steps["allocate"] = backend.timed(
-        lambda: (
-            {k: cuda.device_array(v.shape, v.dtype) for k, v in arrays.items()},
-            {k: cuda.device_array(v.shape, v.dtype) for k, v in buffers.items()},
-        )
-    )
-
-    def copy_in():
-        for k, v in arrays.items():
-            device[k].copy_to_device(v)
-        for k, v in buffers.items():
-            bufs[k].copy_to_device(v)
-
-    _, steps["copy_in"] = backend.timed(copy_in)
-    user_args = [device[p] if p in arrays else values[p] for p in params]
-    traced_args = [*user_args, bufs["trace"], bufs["active"]]
-
-    def launch_user(fn, args):
+    def call(fn, args):  # a failure in the visitor's code is one line naming their line
         try:
-            return fn[config](*args)
+            return fn(*args)
         except UserCodeError:
             raise
         except Exception as exc:
@@ -439,68 +380,41 @@ def capture_source(backend, request: dict) -> dict:
             raise described from None
 
     fake_modules: list = []
-    with user_limits(backend.simulator, tpb):
-        compile_ns = 0
-        if not backend.simulator:
-            t = time.perf_counter_ns()
-            launch_user(traced, traced_args)  # compiles both builds (excluded from timing)...
-            launch_user(clean, user_args)
-            cuda.synchronize()
-            compile_ns = time.perf_counter_ns() - t
-            copy_in()  # ...then every buffer starts again from its initial contents
-        else:
-            compile_ns = time.perf_counter_ns() - t_compile
-        recorder = (
-            start_access_recording(backend, request, device, bufs, grid, block)
-            if request.get("accesses")
-            else None
+    job = Job(
+        traced=traced, clean=clean, grid=grid, block=block, arrays=arrays, buffers=buffers,
+        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active")], clean_args=user_args,
+        # no flops model for a visitor's kernel (its bytes only decide the L2 flush): no GB/s is claimed
+        nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
+        during_launch=lambda: shared_allocations(backend.simulator, fake_modules),
+    )  # fmt: skip
+    if request.get("accesses"):
+        job.start_recording = lambda device, bufs: start_access_recording(
+            backend, request, device, bufs, grid, block
         )
-        try:
-            with shared_allocations(backend.simulator, fake_modules):
-                _, steps["kernel"] = backend.timed(lambda: launch_user(traced, traced_args))
-        finally:
-            if recorder is not None:
-                from visualizer.engine import access_record as record
+    return module, values, job, fake_modules
 
-                record.stop()
 
-        def copy_out():
-            return {k: device[k].copy_to_host() for k in arrays}, {
-                k: v.copy_to_host() for k, v in bufs.items()
-            }
+def capture_source(backend, request: dict) -> dict:
+    """Run a visitor's kernel through the capture sequence (engine/pipeline.py): the reply has the
+    shape of a built-in kernel's, plus the reference check made here, inside the sandbox."""
+    from visualizer.engine import pipeline
 
-        (after, recorded), steps["copy_out"] = backend.timed(copy_out)
-
-        # the same timing as the built-in kernels; no flops model for a user's kernel (its bytes
-        # only decide the L2 flush), so no GB/s or GFLOP/s is claimed for it
-        timing = kernel_timing(
-            backend,
-            steps,
-            compile_ns,
-            int(request.get("repeats", 20)),
-            request.get("time_clean", True),
-            lambda: launch_user(clean, user_args),
-            lambda: launch_user(traced, traced_args),
-            float(sum(v.nbytes for v in arrays.values())),
-            0.0,
-        )
-
-    def free():
-        device.clear()
-        bufs.clear()
-        if not backend.simulator:
-            cuda.current_context().deallocations.clear()
-
+    module, values, job, fake_modules = prepare_source(backend, request)
+    before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
+    ran = pipeline.run(backend, job, int(request.get("repeats", 20)), request.get("time_clean", True))
+    kernel, filename, params = request["kernel"], request["filename"], list(request["params"])
+    after = ran.after
     check = check_reference(request, module, before, after, filename)
-    res_inst, res_clean = resources(backend, traced, launch), resources(backend, clean, launch)
-    _, steps["free"] = backend.timed(free)
-
-    static_smem = _static_smem(fake_modules) if backend.simulator else res_inst.get("static_smem_bytes", 0)
+    static_smem = (
+        _static_smem(fake_modules) if backend.simulator else ran.instrumented.get("static_smem_bytes", 0)
+    )
     changed = [
-        k for k in arrays if not np.array_equal(before[k], after[k], equal_nan=after[k].dtype.kind in "fc")
+        k
+        for k in job.arrays
+        if not np.array_equal(before[k], after[k], equal_nan=after[k].dtype.kind in "fc")
     ]
     launch_info = {
-        **info,
+        **pipeline.launch_fields(backend, job, ran),
         # "(yours)": never mistaken for a built-in kernel of the same name by a page or the timing panel
         "kernel": f"{kernel} (yours)",
         "kernel_name": kernel,
@@ -509,32 +423,22 @@ def capture_source(backend, request: dict) -> dict:
         "params": {p: request["args"][p]["text"] for p in params},
         "arg_order": params,
         "written": changed,
-        "grid": list(grid),
-        "block": list(block),
-        "threads": threads,
-        "blocks": launch.blocks,
-        "threads_per_block": tpb,
         "static_smem_bytes": int(static_smem or 0),
-        "dynamic_smem_bytes": 0,
-        "recorded_per": "warp" if records < threads else "thread",
         "tile_operands": [],
         "row_table": None,
-        "source": backend_source(backend.simulator),
-        "instrumented": res_inst,
-        "clean": res_clean,
         "kernel_source": request["source"],
         "reference": request.get("reference") or [],
     }
     reply = {
         "launch": launch_info,
-        "timing": timing,
-        "arrays": recorded,
+        "timing": ran.timing,
+        "buffers": ran.buffers,
         "outputs": {k: after[k] for k in changed},
-        "inputs": {k: after[k] for k in arrays if k not in changed},
+        "inputs": {k: after[k] for k in job.arrays if k not in changed},
         "check": check,
     }
-    if recorder is not None:
-        reply["accesses"] = recorder.buffers()
+    if ran.accesses is not None:
+        reply["accesses"] = ran.accesses
     return reply
 
 

@@ -1,9 +1,11 @@
-"""The host side of "your own kernel": a dedicated worker per backend, the request, the Capture.
+"""The host side of "your own kernel": a fresh sandboxed worker per run, the request, the Capture.
 
 Nothing here executes the user's code: the source is parsed with ``ast`` for a syntax check and
 the kernel's parameter names, then sent to a worker process, which is the only place it runs.
-User code gets its own workers (not the ones the built-in kernels share), with a wall-clock limit
-here and CPU-time/memory limits inside the worker (visualizer/engine/source_capture.py).
+Every run of user code gets a fresh process of its own (never one the built-in kernels or another
+run used), started in the sandbox of visualizer/engine/sandbox.py (bubblewrap where it works,
+hard rlimits always), with a wall-clock limit here; it is killed, with its whole process group and
+PID namespace, as soon as its run is over. Visitors wait for a free sandbox in a queue (UserRunQueue).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import threading
 
 import numpy as np
 
-from visualizer.analysis.capture import Capture, threads_table
-from visualizer.engine.runner import KernelError, Runner, RunTimeout, resolve_backend
+from visualizer.analysis.capture import Capture, build_capture
+from visualizer.engine import sandbox, wire
+from visualizer.engine.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
 from visualizer.specs.catalog import LaunchError
 from visualizer.specs.source import SourceLaunch
 
@@ -73,35 +76,45 @@ def user_code_allowed(has_key: bool, env: dict | None = None) -> tuple[bool, str
     )
 
 
-def build_user_capture(reply: dict) -> Capture:
-    """A Capture from a source run's reply: the same tables as a built-in kernel's."""
-    launch, timing, recorded = reply["launch"], reply["timing"], reply["arrays"]
-    records = recorded["trace"].T
-    threads = threads_table(launch, records, recorded["active"])
-    if len(records):
-        timing["kernel_span_ns"] = int(records[:, 2].max() - records[:, 1].min())
-    cap = Capture(
-        launch=launch,
-        timing=timing,
-        inputs=dict(reply["inputs"]),
-        outputs=dict(reply["outputs"]),
-        threads=threads,
-        check=reply["check"],
-    )
-    if (
-        "accesses" in reply
-    ):  # recorded by the memory engine (visualizer/engine/access_record.py), as for built-in kernels
-        from visualizer.analysis import memory as memory_tables
-
-        cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
-    return cap
-
-
 class UserRunner(Runner):
-    """A Runner whose worker runs users' kernels from source (request op "source")."""
+    """A Runner for users' kernels from source (request op "source"): one sandboxed process per run."""
 
     def __init__(self, backend: str = "auto", run_timeout: float = RUN_TIMEOUT_S):
         super().__init__(backend, run_timeout)
+        self.one_run_per_worker = True
+        self._mode = "rlimits"
+        self._wire: wire.ServerChannel | None = None
+        self._reply_limit: int | None = None  # bytes the next run's reply may take (reply_bytes)
+
+    @property
+    def isolation(self) -> str:
+        """Which isolation the runs get here, in words."""
+        return sandbox.isolation(self.backend)
+
+    def _popen_args(self, fd: int) -> dict:
+        args = sandbox.popen_args(fd, self.backend)
+        self._mode = args["env"][sandbox.SANDBOX_ENV + "_MODE"]
+        return args
+
+    def _exit_status(self, code: int | None) -> int | None:
+        return sandbox.exit_status(code, self._mode)
+
+    def _channel(self, conn):
+        # never unpickle what a sandbox sends: that would run its code here (visualizer/engine/wire.py);
+        # and never take more bytes than the run it answers can produce
+        self._wire = wire.ServerChannel(conn, max_bytes=self._reply_limit or ((_memory_mb() + 64) << 20))
+        return self._wire
+
+    def _stop(self, kill: bool = False) -> None:
+        """Kill the worker's whole process group (its session: bubblewrap, or the worker itself), then
+        reap it; under bubblewrap the PID namespace dies with it, children that left the group too."""
+        proc = self._proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        super()._stop(kill=True)
 
     def capture_source(
         self,
@@ -121,9 +134,15 @@ class UserRunner(Runner):
         # the simulator runs the kernel twice when timing it clean
         launches = 2 if self.backend == "sim" and time_clean else 1
         self.last_exit_code = None
+        self._reply_limit = reply_bytes(launch, accesses)
         try:
             kind, _, *payload = self._exchange(request, limit, progress, what, launches)
         except (KernelError, RunTimeout) as exc:
+            refused = self._wire.error if self._wire is not None else None
+            if refused:
+                raise KernelError(
+                    f"your code sent the server a message it does not accept ({refused}); its sandbox was killed"
+                ) from None
             raise KernelError(_explain(str(exc), limit, self.last_exit_code)) from None
         if kind == "invalid":
             raise LaunchError(payload[0])
@@ -131,7 +150,49 @@ class UserRunner(Runner):
             raise KernelError(f"{launch.kernel} faulted on the GPU: {payload[0]} (the worker was restarted)")
         if kind == "error":
             raise KernelError(payload[0].removeprefix("UserCodeError: "))
-        return build_user_capture(payload[0])
+        try:
+            return build_capture(payload[0])
+        except Exception as exc:  # a reply shaped by the sandbox's code, not by ours: one line, never a crash
+            raise KernelError(
+                f"the sandbox's reply could not be read ({type(exc).__name__}: {exc})"[:300]
+            ) from None
+
+
+PTX_REPLY_BYTES = 64 * 2**20  # PTX, SASS and ptxas's log of one kernel, as text
+
+
+def _ptx_source(runner: UserRunner, launch: SourceLaunch, arch: str, timeout: float | None) -> dict:
+    """The visitor's kernel compiled to PTX (and SASS) inside its sandbox (engine/worker.py op
+    "ptx_source": numba runs the visitor's module to compile it, so it runs where visitor code runs)."""
+    request = {**launch.request(runner.backend), "op": "ptx_source", "arch": arch, "sass": True}
+    limit = timeout or runner.run_timeout
+    runner._reply_limit = PTX_REPLY_BYTES
+    try:
+        kind, _, *payload = runner._exchange(
+            request, limit, None, f"compiling your kernel {launch.kernel}", 1
+        )
+    except (KernelError, RunTimeout) as exc:
+        raise KernelError(_explain(str(exc), limit, runner.last_exit_code)) from None
+    if kind in ("invalid", "error", "fatal"):
+        raise KernelError(str(payload[0])[:300])
+    reply = payload[0]
+    if not isinstance(reply, dict) or not isinstance(reply.get("ptx"), str):
+        raise KernelError("the sandbox's reply could not be read (no PTX in it)")
+    return reply
+
+
+def reply_bytes(launch: SourceLaunch, accesses: bool) -> int:
+    """The most bytes a run's reply can legitimately take: every array argument once, the trace
+    buffers, the memory engine's records if asked for (its RECORD_LIMIT rows), and 16 MiB of the rest."""
+    threads = launch.launch.threads
+    total = sum(spec.nbytes for spec in launch.args.values()) + 3 * 8 * threads + threads + (16 << 20)
+    if accesses:
+        try:
+            from visualizer.engine.access_record import COLUMNS, RECORD_LIMIT
+        except ImportError:
+            return total
+        total += RECORD_LIMIT * len(COLUMNS) * 8
+    return total
 
 
 def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
@@ -140,34 +201,65 @@ def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
     if "timed out" in message or "over the" in message:
         return (
             f"your kernel did not finish within {limit:.0f} s, the time limit for user code (an endless "
-            "loop?); the worker was stopped and restarted"
+            "loop?); its sandbox was killed"
         )
     if exit_code == -signal.SIGXCPU or f"exit code {-signal.SIGXCPU}" in message or "of CPU time" in message:
         return (
             f"your kernel used more than {cpu_limit} s of CPU time, the limit for user code (an endless "
-            "loop?); the worker was stopped and restarted"
+            "loop?); its sandbox was killed"
         )
     if exit_code in (-signal.SIGKILL, -signal.SIGSEGV):
-        return f"{message} (out of memory? user code may add {_memory_mb()} MiB on the simulator)"
+        return f"{message} (out of memory? user code may use {_memory_mb()} MiB beyond Python and numba)"
     return message
 
 
 def _memory_mb() -> int:
-    from visualizer.engine.source_capture import MEMORY_LIMIT_BYTES
-
-    return MEMORY_LIMIT_BYTES >> 20
+    return int(os.environ.get("VISUALIZER_USER_MEMORY_MB", str(sandbox.MEMORY_LIMIT_MB)))
 
 
-_RUNNERS: dict[str, UserRunner] = {}
+class UserRunQueue(RunQueue):
+    """Visitors' runs of their own code, first come first served, each told its place in line as the
+    built-in kernels' visitors are (``waiting(ahead, running)``); as many sandboxes at a time as the
+    built-in kernels have workers (two on the simulator on a machine of two cores, one GPU worker)."""
+
+    runner_class = UserRunner
+    respawn = False  # no process waits with nothing to do: each run starts its own
+
+    def __init__(self, backend: str = "auto", workers: int | None = None, run_timeout: float = RUN_TIMEOUT_S):
+        super().__init__(backend, workers, run_timeout)
+
+    @property
+    def isolation(self) -> str:
+        return sandbox.isolation(self.backend)
+
+    def capture_source(self, launch: SourceLaunch, *, waiting=None, **kwargs) -> Capture:
+        """UserRunner.capture_source in the next free sandbox slot, after waiting in line."""
+        runner = self._acquire(waiting)
+        try:
+            return runner.capture_source(launch, **kwargs)
+        finally:
+            self._release(runner)
+
+    def ptx_source(self, launch: SourceLaunch, arch: str = "sm_90", *, waiting=None, timeout=None) -> dict:
+        """The visitor's kernel as PTX and SASS with line info (engine/ptx.source_asm's reply),
+        compiled in the next free sandbox slot; KernelError in one line."""
+        runner = self._acquire(waiting)
+        try:
+            return _ptx_source(runner, launch, arch, timeout)
+        finally:
+            self._release(runner)
+
+
+_RUNNERS: dict[str, UserRunQueue] = {}
 _LOCK = threading.Lock()
 
 
-def get_user_runner(backend: str = "auto") -> UserRunner:
-    """The process-wide runner for user code on a backend (its own worker), created on first use."""
+def get_user_runner(backend: str = "auto") -> UserRunQueue:
+    """The process-wide queue for user code on a backend, created on first use."""
     name = resolve_backend(backend)
     with _LOCK:
         if name not in _RUNNERS:
-            _RUNNERS[name] = UserRunner(name)
+            _RUNNERS[name] = UserRunQueue(name)
         return _RUNNERS[name]
 
 

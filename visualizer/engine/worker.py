@@ -342,11 +342,14 @@ def capture_source(backend: Backend, request: dict) -> dict:
     return run_user_source(backend, request)
 
 
-def serve(conn, backend_name: str) -> None:
+def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_code: bool = False) -> None:
     """Worker main loop: one request at a time until None or the pipe closes.
 
     Every message carries the id of the request it answers (progress too), so the runner can
     tell a reply to its own request from one left over by a request it gave up on.
+    ``after_ready(backend)`` runs once the backend is up, before any request is read; ``once``: leave
+    after one request; ``user_code``: only a sandboxed worker (visualizer/engine/sandbox.py) runs
+    visitors' source (op "source"), never a worker of the built-in kernels.
     """
     configure_backend(backend_name)
     limit_memory()
@@ -364,6 +367,8 @@ def serve(conn, backend_name: str) -> None:
         conn.send(("error", None, one_line(exc)))
         return
     conn.send(("ready", None, backend.device_info()))
+    if after_ready is not None:
+        after_ready(backend)
     while True:
         try:
             request = conn.recv()
@@ -377,7 +382,18 @@ def serve(conn, backend_name: str) -> None:
             if request.get("op") == "info":
                 conn.send(("ok", rid, backend.device_info()))
                 continue
-            result = (capture_source if request.get("op") == "source" else capture)(backend, request)
+            visitor_op = request.get("op") in ("source", "ptx_source")
+            if visitor_op != user_code:
+                conn.send(("error", rid, "this worker does not run that kind of request"))
+                continue
+            if request.get("op") == "ptx_source":  # compiled here, in the visitor's sandbox
+                from visualizer.engine import ptx
+
+                result = ptx.source_asm(
+                    request, str(request.get("arch", "sm_90")), bool(request.get("sass", True))
+                )
+            else:
+                result = (capture_source if user_code else capture)(backend, request)
             conn.send(("ok", rid, result))
         except Exception as exc:
             from visualizer.specs.catalog import LaunchError
@@ -395,6 +411,8 @@ def serve(conn, backend_name: str) -> None:
                 os._exit(3)
         finally:
             current["id"] = None
+        if once:
+            return
 
 
 def is_fatal_cuda_error(exc: BaseException) -> bool:

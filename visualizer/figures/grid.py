@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative, sample_colorscale
 
 from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause
+from visualizer.specs.launch import ceil_div
 
 AGGREGATE_ABOVE = 50_000  # threads: above this, one cell per warp (1-D) or per block (2-D)
 MAX_CELLS = 32_768  # cells in an aggregated view: a 1M-thread launch of 128-thread blocks is 8192 x 4 warps
@@ -117,9 +118,9 @@ def _cells(threads: pd.DataFrame, launch: dict) -> _Cells:
             y_title=y_title,
         )  # fmt: skip
     if level == "warp":
-        wpb = -(-tpb // 32)
-        group = max(1, -(-blocks * wpb // MAX_CELLS))
-        rows = -(-blocks // group)
+        wpb = ceil_div(tpb, 32)
+        group = max(1, ceil_div(blocks * wpb, MAX_CELLS))
+        rows = ceil_div(blocks, group)
         row = threads["block"].to_numpy(np.int64) // group
         col = threads["warp"].to_numpy(np.int64)
         return _Cells(
@@ -128,9 +129,9 @@ def _cells(threads: pd.DataFrame, launch: dict) -> _Cells:
         )  # fmt: skip
     side_y = gy * gz
     group = 1
-    while -(-gx // group) * -(-side_y // group) > MAX_CELLS:
+    while ceil_div(gx, group) * ceil_div(side_y, group) > MAX_CELLS:
         group += 1
-    cols, rows = -(-gx // group), -(-side_y // group)
+    cols, rows = ceil_div(gx, group), ceil_div(side_y, group)
     col = threads["block_x"].to_numpy(np.int64) // group
     row = (threads["block_z"].to_numpy(np.int64) * gy + threads["block_y"].to_numpy(np.int64)) // group
     return _Cells(
@@ -305,7 +306,7 @@ def _border_lines(launch: dict, cells: _Cells) -> go.Scatter | None:
             ys += [j * bdy * bdz - 0.5, j * bdy * bdz - 0.5, None]
         name, width, dash = "block border", 2, "solid"
     else:
-        warps = -(-launch["threads_per_block"] // 32)
+        warps = ceil_div(launch["threads_per_block"], 32)
         for w in range(1, warps):
             xs += [w * 32 - 0.5, w * 32 - 0.5, None]
             ys += [top, bottom, None]
@@ -351,7 +352,7 @@ def _no_thread_lanes(launch: dict, cells: _Cells) -> go.Heatmap | None:
     tpb = launch["threads_per_block"]
     if cells.level != "thread" or is_two_d(launch) or tpb % 32 == 0:
         return None
-    lanes = -(-tpb // 32) * 32 - tpb
+    lanes = ceil_div(tpb, 32) * 32 - tpb
     return go.Heatmap(
         z=np.zeros((cells.rows, lanes), np.int8), x0=tpb, dx=1, y0=0, dy=1, zmin=0, zmax=1,
         colorscale=[[0, NO_THREAD_COLOR], [1, NO_THREAD_COLOR]], showscale=False,
@@ -461,7 +462,9 @@ def grid_figure(
     fig = go.Figure(data=traces)
     fig.update_layout(
         # at the figure's top edge, above a legend of two rows
-        title={"text": title, "x": 0, "xanchor": "left", "y": 0.99, "yref": "container", "yanchor": "top"},
+        # pad: plotly anchors a two-line title by its last line, so its first line needs room above
+        title={"text": title, "x": 0, "xanchor": "left", "y": 0.99, "yref": "container", "yanchor": "top",
+               "pad": {"t": 14}},
         height=height,
         # a legend of more than three items takes two rows above the plot: room for them under the title
         margin={"l": 60, "r": 20 if color_by == "active" else 150, "t": 80 if legend_items <= 3 else 105,

@@ -204,14 +204,15 @@ def limits_figure(result: Occupancy) -> go.Figure:
     limiter_text = " and ".join(LIMIT_LABELS[n] for n in result.limiters)
     fig.update_layout(
         title={
-            "text": f"Blocks per SM allowed by each limit (limiter: {limiter_text})"
+            # two short lines: the chart sits beside the sliders, half a 1280-px page wide
+            "text": f"Blocks per SM each limit allows<br>limiter: {limiter_text}"
             f"<br><sup>{modelled_label(result.arch)}</sup>"
         },
         yaxis={"title": "blocks per SM", "range": [0, cap * 1.2], "autorange": False},
         height=380,
         showlegend=True,
         legend={"orientation": "h", "y": -0.2},
-        margin={"t": 80, "b": 50},
+        margin={"t": 105, "b": 50},
     )
     return fig
 

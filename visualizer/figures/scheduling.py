@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 from visualizer.analysis import schedule
 from visualizer.analysis.occupancy import ARCHS, occupancy
 from visualizer.figures.common import animation_controls, place_controls
+from visualizer.specs.launch import ceil_div
 
 MAX_BARS = 5000  # above this many intervals, draw WebGL line segments instead of SVG bars
 MAX_SEGMENTS = 80_000  # SM timeline: beyond this many blocks show the first SMs' rows only (payload)
@@ -49,7 +50,7 @@ def _groups(values: np.ndarray, what: str) -> tuple[np.ndarray, list[str]]:
     lo, hi = int(values.min()), int(values.max())
     if hi - lo + 1 <= MAX_COLOUR_GROUPS:
         return values - lo, [f"{what} {v}" for v in range(lo, hi + 1)]
-    width = -(-(hi - lo + 1) // MAX_COLOUR_GROUPS)
+    width = ceil_div((hi - lo + 1), MAX_COLOUR_GROUPS)
     n = (hi - lo) // width + 1
     names = [f"{what}s {lo + g * width}–{min(lo + (g + 1) * width - 1, hi)}" for g in range(n)]
     return (values - lo) // width, names

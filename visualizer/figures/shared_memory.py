@@ -70,36 +70,121 @@ def _fmt_ns(t: int) -> str:
 # matmul_tiled: the tile loop of one block
 
 
-def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y: int) -> go.Figure:
-    """The tile loop of ``matmul_tiled`` for block (block_x, block_y), two frames per step.
-
-    Frame "load" is the moment after the first syncthreads (the A and B tiles the block recorded
-    are in shared memory); frame "multiply" is after the second (the block has added their product
-    into its C tile). Tile positions and sizes are the recorded row0/col0/rows/cols, so partial
-    edge tiles show their true size.
-    """
-    n, tile = int(launch["params"]["n"]), int(launch["params"]["tile"])
-    source = launch["source"]
-    measured = launch["backend"] == "gpu"
+def matmul_tile_frames(tiles: pd.DataFrame, launch: dict, block_x: int, block_y: int) -> pd.DataFrame:
+    """The tile loop of ``matmul_tiled`` for block (block_x, block_y) as a frames table: two rows per
+    step (phase "load": after the first syncthreads, the A and B tiles the block recorded are in
+    shared memory; "multiply": after the second, their product is in the C tile). Boxes are
+    (row0, col0, rows, cols) as recorded, so partial edge tiles keep their true size; ``a_done`` /
+    ``b_done`` outline the tiles of earlier steps; times are ns after the block's first load."""
     mine = tiles[(tiles["block_x"] == block_x) & (tiles["block_y"] == block_y)]
     if mine.empty:
         raise ValueError(f"block ({block_x}, {block_y}) has no recorded tiles")
     a_tiles = mine[mine["operand"] == "A"].sort_values("step")
     b_tiles = mine[mine["operand"] == "B"].sort_values("step")
-    steps = len(a_tiles)
     a_boxes = [tuple(int(v) for v in r) for r in a_tiles[["row0", "col0", "rows", "cols"]].to_numpy()]
     b_boxes = [tuple(int(v) for v in r) for r in b_tiles[["row0", "col0", "rows", "cols"]].to_numpy()]
-    a_t = a_tiles["t_ns"].to_numpy(np.int64)
-    b_t = b_tiles["t_ns"].to_numpy(np.int64)
+    a_t, b_t = a_tiles["t_ns"].to_numpy(np.int64), b_tiles["t_ns"].to_numpy(np.int64)
     t_first = int(min(a_t.min(), b_t.min()))
-    # C tile: the rows of the block's A tiles by the columns of its B tiles
-    c_box = (a_boxes[0][0], b_boxes[0][1], a_boxes[0][2], b_boxes[0][3])
+    c_box = (a_boxes[0][0], b_boxes[0][1], a_boxes[0][2], b_boxes[0][3])  # A's rows by B's columns
+    steps, rows = len(a_boxes), []
+    for step in range(steps):
+        for multiplied in (False, True):
+            rows.append(
+                {
+                    "name": f"{step}-{'mul' if multiplied else 'load'}",
+                    "label": f"{step + 1}·{'multiply' if multiplied else 'load'}",
+                    "step": step, "phase": "multiply" if multiplied else "load",
+                    "products": step + 1 if multiplied else step,  # tile products in C after the frame
+                    "a": a_boxes[step], "b": b_boxes[step], "c": c_box,
+                    "a_done": _union(a_boxes[:step]) if step else None,
+                    "b_done": _union(b_boxes[:step]) if step else None,
+                    "a_t": int(a_t[step]), "b_t": int(b_t[step]),
+                    "a_after_ns": int(a_t[step]) - t_first, "b_after_ns": int(b_t[step]) - t_first,
+                }
+            )  # fmt: skip
+    frames = pd.DataFrame(rows)
+    frames.attrs.update(steps=steps, block=(block_x, block_y), source=launch["source"])
+    return frames
+
+
+def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y: int) -> go.Figure:
+    """The tile loop of ``matmul_tiled`` for block (block_x, block_y), two frames per step
+    (:func:`matmul_tile_frames`, drawn by :func:`matmul_frames_figure`)."""
+    return matmul_frames_figure(matmul_tile_frames(tiles, launch, block_x, block_y), launch)
+
+
+def _tile_trace(box, name: str, tile: int, t_ns: int) -> go.Scatter:
+    cx, cy = _rects([box])
+    r0, c0, rows, cols = box
+    return go.Scatter(
+        x=cx, y=cy, fill="toself", fillcolor=CURRENT, mode="lines", line={"color": "black", "width": 2},
+        name=f"{name} tile in shared memory",
+        text=f"{name}[{r0}:{r0 + rows}, {c0}:{c0 + cols}] · {rows}×{cols}"
+        + (" (partial edge tile)" if (rows, cols) != (tile, tile) else "")
+        + f"<br>recorded at t = {_fmt_ns(int(t_ns))}",
+        hoveron="fills", hoverinfo="text",
+    )  # fmt: skip
+
+
+def _done_trace(box, name: str) -> go.Scatter:
+    # earlier tiles are contiguous along the block's band, so one outline of their union keeps each
+    # frame O(1) however many steps there are (the tile grid shows the seams)
+    dx, dy = _rects([box] if box is not None else [])
+    return go.Scatter(
+        x=dx or [None], y=dy or [None], fill="toself", fillcolor=DONE, mode="lines",
+        line={"color": "rgba(100, 149, 237, 0.9)", "width": 1}, name=f"{name} tiles of earlier steps",
+        hoverinfo="skip",
+    )  # fmt: skip
+
+
+def _frame_traces(f, steps: int, tile: int) -> list[go.Scatter]:
+    """A done, A current, B done, B current, C tile, C label: the animated traces of one frame."""
+    alpha = 0.1 + 0.75 * f.products / steps
+    ccx, ccy = _rects([f.c])
+    return [
+        _done_trace(f.a_done, "A"),
+        _tile_trace(f.a, "A", tile, f.a_t),
+        _done_trace(f.b_done, "B"),
+        _tile_trace(f.b, "B", tile, f.b_t),
+        go.Scatter(
+            x=ccx, y=ccy, fill="toself", fillcolor=f"rgba({C_RGB}, {alpha:.3f})", mode="lines",
+            line={"color": f"rgb({C_RGB})", "width": 2}, name="C tile (accumulating)",
+            text=f"C tile: {f.products} of {steps} tile products accumulated", hoveron="fills", hoverinfo="text",
+        ),
+        go.Scatter(
+            x=[f.c[1] + f.c[3] / 2], y=[f.c[0] + f.c[2] / 2], mode="text", text=[f"{f.products}/{steps}"],
+            textfont={"size": 14, "color": "black"}, hoverinfo="skip", showlegend=False,
+        ),
+    ]  # fmt: skip
+
+
+def _frame_title(f, steps: int, block: tuple[int, int], clock: str, source: str) -> dict:
+    (ra0, ca0, ra, ca), (rb0, cb0, rb, cb) = f.a, f.b
+    head = f"block ({block[0]}, {block[1]}) · step {f.step + 1} of {steps}: "
+    if f.phase == "multiply":
+        text = (
+            f"{head}multiplied sA·sB into the C tile → 2nd syncthreads"
+            f"<br>C tile holds {f.step + 1} of {steps} tile products; now the tiles may be overwritten"
+        )
+    else:
+        text = (
+            f"{head}loaded A[{ra0}:{ra0 + ra}, {ca0}:{ca0 + ca}] and B[{rb0}:{rb0 + rb}, {cb0}:{cb0 + cb}] "
+            f"→ 1st syncthreads<br>recorded at +{_fmt_ns(f.a_after_ns)} (A), +{_fmt_ns(f.b_after_ns)} (B) "
+            f"after this block's first load<br>({clock})"
+        )
+    return titled(text, source)
+
+
+def matmul_frames_figure(frames: pd.DataFrame, launch: dict) -> go.Figure:
+    """Draw :func:`matmul_tile_frames`: A, B and C side by side over the tile grid, one animation frame
+    per row."""
+    n, tile = int(launch["params"]["n"]), int(launch["params"]["tile"])
+    source, steps, block = launch["source"], frames.attrs["steps"], frames.attrs["block"]
     clock = (
         "measured with %globaltimer"
-        if measured
+        if launch["backend"] == "gpu"
         else "simulator host clock: gives the simulator's order, not GPU time"
     )
-
     fig = make_subplots(
         rows=1,
         cols=3,
@@ -109,137 +194,32 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
     grid_x, grid_y = _tile_grid(n, tile)
     for col in (1, 2, 3):
         fig.add_trace(
-            go.Scatter(
-                x=grid_x,
-                y=grid_y,
-                mode="lines",
-                line={"color": GRID, "width": 1},
-                hoverinfo="skip",
-                showlegend=False,
-            ),
-            row=1,
-            col=col,
+            go.Scatter(x=grid_x, y=grid_y, mode="lines", line={"color": GRID, "width": 1},
+                       hoverinfo="skip", showlegend=False),
+            row=1, col=col,
+        )  # fmt: skip
+    animated = list(range(3, 9))  # the six traces of _frame_traces, after the three grids
+    rows = list(frames.itertuples(index=False))
+    fig.frames = [
+        go.Frame(
+            name=f.name,
+            data=_frame_traces(f, steps, tile),
+            traces=animated,
+            layout={"title": _frame_title(f, steps, block, clock, source)},
         )
-    # animated traces: A done, A current, B done, B current, C tile, C label (indices 3..8)
-    animated = list(range(3, 9))
-
-    def frame_traces(step: int, multiplied: bool) -> list[go.Scatter]:
-        done_a, done_b = a_boxes[:step], b_boxes[:step]
-        steps_done = step + 1 if multiplied else step
-        alpha = 0.1 + 0.75 * steps_done / steps
-        traces = []
-        for boxes, current, t_ns, name in (
-            (done_a, a_boxes[step], a_t[step], "A"),
-            (done_b, b_boxes[step], b_t[step], "B"),
-        ):
-            # earlier tiles are contiguous along the block's band, so one outline of their union
-            # keeps each frame O(1) however many steps there are (the tile grid shows the seams)
-            dx, dy = _rects([_union(boxes)] if boxes else [])
-            traces.append(
-                go.Scatter(
-                    x=dx or [None],
-                    y=dy or [None],
-                    fill="toself",
-                    fillcolor=DONE,
-                    mode="lines",
-                    line={"color": "rgba(100, 149, 237, 0.9)", "width": 1},
-                    name=f"{name} tiles of earlier steps",
-                    hoverinfo="skip",
-                )
-            )
-            cx, cy = _rects([current])
-            r0, c0, rows, cols = current
-            traces.append(
-                go.Scatter(
-                    x=cx,
-                    y=cy,
-                    fill="toself",
-                    fillcolor=CURRENT,
-                    mode="lines",
-                    line={"color": "black", "width": 2},
-                    name=f"{name} tile in shared memory",
-                    text=f"{name}[{r0}:{r0 + rows}, {c0}:{c0 + cols}] · {rows}×{cols}"
-                    + (" (partial edge tile)" if (rows, cols) != (tile, tile) else "")
-                    + f"<br>recorded at t = {_fmt_ns(int(t_ns))}",
-                    hoveron="fills",
-                    hoverinfo="text",
-                )
-            )
-        ccx, ccy = _rects([c_box])
-        traces.append(
-            go.Scatter(
-                x=ccx,
-                y=ccy,
-                fill="toself",
-                fillcolor=f"rgba({C_RGB}, {alpha:.3f})",
-                mode="lines",
-                line={"color": f"rgb({C_RGB})", "width": 2},
-                name="C tile (accumulating)",
-                text=f"C tile: {steps_done} of {steps} tile products accumulated",
-                hoveron="fills",
-                hoverinfo="text",
-            )
-        )
-        traces.append(
-            go.Scatter(
-                x=[c_box[1] + c_box[3] / 2],
-                y=[c_box[0] + c_box[2] / 2],
-                mode="text",
-                text=[f"{steps_done}/{steps}"],
-                textfont={"size": 14, "color": "black"},
-                hoverinfo="skip",
-                showlegend=False,
-            )
-        )
-        return traces
-
-    def frame_title(step: int, multiplied: bool) -> dict:
-        ra0, ca0, ra, ca = a_boxes[step]
-        rb0, cb0, rb, cb = b_boxes[step]
-        head = f"block ({block_x}, {block_y}) · step {step + 1} of {steps}: "
-        if multiplied:
-            text = (
-                f"{head}multiplied sA·sB into the C tile → 2nd syncthreads"
-                f"<br>C tile holds {step + 1} of {steps} tile products; now the tiles may be overwritten"
-            )
-        else:
-            text = (
-                f"{head}loaded A[{ra0}:{ra0 + ra}, {ca0}:{ca0 + ca}] "
-                f"and B[{rb0}:{rb0 + rb}, {cb0}:{cb0 + cb}] "
-                f"→ 1st syncthreads<br>recorded at +{_fmt_ns(int(a_t[step]) - t_first)} (A), "
-                f"+{_fmt_ns(int(b_t[step]) - t_first)} (B) after this block's first load<br>({clock})"
-            )
-        return titled(text, source)
-
-    names, labels = [], []
-    frames = []
-    for step in range(steps):
-        for multiplied in (False, True):
-            name = f"{step}-{'mul' if multiplied else 'load'}"
-            names.append(name)
-            labels.append(f"{step + 1}·{'multiply' if multiplied else 'load'}")
-            frames.append(
-                go.Frame(
-                    name=name,
-                    data=frame_traces(step, multiplied),
-                    traces=animated,
-                    layout={"title": frame_title(step, multiplied)},
-                )
-            )
-    first = frame_traces(0, False)
-    for trace, col in zip(first, (1, 1, 2, 2, 3, 3), strict=True):
+        for f in rows
+    ]
+    for trace, col in zip(_frame_traces(rows[0], steps, tile), (1, 1, 2, 2, 3, 3), strict=True):
         fig.add_trace(trace, row=1, col=col)
-    fig.frames = frames
-
     for i in (1, 2, 3):
         suffix = "" if i == 1 else str(i)
         fig.layout[f"xaxis{suffix}"].update(range=[0, n], autorange=False, constrain="domain", title="column")
         fig.layout[f"yaxis{suffix}"].update(
             range=[n, 0], autorange=False, scaleanchor=f"x{suffix}", constrain="domain", title="row"
         )
-    menus, sliders = animation_controls(names, labels, "step ", -0.12, FRAME_MS)
+    menus, sliders = animation_controls(list(frames["name"]), list(frames["label"]), "step ", -0.12, FRAME_MS)
     fig.update_layout(
-        title=frame_title(0, False),
+        title=_frame_title(rows[0], steps, block, clock, source),
         height=620,
         margin={"t": 175, "b": 190},
         legend={"orientation": "h", "y": -0.5},
@@ -249,10 +229,6 @@ def matmul_tiles_figure(tiles: pd.DataFrame, launch: dict, block_x: int, block_y
     )
     place_controls(fig)
     return fig
-
-
-# ---------------------------------------------------------------------------------------------
-# reduction: the tree of one block
 
 
 def _block_tree(tree: pd.DataFrame, block: int, block_size: int) -> np.ndarray:

@@ -50,3 +50,68 @@ def _jsonable(x):
     if isinstance(x, np.ndarray):
         return x.tolist()
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+class BundleError(ValueError):
+    """A directory that is not a readable capture bundle; the message is one line."""
+
+
+BUNDLE_MAX_JSON_BYTES = 64 * 2**20  # launch.json / timing.json: a real bundle's are kilobytes
+
+
+def _json(path: Path) -> dict:
+    if not path.is_file():
+        raise BundleError(
+            f"{path.parent}: not a capture bundle (no {path.name}; write one with capture --out)"
+        )
+    if path.stat().st_size > BUNDLE_MAX_JSON_BYTES:
+        raise BundleError(f"{path}: too large for a bundle's {path.name}")
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{path}: not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(obj, dict):
+        raise BundleError(f"{path}: expected a JSON object")
+    return obj
+
+
+def load(bundle_dir: str | Path) -> Capture:
+    """Read a bundle that ``save`` wrote back into a Capture (arrays.npz is not read: the tables,
+    launch.json and timing.json are what comparisons and exports need). Raises BundleError."""
+    import pandas as pd
+
+    root = Path(bundle_dir)
+    if not root.is_dir():
+        raise BundleError(f"{root}: no such bundle directory")
+    launch = _json(root / "launch.json")
+    timing = _json(root / "timing.json")
+    for key in ("kernel", "backend", "source", "grid", "block", "threads_per_block"):
+        if key not in launch:
+            raise BundleError(f"{root / 'launch.json'}: missing {key!r}; not a capture bundle")
+    check = launch.pop("check", {})
+
+    def table(name: str, required: bool = False):
+        path = root / f"{name}.parquet"
+        if not path.is_file():
+            if required:
+                raise BundleError(f"{root}: not a capture bundle (no {path.name})")
+            return None
+        try:
+            df = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several kinds for a damaged file
+            raise BundleError(f"{path}: not a readable Parquet table ({type(exc).__name__})") from None
+        df.attrs["source"] = (
+            str(df["source"].iloc[0]) if "source" in df.columns and len(df) else launch["source"]
+        )
+        return df
+
+    threads = table("threads", required=True)
+    if not {"sm", "block", "warp", "t_start_ns", "t_end_ns"} <= set(threads.columns):
+        raise BundleError(f"{root / 'threads.parquet'}: missing the block/warp/sm/time columns")
+    row_name = (launch.get("row_table") or [None])[0]
+    cap = Capture(
+        launch, timing, {}, {}, threads, table("tiles"), table(row_name) if row_name else None, check
+    )
+    if (root / "requests.parquet").is_file():
+        cap.accesses, cap.requests, cap.hazards = table("accesses"), table("requests"), table("hazards")
+    return cap

@@ -18,6 +18,8 @@ commands:
   kernels     list the kernels, their parameters and defaults
   capture     run one kernel instrumented and write its trace bundle
               (or your own: capture --source FILE.py --kernel NAME --block X --grid X --arg NAME=SPEC ...)
+  compare     two capture bundles side by side (or --pair NAME: a built-in before/after pair)
+  asm         PTX/SASS of a kernel beside its source lines (ptxas registers, spills, shared memory)
   occupancy   theoretical occupancy of a launch on sm_75..sm_90
   bench       benchmarks (GPU and simulator)
   crosscheck  memory-access engine vs Nsight Compute / compute-sanitizer (gpu, compare)
@@ -167,6 +169,18 @@ def cmd_bench(argv: list[str]) -> int:
     return bench_main(argv)
 
 
+def cmd_compare(argv: list[str]) -> int:
+    from visualizer.tools.compare import main as compare_main
+
+    return compare_main(argv)
+
+
+def cmd_asm(argv: list[str]) -> int:
+    from visualizer.tools.asm import main as asm_main
+
+    return asm_main(argv)
+
+
 def cmd_crosscheck(argv: list[str]) -> int:
     from visualizer.tools.crosscheck import main as crosscheck_main
 
@@ -184,6 +198,8 @@ COMMANDS = {
     "capture": cmd_capture,
     "occupancy": cmd_occupancy,
     "bench": cmd_bench,
+    "compare": cmd_compare,
+    "asm": cmd_asm,
     "crosscheck": cmd_crosscheck,
     "serve": cmd_serve,
 }

@@ -62,6 +62,8 @@ PAGE_QUERY_KEYS = frozenset(
         "fa_break", "fa_break_variant", "fa_break_scale_no_rescale", "fa_break_scale_no_max",
         "fa_timing_mode",
         "lesson", "q", "teacher",
+        "cmp_pair", "cmp_backend", "cmp_a", "cmp_b", "cmp_a_params", "cmp_b_params", "asm_arch", "asm_line",
+        "yk",  # a visitor's kernel, packed (web/current_kernel.py)
         # a lesson's launch controls, as LESSON_LINK_PREFIX + the control's key (lessons/catalog.py)
         "l_n", "l_block", "l_gpu", "l_regs", "l_kernel", "l_stride", "l_tile", "l_size", "l_nbins", "l_hot",
         "l_seq_len",
@@ -465,7 +467,32 @@ def require_capture() -> Capture:
         st.info("Pick a kernel in the sidebar and press **Run**.")
         st.stop()
     show_unrun_notice(cap)
+    st.caption(kernel_named(cap))
     return cap
+
+
+def dims_text(dims) -> str:
+    """Launch dimensions as people write them: (64, 1, 1) -> "64", (8, 8, 1) -> "8 × 8"."""
+    dims = [int(d) for d in dims]
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return " × ".join(str(d) for d in dims)
+
+
+def kernel_named(cap: Capture) -> str:
+    """One line naming the kernel a page draws, a visitor's own or a built-in one, and its launch."""
+    launch = cap.launch
+    shape = ""
+    if "grid" in launch and "block" in launch:
+        shape = (
+            f" · grid {dims_text(launch['grid'])} × block {dims_text(launch['block'])}"
+            f" = {int(launch['threads']):,} threads"
+        )
+    if launch.get("user_kernel"):
+        return "Kernel: " + as_text(f"{launch['kernel']}, from the Your kernel page{shape}", limit=400)
+    spec = catalog.KERNELS.get(launch["kernel"])
+    title = f"{spec.title} ({launch['kernel']})" if spec is not None else launch["kernel"]
+    return "Kernel: " + as_text(f"{title}{shape}", limit=400)
 
 
 def show_unrun_notice(cap: Capture) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from visualizer.specs import catalog
+from visualizer.web.current_kernel import settle, visitor_sidebar
 from visualizer.web.session import (
     RunConfig,
     as_text,
@@ -166,6 +167,7 @@ def _is_cached(config: RunConfig) -> bool:
 
 def sidebar() -> None:
     """Draw the sidebar; on Run (or a first visit, or an already-run configuration) capture the kernel."""
+    settle()  # a visitor's new capture gets its link (and a link's run goes back to its page)
     first_visit = "config" not in st.session_state
     if first_visit:
         config, error = config_from_query(st.query_params.to_dict())
@@ -181,6 +183,8 @@ def sidebar() -> None:
     with st.sidebar:
         st.html(LAYOUT_CSS)
         _page_list()
+        if visitor_sidebar(st.session_state.get("page"), kernel_controls_shown()):
+            return  # the visitor's kernel is current: named, and in the link, instead of the controls
         if not kernel_controls_shown():
             # nothing runs here: a first visit's run waits for a page that shows it (pending_run stays)
             sync_query(config, page=st.session_state.get("page"))

@@ -13,6 +13,7 @@ from visualizer.figures.grid import (
     grid_figure,
     is_two_d,
 )
+from visualizer.specs.launch import ceil_div
 from visualizer.web.charts import chart
 from visualizer.web.session import from_link, require_capture, show_link_notices, to_link
 
@@ -48,7 +49,7 @@ except (ValueError, KeyError) as exc:
 chart(fig, key="grid_chart")  # right under the controls: on a 720-px projector it starts on screen
 
 active = int(threads["active"].sum())
-warps_per_block = -(-launch["threads_per_block"] // 32)
+warps_per_block = ceil_div(launch["threads_per_block"], 32)
 last_warp_lanes = launch["threads_per_block"] - 32 * (warps_per_block - 1)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("threads launched", f"{launch['threads']:,}")

@@ -6,15 +6,19 @@ from pathlib import Path
 import streamlit as st
 
 from visualizer.analysis.memory import line_summary, request_accesses, worst_request
+from visualizer.engine.user_runner import user_code_allowed
 from visualizer.figures.memory import bank_figure, requests_heatmap, sector_figure, source_html
 from visualizer.specs import catalog
 from visualizer.web.charts import chart
+from visualizer.web.current_kernel import record_accesses, visitor_capture, visitor_is_current
+from visualizer.web.guard import visitor_has_key
 from visualizer.web.memory import access_capture
 from visualizer.web.session import (
     HIDDEN_KERNELS,
     as_text,
     drop_link,
     from_link,
+    kernel_named,
     link_value,
     set_link,
     show_link_notices,
@@ -24,6 +28,47 @@ from visualizer.web.session import (
 ROOT = Path(__file__).resolve().parents[3]
 TRANSPOSES = {"transpose_naive": "naive", "transpose_tiled": "tiled", "transpose_padded": "tiled + padding"}
 LESSON_KERNELS = ("transpose_naive", "transpose_tiled", "transpose_padded", "strided_copy")
+
+
+def visitor_launch(cap):
+    """The visitor's kernel on this page: (capture, name, arguments) when its accesses were recorded;
+    otherwise the page says so, offers to record them, and stops."""
+    name = cap.launch["kernel"]
+    st.caption(kernel_named(cap))
+    if cap.accesses is not None:
+        st.caption(
+            "Launch: "
+            + as_text(
+                f"{name}, your kernel as it ran on the Your kernel page with its memory accesses recorded"
+            )
+        )
+        return cap, name, dict(cap.launch["params"])
+    allowed, why = user_code_allowed(visitor_has_key())
+    c1, c2 = st.columns([2, 1], vertical_alignment="center")
+    c1.info(
+        "The current kernel is yours ("
+        + as_text(name)
+        + "), and its loads and stores were not recorded when it ran. **Record them:** your kernel runs "
+        "again on the CUDA simulator with every access recorded (*record memory accesses* on the Your "
+        "kernel page), then this page draws them.",
+        icon=":material/grid_view:",
+    )
+    c2.button(
+        "Record my kernel's accesses",
+        key="mem_record_yours",
+        on_click=record_accesses,
+        type="primary",
+        use_container_width=True,
+    )
+    if not allowed:
+        st.caption(f"The Your kernel page is filled in for it, but running your own code is {why}.")
+    st.caption("For the built-in kernels' accesses: **Use a built-in kernel instead** in the sidebar.")
+    st.stop()
+
+
+def visitor_source(cap) -> list[str]:
+    """The lines of the visitor's source as it ran (line numbers match the recorded ones)."""
+    return str(cap.launch["kernel_source"]).splitlines()
 
 
 def kernel_source(kernel: str) -> list[str]:
@@ -104,60 +149,67 @@ st.markdown(
     "**Try:** *Transpose (naive)*, then switch the layout to tiled and tiled + padding."
 )
 
-config = st.session_state.get("config")
-kernels = [k for k in catalog.KERNELS if k not in HIDDEN_KERNELS]
-sidebar_kernel = config.kernel if config is not None else "transpose_naive"
-default = sidebar_kernel if sidebar_kernel in kernels else "transpose_naive"
-notices = [from_link("mem_kernel", default, kernels)]
-c1, c2 = st.columns([2, 3])
-with c1:
-    kernel = st.selectbox(
-        "kernel", kernels, format_func=lambda k: catalog.KERNELS[k].title, key="mem_kernel",
-        on_change=_forget_request,
-    )  # fmt: skip
-spec = catalog.get(kernel)
-params = dict(config.param_dict) if config is not None and config.kernel == kernel else spec.defaults()
-with c2:
-    # what-if controls, where the kernel has them: each choice re-records and the counters change
-    if kernel in TRANSPOSES:
-        layout_key = f"mem_variant_{kernel}"
-        if layout_key not in st.session_state:  # the link's layout, else the kernel's own
-            st.session_state[layout_key], notice = link_value("mem_layout", kernel, list(TRANSPOSES))
-            notices.append(notice)
-        variant = st.radio(
-            "tile layout (what if?)", list(TRANSPOSES), format_func=TRANSPOSES.get, horizontal=True,
-            key=layout_key, on_change=_forget_request,
+visitor = visitor_capture() if visitor_is_current() else None
+if visitor is not None:  # the visitor's kernel is current: its own recorded accesses, if any
+    cap, kernel, params = visitor_launch(visitor)
+    module, src_path = "your_kernel", visitor.launch.get("filename") or "your_kernel.py"
+    notices: list = []
+else:
+    config = st.session_state.get("config")
+    kernels = [k for k in catalog.KERNELS if k not in HIDDEN_KERNELS]
+    sidebar_kernel = config.kernel if config is not None else "transpose_naive"
+    default = sidebar_kernel if sidebar_kernel in kernels else "transpose_naive"
+    notices = [from_link("mem_kernel", default, kernels)]
+    c1, c2 = st.columns([2, 3])
+    with c1:
+        kernel = st.selectbox(
+            "kernel", kernels, format_func=lambda k: catalog.KERNELS[k].title, key="mem_kernel",
+            on_change=_forget_request,
         )  # fmt: skip
-        if st.query_params.get("mem_layout") != variant:
-            st.query_params["mem_layout"] = variant
-        if variant != kernel:
-            kernel, spec = variant, catalog.get(variant)
-    elif kernel == "strided_copy":
-        strides = [1, 2, 4, 8, 16, 32]
-        notices.append(
-            from_link("mem_stride", min(strides, key=lambda s: abs(s - params["stride"])), strides)
-        )
-        params["stride"] = st.select_slider("stride (what if?)", strides, key="mem_stride")
-        to_link("mem_stride")
-    else:
-        st.caption(
-            "What-if controls (stride, tile padding) appear for the lesson kernels: "
-            + ", ".join(catalog.KERNELS[k].title for k in LESSON_KERNELS)
-            + "."
-        )
-to_link("mem_kernel")
-show_link_notices(*notices)
-notices = []
-st.caption(
-    f"Launch: `{kernel}` with "
-    + ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
-    + (" (the sidebar's parameters)" if config is not None and config.kernel == kernel else " (defaults)")
-)
+    spec = catalog.get(kernel)
+    params = dict(config.param_dict) if config is not None and config.kernel == kernel else spec.defaults()
+    with c2:
+        # what-if controls, where the kernel has them: each choice re-records and the counters change
+        if kernel in TRANSPOSES:
+            layout_key = f"mem_variant_{kernel}"
+            if layout_key not in st.session_state:  # the link's layout, else the kernel's own
+                st.session_state[layout_key], notice = link_value("mem_layout", kernel, list(TRANSPOSES))
+                notices.append(notice)
+            variant = st.radio(
+                "tile layout (what if?)", list(TRANSPOSES), format_func=TRANSPOSES.get, horizontal=True,
+                key=layout_key, on_change=_forget_request,
+            )  # fmt: skip
+            if st.query_params.get("mem_layout") != variant:
+                st.query_params["mem_layout"] = variant
+            if variant != kernel:
+                kernel, spec = variant, catalog.get(variant)
+        elif kernel == "strided_copy":
+            strides = [1, 2, 4, 8, 16, 32]
+            notices.append(
+                from_link("mem_stride", min(strides, key=lambda s: abs(s - params["stride"])), strides)
+            )
+            params["stride"] = st.select_slider("stride (what if?)", strides, key="mem_stride")
+            to_link("mem_stride")
+        else:
+            st.caption(
+                "What-if controls (stride, tile padding) appear for the lesson kernels: "
+                + ", ".join(catalog.KERNELS[k].title for k in LESSON_KERNELS)
+                + "."
+            )
+    to_link("mem_kernel")
+    show_link_notices(*notices)
+    notices = []
+    st.caption(
+        f"Launch: `{kernel}` with "
+        + ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+        + (" (the sidebar's parameters)" if config is not None and config.kernel == kernel else " (defaults)")
+    )
 
-cap, error = access_capture(kernel, params)
-if error:
-    st.error(f"**This launch did not run:** {error}", icon=":material/error:")
-    st.stop()
+    cap, error = access_capture(kernel, params)
+    if error:
+        st.error(f"**This launch did not run:** {error}", icon=":material/error:")
+        st.stop()
+    module, src_path = spec.build[0], spec.build[0].replace(".", "/") + ".py"
 summ = cap.launch["accesses"]
 st.caption(
     f"Data source: recorded addresses, simulator — {summ['accesses']:,} accesses of {cap.launch['threads']:,} threads"
@@ -167,7 +219,9 @@ st.caption(
 # between unrelated kernels, e.g. a transpose against a reduction, would mean nothing)
 now = counters(summ)
 before = st.session_state.get("mem_last_counters", {})
-family = st.session_state.get("mem_kernel", kernel)  # the kernel box: its what-ifs are comparable
+family = (
+    kernel if visitor is not None else st.session_state.get("mem_kernel", kernel)
+)  # the kernel box: its what-ifs are comparable
 comparable = before.get("family") == family and before.get("kernel") != (
     kernel,
     tuple(sorted(params.items())),
@@ -207,7 +261,7 @@ p1, p2, p3, p4 = st.columns([3, 1, 1, 1])
 with p1:
     # keyed by the kernel's module: the tiled and padded transposes share their lines, so a what-if
     # switch keeps the access in view
-    line_key = f"mem_line_{spec.build[0]}"
+    line_key = f"mem_line_{module}"
     if st.session_state.get(line_key) not in choices:  # first visit, or another layout's line
         linked, raw = None, st.query_params.get("mem_line")
         if raw is not None:
@@ -270,11 +324,11 @@ else:
     with left:
         chart(sector_figure(lanes, request), key="mem_sector_chart")
 with right:
-    src, first = kernel_source(kernel), 1
+    src, first = (visitor_source(visitor) if visitor is not None else kernel_source(kernel)), 1
     line = int(request["line"])
     lo, hi = max(line - 10, 0), min(line + 4, len(src))
     st.markdown(
-        f"**Source** (`{catalog.get(kernel).build[0].replace('.', '/')}.py`, line {line} highlighted)"
+        f"**Source** (`{src_path}`, line {line} highlighted)"  # a path this server chose
     )
     st.html(source_html(src[lo:hi], lo + first, line))
     if str(request["space"]) == "shared":

@@ -16,11 +16,14 @@ from visualizer.analysis.occupancy_timeline import (
 from visualizer.figures.occupancy import achieved_figure, impact_figure, limits_figure, measured_points_figure
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
+from visualizer.specs.launch import ceil_div
 from visualizer.web.charts import chart
 from visualizer.web.session import (
     RunConfig,
+    as_text,
     current_capture,
     from_link,
+    kernel_named,
     show_link_notices,
     show_run_problems,
     show_unrun_notice,
@@ -80,9 +83,9 @@ def _slider_defaults(cap) -> dict:
     return {
         "occ_arch": _arch_of(cap)[0],
         # Whole warps: 48 threads occupy as much as 64.
-        "occ_threads": min(1024, max(WARP_SIZE, -(-threads // WARP_SIZE) * WARP_SIZE)),
+        "occ_threads": min(1024, max(WARP_SIZE, ceil_div(threads, WARP_SIZE) * WARP_SIZE)),
         "occ_regs": (_kernel_regs(cap) or {}).get("instrumented", SIM_REGS),
-        "occ_smem_kb": min(227, -(-int(launch.get("dynamic_smem_bytes") or 0) // KB)),
+        "occ_smem_kb": min(227, ceil_div(int(launch.get("dynamic_smem_bytes") or 0), KB)),
         "occ_static": min(48 * KB, int(launch.get("static_smem_bytes") or 0)),
     }
 
@@ -178,6 +181,8 @@ st.markdown(
 
 show_run_problems()
 cap = None if st.session_state.get("run_error") else current_capture()
+if cap is not None:
+    st.caption(kernel_named(cap))
 seen = st.session_state.get("occ_defaults_for")
 if cap is not None and seen is not None and seen != _run_key(cap):
     # A new run: start the sliders from its launch (before the widgets exist, as Streamlit requires).
@@ -193,24 +198,30 @@ if arch_note:
     st.info(arch_note)
 
 st.subheader("Calculator")
-arch = st.selectbox("GPU generation", list(ARCHS), format_func=lambda a: ARCHS[a].label, key="occ_arch")
-spec = ARCHS[arch]
-left, right = st.columns(2)
-threads = left.slider("threads per block", WARP_SIZE, 1024, step=WARP_SIZE, key="occ_threads")
-regs = left.slider("registers per thread", 0, 255, key="occ_regs")
-smem_kb = right.slider("dynamic shared memory per block (KB)", 0, 227, key="occ_smem_kb")
-static = right.slider("static shared memory per block (B)", 0, 48 * KB, step=128, key="occ_static")
+# the sliders beside the limits they move, so a projected page shows both at once
+controls, picture = st.columns([1, 1.45], gap="medium")
+with controls:
+    arch = st.selectbox("GPU generation", list(ARCHS), format_func=lambda a: ARCHS[a].label, key="occ_arch")
+    spec = ARCHS[arch]
+    threads = st.slider("threads per block", WARP_SIZE, 1024, step=WARP_SIZE, key="occ_threads")
+    regs = st.slider("registers per thread", 0, 255, key="occ_regs")
+    smem_kb = st.slider("dynamic shared memory per block (KB)", 0, 227, key="occ_smem_kb")
+    static = st.slider("static shared memory per block (B)", 0, 48 * KB, step=128, key="occ_static")
 smem_dynamic = smem_kb * KB
 to_link(*SLIDER_KEYS)
 
 result = occupancy_opted_in(arch, threads, regs, smem_dynamic, static)
-c1, c2, c3, c4 = st.columns([2, 2, 2, 3])
-c1.metric("blocks / SM", result.blocks_per_sm)
-c2.metric("warps / SM", f"{result.warps_per_sm} / {spec.max_warps_per_sm}")
-c3.metric("occupancy", f"{100 * result.occupancy:.1f}%")
 limiters = " + ".join(name.replace("_", " ") for name in result.limiters)
-# several limiters at once are too long for a metric column at 1280 px: then the whole row
-(c4 if len(limiters) <= 16 else st).metric("limiter", limiters)
+with picture:
+    chart(limits_figure(result), key="occ_limits")
+with controls:
+    c1, c2 = st.columns(2)
+    c1.metric("blocks / SM", result.blocks_per_sm)
+    c2.metric("warps / SM", f"{result.warps_per_sm} / {spec.max_warps_per_sm}")
+    c3, c4 = st.columns(2)
+    c3.metric("occupancy", f"{100 * result.occupancy:.1f}%")
+    # several limiters at once are too long for half a column at 1280 px: then the column's width
+    (c4 if len(limiters) <= 12 else st).metric("limiter", limiters)
 if static + smem_dynamic > spec.smem_per_block_optin:
     st.error(
         f"Cannot launch: {static + smem_dynamic:,} B of shared memory per block is over the "
@@ -225,7 +236,6 @@ st.caption(
     "Dynamic shared memory above 48 KB assumes the kernel opted in (cudaFuncSetAttribute)."
 )
 chart(impact_figure(arch, threads, regs, smem_dynamic, static, _kernel_regs(cap)), key="occ_impact")
-chart(limits_figure(result), key="occ_limits")
 
 if cap is None:
     st.info("Run a kernel from the sidebar to compare with a real launch and see its achieved occupancy.")
@@ -235,7 +245,7 @@ show_unrun_notice(cap)
 launch = cap.launch
 st.subheader(f"The launch you ran: {launch['kernel']} with {launch['threads_per_block']} threads per block")
 blocks_per_sm, max_warps, theory_from = _captured_theoretical(cap)
-warps_per_block = -(-launch["threads_per_block"] // WARP_SIZE)
+warps_per_block = ceil_div(launch["threads_per_block"], WARP_SIZE)
 theoretical_warps = blocks_per_sm * warps_per_block
 if cap.measured:
     rows = _driver_rows(cap, _arch_of(cap)[0])
@@ -254,6 +264,18 @@ else:
         f"Simulator: nothing is compiled, so registers are unknown; the theoretical value assumes {SIM_REGS} "
         "registers per thread on an H200 (sm_90). Run on a GPU to see the driver's answer."
     )
+    if st.button("Count this kernel's registers with ptxas (sm_90, no GPU needed)", key="occ_ptxas"):
+        from visualizer.web.asm import ptxas_registers
+
+        res, why = ptxas_registers(cap)
+        if res is None:
+            st.caption(f"No register count: {as_text(why)}")
+        else:
+            st.caption(
+                f"ptxas -v, clean build for sm_90: {res['registers']} registers/thread, "
+                f"{res['spill_stores_bytes'] + res['spill_loads_bytes']} B spilled, {res['smem_bytes']:,} B static "
+                "shared memory (set the sliders to it; *Under the hood* shows it line by line)."
+            )
 
 st.subheader("Achieved occupancy")
 run_key = _run_key(cap)

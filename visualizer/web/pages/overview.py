@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from visualizer.analysis.chrome_trace import chrome_trace_json
 from visualizer.specs import catalog
 from visualizer.web.charts import table_downloads
 from visualizer.web.session import require_capture
@@ -38,3 +39,11 @@ with st.expander("Trace tables: preview and export"):
         st.markdown(f"**{name}** — {len(df):,} rows · {df.attrs.get('source', cap.source)}")
         st.dataframe(df.head(200), height=200)
         table_downloads(name, df, key=f"export_{name}")
+    st.markdown(
+        f"**Hardware timeline** — blocks and warps per SM as a Chrome trace (opens in ui.perfetto.dev or "
+        f"chrome://tracing) · {cap.source}"
+    )
+    st.download_button(
+        "timeline.trace.json", data=lambda: chrome_trace_json(cap), file_name=f"{launch['kernel']}.trace.json",
+        mime="application/json", key="export_chrome_trace", on_click="ignore", icon=":material/download:",
+    )  # fmt: skip

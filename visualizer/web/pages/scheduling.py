@@ -6,6 +6,7 @@ from visualizer.analysis import schedule
 from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
 from visualizer.figures import scheduling as figs
 from visualizer.specs.catalog import SIM_MAX_THREADS
+from visualizer.specs.launch import ceil_div
 from visualizer.web.charts import chart
 from visualizer.web.session import RunConfig, from_link, require_capture, show_link_notices, to_link
 from visualizer.web.sidebar import load_config
@@ -14,13 +15,13 @@ MODEL_GPUS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090":
 
 st.title("Warp & SM scheduling")
 st.markdown(
-    "A GPU is a set of **streaming multiprocessors (SMs)**; the block scheduler gives each SM as many blocks "
-    "as its registers, shared memory and warp slots allow, and hands out the next block whenever one "
-    "finishes, so a big grid runs in **waves**. A last wave that is only partly full leaves resident "
-    "**slots** empty (an SM runs fewer blocks than it could hold); when it has fewer blocks than the GPU "
-    "has SMs, whole **SMs** sit idle while the others finish: the **tail effect**. **Try:** run *Vector add* with `n=1048576` on a GPU and look "
-    "at the tail; on the simulator, use the suggested launch below, then switch the modelled GPU between "
-    "T4 (40 SMs) and H200 (132 SMs)."
+    "The block scheduler gives each **SM** as many blocks as its registers, shared memory and warp slots "
+    "allow, so a big grid runs in **waves**. A partly full last wave leaves **slots** empty; with fewer "
+    "blocks than SMs, whole **SMs** sit idle: the **tail effect**."
+)
+TRY = (
+    "Try: run *Vector add* with `n=1048576` on a GPU and look at the tail; on the simulator, use the "
+    "suggested launch below, then switch the modelled GPU between T4 (40 SMs) and H200 (132 SMs)."
 )
 
 
@@ -33,7 +34,7 @@ def _run_suggestion(suggestion: dict, backend: str) -> None:
 cap = require_capture()
 launch = cap.launch
 tpb = int(launch["threads_per_block"])
-warps_per_block = -(-tpb // WARP_SIZE)
+warps_per_block = ceil_div(tpb, WARP_SIZE)
 
 
 def captured_tables() -> tuple:
@@ -110,22 +111,29 @@ else:
     max_warps = int(blocks.attrs["max_warps_per_sm"])
     theoretical_warps, blocks_per_sm = int(blocks.attrs["warps_per_sm"]), int(blocks.attrs["blocks_per_sm"])
     st.warning(
-        f"**Modelled**, not measured: the simulator has no SMs, so this is the launch laid out on a {gpu} "
-        f"({num_sms} SMs, {blocks_per_sm} resident blocks per SM at {regs} registers/thread). Blocks go out "
-        f"in blockIdx order to the first free slot; each takes {blocks.attrs['block_cost_ns']:g} ns × its "
-        "share of active threads (a nominal cost). Times are model time, not GPU time."
+        f"**Modelled** on a {gpu} ({num_sms} SMs, {blocks_per_sm} blocks/SM at {regs} registers/thread): "
+        "the simulator has no SMs (details below the chart)."
+    )
+
+
+def why_modelled() -> None:
+    """How the modelled schedule is made, and the simulator's own order beside it (below the chart)."""
+    st.caption(
+        f"Blocks go out in blockIdx order to the first free slot; each takes {blocks.attrs['block_cost_ns']:g} "
+        "ns × its share of active threads (a nominal cost). Times are model time, not GPU time."
     )
     with st.expander("Why modelled? The simulator runs blocks one after another"):
         st.markdown(
             "The CUDA simulator runs one block at a time on one CPU thread (each CUDA thread a greenlet), "
             "so its recorded 'SM' is a "
             "round-robin stand-in and its times are the host clock: the blocks never overlap, as below. "
-            "The charts above the expander use the occupancy calculator's limits instead."
+            "The modelled charts use the occupancy calculator's limits instead."
         )
         chart(
             figs.sm_timeline_figure(schedule.assign_waves(captured_blocks), cap.source),
             key="sched_simulated_timeline",
         )
+
 
 scheduled = schedule.assign_waves(blocks, blocks_per_sm)
 achieved = schedule.achieved_occupancy(
@@ -150,6 +158,10 @@ m4.metric(
     help="share of the kernel's time spent in the last, partial wave (one wave has no tail); how idle "
     "the SMs were in it is said below",
 )
+chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")  # titled: blocks on SMs
+st.caption(TRY)
+if not cap.measured:
+    why_modelled()
 if one_wave:
     st.caption(
         f"All {achieved.blocks:,} blocks fit in one wave of {achieved.first_wave_blocks:,} "
@@ -190,16 +202,20 @@ if not cap.measured and (one_wave or not achieved.tail_blocks):
             f"{suggestion['tail_blocks']} of the {num_sms} SMs: the other {suggestion['idle_sms']} sit idle.",
             icon=":material/lightbulb:",
         )
-        c2.button(
-            f"Run n={suggestion['n']:,}, block={suggestion['block']} at {suggestion['regs']} regs",
-            key="sched_suggest",
-            on_click=_run_suggestion,
-            args=(suggestion, st.session_state.config.backend),
-            use_container_width=True,
-        )
-
-st.subheader("Blocks on SMs")
-chart(figs.sm_timeline_figure(scheduled, source), key="sched_sm_timeline")
+        if launch.get("user_kernel"):  # the suggestion is a built-in kernel: it would replace theirs
+            c2.caption(
+                "The suggested launch is the built-in *Vector add*, not your kernel, so there is no button "
+                "for it here: pick *Vector add* in the sidebar (**Use a built-in kernel instead**) to run "
+                "it, or give your kernel a bigger grid on the Your kernel page."
+            )
+        else:
+            c2.button(
+                f"Run n={suggestion['n']:,}, block={suggestion['block']} at {suggestion['regs']} regs",
+                key="sched_suggest",
+                on_click=_run_suggestion,
+                args=(suggestion, st.session_state.config.backend),
+                use_container_width=True,
+            )
 
 st.subheader("One SM's warps")
 show_link_notices(from_link("sm", 0, (0, num_sms - 1)))

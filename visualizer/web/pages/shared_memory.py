@@ -17,6 +17,7 @@ from visualizer.figures.shared_memory import (
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
+from visualizer.web.current_kernel import YOURS_REPLACED
 from visualizer.web.memory import race_words_panel
 from visualizer.web.session import (
     RunConfig,
@@ -185,6 +186,8 @@ def other_kernel(cap: Capture) -> None:
         + ("; the FlashAttention page draws the attention tiles" if "attention" in kernel else "")
         + ": pick one in the sidebar, or load an example here."
     )
+    if cap.launch.get("user_kernel"):  # an example is a built-in kernel: it replaces theirs as current
+        st.caption(YOURS_REPLACED)
     c1, c2, _ = st.columns([3, 3, 2])  # room for the whole button labels at 1280 px
     c1.button(
         "Load matmul_tiled example", key="smem_load_matmul", on_click=_load_example, args=("matmul_tiled",)

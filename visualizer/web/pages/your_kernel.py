@@ -1,16 +1,17 @@
 """Your kernel: paste a Numba CUDA kernel, give its launch and arguments, run it, see every page for it.
 
 The source is only parsed here (``ast``, for a syntax check and the kernel's parameter names); it
-runs in a separate worker process with time and memory limits, and only for a visitor the operator
-allowed (the key from ``serve``'s link, or VISUALIZER_ALLOW_USER_CODE=1; visualizer/userkernel/client.py).
+runs in a fresh sandboxed process for each run (engine/sandbox.py: bubblewrap where it
+works, hard rlimits always), and only for a visitor the operator allowed (the key from ``serve``'s
+link, or VISUALIZER_ALLOW_USER_CODE=1; engine/user_runner.py). The page says which isolation is in force.
 """
 
 import importlib.util
-import os
 
 import numpy as np
 import streamlit as st
 
+from visualizer.engine import sandbox
 from visualizer.engine.runner import KernelError, gpu_present
 from visualizer.engine.user_runner import (
     RUN_TIMEOUT_S,
@@ -20,9 +21,16 @@ from visualizer.engine.user_runner import (
 )
 from visualizer.specs import source as uspec
 from visualizer.specs.catalog import LaunchError
+from visualizer.web.current_kernel import (
+    kept_uploads,
+    link_run_requested,
+    restore_form,
+    show_kept_uploads,
+    show_link_notice,
+)
 from visualizer.web.examples import EXAMPLES
 from visualizer.web.guard import visitor_has_key
-from visualizer.web.session import as_text
+from visualizer.web.session import as_text, queue_text
 
 BACKENDS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
 MODES = ("one thread per element", "grid")
@@ -31,7 +39,8 @@ ERROR_MAX_CHARS = 1000  # an error quoting the visitor's source or arguments, sh
 
 @st.cache_resource(show_spinner=False)
 def runner_for(backend: str):
-    """One worker per backend for user code, shared by the sessions of this server (runs are serialised)."""
+    """The queue for user code on a backend, shared by the sessions of this server; every run in it
+    gets a fresh sandboxed process, never one another visitor's code ran in."""
     return get_user_runner(backend)
 
 
@@ -53,7 +62,7 @@ def _on_example() -> None:
     load_example(st.session_state.uk_example)
 
 
-if "uk_source" not in st.session_state:
+if "uk_source" not in st.session_state and not restore_form():  # back here: the current kernel's form
     st.session_state.uk_example = "vector_add"
     load_example("vector_add")
 
@@ -68,6 +77,7 @@ st.markdown(
     "again: four times the blocks, each staging smaller tiles."
 )
 
+show_link_notice()  # a shared link's kernel: filled in, run or not, and why
 allowed, why = user_code_allowed(visitor_has_key())
 if not allowed:
     st.warning(
@@ -130,7 +140,11 @@ with right:
         key = f"uk_arg_{name}"
         st.session_state.setdefault(key, "zeros:float32:1000")
         arg_texts[name] = st.text_input(name, key=key)
-    uploads = st.file_uploader("upload .npy arrays (optional)", type=["npy"], accept_multiple_files=True)
+    fresh = st.file_uploader(
+        "upload .npy arrays (optional)", type=["npy"], accept_multiple_files=True, key="uk_upload"
+    )
+    uploads = kept_uploads(fresh)  # with the ones uploaded before in this session (page switches)
+    show_kept_uploads(fresh)
     reference = st.text_area(
         "numpy reference (optional): one `NAME = EXPR` per line over the argument names, or `fn:NAME`",
         key="uk_reference",
@@ -152,11 +166,14 @@ with right:
         use_container_width=True,
         disabled=not allowed or bool(syntax_error) or not params,
     )
+    # a shared link (or Memory access's "record") asks for a run: as a click would, where it could click
+    run = link_run_requested() and allowed and not syntax_error and bool(params) or run
 
+    on = "gpu" if backend == "gpu" or (backend == "auto" and gpu_present()) else "sim"
     st.caption(
-        f"Runs in a worker process of its own, never in this server: stopped after {RUN_TIMEOUT_S:.0f} s "
-        f"(wall clock) or {os.environ.get('VISUALIZER_USER_CPU_S', '120')} s of CPU time. Not a sandbox: "
-        "it can do what this server's user account can."
+        f"Each run gets a fresh process of its own, never this server, and nothing of it stays. "
+        f"Isolation in force: **{sandbox.isolation(on)}**. Stopped after {RUN_TIMEOUT_S:.0f} s (wall "
+        f"clock); hard limits: {sandbox.limits_text()}."
     )
 
 if run and not allowed:  # a disabled button is a hint to the browser; the server decides
@@ -183,9 +200,17 @@ elif run:
             def progress(done, total):
                 bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks")
 
-            cap = runner_for(chosen).capture_source(launch, progress=progress, accesses=accesses)
+            def waiting(ahead, running):  # another visitor's code holds every sandbox slot
+                text = queue_text(ahead, running, chosen)
+                status.update(label=text[0].upper() + text[1:])
+                bar.progress(0.0, text=text)
+
+            cap = runner_for(chosen).capture_source(
+                launch, progress=progress, waiting=waiting, accesses=accesses
+            )
             status.update(label=f"Ran {kernel} on {cap.launch['device_name']}", state="complete")
         st.session_state.capture = cap
+        st.session_state.uk_launch = launch  # what Under the hood compiles, in a sandbox of its own
         st.session_state.timing_history = []
         st.session_state.pending_run = False  # the sidebar's first run must not replace it later
         st.session_state.uk_error = None

@@ -1,0 +1,128 @@
+"""Compare two captures (analysis/compare.py) and the ``compare`` CLI on bundles (tools/compare.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from visualizer.analysis import compare as cmp
+from visualizer.specs import catalog
+from visualizer.specs.pairs import PAIRS
+from visualizer.tools.bundle import BundleError, load, save
+from visualizer.tools.cli import main
+
+
+@pytest.fixture(scope="module")
+def transpose_pair(sim_runner):
+    pair = PAIRS["transpose"]
+    return [sim_runner.capture(s.kernel, dict(s.params), accesses=True) for s in (pair.a, pair.b)]
+
+
+def row(table, metric):
+    return table.set_index("metric").loc[metric]
+
+
+def test_pairs_name_real_kernels_in_range():
+    for pair in PAIRS.values():
+        for side in (pair.a, pair.b):
+            spec = catalog.get(side.kernel)
+            for backend in ("sim", "gpu"):
+                params = side.params_for(backend)
+                assert spec.resolve({k: str(v) for k, v in params.items()}) == {**spec.defaults(), **params}
+            catalog.admit_capture(side.kernel, side.params_for("sim"), "sim")  # the simulator takes them
+
+
+def test_compare_transpose_naive_vs_tiled(transpose_pair):
+    a, b = transpose_pair
+    table = cmp.compare(a, b)
+    st = row(table, "global_st_sectors_per_request")
+    # 64x64 float32, 32x32 blocks: a naive store writes one column (32 rows, 32 sectors); tiled: 4
+    assert (st["a"], st["b"], st["ratio"]) == (32.0, 4.0, 0.125)
+    assert row(table, "global_ld_sectors_per_request")[["a", "b"]].tolist() == [4.0, 4.0]
+    assert row(table, "global_st_requests")[["a", "b"]].tolist() == [128.0, 128.0]
+    assert row(table, "static_smem_bytes")[["a", "b"]].tolist() == [0.0, 32 * 32 * 4]
+    # the unpadded tile's column reads are 32-way conflicts: 32 wavefronts per shared load request
+    assert math.isnan(row(table, "shared_ld_wavefronts_per_request")["a"])
+    assert row(table, "shared_ld_wavefronts_per_request")["b"] == 32.0
+    assert row(table, "device_ms")["a_source"].startswith("simulated")
+    assert math.isnan(row(table, "launch_overhead_us")["a"])  # measured on a GPU only, never invented
+    branch = row(table, cmp.BRANCH_EFFICIENCY)
+    assert math.isnan(branch["a"]) and branch["a_note"] == cmp.BRANCH_NOTE
+    diffs = cmp.differences(table)
+    assert "transpose_tiled: 32 → 4 sectors per global store request" in diffs
+    assert any(d.startswith("transpose_tiled: ") and "CPU wall time" in d for d in diffs if "x " in d)
+    lines = cmp.lines(a, b)
+    assert set(lines["side"]) == {"A", "B"}
+    naive_store = lines[(lines["side"] == "A") & (lines["op"] == "store")]
+    assert naive_store["sectors_per_request"].tolist() == [32.0]
+
+
+def test_labels_name_what_differs(sim_runner):
+    pair = PAIRS["stride"]
+    a, b = (sim_runner.capture(s.kernel, dict(s.params), accesses=True) for s in (pair.a, pair.b))
+    table = cmp.compare(a, b)
+    assert table.attrs["labels"] == ("stride=32", "stride=1")
+    assert "stride=1: 32 → 4 sectors per global load request" in cmp.differences(table)
+
+
+def test_cli_compare_bundles(transpose_pair, tmp_path, capsys):
+    a, b = transpose_pair
+    save(a, tmp_path / "a")
+    save(b, tmp_path / "b")
+    back = load(tmp_path / "a")
+    assert back.launch["accesses"]["global_st_sectors"] == a.launch["accesses"]["global_st_sectors"]
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "A: transpose_naive" in out and "transpose_tiled: 32 → 4 sectors per global store request" in out
+    assert main(["compare", "--json", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    got = json.loads(capsys.readouterr().out)
+    st = next(m for m in got["metrics"] if m["metric"] == "global_st_sectors_per_request")
+    assert (st["a"], st["b"]) == (32.0, 4.0)
+    assert got["differences"] == cmp.differences(cmp.compare(load(tmp_path / "a"), load(tmp_path / "b")))
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda d: None, "no such bundle directory"),
+        (lambda d: d.mkdir(), "no launch.json"),
+        (lambda d: (d.mkdir(), (d / "launch.json").write_text("{not json")), "not valid JSON"),
+        (lambda d: (d.mkdir(), (d / "launch.json").write_text("[1]")), "expected a JSON object"),
+    ],
+)
+def test_cli_compare_bad_bundle_one_line(transpose_pair, tmp_path, capsys, make, words):
+    save(transpose_pair[0], tmp_path / "a")
+    make(tmp_path / "bad")
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_cli_compare_damaged_table_and_arguments(transpose_pair, tmp_path, capsys):
+    save(transpose_pair[0], tmp_path / "a")
+    save(transpose_pair[1], tmp_path / "b")
+    (tmp_path / "b" / "threads.parquet").write_bytes(b"PAR1 broken")
+    with pytest.raises(BundleError, match="not a readable Parquet table"):
+        load(tmp_path / "b")
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert main(["compare", str(tmp_path / "a")]) == 2
+    with pytest.raises(SystemExit) as exited:  # argparse's error: one line, status 2
+        main(["compare", "--pair", "nope"])
+    assert exited.value.code == 2
+    errs = capsys.readouterr().err.strip().splitlines()
+    assert len(errs) == 3 and all(e.startswith("error: ") for e in errs)
+
+
+@pytest.mark.gpu
+def test_compare_two_gpu_captures(gpu_runner):
+    pair = PAIRS["transpose"]
+    a, b = (gpu_runner.capture(s.kernel, s.params_for("gpu"), repeats=10) for s in (pair.a, pair.b))
+    table = cmp.compare(a, b)
+    dev = row(table, "device_ms")
+    assert dev["a"] > 0 and dev["b"] > 0 and dev["a_source"] == cmp.MEASURED_GPU
+    assert row(table, "launch_overhead_us")["a"] > 0
+    assert row(table, "registers_per_thread")["a"] > 0
+    assert 0 < row(table, "occupancy")["b"] <= 100 and row(table, "occupancy_limiter")["b_text"]
+    assert any("measured on the GPU" in d for d in cmp.differences(table))

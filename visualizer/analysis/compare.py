@@ -1,0 +1,270 @@
+"""Two captures side by side: the same metrics for both, their ratio, and one line per difference.
+
+Pure pandas. ``metrics(cap)`` reads one Capture into a tidy table of (metric, unit, value, source);
+``compare(a, b)`` lines two of them up; ``lines(a, b)`` does the same per source line of the recorded
+memory accesses; ``differences(...)`` states what changed, one sentence each ("transpose_tiled: 32 →
+4 sectors per global store request"; "3.10x faster (device time, measured)").
+
+Where a number comes from is kept per cell: a GPU capture's device time is *measured*, a
+simulator capture's time is CPU wall time of the simulation (``simulated``), accesses are
+``recorded addresses, simulator``, occupancy is ``modelled (occupancy calculator)`` from the
+registers the GPU build reported. A metric a capture did not record is NaN with the reason in
+``note``, never a guess. Branch efficiency is not recorded by any backend yet: its row is there,
+empty, with that reason (``BRANCH_EFFICIENCY``), for the engine to fill when it records branches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from visualizer.analysis.provenance import MEASURED_GPU, is_measured, labelled, modelled
+
+ACCESS_SOURCE = "recorded addresses, simulator"
+OCCUPANCY_SOURCE = modelled("occupancy calculator, registers and shared memory of the GPU build")
+WORK_SOURCE = modelled("the kernel spec's bytes and flops")
+NOT_RECORDED = "not recorded"
+BRANCH_EFFICIENCY = "branch_efficiency"
+BRANCH_NOTE = "not recorded yet: no backend records branch divergence (a later issue)"
+
+# metric -> (unit, what it means, lower is better?)
+METRICS: dict[str, tuple[str, str, bool | None]] = {
+    "device_ms": ("ms", "kernel time, clean build", True),
+    "instrumented_ms": ("ms", "kernel time, instrumented build", True),
+    "launch_overhead_us": ("µs", "host launch overhead", True),
+    "bytes_moved": ("B", "bytes the kernel moves", None),
+    "gbs": ("GB/s", "bandwidth, clean build", False),
+    "threads": ("", "threads launched", None),
+    "blocks": ("", "blocks launched", None),
+    "sms_used": ("", "SMs that ran a block", None),
+    "registers_per_thread": ("", "registers per thread (GPU build)", None),
+    "static_smem_bytes": ("B", "static shared memory per block", None),
+    "occupancy": ("%", "theoretical occupancy", False),
+    "occupancy_limiter": ("", "what limits blocks per SM", None),
+    "global_ld_sectors_per_request": ("sectors", "per global load request", True),
+    "global_st_sectors_per_request": ("sectors", "per global store request", True),
+    "global_ld_requests": ("", "global load requests", True),
+    "global_st_requests": ("", "global store requests", True),
+    "shared_ld_wavefronts_per_request": ("wavefronts", "per shared load request", True),
+    "shared_st_wavefronts_per_request": ("wavefronts", "per shared store request", True),
+    "shared_bank_conflicts": ("", "extra shared wavefronts (bank conflicts)", True),
+    BRANCH_EFFICIENCY: ("%", "branch efficiency", False),
+}
+COLUMNS = ["metric", "unit", "what", "value", "text", "source", "note"]
+
+
+def _time_source(cap) -> str:
+    if cap.measured:
+        return MEASURED_GPU
+    return "simulated (CPU wall time of the simulation, not GPU time)"
+
+
+def _row(metric: str, value, source: str, note: str = "", text: str | None = None) -> dict:
+    unit, what, _ = METRICS[metric]
+    if isinstance(value, str):
+        text, value = value, math.nan
+    elif value is None:
+        value, note = math.nan, note or NOT_RECORDED
+    return {"metric": metric, "unit": unit, "what": what, "value": float(value), "text": text or "",
+            "source": source if not note else "", "note": note}  # fmt: skip
+
+
+def _per_request(summ: dict, space_op: str, total_key: str) -> float | None:
+    req = summ.get(f"{space_op}_requests", 0)
+    return summ[total_key] / req if req else None
+
+
+def _shared_wavefronts(cap, op: str) -> float | None:
+    """Mean bank ways (wavefronts) per shared request of ``op``, from the requests table."""
+    req = cap.requests
+    if req is None or not len(req):
+        return None
+    sel = req[(req["space"].astype(str) == "shared") & (req["op"].astype(str) == op)]
+    if not len(sel):
+        return None
+    return float(np.maximum(sel["bank_ways"].to_numpy(), 1).mean())
+
+
+def _occupancy(cap) -> tuple[float | None, str, str]:
+    """(occupancy 0..100, limiter, note) from the GPU build's registers; None on the simulator."""
+    res = cap.launch.get("clean") or {}
+    regs = res.get("registers_per_thread")
+    if regs is None:
+        return None, "", "not recorded: the simulator compiles nothing (see Under the hood for ptxas's count)"
+    from visualizer.analysis.occupancy import occupancy
+
+    cc = str(cap.launch.get("compute_capability") or "9.0").replace(".", "")
+    try:
+        occ = occupancy(
+            f"sm_{cc}",
+            cap.launch["threads_per_block"],
+            int(regs),
+            smem_dynamic=int(cap.launch.get("dynamic_smem_bytes", 0)),
+            smem_static=int(res.get("static_smem_bytes", 0)),
+        )
+    except (ValueError, KeyError) as exc:
+        return None, "", f"not computed: {exc}"
+    return 100.0 * occ.occupancy, ", ".join(occ.limiters), ""
+
+
+def metrics(cap) -> pd.DataFrame:
+    """One capture's numbers: a row per METRICS entry (value NaN and a note where not recorded)."""
+    t, launch = cap.timing, cap.launch
+    ts = _time_source(cap)
+    rows = [
+        _row("device_ms", t.get("clean_ms"), ts),
+        _row("instrumented_ms", t.get("instrumented_ms"), ts),
+        _row(
+            "launch_overhead_us",
+            t.get("launch_overhead_us"),
+            MEASURED_GPU,
+            "" if t.get("launch_overhead_us") is not None else "measured on a GPU only",
+        ),
+        _row("bytes_moved", t.get("bytes_moved"), WORK_SOURCE),
+        _row("gbs", t.get("clean_gbs"), MEASURED_GPU, "" if t.get("clean_gbs") else "measured on a GPU only"),
+        _row("threads", launch.get("threads"), "launch"),
+        _row("blocks", launch.get("blocks"), "launch"),
+        _row("sms_used", int(cap.threads["sm"].nunique()), launch["source"]),
+        _row("registers_per_thread", (launch.get("clean") or {}).get("registers_per_thread"), MEASURED_GPU),
+        _row("static_smem_bytes", launch.get("static_smem_bytes"), "launch"),
+    ]
+    occ, limiter, note = _occupancy(cap)
+    rows.append(_row("occupancy", occ, OCCUPANCY_SOURCE, note))
+    rows.append(_row("occupancy_limiter", limiter or None, OCCUPANCY_SOURCE, note))
+    summ = launch.get("accesses")
+    no_acc = "not recorded: capture with accesses (simulator)"
+    for key in ("global_ld", "global_st"):
+        per = _per_request(summ, key, f"{key}_sectors") if summ else None
+        rows.append(_row(f"{key}_sectors_per_request", per, ACCESS_SOURCE, "" if per is not None else
+                         (no_acc if not summ else "no such requests")))  # fmt: skip
+        rows.append(_row(f"{key}_requests", summ.get(f"{key}_requests") if summ else None, ACCESS_SOURCE,
+                         "" if summ else no_acc))  # fmt: skip
+    for op, short in (("load", "ld"), ("store", "st")):
+        w = _shared_wavefronts(cap, op) if summ else None
+        rows.append(_row(f"shared_{short}_wavefronts_per_request", w, ACCESS_SOURCE, "" if w is not None else
+                         (no_acc if not summ else "no such requests")))  # fmt: skip
+    bank = (summ["shared_ld_bank_conflicts"] + summ["shared_st_bank_conflicts"]) if summ else None
+    rows.append(_row("shared_bank_conflicts", bank, ACCESS_SOURCE, "" if summ else no_acc))
+    branch = launch.get(BRANCH_EFFICIENCY)  # the place for it: filled once a backend records branches
+    rows.append(_row(BRANCH_EFFICIENCY, branch, launch["source"], "" if branch is not None else BRANCH_NOTE))
+    return labelled(pd.DataFrame(rows, columns=COLUMNS), launch["source"], column=False)
+
+
+def name_of(cap) -> str:
+    """A capture's short name: the kernel and its parameters (``transpose_tiled rows=64 cols=64``)."""
+    params = " ".join(f"{k}={v}" for k, v in (cap.launch.get("params") or {}).items())
+    return f"{cap.launch['kernel']} {params} [{cap.launch['backend']}]".replace("  ", " ")
+
+
+def labels(a, b) -> tuple[str, str]:
+    """Short names of two captures: their kernels, or what differs when the kernel is the same
+    (``stride=32`` / ``stride=1``, ``sim`` / ``gpu``)."""
+    la, lb = a.launch, b.launch
+    if la["kernel"] != lb["kernel"]:
+        return la["kernel"], lb["kernel"]
+    pa, pb = la.get("params") or {}, lb.get("params") or {}
+    diff = [k for k in {**pa, **pb} if pa.get(k) != pb.get(k)]
+    if diff:
+        return (" ".join(f"{k}={pa.get(k)}" for k in diff), " ".join(f"{k}={pb.get(k)}" for k in diff))
+    if la["backend"] != lb["backend"]:
+        return la["backend"], lb["backend"]
+    return "A", "B"
+
+
+def compare(a, b) -> pd.DataFrame:
+    """Metrics of two captures side by side: metric, unit, what, a, b, ratio (b / a), and each
+    side's source and note. ``ratio`` is NaN where either side was not recorded."""
+    ma, mb = metrics(a), metrics(b)
+    out = ma[["metric", "unit", "what"]].copy()
+    out["a"], out["b"] = ma["value"].to_numpy(), mb["value"].to_numpy()
+    out["a_text"], out["b_text"] = ma["text"].to_numpy(), mb["text"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = out["b"] / out["a"]
+    out["ratio"] = ratio.where(np.isfinite(ratio))
+    out["a_source"], out["b_source"] = ma["source"].to_numpy(), mb["source"].to_numpy()
+    out["a_note"], out["b_note"] = ma["note"].to_numpy(), mb["note"].to_numpy()
+    source = a.source if a.source == b.source else f"A: {a.source}; B: {b.source}"
+    out.attrs["names"] = (name_of(a), name_of(b))
+    out.attrs["labels"] = labels(a, b)
+    return labelled(out, source, column=False)
+
+
+def lines(a, b) -> pd.DataFrame:
+    """Per source line of each kernel (recorded accesses): sectors and wavefronts per request, A and B.
+
+    One row per (side, line, array, space, op), from ``launch['accesses']['per_line']``
+    (analysis/memory.line_summary); empty when neither capture recorded accesses.
+    """
+    cols = ["side", "kernel", "line", "array", "space", "op", "requests", "sectors_per_request",
+            "ideal_per_request", "bank_conflicts", "max_bank_ways"]  # fmt: skip
+    rows = []
+    for side, cap in (("A", a), ("B", b)):
+        for r in (cap.launch.get("accesses") or {}).get("per_line", []):
+            rows.append({"side": side, "kernel": cap.launch["kernel"], **{k: r[k] for k in cols[2:]}})
+    return labelled(pd.DataFrame(rows, columns=cols), ACCESS_SOURCE, column=False)
+
+
+def _fmt(value: float) -> str:
+    if math.isnan(value):
+        return "—"
+    if abs(value) >= 100 or float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def differences(table: pd.DataFrame) -> list[str]:
+    """One sentence per metric that differs between A and B, in METRICS order, naming B's kernel.
+
+    Times say "faster"/"slower" with their ratio and where the time comes from; counts say "a -> b".
+    Metrics equal on both sides, or not recorded on one, are left out.
+    """
+    name_b = table.attrs.get("labels", ("A", "B"))[1]
+    out = []
+    for r in table.itertuples(index=False):
+        if r.metric == "occupancy_limiter":
+            if r.a_text and r.b_text and r.a_text != r.b_text:
+                out.append(f"{name_b}: occupancy limited by {r.b_text} (was {r.a_text})")
+            continue
+        if math.isnan(r.a) or math.isnan(r.b) or r.a == r.b:
+            continue
+        unit = f" {r.unit}" if r.unit and r.unit != "%" else r.unit
+        if r.metric in ("device_ms", "instrumented_ms") and r.a > 0 and r.b > 0:
+            speed = r.a / r.b
+            word = "faster" if speed > 1 else "slower"
+            times = speed if speed > 1 else 1 / speed
+            where = "measured on the GPU" if is_measured(r.a_source) and is_measured(r.b_source) else (
+                "CPU wall time of the simulation, not GPU time")  # fmt: skip
+            out.append(f"{name_b}: {times:.2f}x {word} ({r.what}: {_fmt(r.a)} → {_fmt(r.b)} ms, {where})")
+        else:
+            out.append(f"{name_b}: {_fmt(r.a)} → {_fmt(r.b)}{unit} {r.what}")
+    return out
+
+
+def as_text(table: pd.DataFrame) -> str:
+    """The table and its differences as plain text (the CLI prints this)."""
+    name_a, name_b = table.attrs.get("names", ("A", "B"))
+    head = ["metric", "A", "B", "B/A", "source / note"]
+    body = []
+    for r in table.itertuples(index=False):
+        a = r.a_text or _fmt(r.a)
+        b = r.b_text or _fmt(r.b)
+        ratio = "" if r.ratio != r.ratio else f"{r.ratio:.3g}x"
+        la, lb = r.a_note or r.a_source, r.b_note or r.b_source
+        body.append(
+            [
+                f"{r.what}{f' ({r.unit})' if r.unit else ''}",
+                a,
+                b,
+                ratio,
+                la if la == lb else f"A: {la}; B: {lb}",
+            ]
+        )
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(4)]
+    fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths)) + "  {}"
+    text = [f"A: {name_a}", f"B: {name_b}", "", fmt.format(*head)]
+    text += [fmt.format(*row) for row in body]
+    diffs = differences(table)
+    text += ["", "differences:"] + [f"  {d}" for d in diffs] if diffs else ["", "no differences recorded"]
+    return "\n".join(text)

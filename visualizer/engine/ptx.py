@@ -1,0 +1,173 @@
+"""Under the hood: the PTX numba generates for a kernel and, where the CUDA tools are installed, the
+SASS ptxas makes of it, each instruction with the source line it came from; registers, spills and
+shared memory from ``ptxas -v``.
+
+Every step runs in a child process with a time limit: numba's compile in
+``python -m visualizer.engine.ptx_compile`` with ``NUMBA_ENABLE_CUDASIM=0`` (the simulator compiles
+nothing), then ``ptxas -v -lineinfo`` and ``nvdisasm -g -c``. No GPU is needed: NVVM compiles for
+the chosen arch. The tools are found by cuda-pathfinder (the pip wheels nvidia-nvvm,
+nvidia-cuda-nvcc, nvidia-cuda-nvdisasm, or a CUDA toolkit), then on PATH.
+
+A visitor's source is compiled only where visitor code runs: the sandboxed worker's request op
+"ptx_source" (UserRunQueue.ptx_source, engine/user_runner.py) calls ``source_asm`` there;
+``visitor_ptx`` is the server's refusal.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from visualizer.specs.catalog import LaunchError
+
+COMPILE_TIMEOUT_S = float(os.environ.get("VISUALIZER_PTX_TIMEOUT_S", "120"))
+TOOL_TIMEOUT_S = 60.0
+ROOT = Path(__file__).resolve().parents[2]
+VISITOR_REFUSAL = (
+    "PTX of a visitor's kernel is compiled only inside the sandbox that runs visitor code "
+    "(engine/user_runner.py's ptx_source), never in the server's processes"
+)
+
+
+class AsmError(LaunchError):
+    """A compile that failed or timed out, in one line."""
+
+
+@functools.cache
+def tool(name: str) -> str | None:
+    """The path of a CUDA binary utility (ptxas, nvdisasm, cuobjdump), or None."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+
+        found = find_nvidia_binary_utility(name)
+        if found:
+            return str(found)
+    except Exception:  # an older cuda-pathfinder without it, or nothing found
+        pass
+    for entry in sys.path:  # the pip wheels' layout (nvidia-cuda-nvcc, nvidia-cuda-nvdisasm), e.g. --target
+        for major in ("cu13", "cu12"):
+            path = Path(entry or ".") / "nvidia" / major / "bin" / name
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path)
+    return shutil.which(name)
+
+
+@functools.cache
+def tool_version(name: str) -> str | None:
+    path = tool(name)
+    if not path:
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [x.strip() for x in out.stdout.splitlines() if x.strip()]
+    release = next((x for x in lines if x.startswith("Cuda compilation tools")), lines[-1] if lines else "")
+    return release.removeprefix("Cuda compilation tools, ")
+
+
+def _child_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_ENABLE_CUDASIM")}
+    env["NUMBA_ENABLE_CUDASIM"] = "0"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def compile_ptx(request: dict, timeout: float = COMPILE_TIMEOUT_S) -> dict:
+    """Run one ``ptx_compile`` request in a child process; its reply, or AsmError (one line)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "visualizer.engine.ptx_compile"],
+            input=json.dumps(request), capture_output=True, text=True, timeout=timeout,
+            env=_child_env(), cwd=str(ROOT),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise AsmError(f"compiling to PTX took longer than {timeout:.0f} s and was stopped") from None
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    try:
+        reply = json.loads(last)
+    except json.JSONDecodeError:
+        err = " ".join(done.stderr.split())[-300:]
+        raise AsmError(f"the PTX compiler process failed (exit {done.returncode}): {err}") from None
+    if "error" in reply:
+        raise AsmError(reply["error"])
+    return reply["ok"]
+
+
+def assemble(ptx: str, arch: str) -> dict:
+    """ptxas -v (resources) and nvdisasm -g (SASS with line info) of ``ptx``; the parts whose tool is
+    missing say so under ``missing``."""
+    out: dict = {"ptxas_log": None, "sass": None, "missing": [], "versions": {}}
+    ptxas = tool("ptxas")
+    if not ptxas:
+        out["missing"] += ["ptxas", "nvdisasm"]
+        return out
+    out["versions"]["ptxas"] = tool_version("ptxas")
+    with tempfile.TemporaryDirectory(prefix="visualizer-asm-") as tmp:
+        src, cubin = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        src.write_text(ptx)
+        try:
+            done = subprocess.run(
+                [ptxas, f"-arch={arch}", "-v", "-lineinfo", str(src), "-o", str(cubin)],
+                capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise AsmError(f"ptxas took longer than {TOOL_TIMEOUT_S:.0f} s and was stopped") from None
+        if done.returncode != 0:
+            raise AsmError(f"ptxas failed: {' '.join(done.stderr.split())[:300]}")
+        out["ptxas_log"] = done.stderr + done.stdout
+        nvdisasm = tool("nvdisasm")
+        if not nvdisasm:
+            out["missing"].append("nvdisasm")
+            return out
+        out["versions"]["nvdisasm"] = tool_version("nvdisasm")
+        try:
+            dis = subprocess.run(
+                [nvdisasm, "-g", "-c", str(cubin)], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            raise AsmError(f"nvdisasm took longer than {TOOL_TIMEOUT_S:.0f} s and was stopped") from None
+        if dis.returncode != 0:
+            raise AsmError(f"nvdisasm failed: {' '.join(dis.stderr.split())[:300]}")
+        out["sass"] = dis.stdout
+    return out
+
+
+def builtin_asm(kernel: str, params: dict | None = None, arch: str = "sm_90", sass: bool = True) -> dict:
+    """PTX (and SASS) of a built-in kernel's clean build for ``arch``: the compile reply plus
+    ``assemble``'s parts. Raises LaunchError for a bad kernel or parameters, AsmError on failure."""
+    from visualizer.specs import catalog
+
+    spec = catalog.get(kernel)
+    values = spec.resolve({k: str(v) for k, v in (params or {}).items()})
+    reply = compile_ptx({"op": "ptx_builtin", "kernel": kernel, "params": values, "arch": arch})
+    return _with_sass(reply, arch, sass)
+
+
+def source_asm(request: dict, arch: str = "sm_90", sass: bool = True) -> dict:
+    """PTX (and SASS) of a kernel from source, compiled in a child process of this one: for the
+    operator's own file on the command line (``capture --source`` runs it here too). The web app
+    uses ``visitor_ptx``, which never compiles a visitor's code in the server's processes."""
+    reply = compile_ptx({**request, "op": "ptx_source", "arch": arch})
+    return _with_sass(reply, arch, sass)
+
+
+def visitor_ptx(request: dict, arch: str = "sm_90") -> dict:
+    """A visitor's kernel asked of the server: refused; the sandbox compiles it (UserRunQueue.ptx_source)."""
+    raise AsmError(VISITOR_REFUSAL)
+
+
+def _with_sass(reply: dict, arch: str, sass: bool) -> dict:
+    parts = (
+        assemble(reply["ptx"], arch)
+        if sass
+        else {"ptxas_log": None, "sass": None, "missing": [], "versions": {}}
+    )
+    versions = {**reply["versions"], **parts.pop("versions")}
+    return {**reply, **parts, "versions": versions}

@@ -1,0 +1,94 @@
+"""Two captures on the same axes: one panel per metric, A and B as two bars on that panel's one scale."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from visualizer.figures.common import source_of, titled
+
+# the metrics drawn, in order (analysis/compare.METRICS names them); others stay in the table
+DRAWN = (
+    "device_ms", "launch_overhead_us", "bytes_moved", "global_ld_sectors_per_request",
+    "global_st_sectors_per_request", "shared_ld_wavefronts_per_request", "shared_st_wavefronts_per_request",
+    "occupancy",
+)  # fmt: skip
+COLORS = ("#8c8c8c", "#0b5fff")  # A grey ("before"), B blue ("after")
+
+
+def _short_source(source: str) -> str:
+    s = str(source)
+    for word in ("measured", "simulated", "recorded", "modelled"):
+        if s.startswith(word):
+            return word
+    return s.split(" ")[0] if s else "not recorded"
+
+
+def compare_figure(table: pd.DataFrame, height: int = 360) -> go.Figure:
+    """Paired bars per metric from ``analysis.compare.compare``; a metric neither side recorded is
+    left out, one that only one side recorded shows that side alone (the other is named "not recorded")."""
+    rows = (
+        table[table["metric"].isin(DRAWN)]
+        .set_index("metric")
+        .reindex([m for m in DRAWN if m in set(table["metric"])])
+    )
+    rows = rows[~(rows["a"].isna() & rows["b"].isna())]
+    la, lb = table.attrs.get("labels", ("A", "B"))
+    n = max(len(rows), 1)
+    titles = [f"{r.what}<br>({r.unit}, {_short_source(r.a_source or r.b_source)})" if r.unit else r.what
+              for r in rows.itertuples()]  # fmt: skip
+    fig = make_subplots(
+        rows=1, cols=n, subplot_titles=titles or ["nothing recorded on both"], horizontal_spacing=0.04
+    )
+    for i, r in enumerate(rows.itertuples(), start=1):
+        sides = (("A", la, COLORS[0], r.a, r.a_note), ("B", lb, COLORS[1], r.b, r.b_note))
+        for side, label, color, value, note in sides:
+            missing = value is None or (isinstance(value, float) and math.isnan(value))
+            absent = "none" if note == "no such requests" else "not recorded"
+            fig.add_trace(
+                go.Bar(
+                    x=[f"{side}: {label}"], y=[0 if missing else value], name=f"{side}: {label}",
+                    marker_color=color, showlegend=i == 1, legendgroup=side,
+                    text=[absent if missing else f"{value:.3g}"], textposition="outside",
+                    hovertemplate=f"{side} ({label}): %{{text}} {r.unit}<extra>{r.what}</extra>",
+                ),
+                row=1, col=i,
+            )  # fmt: skip
+        top = max(v for v in (r.a, r.b) if not (isinstance(v, float) and math.isnan(v)))
+        fig.update_yaxes(range=[0, top * 1.25 if top > 0 else 1], row=1, col=i)
+        fig.update_xaxes(showticklabels=False, row=1, col=i)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(
+        title=titled(f"{la} (A) vs {lb} (B): each panel one metric, both on its one scale", source_of(table)),
+        height=height, bargap=0.25, margin={"t": 130, "b": 30, "l": 40, "r": 10},
+        legend={"orientation": "h", "y": -0.05, "x": 0},
+    )  # fmt: skip
+    return fig
+
+
+def lines_figure(lines: pd.DataFrame, height: int = 320) -> go.Figure:
+    """Sectors per global request (and bank ways of shared ones) per source line, A and B side by side,
+    one y scale for both (``analysis.compare.lines``)."""
+    fig = go.Figure()
+    for side, color in (("A", COLORS[0]), ("B", COLORS[1])):
+        sel = lines[lines["side"] == side]
+        if sel.empty:
+            continue
+        y = [
+            r.sectors_per_request if r.space != "shared" else float(max(r.max_bank_ways, 1))
+            for r in sel.itertuples()
+        ]
+        x = [f"{side} {r.kernel} L{r.line} {r.array} {r.op}" for r in sel.itertuples()]
+        units = [
+            "sectors/request" if r.space != "shared" else "wavefronts (bank ways)" for r in sel.itertuples()
+        ]
+        fig.add_trace(go.Bar(x=x, y=y, name=side, marker_color=color, customdata=units,
+                             hovertemplate="%{x}: %{y:.3g} %{customdata}<extra></extra>"))  # fmt: skip
+    fig.update_layout(
+        title=titled("Per source line: sectors per global request, wavefronts per shared request", source_of(lines)),
+        height=height, yaxis_title="per request", margin={"t": 80, "b": 100},
+    )  # fmt: skip
+    return fig

@@ -1,0 +1,93 @@
+"""``python -m visualizer compare BUNDLE_A BUNDLE_B``: two capture bundles side by side, as text or JSON.
+
+``compare --pair NAME --backend sim|gpu|auto`` captures a built-in pair (specs/pairs.py) first, with
+accesses recorded on the simulator, and can keep both bundles (``--out DIR``: DIR/a and DIR/b).
+Bad input exits 2 with one line; a kernel that fails exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from visualizer.tools.args import CliError, OneLineParser, writable_dir
+
+
+def parser() -> OneLineParser:
+    from visualizer.specs.pairs import PAIRS
+
+    p = OneLineParser(
+        prog="python -m visualizer compare",
+        description="Compare two captures: device time, launch overhead, sectors per request, bank "
+        "wavefronts, occupancy, bytes moved; one line per difference.",
+    )
+    p.add_argument("bundles", nargs="*", metavar="BUNDLE", help="two directories written by capture --out")
+    p.add_argument("--pair", choices=sorted(PAIRS), help="capture a built-in pair instead of reading bundles")
+    p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"), help="for --pair")
+    p.add_argument("--repeats", type=int, default=20, help="for --pair: timed launches per build on the GPU")
+    p.add_argument("--out", help="for --pair: keep the two bundles as OUT/a and OUT/b")
+    p.add_argument("--json", action="store_true", help="print the table as JSON records")
+    return p
+
+
+def _capture_pair(name: str, backend: str, repeats: int):
+    from visualizer.engine.runner import Runner
+    from visualizer.specs.pairs import PAIRS
+
+    pair = PAIRS[name]
+    caps = []
+    with Runner(backend) as runner:
+        for side in (pair.a, pair.b):
+            opts = {"accesses": True} if runner.backend == "sim" else {}
+            caps.append(runner.capture(side.kernel, side.params_for(runner.backend), repeats=repeats, **opts))
+    return caps
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    from visualizer.analysis import compare as cmp
+    from visualizer.tools.bundle import BundleError, load, save
+
+    try:
+        if args.pair:
+            if args.bundles:
+                raise CliError("give either two bundles or --pair, not both")
+            if args.out and writable_dir(args.out):
+                raise CliError(f"--out: {writable_dir(args.out)}")
+            from visualizer.engine.runner import KernelError
+            from visualizer.specs.catalog import LaunchError
+
+            try:
+                a, b = _capture_pair(args.pair, args.backend, args.repeats)
+            except LaunchError as exc:
+                raise CliError(str(exc)) from None
+            except KernelError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            if args.out:
+                from pathlib import Path
+
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+                save(a, Path(args.out) / "a")
+                save(b, Path(args.out) / "b")
+        else:
+            if len(args.bundles) != 2:
+                raise CliError(f"expected two bundles (BUNDLE_A BUNDLE_B), got {len(args.bundles)}")
+            a, b = (load(d) for d in args.bundles)
+        table = cmp.compare(a, b)
+    except (CliError, BundleError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        recs = [
+            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in table.to_dict("records")
+        ]
+        names = table.attrs["names"]
+        print(
+            json.dumps({"a": names[0], "b": names[1], "metrics": recs, "differences": cmp.differences(table)})
+        )
+    else:
+        print(cmp.as_text(table))
+    return 0

@@ -1,0 +1,58 @@
+"""A built-in kernel's PTX/SASS for the pages (Under the hood, Occupancy), compiled once per launch and arch."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from visualizer.analysis import asm
+from visualizer.engine import ptx
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def compiled(kernel: str, params: tuple, arch: str) -> dict:
+    """engine/ptx.builtin_asm: numba -> PTX, ptxas, nvdisasm in child processes with time limits."""
+    return ptx.builtin_asm(kernel, dict(params), arch=arch)
+
+
+def visitor_compiled(cap, arch: str) -> tuple[dict | None, str | None]:
+    """(A visitor's kernel compiled in a sandbox of its own, None) or (None, one-line reason).
+
+    Compiling runs the visitor's module (numba compiles Python by running it), so it needs the same
+    permission as running it, and happens only in the visitor-code sandbox (engine/user_runner.py).
+    Kept in this browser session, by source and arch."""
+    from visualizer.engine.runner import KernelError
+    from visualizer.engine.user_runner import get_user_runner, user_code_allowed
+    from visualizer.web.guard import visitor_has_key
+
+    allowed, why = user_code_allowed(visitor_has_key())
+    if not allowed:
+        return None, f"compiling your kernel runs its code, and running your own code is {why}"
+    launch = st.session_state.get("uk_launch")
+    if launch is None or launch.source != cap.launch.get("kernel_source"):
+        return None, "run your kernel on the Your kernel page in this session first"
+    key = (hash(launch.source), launch.kernel, arch)
+    done = st.session_state.setdefault("uk_asm", {})
+    if key not in done:
+        try:
+            done.clear()  # one kernel's PTX at a time per session
+            done[key] = get_user_runner("sim").ptx_source(launch, arch)
+        except KernelError as exc:
+            return None, str(exc)
+    return done[key], None
+
+
+def ptxas_registers(cap, arch: str = "sm_90") -> tuple[dict | None, str | None]:
+    """(ptxas -v's resources of the capture's clean build, None) or (None, one-line reason)."""
+    launch = cap.launch
+    try:
+        if launch.get("user_kernel"):
+            got, why = visitor_compiled(cap, arch)
+            if got is None:
+                return None, why
+        else:
+            got = compiled(launch["kernel"], tuple(sorted(launch["params"].items())), arch)
+    except ptx.AsmError as exc:
+        return None, str(exc)
+    if not got.get("ptxas_log"):
+        return None, "ptxas is not installed here (pip install nvidia-cuda-nvcc)"
+    return asm.ptxas_resources(got["ptxas_log"]), None
