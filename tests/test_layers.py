@@ -26,6 +26,8 @@ OWNERS = {
     "numba": {"kernels", "engine"},
     "streamlit": {"web"},
     "plotly": {"figures", "web"},
+    "distributed": {"engine", "tools"},  # optional (requirements-cluster.txt): the cluster and its starter
+    "dask": {"engine", "tools"},
 }
 # Deliberate exceptions, each with its reason: the benchmarks time kernels outside the runner (no worker
 # process in between is the point); the bench and the load test are clients of the app (Streamlit's

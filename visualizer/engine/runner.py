@@ -37,20 +37,45 @@ SIM_RUN_CPU_S = 90
 SIM_MEMORY_BYTES = 8 * 2**30  # address space of one simulator worker (RLIMIT_AS)
 
 
+SIM_WORKERS_ENV = "VISUALIZER_SIM_WORKERS"  # `serve --sim-workers N` sets it for the app
+SIM_WORKER_RESIDENT_BYTES = 2**30  # about what a busy simulator worker holds: the pool fits in memory
+
+
+def machine_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def machine_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def default_workers(backend: str) -> int:
-    """Simulator workers: two where there are two cores or more (one heavy run then holds one
-    worker, not every visitor; each worker runs its simulated threads on one OS thread), up to
-    four on big machines. The GPU gets one worker: concurrent captures would distort each other's timings."""
+    """Simulator workers: one per core but one (the server's), at least two where there are two
+    cores (one heavy run then holds one worker, not every visitor; each worker runs its simulated
+    threads on one OS thread), and no more than the memory holds; VISUALIZER_SIM_WORKERS overrides.
+    The GPU gets one worker per visible GPU: concurrent captures on one GPU would distort each other's
+    timings, so each worker is pinned to its own (CUDA_VISIBLE_DEVICES)."""
     if backend != "sim":
-        return 1
-    env = os.environ.get("VISUALIZER_SIM_WORKERS", "")
+        return max(1, len(visible_gpus()))
+    env = os.environ.get(SIM_WORKERS_ENV, "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores, max(2, cores - 1)))
+    cores = machine_cores()
+    n = min(cores, max(2, cores - 1))
+    memory = machine_memory_bytes()
+    if memory:
+        n = min(n, max(1, memory // (2 * SIM_WORKER_RESIDENT_BYTES)))  # half the memory for the pool
+    return max(1, n)
 
 
 STUCK_EXIT_CODE = (
@@ -63,8 +88,9 @@ class KernelError(RuntimeError):
 
 
 @functools.cache
-def gpu_present() -> bool:
-    """Ask the CUDA driver directly (no numba import): is there at least one GPU?"""
+def gpu_count() -> int:
+    """Ask the CUDA driver directly (no numba import): how many GPUs this process may use
+    (the driver applies CUDA_VISIBLE_DEVICES)."""
     for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             cu = ctypes.CDLL(lib)
@@ -72,9 +98,31 @@ def gpu_present() -> bool:
             continue
         count = ctypes.c_int(0)
         if cu.cuInit(0) != 0:
-            return False
-        return cu.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
-    return False
+            return 0
+        return count.value if cu.cuDeviceGetCount(ctypes.byref(count)) == 0 else 0
+    return 0
+
+
+def gpu_present() -> bool:
+    """Is there at least one GPU this process may use?"""
+    return gpu_count() > 0
+
+
+def visible_gpus(env: str | None = None, count: int | None = None) -> list[str]:
+    """One CUDA_VISIBLE_DEVICES value per GPU this process may use: the entries of its own
+    CUDA_VISIBLE_DEVICES (indices or GPU-uuids), or 0..count-1 when it is unset."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES") if env is None else env
+    count = gpu_count() if count is None else count
+    if env is None:
+        return [str(i) for i in range(count)]
+    return [e.strip() for e in env.split(",") if e.strip()][:count]
+
+
+CLUSTER_ENV = "VISUALIZER_CLUSTER"  # `serve --cluster tcp://HOST:PORT` sets it (engine/cluster.py)
+
+
+def cluster_address() -> str:
+    return os.environ.get(CLUSTER_ENV, "").strip()
 
 
 def resolve_backend(backend: str) -> str:
@@ -100,8 +148,9 @@ class Runner:
     nothing the abandoned run produced can reach another caller.
     """
 
-    def __init__(self, backend: str = "auto", run_timeout: float | None = None):
+    def __init__(self, backend: str = "auto", run_timeout: float | None = None, device: str | None = None):
         self.backend = resolve_backend(backend)
+        self.device = device  # the GPU this worker is pinned to (its CUDA_VISIBLE_DEVICES), if any
         self.run_timeout = run_timeout or RUN_TIMEOUT_S[self.backend]
         self._lock = threading.Lock()
         self._proc = None
@@ -120,7 +169,10 @@ class Runner:
         # A fresh interpreter (not fork: never copy a process that may hold a CUDA context; not
         # multiprocessing's spawn: it re-imports the caller's __main__, e.g. a test or app script).
         parent, child = socket.socketpair()
-        proc = subprocess.Popen(**self._popen_args(child.fileno()), stdin=subprocess.DEVNULL)
+        args = self._popen_args(child.fileno())
+        if self.device is not None:  # one GPU: a fault there restarts this worker alone
+            args["env"] = {**args["env"], "CUDA_VISIBLE_DEVICES": self.device}
+        proc = subprocess.Popen(**args, stdin=subprocess.DEVNULL)
         child.close()
         self._proc, self._conn = proc, self._channel(Connection(parent.detach()))
         try:
@@ -377,9 +429,16 @@ class RunQueue:
     def __init__(self, backend: str = "auto", workers: int | None = None, run_timeout: float | None = None):
         self.backend = resolve_backend(backend)
         n = workers or default_workers(self.backend)
+        gpus = visible_gpus() if self.backend == "gpu" else []
+        # one worker per GPU, each pinned to its own (a worker beyond the GPUs shares them in turn)
+        devices = [gpus[i % len(gpus)] if gpus else None for i in range(n)]
         self.runners = [self.runner_class(self.backend, run_timeout) for _ in range(n)]
-        for r in self.runners:
+        for r, device in zip(self.runners, devices, strict=True):
+            r.device = device
             r.respawn = self.respawn
+        if self.respawn and len(set(devices) - {None}) > 1:  # every GPU's worker now: captures spread
+            for r in self.runners[1:]:
+                threading.Thread(target=r._warm_up, daemon=True).start()
         self._cond = threading.Condition()
         self._queue: deque = deque()
         self._idle = list(self.runners)
@@ -439,8 +498,11 @@ class RunQueue:
         finally:
             self._release(runner)
 
-    def capture(self, kernel: str, params: dict | None = None, *, waiting=None, **kwargs) -> Capture:
-        """Runner.capture on the next free worker, after waiting in line (see ``waiting``)."""
+    def capture(
+        self, kernel: str, params: dict | None = None, *, waiting=None, fresh=False, **kwargs
+    ) -> Capture:
+        """Runner.capture on the next free worker, after waiting in line (see ``waiting``). Every
+        call is a new run (``fresh`` is for the cluster's queue, which may answer from its memory)."""
         admit_capture(
             kernel, params, self.backend, runs=kwargs.get("runs", 1)
         )  # refused: never waits in line

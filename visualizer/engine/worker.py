@@ -135,6 +135,14 @@ class Backend:
             "memory_clock_khz": dev.MEMORY_CLOCK_RATE,
             "memory_bus_bits": dev.GLOBAL_MEMORY_BUS_WIDTH,
         }
+        # which GPU ran it (launch.json): the one this worker is pinned to, by the runner's
+        # CUDA_VISIBLE_DEVICES entry (an index or a uuid) and by the device's own uuid
+        info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        info["device_id"] = int(dev.id)
+        try:
+            info["uuid"] = str(dev.uuid)
+        except Exception:
+            info["uuid"] = None
         try:  # global memory, for the runner's admission check (catalog.check_cost)
             info["memory_bytes"] = int(self.cuda.current_context().get_memory_info()[1])
         except Exception:

@@ -5,6 +5,8 @@ serve`` on 127.0.0.1 and lets each visitor open a link, wait, leave mid-run, swi
 kernels mid-run, or resubmit the form, exactly as a browser would (BackMsg/ForwardMsg protobufs on
 /_stcore/stream). Each visitor reads the capture the sidebar says it is showing and compares it
 with what it asked for. tests/test_load.py runs it; docs/benchmarks.md records its figures.
+``--sim-workers N`` sizes each server's pool; ``--cluster-workers N --replicas M`` starts a Dask
+cluster on 127.0.0.1 (tools/localcluster.py) and M servers sharing it (tests/test_cluster.py).
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ def children(pid: int) -> list[int]:
 class Server:
     """``python -m visualizer serve`` on 127.0.0.1 (the launcher execs streamlit: one pid)."""
 
-    def __init__(self, log_path: Path | None = None, plain_from: Path | None = None):
+    def __init__(self, log_path: Path | None = None, plain_from: Path | None = None, serve_args=()):
         """``plain_from``: start ``streamlit run`` from that directory instead, with no settings but
-        the loopback address (what someone who skips the launcher gets)."""
+        the loopback address (what someone who skips the launcher gets). ``serve_args``: more flags
+        for ``serve`` (``--sim-workers N``, ``--cluster ADDRESS``)."""
         self.port = free_port()
         self.log = open(log_path or os.devnull, "w")  # noqa: SIM115 (closed in stop)
         env = {
@@ -74,7 +77,7 @@ class Server:
             if not k.startswith("STREAMLIT_") and k != "VISUALIZER_ALLOW_REMOTE"
         }
         env["PYTHONPATH"] = str(ROOT)
-        cmd = [sys.executable, "-m", "visualizer", "serve", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "visualizer", "serve", "--port", str(self.port), *serve_args]
         if plain_from is not None:
             app = str(ROOT / "visualizer" / "app.py")
             cmd = [sys.executable, "-m", "streamlit", "run", app, "--server.port", str(self.port)]
@@ -323,20 +326,60 @@ def visit(port: int, i: int, behaviour: str, started: list[threading.Event]) -> 
     return out
 
 
-def classroom(visitors: int = 30, stagger_s: float = 0.1, log_path: Path | None = None) -> dict:
-    """Run ``visitors`` visitors (behaviours in turn) against a fresh server; outcomes and figures."""
-    server = Server(log_path)
+def classroom(
+    visitors: int = 30,
+    stagger_s: float = 0.1,
+    log_path: Path | None = None,
+    replicas: int = 1,
+    serve_args=(),
+    cluster_pids=None,
+    during=None,
+    servers=None,
+) -> dict:
+    """Run ``visitors`` visitors (behaviours in turn) against fresh servers; outcomes and figures.
+
+    ``replicas`` app servers (``serve_args`` each, e.g. the same ``--cluster``) share the visitors in
+    turn; a "same" visitor goes to another replica than the visitor who leaves that run, so with a
+    cluster their run is shared across replicas. ``cluster_pids()``: the cluster's processes, whose
+    memory is sampled too; ``during(t0)`` runs in a thread while the visitors do (e.g. kills a worker).
+    ``servers``: running Servers to use instead (left running).
+    """
+    log_path = Path(log_path) if log_path else None
+    own = servers is None
+    servers = [] if own else list(servers)
+    replicas = len(servers) or replicas
+    try:
+        for r in range(replicas if own else 0):
+            log = log_path.with_name(f"{log_path.stem}-{r}{log_path.suffix}") if log_path and r else log_path
+            servers.append(Server(log, serve_args=serve_args))
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
     started = [threading.Event() for _ in range(visitors)]
     outcomes: list[Outcome | None] = [None] * visitors
+    peak_cluster = [0]
+    sampling = threading.Event()
+
+    def sample_cluster():
+        while cluster_pids is not None and not sampling.wait(0.5):
+            peak_cluster[0] = max(peak_cluster[0], sum(rss_bytes(p) for p in cluster_pids()))
+
+    threading.Thread(target=sample_cluster, daemon=True).start()
     try:
-        warm = Visitor(server.port)  # the first page load imports the app: not part of the figures
-        warm.rerun(query("vector_add", {"n": 64, "block": 32}))
-        warm.wait()
-        warm.close()
+        for s in servers:  # the first page load imports the app: not part of the figures
+            warm = Visitor(s.port)
+            warm.rerun(query("vector_add", {"n": 64, "block": 32}))
+            warm.wait()
+            warm.close()
         t0 = time.monotonic()
+        if during is not None:
+            threading.Thread(target=during, args=(t0,), daemon=True).start()
 
         def one(i):
-            outcomes[i] = visit(server.port, i, BEHAVIOURS[i % len(BEHAVIOURS)], started)
+            behaviour = BEHAVIOURS[i % len(BEHAVIOURS)]
+            replica = (i + (behaviour == "same")) % replicas
+            outcomes[i] = visit(servers[replica].port, i, behaviour, started)
 
         threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(visitors)]
         for t in threads:
@@ -346,9 +389,11 @@ def classroom(visitors: int = 30, stagger_s: float = 0.1, log_path: Path | None 
             t.join(240)
         elapsed = time.monotonic() - t0
         time.sleep(1.0)  # abandoned runs are killed at once; give the sampler a last look
-        live_after = len(server.live_workers())
+        live_after = sum(len(s.live_workers()) for s in servers)
     finally:
-        server.stop()
+        sampling.set()
+        for s in servers if own else ():
+            s.stop()
     done = [o for o in outcomes if o is not None]
     waits = sorted(o.wait_s for o in done if o.wait_s is not None and o.asked is not None)
     shown = sum(1 for o in done if o.asked is not None and o.shown == o.asked)
@@ -358,14 +403,18 @@ def classroom(visitors: int = 30, stagger_s: float = 0.1, log_path: Path | None 
         "elapsed_s": elapsed,
         "captures_shown": shown,
         "runs_per_minute": 60 * shown / elapsed if elapsed else None,
+        "captures_per_s": shown / elapsed if elapsed else None,
+        "replicas": replicas,
         "wait_p50_s": statistics.median(waits) if waits else None,
         "wait_p95_s": waits[min(len(waits) - 1, int(0.95 * len(waits)))] if waits else None,
         "left_mid_run": sum(o.left_mid_run for o in done),
-        "workers_started": len(server.worker_pids),
-        "max_live_workers": server.max_live_workers,
+        "workers_started": sum(len(s.worker_pids) for s in servers),
+        "max_live_workers": max(s.max_live_workers for s in servers),
         "live_workers_after": live_after,
-        "peak_server_rss_mb": server.peak_server / 2**20,
-        "peak_workers_rss_mb": server.peak_workers / 2**20,
+        "peak_server_rss_mb": sum(s.peak_server for s in servers) / 2**20,
+        "peak_workers_rss_mb": sum(s.peak_workers for s in servers) / 2**20,
+        "peak_cluster_rss_mb": peak_cluster[0] / 2**20,
+        "load_average_1min": os.getloadavg()[0],
         "outcomes": [o.__dict__ | {"correct": o.correct} for o in done],
     }
 
@@ -374,8 +423,34 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m visualizer.tools.loadtest")
     p.add_argument("--visitors", type=int, default=30)
     p.add_argument("--out", help="JSON file for the figures and every visitor's outcome")
+    p.add_argument("--sim-workers", type=int, help="simulator workers of each server (serve --sim-workers)")
+    p.add_argument("--replicas", type=int, default=1, help="app servers sharing the visitors (default 1)")
+    p.add_argument(
+        "--cluster-workers",
+        type=int,
+        default=0,
+        help="start a Dask cluster on 127.0.0.1 with this many workers and serve --cluster it",
+    )
     args = p.parse_args(argv)
-    res = classroom(args.visitors)
+    serve_args = ["--sim-workers", str(args.sim_workers)] if args.sim_workers else []
+    if args.cluster_workers:
+        from distributed import Client
+
+        from visualizer.engine.cluster_worker import worker_abandoned, worker_runs
+        from visualizer.tools.localcluster import LocalCluster
+
+        with LocalCluster(args.cluster_workers) as cluster:
+            res = classroom(
+                args.visitors,
+                replicas=args.replicas,
+                serve_args=[*serve_args, "--cluster", cluster.address],
+                cluster_pids=cluster.pids,
+            )
+            with Client(cluster.address, set_as_default=False, timeout=30) as client:
+                res["cluster_runs"] = sum(sum(r.values()) for r in client.run(worker_runs).values())
+                res["cluster_runs_stopped"] = sum(client.run(worker_abandoned).values())
+    else:
+        res = classroom(args.visitors, replicas=args.replicas, serve_args=serve_args)
     wrong = [o for o in res["outcomes"] if not o["correct"]]
     for key, value in res.items():
         if key != "outcomes":

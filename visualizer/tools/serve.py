@@ -40,6 +40,7 @@ SAFE_FLAGS = {
     "global.developmentMode": "false",
 }
 WILDCARDS = ("0.0.0.0", "::")
+MAX_SIM_WORKERS = 256
 
 
 def streamlit_command(address: str, port: int, allow_hosts: tuple[str, ...] = ()) -> list[str]:
@@ -102,6 +103,20 @@ def main(argv: list[str]) -> int:
         metavar="NAME",
         help="a host name visitors may use besides localhost and loopback addresses (repeatable)",
     )
+    p.add_argument(
+        "--sim-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="simulator worker processes (default: one per core but one, within the memory)",
+    )
+    p.add_argument(
+        "--cluster",
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="send captures to this Dask scheduler (pip install -r requirements-cluster.txt; "
+        "default: $VISUALIZER_CLUSTER, else this machine's workers)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the streamlit command and exit")
     args = p.parse_args(argv)
     if not 1 <= args.port <= 65535:
@@ -133,6 +148,19 @@ def main(argv: list[str]) -> int:
     if token and len(token) < TOKEN_MIN_CHARS:
         print(f"error: {TOKEN_ENV} must be at least {TOKEN_MIN_CHARS} characters long", file=sys.stderr)
         return 2
+    from visualizer.engine.runner import CLUSTER_ENV, SIM_WORKERS_ENV
+
+    if args.sim_workers is not None and not 1 <= args.sim_workers <= MAX_SIM_WORKERS:
+        print(f"error: --sim-workers {args.sim_workers} is not 1..{MAX_SIM_WORKERS}", file=sys.stderr)
+        return 2
+    cluster = (args.cluster if args.cluster is not None else os.environ.get(CLUSTER_ENV, "")).strip()
+    if cluster:
+        from visualizer.engine.cluster import check_address
+
+        problem = check_address(cluster)
+        if problem:
+            print(f"error: --cluster: {problem}", file=sys.stderr)
+            return 2
     cmd = streamlit_command(args.address, args.port, allow_hosts)
     if args.dry_run:
         print(" ".join(cmd))
@@ -142,9 +170,19 @@ def main(argv: list[str]) -> int:
     env[ALLOW_REMOTE_ENV] = "1" if remote else "0"
     env[ALLOW_HOSTS_ENV] = ",".join(allow_hosts)
     env[TOKEN_ENV] = token
+    env[CLUSTER_ENV] = cluster
+    if args.sim_workers is not None:
+        env[SIM_WORKERS_ENV] = str(args.sim_workers)
     where = "other machines too (--allow-remote)" if remote else "this machine only"
     print(f"Serving the GPU execution visualizer on {args.address}:{args.port}, to {where}.")
     print(f"Open: {_link(args.address, args.port, token)}")
+    if cluster:
+        print(f"Captures run on the Dask cluster at {cluster} (visitor code stays on this machine).")
+    else:
+        from visualizer.engine.runner import default_workers
+
+        n = args.sim_workers or default_workers("sim")
+        print(f"Captures run here: {n} simulator worker{'s' * (n != 1)}.")
     print(user_code_line(env))
     names = ", ".join(("localhost", "loopback addresses", *allow_hosts))
     print(f"Host names answered: {names}{'; any IP address' if remote else ''}. Others are refused.")

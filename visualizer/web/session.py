@@ -16,7 +16,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from visualizer.analysis.capture import Capture
-from visualizer.engine.runner import BACKENDS, KernelError, get_runner, gpu_present
+from visualizer.engine.cluster import capture_queue, gpu_for_captures
+from visualizer.engine.runner import BACKENDS, KernelError
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 
@@ -115,8 +116,9 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
 
 @st.cache_resource(show_spinner=False)
 def runner_for(backend: str):
-    """One queue of workers per backend, shared by every browser session (runner.RunQueue)."""
-    return get_runner(backend)
+    """One queue of workers per backend, shared by every browser session (runner.RunQueue, or the
+    Dask cluster's: engine/cluster.py)."""
+    return capture_queue(backend)
 
 
 def capture_nbytes(cap: Capture) -> int:
@@ -272,7 +274,7 @@ def queue_text(ahead: int | None, running: int | None, backend: str) -> str:
 def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str | None]:
     """Capture (from cache when possible), with progress for slow simulator runs; errors as one line."""
     try:
-        backend = "gpu" if config.backend == "auto" and gpu_present() else config.backend
+        backend = "gpu" if config.backend == "auto" and gpu_for_captures() else config.backend
         backend = "sim" if backend == "auto" else backend
         catalog.admit_capture(config.kernel, config.param_dict, "sim" if backend == "sim" else "gpu")
         label = (

@@ -106,7 +106,9 @@ def timing_panel() -> None:
             disabled=bool(cap.launch.get("user_kernel")),  # your kernel: press Run on its page again
         ):
             try:
-                fresh = runner_for(cap.launch["backend"]).capture(cap.launch["kernel"], cap.launch["params"])
+                fresh = runner_for(cap.launch["backend"]).capture(
+                    cap.launch["kernel"], cap.launch["params"], fresh=True
+                )
                 st.session_state.setdefault("timing_history", []).append(fresh.timing)
             except (catalog.LaunchError, KernelError) as exc:
                 st.error(str(exc))
