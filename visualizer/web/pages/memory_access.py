@@ -364,6 +364,12 @@ else:
     st.caption(
         "No hazards: no two threads touched one word without a barrier between them, and every shared read was written first."
     )
-runs_panel(
-    kernel, params, "sim", 0, spec.outputs[0], "mem_runs"
-)  # the same launch N times (analysis/races.py)
+if cap.launch.get("user_kernel"):  # the panel runs built-in kernels by name; a visitor's, from its page
+    st.caption(
+        "To run your kernel many times (seeded schedules, races made visible): "
+        "`python -m visualizer capture --source FILE.py --kernel NAME ... --runs 8 --seed 1`."
+    )
+else:
+    runs_panel(
+        kernel, params, "sim", 0, spec.outputs[0], "mem_runs"
+    )  # the same launch N times (analysis/races.py)
