@@ -143,12 +143,15 @@ def counters(summ: dict) -> dict[str, float]:
 
 st.title("Memory access")
 st.markdown(
-    "A warp's 32 loads or stores are served together: global memory moves **32-byte sectors**, so 32 "
-    "neighbouring floats cost 4 sectors but 32 scattered ones cost 32; shared memory has **32 banks**, and "
-    "two different words in one bank take turns (a bank conflict). Every chart here is drawn from the "
-    "address each thread touched, recorded on the CUDA simulator and grouped into warp requests. "
-    "**Try:** *Transpose (naive)*, then switch the layout to tiled and tiled + padding."
+    "A warp's 32 loads or stores are served together: global memory moves **32-byte sectors** (32 "
+    "neighbouring floats: 4; 32 scattered: 32); two words in one of shared memory's **32 banks** take turns."
 )
+with st.expander("How these charts are made, and what to try"):
+    st.markdown(
+        "Every chart here is drawn from the address each thread touched, recorded on the CUDA simulator "
+        "and grouped into warp requests. **Try:** *Transpose (naive)*, then switch the layout to tiled and "
+        "tiled + padding."
+    )
 
 visitor = visitor_capture() if visitor_is_current() else None
 if visitor is not None:  # the visitor's kernel is current: its own recorded accesses, if any
