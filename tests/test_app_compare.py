@@ -85,6 +85,8 @@ def test_under_the_hood_shows_a_visitors_kernel_compiled_in_its_sandbox(monkeypa
     assert not at.main.error, [e.value for e in at.main.error]
     codes = "\n".join(c.value for c in at.main.code)
     assert "ld.global" in codes or "LDG" in codes, codes[:500]
+    notes = " ".join(c.value for c in at.main.caption)
+    assert "unknown kernel" not in notes and "were not recorded for your kernel" in notes, notes
 
 
 def test_under_the_hood_refuses_a_visitors_kernel_without_the_key(monkeypatch):

@@ -72,7 +72,16 @@ compiled_note = (
 
 per_line = None
 note = "Accesses are not recorded on the GPU backend; switch the sidebar to the simulator to see them."
-if launch["backend"] == "sim":
+if launch.get("user_kernel"):  # the visitor's own recording, if they asked for it on the Your kernel page
+    recorded = launch.get("accesses")
+    per_line = recorded["per_line"] if recorded else None
+    note = (
+        "Accesses: recorded addresses, simulator (your run)."
+        if recorded
+        else "Accesses were not recorded for your kernel: tick *record memory accesses* on the Your kernel "
+        "page (simulator) and run it again."
+    )
+elif launch["backend"] == "sim":
     acc, err = access_capture(launch["kernel"], dict(launch["params"]))
     per_line = acc.launch["accesses"]["per_line"] if acc is not None else None
     note = f"Accesses could not be recorded: {err}" if err else "Accesses: recorded addresses, simulator."
