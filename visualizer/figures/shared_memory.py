@@ -257,76 +257,30 @@ def _arcs(stride: int) -> tuple[list, list]:
     return xs, ys
 
 
-def reduction_tree_figure(
+def reduction_tree_frames(
     tree: pd.DataFrame, block: int, block_size: int, kernel: str = "reduction"
-) -> go.Figure:
-    """The shared-memory tree of one block, one frame per level (0 = the values each thread loaded).
-
-    Top: which thread adds which slot at that level (arcs from s[tid + stride] into s[tid]).
-    Bottom: every slot's recorded value after the level. The last frame compares s[0] with the sum
-    of the values the block loaded (what s[0] must end up holding).
-    """
+) -> pd.DataFrame:
+    """The shared-memory tree of one block as a frames table, one row per level (0 = the values each
+    thread loaded): the stride, every slot's recorded value after the level and its role (adds / is
+    read / idle), the frame's title and the value axis that fits it. The last level compares s[0]
+    with the sum of the values the block loaded (what s[0] must end up holding)."""
     source = source_of(tree)
     values = _block_tree(tree, block, block_size)
     levels = values.shape[0]
     expected = float(np.nansum(values[0]))
     barrier = kernel != "reduction_race"
-    slots = np.arange(block_size)
-
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.28, 0.72], vertical_spacing=0.01)
-
-    def colours(level: int) -> list[str]:
-        if level == 0:
-            return [ACTIVE] * block_size
-        stride = block_size >> level
-        return [ACTIVE if s < stride else READ if s < 2 * stride else IDLE for s in range(block_size)]
-
-    def frame_traces(level: int) -> list:
+    rows = []
+    for level in range(levels):
         stride = block_size >> level if level else 0
-        ax, ay = _arcs(stride)
-        last = level == levels - 1
-        return [
-            go.Scatter(
-                x=ax or [None],
-                y=ay or [None],
-                mode="lines",
-                line={"color": ACTIVE, "width": 1.5},
-                hoverinfo="skip",
-                name="s[tid] += s[tid + stride]",
-            ),
-            go.Scatter(
-                x=list(range(stride)) or [None],
-                y=[ARC_FOOT] * stride or [None],
-                mode="markers",
-                marker={"symbol": "triangle-down", "size": 8, "color": ACTIVE},
-                hoverinfo="skip",
-                showlegend=False,
-            ),
-            go.Bar(
-                x=slots,
-                y=values[level],
-                marker={"color": colours(level)},
-                customdata=slots,
-                hovertemplate="s[%{customdata}] = %{y}<extra></extra>",
-                name="shared-memory slot value",
-                showlegend=False,
-            ),
-            go.Scatter(
-                x=[-0.5, block_size - 0.5] if last else [None],
-                y=[expected, expected] if last else [None],
-                mode="lines",
-                line={"color": MISMATCH, "dash": "dash", "width": 2},
-                name=f"expected block sum {expected:g}",
-                hoverinfo="skip",
-            ),
-        ]
-
-    def frame_title(level: int) -> dict:
+        roles = (
+            [ACTIVE] * block_size
+            if level == 0
+            else [ACTIVE if s < stride else READ if s < 2 * stride else IDLE for s in range(block_size)]
+        )
         after = "after syncthreads" if barrier else "NO syncthreads (race)"
         if level == 0:
             text = f"block {block} · level 0: each thread loads one element into s[tid] → syncthreads"
         else:
-            stride = block_size >> level
             who = "thread 0 adds" if stride == 1 else f"threads 0–{stride - 1} add"
             text = (
                 f"block {block} · level {level} of {levels - 1}: stride {stride}, {who} "
@@ -338,9 +292,68 @@ def reduction_tree_figure(
             got = values[level, 0]
             verdict = "✓ equals" if got == expected else "✗ differs from"
             text += f"<br>s[0] = {got:g} {verdict} the expected block sum {expected:g}"
-        return titled(text, source)
+        # this level's values fill the axis: level 0's loads would be slivers on the final sum's scale
+        shown = values[level][np.isfinite(values[level])]
+        top = max(float(shown.max()) if shown.size else 1.0, expected if level == levels - 1 else 0.0, 1e-9)
+        bottom = min(0.0, float(shown.min()) if shown.size else 0.0)
+        rows.append(
+            {
+                "level": level, "stride": stride, "values": values[level], "colours": roles,
+                "title": text, "last": level == levels - 1,
+                "y_range": [bottom - 0.08 * (top - bottom) * (bottom < 0), top + 0.1 * (top - bottom)],
+            }
+        )  # fmt: skip
+    frames = pd.DataFrame(rows)
+    frames.attrs.update(source=source, block=block, block_size=block_size, expected=expected, levels=levels)
+    return frames
 
-    for trace, row in zip(frame_traces(0), (1, 1, 2, 2), strict=True):
+
+def reduction_tree_figure(
+    tree: pd.DataFrame, block: int, block_size: int, kernel: str = "reduction"
+) -> go.Figure:
+    """The shared-memory tree of one block, one frame per level (:func:`reduction_tree_frames`, drawn
+    by :func:`reduction_frames_figure`). Top: which thread adds which slot at that level (arcs from
+    s[tid + stride] into s[tid]); bottom: every slot's recorded value after the level."""
+    return reduction_frames_figure(reduction_tree_frames(tree, block, block_size, kernel))
+
+
+def _tree_traces(f, block_size: int, expected: float) -> list:
+    """Arcs, arc feet, slot values and (last level) the expected sum: the animated traces of one level."""
+    ax, ay = _arcs(f.stride)
+    slots = np.arange(block_size)
+    return [
+        go.Scatter(x=ax or [None], y=ay or [None], mode="lines", line={"color": ACTIVE, "width": 1.5},
+                   hoverinfo="skip", name="s[tid] += s[tid + stride]"),
+        go.Scatter(x=list(range(f.stride)) or [None], y=[ARC_FOOT] * f.stride or [None], mode="markers",
+                   marker={"symbol": "triangle-down", "size": 8, "color": ACTIVE}, hoverinfo="skip",
+                   showlegend=False),
+        go.Bar(x=slots, y=f.values, marker={"color": f.colours}, customdata=slots,
+               hovertemplate="s[%{customdata}] = %{y}<extra></extra>", name="shared-memory slot value",
+               showlegend=False),
+        go.Scatter(x=[-0.5, block_size - 0.5] if f.last else [None], y=[expected, expected] if f.last else [None],
+                   mode="lines", line={"color": MISMATCH, "dash": "dash", "width": 2},
+                   name=f"expected block sum {expected:g}", hoverinfo="skip"),
+    ]  # fmt: skip
+
+
+def _level0_hint(level: int) -> list[dict]:
+    """Level 0 has no adds yet: say so where the arcs will be, rather than leave the row empty."""
+    # always one annotation, hidden after level 0: a frame's empty list would not remove it
+    return [{"text": "level 0: no adds yet · press ▶ Play or drag the slider to watch the tree halve",
+             "xref": "paper", "yref": "y domain", "x": 0.5, "y": 0.5, "showarrow": False,
+             "font": {"size": 13, "color": "#555"}, "visible": level == 0}]  # fmt: skip
+
+
+def reduction_frames_figure(frames: pd.DataFrame) -> go.Figure:
+    """Draw :func:`reduction_tree_frames`: the adds on top, the slot values below, one frame per level."""
+    source, block_size, expected = (
+        frames.attrs["source"],
+        frames.attrs["block_size"],
+        frames.attrs["expected"],
+    )
+    rows = list(frames.itertuples(index=False))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.28, 0.72], vertical_spacing=0.01)
+    for trace, row in zip(_tree_traces(rows[0], block_size, expected), (1, 1, 2, 2), strict=True):
         fig.add_trace(trace, row=row, col=1)
     for colour, label in (
         (ACTIVE, "tid < stride: adds into its slot"),
@@ -350,38 +363,23 @@ def reduction_tree_figure(
         fig.add_trace(
             go.Bar(x=[None], y=[None], marker={"color": colour}, name=label, hoverinfo="skip"), row=2, col=1
         )
-    names = [str(level) for level in range(levels)]
-
-    def value_range(level: int) -> list[float]:
-        """This level's values fill the axis: level 0's loads would be slivers on the final sum's scale."""
-        shown = values[level][np.isfinite(values[level])]
-        top = max(float(shown.max()) if shown.size else 1.0, expected if level == levels - 1 else 0.0, 1e-9)
-        bottom = min(0.0, float(shown.min()) if shown.size else 0.0)
-        return [bottom - 0.08 * (top - bottom) * (bottom < 0), top + 0.1 * (top - bottom)]
-
-    def hint(level: int) -> list[dict]:
-        """Level 0 has no adds yet: say so where the arcs will be, rather than leave the row empty."""
-        # always one annotation, hidden after level 0: a frame's empty list would not remove it
-        return [{"text": "level 0: no adds yet · press ▶ Play or drag the slider to watch the tree halve",
-                 "xref": "paper", "yref": "y domain", "x": 0.5, "y": 0.5, "showarrow": False,
-                 "font": {"size": 13, "color": "#555"}, "visible": level == 0}]  # fmt: skip
-
+    names = [str(f.level) for f in rows]
     fig.frames = [
         go.Frame(
-            name=name,
-            data=frame_traces(level),
+            name=str(f.level),
+            data=_tree_traces(f, block_size, expected),
             traces=[0, 1, 2, 3],
             layout={
-                "title": frame_title(level),
-                "yaxis2": {"range": value_range(level), "autorange": False},
-                "annotations": hint(level),
+                "title": titled(f.title, source),
+                "yaxis2": {"range": f.y_range, "autorange": False},
+                "annotations": _level0_hint(f.level),
             },
         )
-        for level, name in enumerate(names)
+        for f in rows
     ]
     menus, sliders = animation_controls(names, [f"level {n}" for n in names], "", -0.12, FRAME_MS)
     fig.update_layout(
-        title=frame_title(0),
+        title=titled(rows[0].title, source),
         height=620,
         margin={"t": 120, "b": 190},
         bargap=0.1,
@@ -395,8 +393,8 @@ def reduction_tree_figure(
             "autorange": False,
             "title": "shared-memory slot = thread tid",
         },
-        yaxis2={"range": value_range(0), "autorange": False, "title": "value (axis fits each level)"},
-        annotations=hint(0),
+        yaxis2={"range": rows[0].y_range, "autorange": False, "title": "value (axis fits each level)"},
+        annotations=_level0_hint(0),
     )
     place_controls(fig)
     return fig
