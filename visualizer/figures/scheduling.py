@@ -339,11 +339,11 @@ def _device_from(conc: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"t_ns": steps.index.to_numpy(), "warps": steps.to_numpy()})
 
 
-def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | None = None) -> go.Figure:
-    """Blocks arriving on the SMs wave by wave: x = SM, y = resident slot (the block's position in its
-    SM's wave). Each frame is one wave: dark cells hold that wave's blocks, light cells held a block in
-    an earlier wave but none now (empty slots: the tail), grey cells were never used. A frame's title
-    says how many SMs got no block at all (idle SMs) or, when every SM got one, how many slots are empty."""
+def wave_frames(blocks: pd.DataFrame, num_sms: int, source: str | None = None) -> pd.DataFrame:
+    """Blocks arriving on the SMs wave by wave, as a frames table: one row per wave shown (at most
+    MAX_FRAMES), with the (slot × SM) cell states (this wave's block / a slot an earlier wave used /
+    never used), the block in each cell, and the frame's sentence. The sentence says how many SMs got
+    no block at all (idle SMs) or, when every SM got one, how many slots are empty."""
     source = source or schedule.source_of(blocks)
     if "wave" not in blocks.columns or "wave_position" not in blocks.columns:
         blocks = schedule.assign_waves(blocks)
@@ -367,9 +367,8 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
     # a partial last wave: fewer blocks than the first wave
     tail = n_waves > 1 and int((wave == n_waves - 1).sum()) < int((wave == 0).sum())
     per_wave = int((wave == 0).sum())  # the blocks a full wave holds (the first wave is full if any is)
-
-    def frame_arrays(i: int) -> tuple[np.ndarray, np.ndarray, str]:
-        w = int(shown[i])
+    rows = []
+    for w in (int(x) for x in shown):
         z = np.where(first_use < w, EARLIER, EMPTY).astype(np.int8)
         ids = np.full((slots, num_sms), -1, np.int64)
         lo, hi = np.searchsorted(wave_sorted, [w, w + 1])
@@ -390,13 +389,27 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
             text += f": {num_sms - used} SMs idle"
         elif empty > 0:
             text += f": every SM busy, {empty:,} of {per_wave:,} slots empty"
-        return z, ids, text
+        rows.append({"wave": w, "cells": z, "blocks": ids, "text": text})
+    frames = pd.DataFrame(rows)
+    frames.attrs.update(source=source, num_sms=num_sms, slots=slots, waves=n_waves)
+    return frames
 
-    z0, ids0, text0 = frame_arrays(0)
+
+def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | None = None) -> go.Figure:
+    """Blocks arriving on the SMs wave by wave: x = SM, y = resident slot (the block's position in its
+    SM's wave), one frame per wave (:func:`wave_frames`, drawn by :func:`waves_frames_figure`)."""
+    return waves_frames_figure(wave_frames(blocks, num_sms, source))
+
+
+def waves_frames_figure(frames: pd.DataFrame) -> go.Figure:
+    """Draw :func:`wave_frames`: dark cells hold that wave's blocks, light cells held a block in an
+    earlier wave but none now (empty slots: the tail), grey cells were never used."""
+    source, num_sms, slots, n_waves = (frames.attrs[k] for k in ("source", "num_sms", "slots", "waves"))
+    rows = list(frames.itertuples(index=False))
     hover = "SM %{x}, slot %{y}<br>block %{customdata} (-1: none in this wave)<extra></extra>"
     base = go.Heatmap(
-        z=z0,
-        customdata=ids0,
+        z=rows[0].cells,
+        customdata=rows[0].blocks,
         x=np.arange(num_sms),
         y=np.arange(slots),
         zmin=0,
@@ -407,23 +420,21 @@ def waves_animation_figure(blocks: pd.DataFrame, num_sms: int, source: str | Non
         ygap=1,
         hovertemplate=hover,
     )
-    frames = []
-    for i in range(len(shown)):
-        z, ids, text = frame_arrays(i)
-        frames.append(
-            go.Frame(
-                data=[go.Heatmap(z=z, customdata=ids)],
-                traces=[0],
-                name=str(int(shown[i])),
-                layout={"title": _title(text, source)},
-            )
+    animated = [
+        go.Frame(
+            data=[go.Heatmap(z=f.cells, customdata=f.blocks)],
+            traces=[0],
+            name=str(f.wave),
+            layout={"title": _title(f.text, source)},
         )
-    wave_names = [str(int(w)) for w in shown]
-    wave_labels = [str(int(w) + 1) for w in shown]  # waves count from 1 for people
+        for f in rows
+    ]
+    wave_names = [str(f.wave) for f in rows]
+    wave_labels = [str(f.wave + 1) for f in rows]  # waves count from 1 for people
     menus, sliders = animation_controls(wave_names, wave_labels, "wave ", -0.14, FRAME_MS)
-    fig = go.Figure(data=[base], frames=frames)
+    fig = go.Figure(data=[base], frames=animated)
     fig.update_layout(
-        title=_title(text0, source),
+        title=_title(rows[0].text, source),
         xaxis={"title": "SM", "range": [-0.5, num_sms - 0.5], "autorange": False},
         yaxis={
             "title": "resident slot",
