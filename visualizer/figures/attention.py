@@ -83,7 +83,7 @@ def recorded_part(tiles: pd.DataFrame, block: tuple[int, int, int], q0: int) -> 
     return first, later[0] if later else end
 
 
-def flash_loop_figure(
+def flash_loop_frames(
     tiles: pd.DataFrame,
     softmax_state: pd.DataFrame,
     q_tile: int,
@@ -96,8 +96,9 @@ def flash_loop_figure(
     batch: int = 0,
     block_k: int | None = None,
     block: tuple[int, int, int] | None = None,
-) -> go.Figure:
-    """Animation over the K/V steps one flash block recorded for Q tile ``q_tile``.
+) -> pd.DataFrame:
+    """The K/V steps one flash block recorded for Q tile ``q_tile``, as a frames table (one row per
+    recorded step: the S-tile states and the step's note), for :func:`flash_frames_figure`.
 
     The seq_len x seq_len attention matrix is drawn as S tiles of ``tile`` query rows x ``block_k``
     keys (default: square, as the teaching kernel; the fast kernel's are block_q x block_k); the last
@@ -159,29 +160,7 @@ def flash_loop_figure(
                 f"S tile (Q {i}, K/V {kt})<br>queries {q_edges[i]}–{q_edges[i + 1] - 1}, "
                 f"keys {k_edges[kt]}–{k_edges[kt + 1] - 1}"
             )
-    labels_shown = STATE_LABELS if paired else STATE_LABELS[:PAIRED]
-    colours_shown = STATE_COLOURS[: len(labels_shown)]
-
-    def heatmap(z: np.ndarray) -> go.Heatmap:
-        return go.Heatmap(
-            z=z,
-            x=k_edges,
-            y=q_edges,
-            zmin=-0.5,
-            zmax=len(labels_shown) - 0.5,
-            colorscale=_discrete_colourscale(colours_shown),
-            xgap=1,
-            ygap=1,
-            text=hover,
-            hovertemplate="%{text}<extra></extra>",
-            colorbar={
-                "tickvals": list(range(len(labels_shown))),
-                "ticktext": list(labels_shown),
-                "title": {"text": "S tile"},
-            },
-        )
-
-    frames, names, labels = [], [], []
+    rows = []
     done: set[int] = set()
     t0 = int(part["t_ns"].min())  # times relative to this Q tile's first staged tile
     measured = source.startswith("measured")  # else the simulator's host clock: an order, not GPU time
@@ -210,29 +189,85 @@ def flash_loop_figure(
             if step > 0 and len(now) and len(before):
                 grew = int((now.reindex(before.index) > before).sum())
                 note += f"<br>row max m grew in {grew} of {len(before)} rows: their O and l were rescaled"
-        name = f"step {step}"
-        frames.append(
-            go.Frame(
-                name=name,
-                data=[heatmap(z)],
-                layout={"annotations": [_note(note)]},
-            )
-        )
-        names.append(name)
-        labels.append(str(step))
+        rows.append({"name": f"step {step}", "label": str(step), "states": z, "note": note})
         done.add(kt)
 
     skipped = f"; {n_k - reach} K/V tiles skipped (causal)" if reach < n_k else ""
     shape = f"tile {bq}" if bk == bq else f"S tiles {bq} x {bk} (queries x keys)"
     where = "" if block == (q_tile, head, batch) and not paired else f"block {block}, "
-    fig = go.Figure(data=frames[0].data, frames=frames)
+    frames = pd.DataFrame(rows)
+    frames.attrs.update(
+        q_edges=q_edges, k_edges=k_edges, hover=hover, paired=bool(paired), seq_len=seq_len,
+        title=f"FlashAttention (FA2 order), Q tile {q_tile} (queries {q0}–{last_query}, "
+        f"{where}head {head}, batch {batch}):<br>{len(rows)} recorded K/V steps{skipped}",
+        subtitle=f"data: {source}; {shape}, seq_len {seq_len}",
+    )  # fmt: skip
+    return frames
+
+
+def flash_loop_figure(
+    tiles: pd.DataFrame,
+    softmax_state: pd.DataFrame,
+    q_tile: int,
+    seq_len: int,
+    tile: int,
+    causal: bool,
+    source: str,
+    loop_order: str = "fa2",
+    head: int = 0,
+    batch: int = 0,
+    block_k: int | None = None,
+    block: tuple[int, int, int] | None = None,
+) -> go.Figure:
+    """Animation over the K/V steps one flash block recorded for Q tile ``q_tile``
+    (:func:`flash_loop_frames`, drawn by :func:`flash_frames_figure`)."""
+    frames = flash_loop_frames(
+        tiles, softmax_state, q_tile, seq_len, tile, causal, source, loop_order, head, batch, block_k, block
+    )
+    return flash_frames_figure(frames)
+
+
+def flash_frames_figure(frames: pd.DataFrame) -> go.Figure:
+    """Draw :func:`flash_loop_frames`: the seq_len x seq_len S tiles, one animation frame per step."""
+    a = frames.attrs
+    q_edges, k_edges, hover, paired, seq_len = (
+        a["q_edges"],
+        a["k_edges"],
+        a["hover"],
+        a["paired"],
+        a["seq_len"],
+    )
+    labels_shown = STATE_LABELS if paired else STATE_LABELS[:PAIRED]
+    colours_shown = STATE_COLOURS[: len(labels_shown)]
+
+    def heatmap(z: np.ndarray) -> go.Heatmap:
+        return go.Heatmap(
+            z=z,
+            x=k_edges,
+            y=q_edges,
+            zmin=-0.5,
+            zmax=len(labels_shown) - 0.5,
+            colorscale=_discrete_colourscale(colours_shown),
+            xgap=1,
+            ygap=1,
+            text=hover,
+            hovertemplate="%{text}<extra></extra>",
+            colorbar={
+                "tickvals": list(range(len(labels_shown))),
+                "ticktext": list(labels_shown),
+                "title": {"text": "S tile"},
+            },
+        )
+
+    animated = [
+        go.Frame(name=f.name, data=[heatmap(f.states)], layout={"annotations": [_note(f.note)]})
+        for f in frames.itertuples(index=False)
+    ]
+    names, labels = list(frames["name"]), list(frames["label"])
+    fig = go.Figure(data=animated[0].data, frames=animated)
     buttons, sliders = animation_controls(names, labels, "K/V step ", -0.1, FRAME_MS)
     fig.update_layout(
-        title=titled(
-            f"FlashAttention (FA2 order), Q tile {q_tile} (queries {q0}–{last_query}, "
-            f"{where}head {head}, batch {batch}):<br>{len(frames)} recorded K/V steps{skipped}",
-            f"data: {source}; {shape}, seq_len {seq_len}",
-        ),
+        title=titled(a["title"], a["subtitle"]),
         # constrain="domain": a wide chart narrows the square plot instead of widening the key range
         xaxis={
             "title": "key (K/V row)",
@@ -242,7 +277,7 @@ def flash_loop_figure(
             "constrain": "domain",
         },
         yaxis={"title": "query (Q row)", "range": [seq_len, 0], "autorange": False, "scaleanchor": "x"},
-        annotations=list(frames[0].layout.annotations),
+        annotations=list(animated[0].layout.annotations),
         updatemenus=buttons,
         sliders=sliders,
         margin={"t": LOOP_MARGIN_T, "b": LOOP_MARGIN_B},
