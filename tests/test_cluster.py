@@ -217,7 +217,9 @@ def test_a_run_left_and_asked_again_at_once_is_answered(deployment):
     link = Cluster(cluster.address)
     try:
         queue = ClusterQueue(link, "sim")
-        params = {"n": 64, "tile": 8}
+        # a request no other test asks for (no answer from the workers' memory) and long enough to
+        # report progress before it ends, on a loaded machine too
+        params, seed = {"n": 128, "tile": 8}, 8231
 
         class Left(Exception):
             pass
@@ -226,8 +228,8 @@ def test_a_run_left_and_asked_again_at_once_is_answered(deployment):
             raise Left
 
         with pytest.raises(Left):
-            queue.capture("matmul_naive", params, progress=leave, seed=0)
-        cap = queue.capture("matmul_naive", params, seed=0)
+            queue.capture("matmul_naive", params, progress=leave, seed=seed)
+        cap = queue.capture("matmul_naive", params, seed=seed)
         assert cap.launch["kernel"] == "matmul_naive" and cap.launch["params"] == params
         assert cap.check["correct"], cap.check
         assert queue.abandoned == 1

@@ -59,7 +59,8 @@ def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(p
     page = open_page(page, app_url, "?backend=sim&page=lessons&lesson=coalescing&q=1&teacher=1")
     m = main(page)
     assert m.get_by_text("Q1.").count() == 1 and m.get_by_text("Q2.").count() == 0  # one question
-    size = m.locator("[data-testid=stMarkdownContainer] p").first.evaluate(
+    # the question's own paragraph (a caption or a notice drawn first would be small type anyway)
+    size = m.locator("[data-testid=stMarkdownContainer] p", has_text="Q1.").first.evaluate(
         "(el) => parseFloat(getComputedStyle(el).fontSize)"
     )
     assert size >= 20  # projector type (16 px without teacher mode)
