@@ -25,6 +25,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from visualizer.tools.localcluster import children  # a process's children, from /proc
+
 ROOT = Path(__file__).resolve().parents[2]
 BEHAVIOURS = ("stay", "leave", "hop", "switch", "form", "same")
 FINISHED = 0  # ForwardMsg.ScriptFinishedStatus.FINISHED_SUCCESSFULLY
@@ -45,21 +47,6 @@ def rss_bytes(pid: int) -> int:
     except OSError:
         pass
     return 0
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                out.append(int(entry))
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
 
 
 class Server:
