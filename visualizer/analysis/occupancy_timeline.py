@@ -78,8 +78,7 @@ def active_warps_over_time(
         blocks=int(launch["blocks"]),
         warps_per_block=ceil_div(int(launch["threads_per_block"]), WARP_SIZE),
         achieved_warps=a.avg_warps_busy,
-        # as for the model below: only a partial last wave after full ones is a tail
-        tail_start=float(a.tail_start_ns) if a.tail_blocks and a.full_waves else None,
+        tail_start=float(a.tail_start_ns) if a.has_tail else None,  # as for the model below
     )
     return events
 

@@ -311,6 +311,12 @@ class AchievedOccupancy:
         return self.theoretical_warps_per_sm / self.max_warps_per_sm
 
     @property
+    def has_tail(self) -> bool:
+        """A partial last wave after full ones: what every page calls the tail (one partial wave
+        alone is the whole run, not a tail)."""
+        return self.full_waves > 0 and self.tail_blocks > 0
+
+    @property
     def waves(self) -> int:
         return self.full_waves + (1 if self.tail_blocks else 0)
 

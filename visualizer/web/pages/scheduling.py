@@ -154,7 +154,7 @@ m3.metric(
 tail_share = achieved.tail_ns / achieved.kernel_ns if achieved.kernel_ns else 0.0
 m4.metric(
     "tail",
-    "none" if one_wave or not achieved.tail_blocks else f"{tail_share:.0%}",
+    f"{tail_share:.0%}" if achieved.has_tail else "none",
     help="share of the kernel's time spent in the last, partial wave (one wave has no tail); how idle "
     "the SMs were in it is said below",
 )
@@ -187,7 +187,7 @@ else:
     st.caption(
         f"{achieved.blocks:,} blocks = exactly {achieved.full_waves} full wave(s): no partial tail wave."
     )
-if not cap.measured and (one_wave or not achieved.tail_blocks):
+if not cap.measured and not achieved.has_tail:
     try:
         suggestion = figs.wave_suggestion(arch, SIM_MAX_THREADS)
     except ValueError:
