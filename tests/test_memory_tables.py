@@ -10,8 +10,10 @@ ARRAYS = [
     {"name": "g", "space": "global", "itemsize": 4, "dtype": "float32", "shape": [4096]},
     {"name": "s", "space": "shared", "itemsize": 4, "dtype": "float32", "shape": [64, 64]},
     {"name": "d", "space": "global", "itemsize": 8, "dtype": "float64", "shape": [1024]},
+    {"name": "s8", "space": "shared", "itemsize": 8, "dtype": "float64", "shape": [1024]},
+    {"name": "s16", "space": "shared", "itemsize": 16, "dtype": "complex128", "shape": [1024]},
 ]
-G, S, D = 0, 1, 2
+G, S, D, S8, S16 = 0, 1, 2, 3, 4
 
 
 def buffers(accesses):
@@ -81,6 +83,35 @@ def test_bank_ways_conflicts_and_broadcast():
     assert one_request(warp_request(S, STORE, lambda lane: (0, 2 * lane))).bank_ways == 2
 
 
+def test_wavefronts_as_the_hardware_counts_them():
+    """128 bytes per wavefront: 4-byte accesses in one phase, 8-byte in two, 16-byte in four."""
+    column = one_request(warp_request(S, LOAD, lambda lane: (lane, 3)))
+    assert (column.wavefronts, column.ideal_wavefronts, column.extra_wavefronts) == (32, 1, 31)
+    row = one_request(warp_request(S, LOAD, lambda lane: (2, lane)))
+    assert (row.wavefronts, row.ideal_wavefronts, row.extra_wavefronts) == (1, 1, 0)
+    # a conflict-free float64 read: two half-warps of 128 bytes each, no conflict (bank_ways says 2)
+    f64 = one_request(warp_request(S8, LOAD, lambda lane: (lane,)))
+    assert (f64.bank_ways, f64.wavefronts, f64.ideal_wavefronts, f64.extra_wavefronts) == (2, 2, 2, 0)
+    # float64 at a stride of 2 elements: each half-warp uses 16 banks twice
+    f64s2 = one_request(warp_request(S8, LOAD, lambda lane: (2 * lane,)))
+    assert (f64s2.wavefronts, f64s2.extra_wavefronts) == (4, 2)
+    # phases are counted apart: lanes 0-15 16-way on bank 0/1, lanes 16-31 consecutive (1 wavefront);
+    # one warp-wide count of the busiest bank would say 16
+    uneven = one_request(warp_request(S8, LOAD, lambda lane: (16 * lane,) if lane < 16 else (lane,)))
+    assert (uneven.bank_ways, uneven.wavefronts, uneven.extra_wavefronts) == (16, 17, 15)
+    # 16-byte elements: four quarter-warps of 8 lanes x 16 bytes
+    c128 = one_request(warp_request(S16, LOAD, lambda lane: (lane,)))
+    assert (c128.wavefronts, c128.ideal_wavefronts, c128.extra_wavefronts) == (4, 4, 0)
+    c128s2 = one_request(warp_request(S16, STORE, lambda lane: (2 * lane,)))
+    assert (c128s2.wavefronts, c128s2.extra_wavefronts) == (8, 4)
+    # a half warp of float64: one phase, one wavefront
+    half = one_request(warp_request(S8, LOAD, lambda lane: (lane,), lanes=range(16)))
+    assert (half.wavefronts, half.ideal_wavefronts, half.extra_wavefronts) == (1, 1, 0)
+    # global requests have no wavefronts here
+    g = one_request(warp_request(G, LOAD, lambda lane: (lane,)))
+    assert (g.wavefronts, g.ideal_wavefronts, g.extra_wavefronts) == (0, 0, 0)
+
+
 def test_nsight_conflict_count_of_column_reads():
     """32 warps of a 32x32 block each read a column of a float32 tile: 32 x 31 = 992 conflicts."""
     acc = []
@@ -92,6 +123,7 @@ def test_nsight_conflict_count_of_column_reads():
     assert len(req) == 32
     summ = tables.summary(req, tables.hazards_table(tables.accesses_table(buffers(acc))), len(acc))
     assert summ["shared_ld_bank_conflicts"] == 992
+    assert summ["shared_ld_wavefronts"] == 32 * 32
     assert tables.line_summary(req)["bank_conflicts"].tolist() == [992]
 
 

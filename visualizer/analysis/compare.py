@@ -84,6 +84,8 @@ def _shared_wavefronts(cap, op: str) -> float | None:
     sel = req[(req["space"].astype(str) == "shared") & (req["op"].astype(str) == op)]
     if not len(sel):
         return None
+    if "wavefronts" in sel:
+        return float(sel["wavefronts"].mean())
     return float(np.maximum(sel["bank_ways"].to_numpy(), 1).mean())
 
 
@@ -198,11 +200,13 @@ def lines(a, b) -> pd.DataFrame:
     (analysis/memory.line_summary); empty when neither capture recorded accesses.
     """
     cols = ["side", "kernel", "line", "array", "space", "op", "requests", "sectors_per_request",
-            "ideal_per_request", "bank_conflicts", "max_bank_ways"]  # fmt: skip
+            "ideal_per_request", "bank_conflicts", "max_bank_ways", "wavefronts_per_request"]  # fmt: skip
     rows = []
     for side, cap in (("A", a), ("B", b)):
         for r in (cap.launch.get("accesses") or {}).get("per_line", []):
-            rows.append({"side": side, "kernel": cap.launch["kernel"], **{k: r[k] for k in cols[2:]}})
+            # bundles saved before wavefronts were counted (issue 23) have no wavefronts_per_request
+            rows.append({"side": side, "kernel": cap.launch["kernel"],
+                         **{k: r.get(k, math.nan) for k in cols[2:]}})  # fmt: skip
     return labelled(pd.DataFrame(rows, columns=cols), ACCESS_SOURCE, column=False)
 
 

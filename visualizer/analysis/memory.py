@@ -13,8 +13,16 @@ Definitions (issue 9):
   distinct bytes could occupy, ceil(distinct bytes / 32).
 * ``bank_ways`` (shared memory): the largest number of distinct 4-byte words that fall in one
   bank (bank = word address mod 32; each shared array starts on a 128-byte boundary). Lanes
-  reading the same word are a broadcast, not a conflict; 1 = conflict-free. Nsight Compute counts
-  ``bank_ways - 1`` extra wavefronts as bank conflicts (a 32-way conflicted request adds 31).
+  reading the same word are a broadcast, not a conflict; 1 = conflict-free.
+* ``wavefronts`` (shared memory), as the hardware counts them (issue 23): a shared request moves at
+  most 128 bytes per wavefront, so the warp is served in *phases* of ``128 / access size`` lanes
+  (all 32 lanes for 1-, 2- and 4-byte accesses, lanes 0-15 and 16-31 for 8-byte ones, four
+  quarter-warps for 16-byte ones). A phase takes as many wavefronts as the most distinct words any
+  one bank holds within it; the request's wavefronts are the sum over its phases that have lanes.
+  ``ideal_wavefronts`` is that number of phases (1, 2 or 4 for a full warp), and
+  ``extra_wavefronts = wavefronts - ideal_wavefronts`` are the bank conflicts, Nsight Compute's
+  ``l1tex__data_bank_conflicts_pipe_lsu_mem_shared_*`` (a 32-way conflicted float32 request adds
+  31; a conflict-free float64 read takes 2 wavefronts and adds none).
 * **Hazards** (compute-sanitizer racecheck's idea): two different threads of one block touching
   the same shared word in the same barrier epoch, at least one storing (RAW, WAR, WAW); global
   words touched by threads nothing orders (different blocks, or one block in the same epoch),
@@ -115,7 +123,7 @@ def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
     """One row per warp request: lanes, bytes, sectors, ideal_sectors, bank_ways, extra wavefronts."""
     cols = [
         *REQUEST_KEY, "epoch", "lanes", "bytes", "addresses", "sectors", "ideal_sectors",
-        "bank_ways", "extra_wavefronts",
+        "bank_ways", "wavefronts", "ideal_wavefronts", "extra_wavefronts",
     ]  # fmt: skip
     if acc.empty:
         return _label(pd.DataFrame({c: pd.Series(dtype="int64") for c in cols}))
@@ -149,16 +157,47 @@ def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
         ways = ways.rename("bank_ways").reset_index()
         req = req.merge(ways, on=REQUEST_KEY, how="left")
         req["bank_ways"] = req["bank_ways"].fillna(0).astype(np.int64)
+        req = req.merge(_wavefronts(sh), on=REQUEST_KEY, how="left")
+        for c in ("wavefronts", "ideal_wavefronts"):
+            req[c] = req[c].fillna(0).astype(np.int64)
     else:
         req["bank_ways"] = 0
+        req["wavefronts"] = 0
+        req["ideal_wavefronts"] = 0
     shared = req["space"] == "shared"
     req.loc[shared, ["sectors", "ideal_sectors"]] = 0  # sectors are a global/local notion
-    req["extra_wavefronts"] = np.where(shared, np.maximum(req["bank_ways"] - 1, 0), 0)
+    req["extra_wavefronts"] = np.where(
+        shared, np.maximum(req["wavefronts"] - req["ideal_wavefronts"], 0), 0
+    ).astype(np.int64)
     req = req.drop(columns="itemsize")[cols]
     req = req.sort_values(["block", "warp", "line", "pc", "occurrence"], kind="stable").reset_index(drop=True)
     for c in ("space", "op"):
         req[c] = req[c].astype("category")
     return _label(req)
+
+
+def lanes_per_phase(itemsize) -> np.ndarray:
+    """Lanes a shared-memory wavefront serves at once: 128 bytes' worth (32 for accesses <= 4 bytes)."""
+    size = np.maximum(np.asarray(itemsize, np.int64), WORD_BYTES)
+    return np.clip(BANKS * WORD_BYTES // size, 1, 32)
+
+
+def _wavefronts(sh: pd.DataFrame) -> pd.DataFrame:
+    """Per shared request: wavefronts (summed over its phases) and ideal_wavefronts (its phases)."""
+    sh = sh.assign(phase=sh["lane"].astype(np.int64) // lanes_per_phase(sh["bytes"]))
+    words = []
+    for extra in range(int(sh["bytes"].max() // WORD_BYTES) or 1):
+        part = sh[sh["bytes"] > extra * WORD_BYTES] if extra else sh
+        w = part[[*REQUEST_KEY, "phase"]].copy()
+        w["word"] = part["offset_bytes"] // WORD_BYTES + extra
+        words.append(w)
+    w = pd.concat(words).drop_duplicates()
+    w["bank"] = w["word"] % BANKS
+    per_phase = w.groupby([*REQUEST_KEY, "phase", "bank"], observed=True).size()
+    per_phase = per_phase.groupby(level=[*REQUEST_KEY, "phase"]).max()
+    out = per_phase.groupby(level=REQUEST_KEY).agg(["sum", "size"])
+    out.columns = ["wavefronts", "ideal_wavefronts"]
+    return out.reset_index()
 
 
 def _thread_first(a: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -383,7 +422,8 @@ def _uninit(sh: pd.DataFrame) -> list[dict]:
 def line_summary(req: pd.DataFrame) -> pd.DataFrame:
     """Per source line, array, space and op: requests, sectors per request, bank conflicts."""
     cols = ["line", "array", "space", "op", "requests", "lanes", "sectors", "ideal_sectors",
-            "sectors_per_request", "ideal_per_request", "bank_conflicts", "max_bank_ways"]  # fmt: skip
+            "sectors_per_request", "ideal_per_request", "bank_conflicts", "max_bank_ways", "wavefronts",
+            "wavefronts_per_request"]  # fmt: skip
     if req.empty:
         return _label(pd.DataFrame(columns=cols))
     s = (
@@ -395,9 +435,11 @@ def line_summary(req: pd.DataFrame) -> pd.DataFrame:
             ideal_sectors=("ideal_sectors", "sum"),
             bank_conflicts=("extra_wavefronts", "sum"),
             max_bank_ways=("bank_ways", "max"),
+            wavefronts=("wavefronts", "sum"),
         )
         .reset_index()
     )
+    s["wavefronts_per_request"] = s["wavefronts"] / s["requests"]
     s["sectors_per_request"] = s["sectors"] / s["requests"]
     s["ideal_per_request"] = s["ideal_sectors"] / s["requests"]
     return _label(s[cols])
@@ -421,6 +463,7 @@ def summary(req: pd.DataFrame, haz: pd.DataFrame, accesses: int, limit: int | No
         s = part("shared", op)
         out[f"shared_{short}_requests"] = int(len(s))
         out[f"shared_{short}_bank_conflicts"] = int(s["extra_wavefronts"].sum()) if len(s) else 0
+        out[f"shared_{short}_wavefronts"] = int(s["wavefronts"].sum()) if len(s) else 0
     out["global_atomic_requests"] = int(len(part("global", "atomic")))
     out["shared_atomic_requests"] = int(len(part("shared", "atomic")))
     kinds = haz["kind"].value_counts().to_dict() if len(haz) else {}
@@ -463,8 +506,11 @@ def describe(summ: dict) -> list[str]:
             )
         sreq = summ[f"shared_{short}_requests"]
         if sreq:
+            waves = summ.get(f"shared_{short}_wavefronts")
             lines.append(
-                f"shared {op}: {sreq} requests, {summ[f'shared_{short}_bank_conflicts']} bank conflicts"
+                f"shared {op}: {sreq} requests"
+                + (f", {waves} wavefronts ({waves / sreq:.1f} per request)" if waves is not None else "")
+                + f", {summ[f'shared_{short}_bank_conflicts']} bank conflicts"
             )
     h = summ["hazards"]
     lines.append(

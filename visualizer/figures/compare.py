@@ -78,13 +78,15 @@ def lines_figure(lines: pd.DataFrame, height: int = 320) -> go.Figure:
         if sel.empty:
             continue
         y = [
-            r.sectors_per_request if r.space != "shared" else float(max(r.max_bank_ways, 1))
+            r.sectors_per_request
+            if r.space != "shared"
+            else float(r.wavefronts_per_request)
+            if r.wavefronts_per_request == r.wavefronts_per_request  # not NaN (an older bundle)
+            else float(max(r.max_bank_ways, 1))
             for r in sel.itertuples()
         ]
         x = [f"{side} {r.kernel} L{r.line} {r.array} {r.op}" for r in sel.itertuples()]
-        units = [
-            "sectors/request" if r.space != "shared" else "wavefronts (bank ways)" for r in sel.itertuples()
-        ]
+        units = ["sectors/request" if r.space != "shared" else "wavefronts/request" for r in sel.itertuples()]
         fig.add_trace(go.Bar(x=x, y=y, name=side, marker_color=color, customdata=units,
                              hovertemplate="%{x}: %{y:.3g} %{customdata}<extra></extra>"))  # fmt: skip
     fig.update_layout(

@@ -127,11 +127,14 @@ def bank_figure(lanes: pd.DataFrame, request: pd.Series) -> go.Figure:
         )  # fmt: skip
     )
     ways_max = int(request["bank_ways"])
-    verdict = (
-        "conflict-free"
-        if ways_max <= 1
-        else f"{ways_max}-way bank conflict ({ways_max - 1} extra wavefronts)"
-    )
+    waves = int(request.get("wavefronts", max(ways_max, 1)))
+    extra = int(request.get("extra_wavefronts", max(ways_max - 1, 0)))
+    if extra <= 0:
+        verdict = "conflict-free" + (f" ({waves} wavefronts)" if waves > 1 else "")
+    elif waves == ways_max and extra == ways_max - 1:
+        verdict = f"{ways_max}-way bank conflict ({extra} extra wavefronts)"
+    else:  # 8- and 16-byte accesses: served by half- or quarter-warps, counted per phase
+        verdict = f"{waves} wavefronts, {extra} extra (bank conflicts; busiest bank {ways_max} words)"
     fig.update_layout(
         title=titled(f"Shared-memory banks: {verdict}", f"{_request_title(request)} · {SOURCE}"),
         xaxis={"title": "bank (4-byte word address mod 32)", "dtick": 1, "range": [-0.5, BANKS - 0.5]},

@@ -134,7 +134,10 @@ def counters(summ: dict) -> dict[str, float]:
         if req:
             out[f"global {word} sectors / request"] = summ[f"global_{short}_sectors"] / req
     for short, word in (("ld", "load"), ("st", "store")):
-        if summ[f"shared_{short}_requests"]:
+        sreq = summ[f"shared_{short}_requests"]
+        if sreq:
+            if f"shared_{short}_wavefronts" in summ:
+                out[f"shared {word} wavefronts / request"] = summ[f"shared_{short}_wavefronts"] / sreq
             out[f"shared {word} bank conflicts"] = summ[f"shared_{short}_bank_conflicts"]
     out["raced shared words"] = summ["raced_words"]
     out["uninitialised shared reads"] = summ["uninit_reads"]
@@ -339,7 +342,15 @@ with right:
         st.caption(
             f"Bank = 4-byte word address mod 32; each cell is one distinct word, its text the lane that "
             f"touched it (first lane +k more when lanes share a word: a broadcast, not a conflict). This "
-            f"request: {int(request['bank_ways'])} distinct word(s) in its busiest bank."
+            f"request: {int(request['bank_ways'])} distinct word(s) in its busiest bank, "
+            f"{int(request['wavefronts'])} wavefront(s) where {int(request['ideal_wavefronts'])} would do"
+            + (
+                f" ({int(request['bytes']) // max(int(request['lanes']), 1)}-byte accesses: a wavefront "
+                f"serves 128 bytes, so the lanes are served in groups of "
+                f"{128 // (int(request['bytes']) // max(int(request['lanes']), 1))})."
+                if int(request["ideal_wavefronts"]) > 1
+                else "."
+            )
         )
     else:
         st.caption(
