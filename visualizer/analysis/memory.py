@@ -63,9 +63,14 @@ OPS = ("load", "store", "atomic")
 SPACES = ("global", "shared", "local")
 
 
-def _label(df: pd.DataFrame) -> pd.DataFrame:
-    df.attrs["source"] = SOURCE
+def _label(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
+    df.attrs["source"] = source or SOURCE
     return df
+
+
+def source_of_buffers(buffers: dict) -> str:
+    """The recorder's label: the simulator's (SOURCE) unless the buffers name theirs (a GPU recording)."""
+    return str(buffers.get("source") or SOURCE)
 
 
 def accesses_table(buffers: dict) -> pd.DataFrame:
@@ -112,7 +117,7 @@ def accesses_table(buffers: dict) -> pd.DataFrame:
         }
     )
     df = df.sort_values(["block", "thread", "tseq"], kind="stable").reset_index(drop=True)
-    return _label(df)
+    return _label(df, source_of_buffers(buffers))
 
 
 def empty_accesses() -> pd.DataFrame:
@@ -125,8 +130,9 @@ def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
         *REQUEST_KEY, "epoch", "lanes", "bytes", "addresses", "sectors", "ideal_sectors",
         "bank_ways", "wavefronts", "ideal_wavefronts", "extra_wavefronts",
     ]  # fmt: skip
+    source = acc.attrs.get("source")
     if acc.empty:
-        return _label(pd.DataFrame({c: pd.Series(dtype="int64") for c in cols}))
+        return _label(pd.DataFrame({c: pd.Series(dtype="int64") for c in cols}), source)
     a = acc.copy()
     a["array"] = a["array"].astype(str)
     a["space"] = a["space"].astype(str)
@@ -173,7 +179,7 @@ def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
     req = req.sort_values(["block", "warp", "line", "pc", "occurrence"], kind="stable").reset_index(drop=True)
     for c in ("space", "op"):
         req[c] = req[c].astype("category")
-    return _label(req)
+    return _label(req, source)
 
 
 def lanes_per_phase(itemsize) -> np.ndarray:
@@ -264,7 +270,7 @@ def hazards_table(acc: pd.DataFrame) -> pd.DataFrame:
     df = df.reset_index(drop=True)
     for c in ("kind", "space"):
         df[c] = df[c].astype(str)
-    return _label(df)
+    return _label(df, acc.attrs.get("source"))
 
 
 def _shared_hazards(sh: pd.DataFrame) -> list[dict]:
@@ -425,7 +431,7 @@ def line_summary(req: pd.DataFrame) -> pd.DataFrame:
             "sectors_per_request", "ideal_per_request", "bank_conflicts", "max_bank_ways", "wavefronts",
             "wavefronts_per_request"]  # fmt: skip
     if req.empty:
-        return _label(pd.DataFrame(columns=cols))
+        return _label(pd.DataFrame(columns=cols), req.attrs.get("source"))
     s = (
         req.groupby(["line", "array", "space", "op"], observed=True, sort=True)
         .agg(
@@ -442,7 +448,7 @@ def line_summary(req: pd.DataFrame) -> pd.DataFrame:
     s["wavefronts_per_request"] = s["wavefronts"] / s["requests"]
     s["sectors_per_request"] = s["sectors"] / s["requests"]
     s["ideal_per_request"] = s["ideal_sectors"] / s["requests"]
-    return _label(s[cols])
+    return _label(s[cols], req.attrs.get("source"))
 
 
 def summary(req: pd.DataFrame, haz: pd.DataFrame, accesses: int, limit: int | None = None) -> dict:
@@ -452,7 +458,7 @@ def summary(req: pd.DataFrame, haz: pd.DataFrame, accesses: int, limit: int | No
         r = req[(req["space"].astype(str) == space) & (req["op"].astype(str) == op)] if len(req) else req
         return r
 
-    out: dict = {"source": SOURCE, "accesses": int(accesses)}
+    out: dict = {"source": req.attrs.get("source") or SOURCE, "accesses": int(accesses)}
     if limit is not None:
         out["record_limit"] = int(limit)
     for op, short in (("load", "ld"), ("store", "st")):
@@ -484,6 +490,8 @@ def build(buffers: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict
     req = requests_table(acc)
     haz = hazards_table(acc)
     summ = summary(req, haz, len(acc), buffers.get("limit"))
+    if buffers.get("sample") is not None:  # a GPU recording: which warps recorded, what overflowed
+        summ["sample"] = buffers["sample"]
     per_line = line_summary(req)
     per_line["array"] = per_line["array"].astype(str)
     summ["per_line"] = [

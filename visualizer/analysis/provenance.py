@@ -13,6 +13,8 @@ import pandas as pd
 
 MEASURED_GPU = "measured (GPU)"
 SIMULATED = "simulated (CUDA simulator; SM ids and times modelled)"
+# loads, stores and atomics recorded on the GPU by the chosen warps only (engine/instrument_accesses.py)
+MEASURED_GPU_SAMPLED = "measured (GPU, sampled warps)"
 
 
 def backend_source(simulator: bool) -> str:

@@ -1,0 +1,214 @@
+"""Accesses recorded by the kernel itself (the access pass, kernels/access_probes.py), decoded into the
+simulator recorder's tables: the pass's rewrite, the decoder, and the strong check without a GPU:
+the GPU-recording build run on the simulator gives, for its sampled warps, the very tables the
+simulator's recorder gives for the same launch. Marked gpu: the same build on the H200."""
+
+import ast
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from visualizer.analysis import gpu_accesses, memory
+from visualizer.analysis.provenance import MEASURED_GPU_SAMPLED
+from visualizer.engine import access_record
+from visualizer.engine import instrument_accesses as ia
+
+HERE = Path(__file__).resolve().parent
+CASES_PY = HERE / "gpu_access_cases.py"
+
+
+def rewrite(src: str, kernel: str = "k"):
+    tree, info = ia.standalone(ast.parse(src), kernel)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == kernel + "__traced")
+    return ast.unparse(fn), info
+
+
+def test_columns_agree_with_the_simulator_recorder():
+    assert gpu_accesses.COLUMNS == access_record.COLUMNS
+
+
+def test_pass_rewrites_loads_stores_atomics_and_keeps_order():
+    src = """
+from numba import cuda, float32
+@cuda.jit
+def k(a, h, out, n):
+    '''doc'''
+    s = cuda.shared.array((4, 8), float32)
+    t = cuda.threadIdx.x
+    s[t // 8, t % 8] = a[t] if t < n else a[0]
+    cuda.syncthreads()
+    s[0, t] += s[1, t + 1]
+    cuda.atomic.add(h, t % 4, 1)
+    out[t] = s[0, :].sum() + n
+"""
+    code, info = rewrite(src)
+    lines = [ln.strip() for ln in code.splitlines()]
+    assert lines[2] == '"""doc"""'  # the docstring stays first, then the slot and the epoch
+    assert lines[3:5] == ["_vz_slot = _vz_slot_of(_vz_acc_sel)", "_vz_ep = 0"]
+    sites = sorted((s["line"], s["array"], s["space"], s["op"]) for s in info["sites"])
+    assert sites == [
+        (8, "a", "global", "load"),
+        (8, "a", "global", "load"),
+        (8, "s", "shared", "store"),
+        (10, "s", "shared", "load"),
+        (10, "s", "shared", "load"),
+        (10, "s", "shared", "store"),
+        (11, "h", "global", "atomic"),
+        (12, "out", "global", "store"),
+    ]  # fmt: skip  (s[0, :] is a view, not an access)
+    assert info["skipped"] == [{"line": 12, "array": "s", "why": "a slice or view"}]
+    # the conditional expression keeps its shape: each branch records only when it runs
+    assert "if t < n else a[_vz_at1(" in code
+    # s[0, t] += ...: recorded as a load in the target, the store as the next statement (after the add)
+    aug = lines.index(next(ln for ln in lines if "+= s[_vz_at2(" in ln))
+    assert lines[aug + 1].startswith("_vz_at2(") and ", s, 0, t, " in lines[aug + 1]
+    assert lines[lines.index("cuda.syncthreads()") + 1] == "_vz_ep += 1"
+    assert "n" not in {a["name"] for a in info["arrays"]}  # a scalar is never subscripted
+    shared = next(a for a in info["arrays"] if a["name"] == "s")
+    assert (shared["shape_src"], shared["dtype_src"]) == ("(4, 8)", "float32")
+
+
+def test_resolve_arrays_reads_shapes_without_running_code():
+    info = {"arrays": [
+        {"name": "s", "space": "shared", "shape_src": "(TILE, TILE + 1)", "dtype_src": "numba.float64"},
+        {"name": "bad", "space": "shared", "shape_src": "__import__('os').getpid()", "dtype_src": "float32"},
+        {"name": "x", "space": "global", "shape_src": "", "dtype_src": ""},
+    ]}  # fmt: skip
+    import numba
+
+    got = ia.resolve_arrays(info, {"x": np.zeros((3, 5), np.int16)}, {"TILE": 16, "numba": numba})
+    assert (got[0]["shape"], got[0]["itemsize"]) == ([16, 17], 8)
+    assert got[1]["shape"] == []  # a call is not evaluated: the array is indexed by element offset
+    assert (got[2]["shape"], got[2]["dtype"], got[2]["itemsize"]) == ([3, 5], "int16", 2)
+
+
+def hand_recording(cap=4, made=(2, 6)):
+    """Two slots (block 0 warps 0 and 1) of a 64-thread block: request r of slot s reads g[32*r + lane]."""
+    p = gpu_accesses.plan((2, 1, 1), (64, 1, 1), [0], records=32 * 2 * cap)
+    bufs = gpu_accesses.host_buffers(p)
+    for s, n in enumerate(made):
+        bufs["_vz_acc_cnt"][s] = n
+        for r in range(min(n, cap)):
+            bufs["_vz_acc_hdr"][s, r] = (0, 0, 4)
+            bufs["_vz_acc"][s, r] = np.arange(32) * 4 + 128 * r + 1
+    sites = [{"line": 7, "array": "g", "space": "global", "op": "load"}]
+    arrays = [{"name": "g", "space": "global", "dtype": "float32", "itemsize": 4, "shape": [1024]}]
+    return gpu_accesses.decode(bufs, p, sites, arrays, (2, 1, 1), (64, 1, 1))
+
+
+def test_decode_gives_the_recorder_tables_and_says_what_overflowed():
+    rec = hand_recording()
+    acc, req, haz, summ = memory.build(rec)
+    assert acc.attrs["source"] == req.attrs["source"] == MEASURED_GPU_SAMPLED
+    assert summ["source"] == MEASURED_GPU_SAMPLED
+    assert len(req) == 2 + 4 and (req["sectors"] == 4).all() and (req["lanes"] == 32).all()
+    assert req[req["warp"] == 1]["occurrence"].tolist() == [0, 1, 2, 3]
+    assert acc[(acc["thread"] == 33) & (acc["occurrence"] == 3)]["index"].tolist() == [3 * 32 + 1]
+    sample = summ["sample"]
+    assert (sample["overflowed_warps"], sample["unrecorded_requests"], sample["requests_per_warp"]) == (
+        1,
+        2,
+        4,
+    )
+    text = gpu_accesses.describe_sample(sample)
+    assert "2 requests are not in these tables" in text and "block 0" in text
+
+
+def test_plan_samples_first_middle_last_and_parses_blocks():
+    p = gpu_accesses.plan((4, 2, 1), (256, 1, 1))
+    assert p["blocks"] == [0, 4, 7] and len(p["slots"]) == 3 * 8
+    assert p["sel"].tolist() == [0, -1, -1, -1, 8, -1, -1, 16]
+    assert gpu_accesses.parse_blocks("7, 0,0", (4, 2, 1)) == [0, 7]
+    for bad in ("8", "x", "-1", ""):
+        with pytest.raises(ValueError, match="blocks to sample"):
+            gpu_accesses.parse_blocks(bad, (4, 2, 1))
+
+
+def run_cases(tmp_path, engine: str) -> dict:
+    out = tmp_path / f"{engine}.pkl"
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1" if engine == "sim" else "0"}
+    proc = subprocess.run(
+        [sys.executable, str(CASES_PY), engine, str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return pickle.loads(out.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp("gpu_acc_sim"), "sim")
+
+
+ACC = ["block", "thread", "array", "space", "op", "offset_bytes", "bytes", "epoch", "line", "index"]
+REQ = ["block", "warp", "line", "array", "space", "op", "epoch", "lanes", "bytes", "addresses", "sectors",
+       "ideal_sectors", "bank_ways", "wavefronts", "ideal_wavefronts", "extra_wavefronts"]  # fmt: skip
+HAZ = ["kind", "space", "array", "index", "block", "epoch", "thread_a", "thread_b", "line_a", "line_b"]
+
+
+def norm(df: pd.DataFrame, cols: list[str], blocks=None) -> pd.DataFrame:
+    if blocks is not None:
+        df = df[df["block"].isin(blocks)]
+    d = df[cols].copy()
+    for c in ("array", "space", "op", "kind"):
+        if c in d:
+            d[c] = d[c].astype(str)
+    return d.sort_values(cols).reset_index(drop=True)
+
+
+def same_tables(recorded: dict, simulator: dict, blocks) -> None:
+    g_acc, g_req, g_haz, _ = memory.build(recorded)
+    s_acc, s_req, s_haz, _ = memory.build(simulator)
+    assert len(g_acc) > 0
+    pd.testing.assert_frame_equal(norm(g_acc, ACC), norm(s_acc, ACC, blocks))
+    pd.testing.assert_frame_equal(norm(g_req, REQ), norm(s_req, REQ, blocks))
+    # global hazards between a sampled block and one not sampled cannot be seen from the sample
+    s_haz = s_haz[(s_haz["space"] == "shared") | s_haz["block_b"].isin(blocks) & s_haz["block"].isin(blocks)]
+    g_haz = g_haz[(g_haz["space"] == "shared") | g_haz["block_b"].isin(blocks)]
+    pd.testing.assert_frame_equal(norm(g_haz, HAZ), norm(s_haz, HAZ, blocks))
+
+
+CASE_NAMES = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "f32_column", "tree_sum", "tree_sum_race",
+              "histogram", "matmul_tiled"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kernel", CASE_NAMES)
+def test_gpu_recording_on_the_simulator_equals_the_simulator_recorder(sim, kernel):
+    res = sim[kernel]
+    assert res["correct"]
+    same_tables(res["recorded"], res["simulator"], res["blocks"])
+    assert res["recorded"]["sample"]["unrecorded_requests"] == 0
+
+
+def test_recorded_wavefronts_of_the_fresh_cases(sim):
+    """The cases' own point, from the GPU-recording build: per-phase wavefronts and conflicts."""
+
+    def shared_loads(kernel):
+        req = memory.build(sim[kernel]["recorded"])[1]
+        return req[(req["space"].astype(str) == "shared") & (req["op"].astype(str) == "load")]
+
+    f64 = shared_loads("f64_rows")
+    assert (f64["wavefronts"] == 2).all() and (f64["extra_wavefronts"] == 0).all()
+    assert (shared_loads("f64_stride2")["wavefronts"] == 4).all()
+    assert (shared_loads("f64_uneven")["wavefronts"] == 17).all()
+    assert (shared_loads("c128_rows")["wavefronts"] == 4).all()
+    assert (shared_loads("f32_column")["extra_wavefronts"] == 31).all()
+    sampled = sim["matmul_tiled"]["recorded"]["sample"]
+    assert sampled["blocks"] == [0, 5, 15] and sampled["warps"] == 3 * 8
+
+
+@pytest.mark.gpu
+def test_gpu_recording_on_the_gpu_equals_the_simulator_recorder(sim, tmp_path):
+    gpu = run_cases(tmp_path, "gpu")
+    for kernel in CASE_NAMES:
+        assert gpu[kernel]["correct"], kernel
+        same_tables(gpu[kernel]["recorded"], sim[kernel]["simulator"], gpu[kernel]["blocks"])

@@ -1,0 +1,209 @@
+"""A GPU recording of sampled warps' accesses, decoded into the simulator recorder's buffers.
+
+Pure numpy. kernels/access_probes.py writes, for each sampled warp (a *slot*), one row per warp
+request: which site (line, array, op), the barrier epoch, the element size, and each lane's byte
+offset. ``decode`` turns that into the buffers ``engine/access_record.Recorder.buffers()`` gives
+(one int64 row per lane access, the same columns), so ``analysis/memory.build`` and every page,
+lesson and export read a GPU recording unchanged. The label is
+``provenance.MEASURED_GPU_SAMPLED``: only the sampled warps are in it.
+
+What the columns mean here: ``tseq`` is the warp's request number (each lane's accesses in its own
+program order), ``pc`` the instrumented site (two accesses on one line are two sites, as two
+instructions are), ``occurrence`` the n-th request of this warp at this site, ``code`` 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from visualizer.analysis.provenance import MEASURED_GPU_SAMPLED
+from visualizer.specs.launch import ceil_div
+
+COLUMNS = (
+    "block",
+    "thread",
+    "tseq",
+    "array",
+    "op",
+    "offset",
+    "epoch",
+    "line",
+    "pc",
+    "code",
+    "occurrence",
+    "i0",
+    "i1",
+    "i2",
+)  # fmt: skip  (engine/access_record.COLUMNS: tests/test_gpu_accesses.py checks they agree)
+OPS = ("load", "store", "atomic")
+SAMPLE_BLOCKS = 3  # default: the first, the middle and the last block
+DEFAULT_RECORDS = 2_000_000  # lane accesses the buffers hold at most (the simulator's RECORD_LIMIT)
+
+
+def linear_blocks(grid) -> int:
+    return int(grid[0]) * int(grid[1]) * int(grid[2])
+
+
+def default_blocks(grid) -> list[int]:
+    """First, middle and last block of the grid (fewer when the grid is smaller)."""
+    n = linear_blocks(grid)
+    return sorted({0, n // 2, n - 1})[:SAMPLE_BLOCKS] if n else []
+
+
+def parse_blocks(text: str, grid) -> list[int]:
+    """``"0,17,4095"`` -> linear block numbers; ValueError (one line) for anything else or out of range."""
+    n = linear_blocks(grid)
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or len(part) > 12:
+            raise ValueError(f"blocks to sample: expected block numbers like 0,17,40, got {part[:20]!r}")
+        b = int(part)
+        if b >= n:
+            raise ValueError(f"blocks to sample: block {b} is outside the grid's {n} blocks (0 to {n - 1})")
+        out.append(b)
+    if not out:
+        raise ValueError("blocks to sample: name at least one block")
+    return sorted(set(out))
+
+
+def plan(grid, block, blocks: list[int] | None = None, records: int = DEFAULT_RECORDS) -> dict:
+    """Which warps record and how many requests each may record: the buffers' shapes.
+
+    Every warp of a sampled block records (shared-memory hazards need the whole block); ``cap``
+    requests per warp fit ``records`` lane accesses in all (a request is up to 32)."""
+    blocks = default_blocks(grid) if blocks is None else sorted(set(int(b) for b in blocks))
+    tpb = int(block[0]) * int(block[1]) * int(block[2])
+    warps = ceil_div(tpb, 32)
+    slots = [(b, w) for b in blocks for w in range(warps)]
+    cap = max(1, int(records) // (32 * max(len(slots), 1)))
+    sel = np.full(linear_blocks(grid), -1, np.int32)
+    for i, b in enumerate(blocks):
+        sel[b] = i * warps
+    return {"blocks": blocks, "warps_per_block": warps, "slots": slots, "cap": cap, "sel": sel}
+
+
+def host_buffers(p: dict) -> dict[str, np.ndarray]:
+    """Zeroed host copies of the four access buffers (names as the pass's parameters want them)."""
+    n = len(p["slots"])
+    return {
+        "_vz_acc": np.zeros((n, p["cap"], 32), np.int64),
+        "_vz_acc_hdr": np.zeros((n, p["cap"], 3), np.int32),
+        "_vz_acc_cnt": np.zeros(n, np.int32),
+        "_vz_acc_sel": p["sel"].copy(),
+    }
+
+
+def _unravel(offset: np.ndarray, shape: list[int]) -> np.ndarray:
+    """(n, 3) indices of the first three dimensions of C-order element offsets."""
+    out = np.zeros((len(offset), 3), np.int64)
+    rest = offset.copy()
+    dims = list(shape) or [1]
+    for k in range(len(dims) - 1, -1, -1):
+        d = max(int(dims[k]), 1)
+        if k < 3:
+            out[:, k] = rest % d if k else rest
+        rest //= d
+    return out
+
+
+def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list[dict], grid, block) -> dict:
+    """The recorder's buffers (analysis/memory.build reads them) from a GPU recording.
+
+    ``sites``: the pass's table (line, array, op); ``arrays``: name, space, dtype, itemsize, shape
+    of each array a site names (the host knows them). Requests past a warp's ``cap`` were not
+    recorded: ``sample`` says how many, per warp and in all."""
+    acc, hdr, cnt = bufs["_vz_acc"], bufs["_vz_acc_hdr"], bufs["_vz_acc_cnt"]
+    cap = acc.shape[1]
+    names = [a["name"] for a in arrays]
+    site_array = np.array([names.index(s["array"]) for s in sites] or [0], np.int64)
+    site_op = np.array([OPS.index(s["op"]) for s in sites] or [0], np.int64)
+    site_line = np.array([s["line"] for s in sites] or [0], np.int64)
+    arrays = [dict(a) for a in arrays]
+    parts = []
+    overflow = []
+    for s, (blk, warp) in enumerate(p["slots"]):
+        made = int(cnt[s])
+        n = min(made, cap)
+        if made > cap:
+            overflow.append({"block": blk, "warp": warp, "requests": made, "recorded": cap})
+        if n == 0:
+            continue
+        h = hdr[s, :n].astype(np.int64)
+        a = acc[s, :n]
+        r, lane = np.nonzero(a)
+        site = h[r, 0]
+        # the n-th request of this warp at this site
+        first = np.zeros(n, np.int64)
+        order = np.lexsort((np.arange(n), h[:, 0]))
+        ranks = np.empty(n, np.int64)
+        sorted_sites = h[order, 0]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_sites)) + 1]
+        run_start = np.repeat(starts, np.diff(np.r_[starts, n]))
+        ranks[order] = np.arange(n) - run_start
+        first[:] = ranks
+        aid = site_array[site]
+        size = np.maximum(h[r, 2], 1)  # the element size the device saw
+        off = (a[r, lane] - 1) // size
+        for k in np.unique(aid):
+            if not arrays[k].get("itemsize"):  # a shared array whose dtype the host could not read
+                arrays[k]["itemsize"] = int(size[aid == k][0])
+        rows = np.empty((len(r), len(COLUMNS)), np.int64)
+        rows[:, 0] = blk
+        rows[:, 1] = warp * 32 + lane
+        rows[:, 2] = r
+        rows[:, 3] = aid
+        rows[:, 4] = site_op[site]
+        rows[:, 5] = off
+        rows[:, 6] = h[r, 1]
+        rows[:, 7] = site_line[site]
+        rows[:, 8] = site
+        rows[:, 9] = 0
+        rows[:, 10] = first[r]
+        idx = np.zeros((len(r), 3), np.int64)
+        for k in np.unique(aid):
+            m = aid == k
+            idx[m] = _unravel(off[m], arrays[k].get("shape") or [])
+        rows[:, 11:14] = idx
+        parts.append(rows)
+    records = np.concatenate(parts) if parts else np.empty((0, len(COLUMNS)), np.int64)
+    unrecorded = sum(o["requests"] - o["recorded"] for o in overflow)
+    return {
+        "records": records,
+        "columns": list(COLUMNS),
+        "arrays": [
+            {k: a[k] for k in ("name", "space", "itemsize", "dtype", "shape")} | {"shape": list(a["shape"])}
+            for a in arrays
+        ],
+        "codes": [{"file": "", "func": ""}],
+        "limit": int(cap * 32 * len(p["slots"])),
+        "grid": list(grid),
+        "block": list(block),
+        "source": MEASURED_GPU_SAMPLED,
+        "sample": {
+            "blocks": [int(b) for b in p["blocks"]],
+            "warps": len(p["slots"]),
+            "requests_per_warp": int(cap),
+            "overflowed_warps": len(overflow),
+            "unrecorded_requests": int(unrecorded),
+            "overflow": overflow[:64],
+        },
+    }
+
+
+def describe_sample(sample: dict) -> str:
+    """One sentence: which warps recorded, and what did not fit (never silently a partial picture)."""
+    blocks = sample["blocks"]
+    shown = ", ".join(str(b) for b in blocks[:8]) + (" …" if len(blocks) > 8 else "")
+    text = (
+        f"recorded on the GPU by {sample['warps']} sampled warps (every warp of block"
+        f"{'s' if len(blocks) > 1 else ''} {shown}), up to {sample['requests_per_warp']:,} requests each"
+    )
+    if sample["unrecorded_requests"]:
+        text += (
+            f"; {sample['overflowed_warps']} warp(s) made more, and their last "
+            f"{sample['unrecorded_requests']:,} requests are not in these tables (sample fewer blocks)"
+        )
+    return text + "."

@@ -1,0 +1,354 @@
+"""The instrumenter's access pass: every global and shared element access of a kernel, recorded on a GPU.
+
+Pure Python (``ast`` only). ``AccessPass.apply(fn, info)`` rewrites the traced copy of a kernel in
+place so that each load, store and atomic of a global array (a kernel parameter) or a shared array
+(a name bound to ``cuda.shared.array``) passes its index through a recording device function of
+kernels/access_probes.py, which returns the same index::
+
+    C[row, col] = acc            ->  C[_vz_at2(<bufs>, C, row, col, 7)] = acc
+    s[t] += s[t + stride]        ->  _vz_k0 = t
+                                     s[_vz_at1(<bufs>, s, _vz_k0, 8)] += s[_vz_at1(<bufs>, s, t + stride, 9)]
+                                     _vz_at1(<bufs>, s, _vz_k0, 10)       (the store, after the add)
+    cuda.atomic.add(h, b, 1)     ->  cuda.atomic.add(h, _vz_at1(<bufs>, h, b, 11), 1)
+
+Python evaluates an index before the access it belongs to and a right-hand side before the store,
+so the records keep the kernel's own order; a conditional expression records only the branch that
+runs. ``<bufs>`` are the pass's parameters (``params``: ``_vz_acc, _vz_acc_hdr, _vz_acc_cnt,
+_vz_acc_sel``), this warp's slot (``_vz_slot = _vz_slot_of(_vz_acc_sel)``, set first) and the
+barrier epoch (``_vz_ep``, one more after each statement that calls ``cuda.syncthreads*``).
+
+``info`` gets ``sites`` (one per recorded access: line, array, op) and ``arrays`` (name, space and,
+for shared arrays, the source text of their shape and dtype): what the host needs to decode the
+buffers into the access table (analysis/gpu_accesses.py).
+
+Not recorded (said in ``info["skipped"]``): slices and partial indices (views, not accesses);
+accesses inside the kernel's device functions; an index given as one tuple variable with more than
+one dimension is recorded only if it is written out (``a[i, j]``); ``compare_and_swap`` (no index).
+"""
+
+from __future__ import annotations
+
+import ast
+
+ACC, HDR, CNT, SEL = "_vz_acc", "_vz_acc_hdr", "_vz_acc_cnt", "_vz_acc_sel"
+SLOT, EPOCH, SLOT_FN = "_vz_slot", "_vz_ep", "_vz_slot_of"
+AT = "_vz_at"  # + the number of indices: _vz_at1 ... _vz_at4
+TMP = "_vz_k"
+MAX_DIMS = 4
+LOAD, STORE, ATOMIC = "load", "store", "atomic"
+ATOMIC_INDEXED = frozenset({"add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min",
+                            "nanmax", "nanmin", "cas"})  # fmt: skip
+
+
+def _located(node: ast.AST, at: ast.AST) -> ast.AST:
+    for child in ast.walk(node):
+        ast.copy_location(child, at)
+        child.end_lineno, child.end_col_offset = at.lineno, at.col_offset
+    return node
+
+
+def _name(n: str, ctx=None) -> ast.Name:
+    return ast.Name(n, ctx or ast.Load())
+
+
+def _is_cuda_attr(node: ast.AST, *path: str) -> bool:
+    """``node`` is ``cuda.<path...>`` (e.g. ``cuda.shared.array``)."""
+    for attr in reversed(path):
+        if not (isinstance(node, ast.Attribute) and node.attr == attr):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == "cuda"
+
+
+def shared_arrays(fn: ast.FunctionDef) -> dict[str, tuple[str, str]]:
+    """Names bound to ``cuda.shared.array(shape, dtype)`` -> (shape source, dtype source)."""
+    out: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if _is_cuda_attr(node.value.func, "shared", "array"):
+                call = node.value
+                kw = {k.arg: k.value for k in call.keywords}
+                shape = call.args[0] if call.args else kw.get("shape")
+                dtype = call.args[1] if len(call.args) > 1 else kw.get("dtype")
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        out[t.id] = (
+                            ast.unparse(shape) if shape is not None else "",
+                            ast.unparse(dtype) if dtype is not None else "",
+                        )
+    return out
+
+
+def _calls_barrier(stmt: ast.stmt) -> bool:
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr.startswith("syncthreads") and _is_cuda_attr(node.func, node.func.attr):
+                return True
+    return False
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, arrays: dict[str, str], sites: list, skipped: list):
+        self.arrays = arrays  # name -> space
+        self.sites = sites
+        self.skipped = skipped
+        self.temps = 0
+
+    # nested functions (closures) are left alone
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def _site(self, node: ast.AST, array: str, op: str) -> int:
+        self.sites.append({"line": node.lineno, "array": array, "space": self.arrays[array], "op": op})
+        return len(self.sites) - 1
+
+    def _indices(self, node: ast.Subscript) -> list[ast.expr] | None:
+        sl = node.slice
+        idx = list(sl.elts) if isinstance(sl, ast.Tuple) else [sl]
+        if any(isinstance(i, (ast.Slice, ast.Starred)) for i in idx) or not 1 <= len(idx) <= MAX_DIMS:
+            self.skipped.append({"line": node.lineno, "array": node.value.id, "why": "a slice or view"})
+            return None
+        return idx
+
+    def _call(self, array: str, idx: list[ast.expr], site: int, at: ast.AST) -> ast.Call:
+        args = [_name(n) for n in (ACC, HDR, CNT, SLOT, EPOCH)] + [_name(array), *idx, ast.Constant(site)]
+        return _located(ast.Call(func=_name(f"{AT}{len(idx)}"), args=args, keywords=[]), at)
+
+    def _recorded(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            return node.value.id if node.value.id in self.arrays else None
+        return None
+
+    def visit_Subscript(self, node: ast.Subscript):
+        node.slice = self.visit(node.slice)
+        array = self._recorded(node)
+        if array is None or isinstance(node.ctx, ast.Del):
+            node.value = self.visit(node.value)
+            return node
+        idx = self._indices(node)
+        if idx is None:
+            return node
+        op = STORE if isinstance(node.ctx, ast.Store) else LOAD
+        call = self._call(array, idx, self._site(node, array, op), node)
+        node.slice = call if len(idx) == 1 else call  # a k-index call returns the k-tuple
+        return node
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        """``a[i] += v``: a load, then v, then a store of the same element (indices bound once)."""
+        array = self._recorded(node.target)
+        if array is None:
+            return self.generic_visit(node)
+        target = node.target
+        target.slice = self.visit(target.slice)  # loads inside the index come first
+        idx = self._indices(target)
+        node.value = self.visit(node.value)
+        if idx is None:
+            return node
+        binds, names = [], []
+        for i in idx:
+            if isinstance(i, (ast.Name, ast.Constant)):
+                names.append(i)
+                continue
+            tmp = f"{TMP}{self.temps}"
+            self.temps += 1
+            binds.append(_located(ast.Assign(targets=[_name(tmp, ast.Store())], value=i), node))
+            names.append(_name(tmp))
+        load = self._call(array, [_located(ast.Name(n.id, ast.Load()), node) if isinstance(n, ast.Name)
+                                  else n for n in names], self._site(node, array, LOAD), node)  # fmt: skip
+        target.slice = load
+        store = self._call(array, [_located(ast.Name(n.id, ast.Load()), node) if isinstance(n, ast.Name)
+                                   else n for n in names], self._site(node, array, STORE), node)  # fmt: skip
+        return [*binds, node, _located(ast.Expr(store), node)]
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        f = node.func
+        if (
+            isinstance(f, ast.Attribute)
+            and _is_cuda_attr(f, "atomic", f.attr)
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in self.arrays
+        ):
+            array = node.args[0].id
+            if f.attr not in ATOMIC_INDEXED or len(node.args) < 2:
+                self.skipped.append({"line": node.lineno, "array": array, "why": f"cuda.atomic.{f.attr}"})
+                return node
+            sl = node.args[1]
+            idx = list(sl.elts) if isinstance(sl, ast.Tuple) else [sl]
+            if not 1 <= len(idx) <= MAX_DIMS:
+                return node
+            call = self._call(array, idx, self._site(node, array, ATOMIC), node)
+            node.args[1] = call
+        return node
+
+
+def _epochs(body: list[ast.stmt]) -> list[ast.stmt]:
+    """After each statement that calls a barrier (at this level), ``_vz_ep += 1``; into blocks."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append(stmt)
+            continue
+        nested = False
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                setattr(stmt, field, _epochs(inner))
+                nested = True
+        if isinstance(stmt, ast.Try):
+            for h in stmt.handlers:
+                h.body = _epochs(h.body)
+        out.append(stmt)
+        if not nested and _calls_barrier(stmt):
+            bump = ast.AugAssign(target=_name(EPOCH, ast.Store()), op=ast.Add(), value=ast.Constant(1))
+            out.append(_located(bump, stmt))
+    return out
+
+
+class AccessPass:
+    """The pass object the instrumenter runs (engine/instrument.py's ``passes=``)."""
+
+    name = "accesses"
+    params = (ACC, HDR, CNT, SEL)
+
+    def __init__(self, exclude=()):
+        self.exclude = frozenset(exclude)  # parameters that are probe buffers, not the kernel's data
+
+    def globals(self) -> dict:
+        from kernels import access_probes as probes
+
+        return {SLOT_FN: probes.slot_of, **{f"{AT}{n}": fn for n, fn in probes.AT.items()}}
+
+    def apply(self, fn: ast.FunctionDef, info: dict) -> None:
+        own = [a.arg for a in fn.args.args if not a.arg.startswith("_vz_")]
+        shared = shared_arrays(fn)
+        arrays = {n: "global" for n in own if n not in self.exclude}
+        arrays.update({n: "shared" for n in shared})
+        sites: list = []
+        skipped: list = []
+        rw = _Rewriter(arrays, sites, skipped)
+        body = []
+        for stmt in fn.body:
+            new = rw.visit(stmt)
+            body.extend(new if isinstance(new, list) else [new])
+        body = _epochs(body)
+        first = fn.body[0]
+        setup = [
+            ast.Assign(targets=[_name(SLOT, ast.Store())],
+                       value=ast.Call(func=_name(SLOT_FN), args=[_name(SEL)], keywords=[])),
+            ast.Assign(targets=[_name(EPOCH, ast.Store())], value=ast.Constant(0)),
+        ]  # fmt: skip
+        for s in setup:
+            _located(s, first)
+        doc = 1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 0
+        fn.body = body[:doc] + setup + body[doc:]
+        used = {s["array"] for s in sites}
+        info["sites"] = sites
+        info["arrays"] = [
+            {
+                "name": n,
+                "space": space,
+                "shape_src": shared.get(n, ("", ""))[0] if space == "shared" else "",
+                "dtype_src": shared.get(n, ("", ""))[1] if space == "shared" else "",
+            }
+            for n, space in arrays.items()
+            if n in used
+        ]
+        info["skipped"] = skipped
+
+
+# --- before the instrumenter runs passes (and for tests): the pass on its own ------------------
+
+
+def standalone(tree: ast.Module, kernel: str, exclude=()) -> tuple[ast.Module, dict]:
+    """The module plus ``<kernel>__traced``: the kernel with only the access pass (its parameters
+    appended), and the pass's info. engine/instrument.py's ``passes=`` does the same with the probes."""
+    import copy
+
+    from visualizer.engine.instrument import _traced_decorators, find_kernel, traced_name
+
+    tree = copy.deepcopy(tree)
+    index, fn = find_kernel(tree, kernel)
+    traced = copy.deepcopy(fn)
+    traced.name = traced_name(kernel)
+    traced.decorator_list = _traced_decorators(fn)
+    p = AccessPass(exclude)
+    for name in p.params:
+        traced.args.args.append(ast.copy_location(ast.arg(arg=name), fn))
+    info: dict = {}
+    p.apply(traced, info)
+    tree.body.insert(index + 1, traced)
+    return ast.fix_missing_locations(tree), info
+
+
+# --- host side: what each recorded array is -----------------------------------------------------
+
+_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+        ast.FloorDiv: lambda a, b: a // b}  # fmt: skip
+
+
+def _value(node: ast.AST, names: dict):
+    """A shape or dtype expression's value: constants, names and attributes of ``names``, tuples and
+    + - * //; anything else raises ValueError (no code is run)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str)):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in names:
+            raise ValueError(node.id)
+        return names[node.id]
+    if isinstance(node, ast.Attribute):
+        return getattr(_value(node.value, names), node.attr)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(_value(e, names) for e in node.elts)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left, right = _value(node.left, names), _value(node.right, names)
+        if (
+            not (isinstance(left, int) and isinstance(right, int))
+            or abs(left) > 1 << 40
+            or abs(right) > 1 << 40
+        ):
+            raise ValueError("not a small integer")
+        return _OPS[type(node.op)](left, right)
+    raise ValueError(type(node).__name__)
+
+
+def _dtype_of(value):
+    import numpy as np
+
+    try:
+        return np.dtype(str(value))
+    except TypeError:
+        return np.dtype(getattr(value, "__name__", str(value)))
+
+
+def resolve_arrays(info: dict, host: dict, namespace: dict) -> list[dict]:
+    """Name, space, dtype, itemsize and shape of every array the pass's sites name.
+
+    ``host``: kernel parameter -> its array (global ones); ``namespace``: the kernel module's globals,
+    where a shared array's shape and dtype (``cuda.shared.array((TILE, TILE), float32)``) are looked up.
+    A shape it cannot work out is left empty (the table then indexes the array by element offset)."""
+    out = []
+    for a in info["arrays"]:
+        if a["space"] == "global":
+            ary = host[a["name"]]
+            out.append(
+                {**a, "dtype": str(ary.dtype), "itemsize": ary.dtype.itemsize, "shape": list(ary.shape)}
+            )
+            continue
+        shape: list[int] = []
+        dtype = None
+        try:
+            v = _value(ast.parse(a["shape_src"], mode="eval").body, namespace)
+            shape = [int(x) for x in (v if isinstance(v, tuple) else (v,))]
+        except (ValueError, SyntaxError, TypeError, AttributeError):
+            pass
+        try:
+            dtype = _dtype_of(_value(ast.parse(a["dtype_src"], mode="eval").body, namespace))
+        except (ValueError, SyntaxError, TypeError, AttributeError):
+            pass
+        out.append({**a, "dtype": str(dtype) if dtype is not None else "", "shape": shape,
+                    "itemsize": dtype.itemsize if dtype is not None else 0})  # fmt: skip
+    return out
