@@ -28,8 +28,7 @@ def f64_stride2(x, out):
     """float64 at a stride of two elements: each half-warp uses 16 banks twice (4 wavefronts)."""
     s = cuda.shared.array(2 * N, float64)
     t = cuda.threadIdx.x
-    s[2 * t] = x[t]
-    s[2 * t + 1] = 0.0
+    s[2 * t] = x[t]  # (the odd elements are never touched: two stores side by side would be fused)
     cuda.syncthreads()
     out[t] = s[2 * t]
 
@@ -41,8 +40,9 @@ def f64_uneven(x, out):
     s = cuda.shared.array(N * 16, float64)
     t = cuda.threadIdx.x
     lane = t % 32
+    v = x[t]  # one load (the compiler would hoist it out of the loop anyway)
     for k in range(16):
-        s[t * 16 + k] = x[t]
+        s[t * 16 + k] = v
     cuda.syncthreads()
     i = lane * 16 if lane < 16 else lane
     out[t] = s[(t // 32) * 512 + i]

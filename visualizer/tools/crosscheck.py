@@ -40,6 +40,10 @@ CASES: list[tuple[str, dict]] = [
     ("strided_copy", {"n": 1024, "stride": 32, "block": 128}),
 ]
 RACECHECK = ["reduction_race", "reduction", "matmul_tiled", "transpose_tiled", "transpose_padded"]
+# kernels written for the check (kernels/access_cases.py; tools/crosscheck_fresh.py runs them): profiled
+# after CASES, and recorded by the access pass on the GPU (every block) and on the simulator
+FRESH = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "f32_column", "tree_sum", "tree_sum_race",
+         "histogram", "matmul_tiled"]  # fmt: skip
 
 # (Nsight Compute metric, the engine's summary key)
 METRICS = [
@@ -51,6 +55,8 @@ METRICS = [
     ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "shared_st_bank_conflicts"),
     ("smsp__sass_inst_executed_op_shared_ld.sum", "shared_ld_requests"),
     ("smsp__sass_inst_executed_op_shared_st.sum", "shared_st_requests"),
+    ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "shared_ld_wavefronts"),
+    ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum", "shared_st_wavefronts"),
 ]
 NCU = "/usr/local/cuda/bin/ncu"
 SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
@@ -65,7 +71,8 @@ def case_label(kernel: str, params: dict) -> str:
 
 
 def launch(indices: list[int]) -> int:
-    """Launch the clean build of each case once (the process ncu / the sanitizer profiles)."""
+    """Launch the clean build of each case once (the process ncu / the sanitizer profiles); indices
+    past CASES are the FRESH kernels."""
     import numpy as np
 
     from visualizer.engine.worker import Backend, build_kernels, configure_backend, record_buffers
@@ -75,6 +82,13 @@ def launch(indices: list[int]) -> int:
     backend = Backend("gpu")
     cuda = backend.cuda
     for i in indices:
+        if i >= len(CASES):
+            from visualizer.tools import crosscheck_fresh
+
+            name = FRESH[i - len(CASES)]
+            ok = crosscheck_fresh.clean_launch(name)
+            print(json.dumps({"case": i, "label": name, "matches_numpy": bool(ok)}), flush=True)
+            continue
         kernel, params = CASES[i]
         spec, values, plan = catalog.plan_launch(kernel, params, "gpu")
         inputs = spec.make_inputs(values, np.random.default_rng(0))
@@ -130,11 +144,16 @@ def gpu(out_dir: str) -> int:
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=500)
     write_text(out / "launch.log", res.stdout + res.stderr)
     cases = [{"kernel": k, "params": p, "label": case_label(k, p)} for k, p in CASES]
+    cases += [{"kernel": k, "params": {}, "label": k, "fresh": True} for k in FRESH]
     for line in res.stdout.splitlines():
         if line.startswith("{"):
             rec = json.loads(line)
             cases[rec["case"]]["matches_numpy"] = rec["matches_numpy"]
     write_text(out / "cases.json", json.dumps(cases, indent=1))
+    # the access pass's recording of the fresh kernels on the GPU (every block; no ncu around it)
+    rec = subprocess.run(_self("record", "--out", str(out)), capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=500)  # fmt: skip
+    write_text(out / "record.log", rec.stdout + rec.stderr)
     races, logs = [], []
     for kernel in RACECHECK:
         idx = next(i for i, (k, _) in enumerate(CASES) if k == kernel)
@@ -181,8 +200,45 @@ def read_ncu(path: str | Path) -> dict[int, dict[str, float]]:
     return dict(enumerate(kernels[k] for k in sorted(kernels)))
 
 
+def record(out_dir: str, engine: str = "gpu") -> int:
+    """The FRESH kernels recorded by the access pass (every block) -> OUT/recorded_<engine>.json; on
+    the simulator also the simulator recorder's tables of the same launches (simulator.json)."""
+    from visualizer.tools import crosscheck_fresh
+
+    results = crosscheck_fresh.run(engine, blocks="all", names=FRESH)
+    out = Path(out_dir)
+    write_text(out / f"recorded_{engine}.json", json.dumps(crosscheck_fresh.summaries(results), indent=1))
+    if engine == "sim":
+        write_text(
+            out / "simulator.json", json.dumps(crosscheck_fresh.summaries(results, "simulator"), indent=1)
+        )
+    print(f"recorded {len(results)} kernels on {engine}: " + ", ".join(
+        f"{k} {'ok' if r['correct'] else 'WRONG'}" for k, r in results.items()))  # fmt: skip
+    return 0 if all(r["correct"] for r in results.values()) else 1
+
+
+def _fresh_engine(profile_dir: Path) -> tuple[dict, dict, dict]:
+    """(simulator recorder, the access pass on the simulator, the access pass on the GPU) summaries."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+        r = subprocess.run(_self("record", "--out", tmp, "--engine", "sim"), capture_output=True, text=True,
+                           env=env, cwd=ROOT, timeout=900)  # fmt: skip
+        if r.returncode not in (0, 1):
+            raise RuntimeError(f"recording the fresh kernels on the simulator failed: {r.stderr[-500:]}")
+        sim = json.loads((Path(tmp) / "simulator.json").read_text())
+        sim_pass = json.loads((Path(tmp) / "recorded_sim.json").read_text())
+    gpu_path = profile_dir / "recorded_gpu.json"
+    gpu = json.loads(gpu_path.read_text()) if gpu_path.exists() else {}
+    return sim, sim_pass, gpu
+
+
 def compare(profile_dir: str) -> list[dict]:
-    """One row per (case, metric): ncu's count and the engine's, from the same launch."""
+    """One row per (case, metric): ncu's count and the engine's, from the same launch. For the FRESH
+    kernels also the access pass's recording, on the simulator (``pass_sim``) and on the GPU
+    (``pass_gpu``), every block of the launch."""
     from visualizer.engine.runner import Runner
 
     ncu = read_ncu(Path(profile_dir) / "ncu.csv")
@@ -203,6 +259,27 @@ def compare(profile_dir: str) -> list[dict]:
                         "hazards": summ["hazards"],
                     }
                 )
+    sim, sim_pass, gpu = _fresh_engine(Path(profile_dir))
+    for j, kernel in enumerate(FRESH):
+        i = len(CASES) + j
+        for metric, key in METRICS:
+            measured = ncu.get(i, {}).get(metric)
+            eng = sim.get(kernel, {}).get(key)
+            ps, pg = sim_pass.get(kernel, {}).get(key), gpu.get(kernel, {}).get(key)
+            rows.append(
+                {
+                    "case": kernel,
+                    "metric": metric,
+                    "ncu": None if measured is None else int(measured),
+                    "engine": eng,
+                    "pass_sim": ps,
+                    "pass_gpu": pg,
+                    "equal": measured is not None and eng is not None and int(measured) == int(eng),
+                    "pass_equal": measured is not None and pg is not None and int(measured) == int(pg),
+                    "hazards": sim.get(kernel, {}).get("hazards", {}),
+                    "fresh": True,
+                }
+            )
     return rows
 
 
@@ -215,8 +292,11 @@ def markdown(rows: list[dict], races: list[dict]) -> str:
         cells = []
         for m, _ in METRICS:
             r = next(x for x in rows if x["case"] == case and x["metric"] == m)
-            mark = "" if r["equal"] else " **≠**"
-            cells.append(f"{r['ncu']} / {r['engine']}{mark}")
+            mark = "" if r["equal"] and r.get("pass_equal", True) else " **≠**"
+            if r.get("fresh"):  # ncu / simulator recorder / the access pass on the GPU
+                cells.append(f"{r['ncu']} / {r['engine']} / {r['pass_gpu']}{mark}")
+            else:
+                cells.append(f"{r['ncu']} / {r['engine']}{mark}")
         out.append(f"| {case} | " + " | ".join(cells) + " |")
     if races:
         out += [
@@ -293,13 +373,23 @@ def main(argv: list[str]) -> int:
     c.add_argument("dir")
     c.add_argument("--json", help="also write the rows here")
     sub.add_parser("cost", help="simulator time with and without access recording (one run)")
+    rp = sub.add_parser("record", help="the fresh kernels recorded by the access pass (every block)")
+    rp.add_argument("--out", required=True)
+    rp.add_argument("--engine", choices=("gpu", "sim"), default="gpu")
     lp = sub.add_parser("launch", help=argparse.SUPPRESS)
     lp.add_argument("cases", nargs="*", type=int)
     args = p.parse_args(argv)
     if args.step == "launch":
-        return launch(args.cases or list(range(len(CASES))))
+        return launch(args.cases or list(range(len(CASES) + len(FRESH))))
     if args.step == "gpu":
         return gpu(args.out)
+    if args.step == "record":
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"error: --out {quoted(args.out)}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        return record(args.out, args.engine)
     if args.step == "cost":
         rows = cost()
         print(
