@@ -212,3 +212,90 @@ def test_gpu_recording_on_the_gpu_equals_the_simulator_recorder(sim, tmp_path):
     for kernel in CASE_NAMES:
         assert gpu[kernel]["correct"], kernel
         same_tables(gpu[kernel]["recorded"], sim[kernel]["simulator"], gpu[kernel]["blocks"])
+
+
+# --- through the capture path: the same Job a GPU capture runs, on the simulator -----------------
+
+
+@pytest.fixture(scope="module")
+def sim_runner_local():
+    from visualizer.engine.runner import Runner
+
+    with Runner("sim") as runner:
+        yield runner
+
+
+def capture_both(runner, kernel, params, **kw):
+    plain = runner.capture(kernel, params, accesses=True, time_clean=False)
+    passed = runner.capture(kernel, params, accesses=True, time_clean=False, access_engine="pass", **kw)
+    return plain, passed
+
+
+def same_capture_tables(plain, passed):
+    blocks = passed.launch["accesses"]["sample"]["blocks"]
+    pd.testing.assert_frame_equal(norm(passed.accesses, ACC), norm(plain.accesses, ACC, blocks))
+    pd.testing.assert_frame_equal(norm(passed.requests, REQ), norm(plain.requests, REQ, blocks))
+    shared = plain.hazards[plain.hazards["space"] == "shared"]
+    pd.testing.assert_frame_equal(
+        norm(passed.hazards[passed.hazards["space"] == "shared"], HAZ), norm(shared, HAZ, blocks)
+    )
+
+
+@pytest.mark.parametrize(
+    "kernel,params,blocks",
+    [
+        ("matmul_tiled", {"n": 48, "tile": 16}, None),
+        ("transpose_tiled", {"rows": 64, "cols": 96, "tile": 32}, [1, 4]),
+        ("reduction_race", {"n": 1024, "block": 128}, None),
+        ("strided_copy", {"n": 1024, "stride": 8, "block": 128}, [0]),
+    ],
+)
+def test_builtin_capture_recorded_by_the_pass_equals_the_recorder(sim_runner_local, kernel, params, blocks):
+    plain, passed = capture_both(sim_runner_local, kernel, params, sample_blocks=blocks)
+    assert passed.check["correct"] or kernel == "reduction_race"
+    summ = passed.launch["accesses"]
+    assert summ["source"] == MEASURED_GPU_SAMPLED and passed.accesses.attrs["source"] == MEASURED_GPU_SAMPLED
+    grid = plain.launch["grid"]
+    assert summ["sample"]["blocks"] == (blocks or gpu_accesses.default_blocks(grid))
+    same_capture_tables(plain, passed)
+
+
+def test_a_bad_sample_is_one_line(sim_runner_local):
+    from visualizer.specs.catalog import LaunchError
+
+    with pytest.raises(LaunchError, match="outside the grid"):
+        sim_runner_local.capture("matmul_tiled", {"n": 32, "tile": 16}, accesses=True, access_engine="pass",
+                                 sample_blocks="0,99", time_clean=False)  # fmt: skip
+
+
+def test_a_visitors_kernel_recorded_by_the_pass_equals_the_recorder():
+    from visualizer.engine.user_runner import UserRunner
+    from visualizer.specs.source import plan_source_launch
+    from visualizer.web.examples import EXAMPLES
+
+    ex = EXAMPLES["matmul_tiled"]
+    launch = plan_source_launch(ex.source, ex.kernel, grid=ex.grid, block=ex.block, args=ex.args,
+                                threads_for_n=ex.threads_for, filename=ex.file)  # fmt: skip
+    with UserRunner("sim") as runner:
+        plain = runner.capture_source(launch, accesses=True, time_clean=False)
+        passed = runner.capture_source(launch, accesses=True, time_clean=False, access_engine="pass")
+    assert passed.launch["accesses"]["source"] == MEASURED_GPU_SAMPLED
+    same_capture_tables(plain, passed)
+
+
+def test_cli_sample_blocks_needs_accesses_and_a_bad_one_exits_2(tmp_path):
+    base = [
+        sys.executable,
+        "-m",
+        "visualizer",
+        "capture",
+        "matmul_tiled",
+        "--param",
+        "n=32",
+        "--backend",
+        "sim",
+    ]
+    res = subprocess.run(
+        [*base, "--sample-blocks", "0", "--out", str(tmp_path)], capture_output=True, text=True
+    )
+    assert res.returncode == 2 and "add --accesses" in res.stderr and res.stderr.count("\n") == 1

@@ -1,9 +1,7 @@
-"""The memory-access kernels on a real GPU: same answers as numpy; recording refuses the GPU."""
+"""The memory-access kernels on a real GPU: same answers as numpy; their accesses recorded by sampled warps."""
 
 import numpy as np
 import pytest
-
-from visualizer.specs.catalog import LaunchError
 
 pytestmark = pytest.mark.gpu
 
@@ -25,6 +23,17 @@ def test_memory_kernels_on_gpu(gpu_runner, kernel, params):
         np.testing.assert_array_equal(cap.outputs["out"], cap.inputs["inp"].T)
 
 
-def test_access_recording_refused_on_gpu(gpu_runner):
-    with pytest.raises(LaunchError, match="simulator"):
-        gpu_runner.capture("strided_copy", {"n": 64}, accesses=True)
+def test_access_recording_on_gpu_is_the_kernels_own_in_sampled_warps(gpu_runner):
+    cap = gpu_runner.capture("strided_copy", {"n": 4096, "stride": 8, "block": 128}, accesses=True, repeats=3)
+    assert cap.check["correct"]
+    summ = cap.launch["accesses"]
+    assert summ["source"] == "measured (GPU, sampled warps)" and summ["sample"]["unrecorded_requests"] == 0
+    req = cap.requests
+    loads = req[(req["op"].astype(str) == "load")]
+    stores = req[(req["op"].astype(str) == "store")]
+    # one float32 per lane, 32 bytes apart: every lane its own sector; the stores are contiguous
+    assert (
+        len(loads) == len(stores) == 3 * 4
+        and (loads["sectors"] == 32).all()
+        and (stores["sectors"] == 4).all()
+    )

@@ -504,6 +504,10 @@ def build(buffers: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict
 def describe(summ: dict) -> list[str]:
     """A few lines of text for the CLI from ``summary()``."""
     lines = [f"memory accesses ({summ['source']}): {summ['accesses']} recorded"]
+    if summ.get("sample"):  # a GPU recording: which warps, and what did not fit
+        from visualizer.analysis.gpu_accesses import describe_sample
+
+        lines.append(describe_sample(summ["sample"]))
     for short, op in (("ld", "loads"), ("st", "stores")):
         req = summ[f"global_{short}_requests"]
         if req:

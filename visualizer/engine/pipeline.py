@@ -55,6 +55,9 @@ class Job:
     during_launch: Callable[[], Any] = nullcontext  # a context around the instrumented launch only
     overflow_error: Callable[[Any], Exception] | None = None  # recorder -> the error to raise instead
     before_run: Callable[[int], None] | None = None  # before run i > 0 is reset (a visitor's delay table)
+    # the read-back probe buffers -> the recorder's buffers, for accesses the kernel recorded itself
+    # (the access pass, engine/gpu_access_job.py); it takes its own buffers out of them
+    finish_accesses: Callable[[dict], dict] | None = None
 
     @property
     def config(self) -> tuple:
@@ -194,7 +197,11 @@ def run(
         instrumented=resources(backend, job.traced, _launch_shape(job)),
         clean=resources(backend, job.clean, _launch_shape(job)),
         device_arrays=device,
-        accesses=recorder.buffers() if recorder is not None else None,
+        accesses=recorder.buffers()
+        if recorder is not None
+        else job.finish_accesses(recorded)
+        if job.finish_accesses is not None
+        else None,
         runs=stacked,
         schedules=schedules,
     )

@@ -66,9 +66,11 @@ def _where(filename: str, hit) -> str:
     return f" at {os.path.basename(filename)} line {line}" + (f": {text}" if text else "")
 
 
-def load_module(source: str, filename: str, kernel: str, delays: bool = False):
+def load_module(source: str, filename: str, kernel: str, delays: bool = False, passes: tuple = ()):
     """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
-    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers."""
+    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers;
+    ``passes``: more lenses (the access pass on a GPU); their info is ``_vz_info``, the parameters
+    the instrumenter added ``_vz_params``."""
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as exc:
@@ -78,7 +80,7 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False):
             + (f": {text[:80]}" if text else "")
         ) from None
     try:
-        instrumented = instrument(tree, kernel, delays=delays)
+        instrumented = instrument(tree, kernel, delays=delays, passes=passes)
         code = compile(instrumented, filename, "exec")
     except KeyError:
         raise UserCodeError(
@@ -93,8 +95,10 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False):
     name = f"user_kernel_{next(_module_ids)}"
     module = types.ModuleType(name)
     module.__file__ = filename
-    module.__dict__.update(probe_globals(delays=delays))
+    module.__dict__.update(probe_globals(passes, delays=delays))
     module.__dict__["_vz_delay_sites"] = instrumented.delay_sites
+    module.__dict__["_vz_info"] = instrumented.vz_info
+    module.__dict__["_vz_params"] = list(instrumented.vz_params)
     sys.modules[name] = module  # numba and inspect look modules up by name
     try:
         exec(code, module.__dict__)
@@ -371,9 +375,17 @@ def prepare_source(backend, request: dict):
     if delays:
         buffers["delay"] = delay_table(seed, 0)
     started = time.perf_counter_ns()
-    module = load_module(request["source"], filename, kernel, delays)
+    from visualizer.engine import gpu_access_job
+    from visualizer.engine.instrument_accesses import AccessPass
+
+    record_pass = gpu_access_job.wanted(backend, request)  # on a GPU the kernel records its own accesses
+    module = load_module(request["source"], filename, kernel, delays, (AccessPass(),) if record_pass else ())
     traced, clean = kernel_pair(backend.cuda, module, kernel)
     user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
+    added = [("buffer", "trace"), ("buffer", "active")] + ([("buffer", "delay")] if delays else [])
+    traced_args = [*user_args, *added]
+    if record_pass:
+        traced_args = gpu_access_job.traced_args(module.__dict__["_vz_params"], user_args)
 
     def call(fn, args):  # a failure in the visitor's code is one line naming their line
         try:
@@ -389,13 +401,17 @@ def prepare_source(backend, request: dict):
     fake_modules: list = []
     job = Job(
         traced=traced, clean=clean, grid=grid, block=block, arrays=arrays, buffers=buffers,
-        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active"), *([("buffer", "delay")] if delays else [])],
+        traced_args=traced_args,
         clean_args=user_args,
         # no flops model for a visitor's kernel (its bytes only decide the L2 flush): no GB/s is claimed
         nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
         during_launch=lambda: shared_allocations(backend.simulator, fake_modules),
     )  # fmt: skip
-    if request.get("accesses"):
+    if record_pass:
+        info = module.__dict__["_vz_info"]["accesses"]
+        host = {p: arrays[p] for p in params if p in arrays}
+        gpu_access_job.attach(job, backend, request, info, host, module.__dict__)
+    elif request.get("accesses"):
         job.start_recording = lambda device, bufs: start_access_recording(
             backend, request, device, bufs, grid, block
         )

@@ -129,6 +129,8 @@ class UserRunner(Runner):
         runs: int = 1,
         schedule_seed: int | None = None,
         delays: bool = False,
+        sample_blocks=None,
+        access_engine: str | None = None,
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
         ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py);
@@ -137,6 +139,10 @@ class UserRunner(Runner):
         if not 1 <= int(runs) <= MAX_RUNS:
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
+        if accesses and sample_blocks is not None:  # which warps record on a GPU (engine/gpu_access_job.py)
+            request["sample_blocks"] = sample_blocks
+        if accesses and access_engine is not None:
+            request["access_engine"] = str(access_engine)
         if runs > 1 or schedule_seed is not None:
             request.update(runs=int(runs), schedule_seed=schedule_seed, delays=bool(delays))
         limit = timeout or self.run_timeout

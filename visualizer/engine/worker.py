@@ -262,19 +262,30 @@ def prepare_builtin(backend: Backend, request: dict):
     inputs = spec.make_inputs(values, np.random.default_rng(request.get("seed", 0)))
     buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
-    built = build_kernels(spec, values)
+    from visualizer.engine import gpu_access_job
+
+    record_pass = gpu_access_job.wanted(backend, request)  # accesses recorded by the kernel itself
+    passes = (builtin_access_pass(spec, values),) if record_pass else ()
+    built = build_kernels(spec, values, passes)
     layout = [
         ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
         for a in spec.args
     ]  # the kernel's own parameters (domain probe buffers among them: no-ops in the clean build)
     added = [("buffer", b) for b in INSTRUMENTER_BUFFERS]  # the instrumenter's, after the kernel's own
+    if record_pass:
+        added = gpu_access_job.traced_args(built.params, [])
     nbytes, flops = spec.work(values)
     job = Job(
         traced=built.traced, clean=built.clean, grid=launch.grid, block=launch.block, arrays=inputs,
         buffers=buffers, traced_args=layout + added, clean_args=layout, dynamic_smem=launch.dynamic_smem,
         nbytes=nbytes, flops=flops, compile_started_ns=started,
     )  # fmt: skip
-    if request.get("accesses"):
+    if record_pass:
+        fn = kernel_function(spec, values)
+        host = {**inputs, **buffers}
+        named = {name: host[role] for role, name in zip(spec.args, _param_names(fn), strict=False) if role in host}
+        gpu_access_job.attach(job, backend, request, built.info["accesses"], named, _namespace(fn))
+    elif request.get("accesses"):
         from visualizer.specs.catalog import LaunchError
 
         def start(device, bufs):
@@ -283,6 +294,29 @@ def prepare_builtin(backend: Backend, request: dict):
         job.start_recording = start
         job.overflow_error = lambda recorder: LaunchError(access_limit_message(recorder.limit))
     return spec, values, launch, inputs, job
+
+
+def _param_names(fn) -> list[str]:
+    import inspect
+
+    return list(inspect.signature(fn).parameters)
+
+
+def _namespace(fn) -> dict:
+    """A kernel function's globals and closure constants (where its shared arrays' shapes are named)."""
+    ns = dict(fn.__globals__)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+        ns[name] = cell.cell_contents
+    return ns
+
+
+def builtin_access_pass(spec, values):
+    """The access pass for a built-in kernel: its probe-buffer parameters are not its data."""
+    from visualizer.engine.access_record import PROBE_BUFFERS
+    from visualizer.engine.instrument_accesses import AccessPass
+
+    names = _param_names(kernel_function(spec, values))
+    return AccessPass(exclude=[n for role, n in zip(spec.args, names, strict=False) if role in PROBE_BUFFERS])
 
 
 def capture(backend: Backend, request: dict) -> dict:

@@ -79,7 +79,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=_tolerance, default=None, help="relative tolerance of the check")
     p.add_argument("--atol", type=_tolerance, default=None, help="absolute tolerance of the check")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
-    p.add_argument("--accesses", action="store_true", help="record memory accesses (simulator)")
+    p.add_argument(
+        "--accesses",
+        action="store_true",
+        help="record memory accesses (simulator: every thread; GPU: sampled warps, see --sample-blocks)",
+    )
+    p.add_argument("--sample-blocks", metavar="B[,B...]", default=None,
+                   help="with --accesses on a GPU: the linear blocks whose warps record (default first, middle, last)")  # fmt: skip
     p.add_argument("--out", required=True, help="directory for the trace bundle")
     p.add_argument("--repeats", type=count(1), default=20, help="timed launches per build on the GPU")
     p.add_argument(
@@ -147,7 +153,7 @@ def cmd_capture_source(argv: list[str]) -> int:
             runs = {"runs": args.runs, "schedule_seed": args.seed, "delays": args.delays} if args.runs else {}
             cap = runner.capture_source(
                 launch, seed=args.seed or 0, repeats=args.repeats, accesses=args.accesses, timeout=args.timeout,
-                **runs,
+                **runs, **({"sample_blocks": args.sample_blocks} if args.sample_blocks is not None else {}),
             )  # fmt: skip
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -182,6 +188,11 @@ def cmd_capture_source(argv: list[str]) -> int:
     )
     if getattr(cap, "accesses", None) is not None:
         print(f"  memory accesses recorded: {len(cap.accesses):,} ({len(cap.hazards):,} hazards)")
+        sample = (info.get("accesses") or {}).get("sample")
+        if sample:
+            from visualizer.analysis.gpu_accesses import describe_sample
+
+            print(f"  {describe_sample(sample)}")
     if cap.runs is not None:
         from visualizer.analysis.races import describe as describe_runs
 

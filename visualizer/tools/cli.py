@@ -100,7 +100,15 @@ def cmd_capture(argv: list[str]) -> int:
     p.add_argument(
         "--accesses",
         action="store_true",
-        help="record every load/store (simulator only): adds accesses/requests/hazards.parquet",
+        help="record every load/store: adds accesses/requests/hazards.parquet (simulator: every thread; "
+        "GPU: the kernel records its own accesses in sampled warps, see --sample-blocks)",
+    )
+    p.add_argument(
+        "--sample-blocks",
+        metavar="B[,B...]",
+        default=None,
+        help="with --accesses on a GPU: the linear block numbers whose warps record (default: the first, "
+        "middle and last block)",
     )
     args = p.parse_args(argv)
     problem = writable_dir(args.out)
@@ -114,8 +122,8 @@ def cmd_capture(argv: list[str]) -> int:
 
     try:
         params = parse_params(args.param)
-        if args.accesses and args.backend != "sim":
-            raise CliError("--accesses records addresses on the simulator only: add --backend sim")
+        if args.sample_blocks is not None and not args.accesses:
+            raise CliError("--sample-blocks chooses which warps record accesses: add --accesses")
         with Runner(args.backend) as runner:
             cap = runner.capture(
                 args.kernel,
@@ -123,6 +131,7 @@ def cmd_capture(argv: list[str]) -> int:
                 repeats=args.repeats,
                 seed=args.seed or 0,
                 **({"accesses": True} if args.accesses else {}),
+                **({"sample_blocks": args.sample_blocks} if args.sample_blocks is not None else {}),
                 **({"runs": args.runs, "schedule_seed": args.seed} if args.runs is not None else {}),
             )
     except (LaunchError, CliError) as exc:

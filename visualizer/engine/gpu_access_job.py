@@ -1,0 +1,84 @@
+"""A capture's accesses recorded on the GPU: the access pass's buffers added to a Job, decoded after.
+
+Both front ends (worker.prepare_builtin, source_capture.prepare_source) call ``attach`` when a GPU
+capture asks for accesses: the traced build already has the access pass (engine/instrument_accesses.py)
+and takes its four buffers after the trace buffers; ``attach`` plans which warps record
+(analysis/gpu_accesses.plan: the request's ``sample_blocks``, else the first, middle and last block),
+adds the zeroed buffers to the Job, resets the warps' request counters before every instrumented
+launch (so a timed repeat records as much as the recorded launch did: the cost is measured, not
+skipped), and sets ``job.finish_accesses``: the read-back buffers -> the recorder's buffers, which
+``analysis/memory.build`` turns into the tables every page reads.
+"""
+
+from __future__ import annotations
+
+from visualizer.analysis import gpu_accesses
+from visualizer.engine import instrument_accesses as ia
+
+# the instrumenter's parameter names -> the Job's buffer names
+BUFFER_OF = {"_vz_trace": "trace", "_vz_active": "active", "_vz_delay": "delay",
+             **{n: n for n in ia.AccessPass.params}}  # fmt: skip
+
+
+def sample_blocks(request: dict, grid) -> list[int] | None:
+    """The request's ``sample_blocks`` (a list of linear block numbers or "0,5,9"), checked; None: default."""
+    raw = request.get("sample_blocks")
+    if raw is None or raw == "" or raw == []:
+        return None
+    text = ",".join(str(b) for b in raw) if isinstance(raw, (list, tuple)) else str(raw)
+    return gpu_accesses.parse_blocks(text, grid)
+
+
+def traced_args(params, kernel_args: list) -> list:
+    """The traced build's argument layout: the kernel's own, then each added parameter's buffer."""
+    return [*kernel_args, *[("buffer", BUFFER_OF[p]) for p in params]]
+
+
+def wanted(backend, request: dict) -> bool:
+    """Whether this capture's accesses come from the access pass: on a GPU always; on the simulator
+    only when asked (``access_engine="pass"``: how CI runs the GPU path), else its exact recorder."""
+    if not request.get("accesses"):
+        return False
+    return not backend.simulator or request.get("access_engine") == "pass"
+
+
+def attach(job, backend, request: dict, info: dict, host_arrays: dict, namespace: dict) -> None:
+    """Add the access buffers to ``job`` and decode them after the launch (module docstring).
+
+    Call it once ``job.traced_args`` names the access buffers. ``info``: the access pass's info;
+    ``host_arrays``: kernel parameter name -> host array (the global arrays' dtypes and shapes);
+    ``namespace``: where shared arrays' shapes are looked up."""
+    import numpy as np
+
+    from visualizer.specs.catalog import LaunchError
+
+    try:
+        blocks = sample_blocks(request, job.grid)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
+    plan = gpu_accesses.plan(job.grid, job.block, blocks)
+    job.buffers.update(gpu_accesses.host_buffers(plan))
+    arrays = ia.resolve_arrays(info, host_arrays, namespace)
+    pos = job.traced_args.index(("buffer", ia.CNT))
+    inner = job.call
+    zeros = np.zeros(len(plan["slots"]), np.int32)
+
+    def reset(counts) -> None:
+        if backend.simulator:
+            counts.copy_to_device(zeros)
+            return
+        from numba.cuda.cudadrv.driver import device_memset
+
+        device_memset(counts, 0, zeros.nbytes, stream=backend.cuda.default_stream())  # queued, not waited
+
+    def call(fn, args):
+        if len(args) == len(job.traced_args):  # the instrumented build: every warp counts from 0 again
+            reset(args[pos])
+        return inner(fn, args)
+
+    def finish(recorded: dict) -> dict:
+        got = {k: recorded.pop(k) for k in ia.AccessPass.params}
+        return gpu_accesses.decode(got, plan, info["sites"], arrays, job.grid, job.block)
+
+    job.call = call
+    job.finish_accesses = finish
