@@ -11,6 +11,7 @@ import numpy as np
 from numba import complex128, cuda, float32, float64
 
 N = 256  # elements a case's block reads
+N2, N16 = 2 * N, 16 * N  # shared arrays' sizes must be constants numba can read (not expressions)
 
 
 @cuda.jit
@@ -26,7 +27,7 @@ def f64_rows(x, out):
 @cuda.jit
 def f64_stride2(x, out):
     """float64 at a stride of two elements: each half-warp uses 16 banks twice (4 wavefronts)."""
-    s = cuda.shared.array(2 * N, float64)
+    s = cuda.shared.array(N2, float64)
     t = cuda.threadIdx.x
     s[2 * t] = x[t]  # (the odd elements are never touched: two stores side by side would be fused)
     cuda.syncthreads()
@@ -37,7 +38,7 @@ def f64_stride2(x, out):
 def f64_uneven(x, out):
     """Lanes 0-15 read down a column of float64 (16 words in one bank pair), lanes 16-31 along a row:
     17 wavefronts per request, where a warp-wide busiest-bank count says 16."""
-    s = cuda.shared.array(N * 16, float64)
+    s = cuda.shared.array(N16, float64)
     t = cuda.threadIdx.x
     lane = t % 32
     v = x[t]  # one load (the compiler would hoist it out of the loop anyway)
