@@ -299,3 +299,20 @@ def test_cli_sample_blocks_needs_accesses_and_a_bad_one_exits_2(tmp_path):
         [*base, "--sample-blocks", "0", "--out", str(tmp_path)], capture_output=True, text=True
     )
     assert res.returncode == 2 and "add --accesses" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_side_by_side_of_the_simulator_and_the_kernels_own_recording(sim_runner_local):
+    from visualizer.figures.memory import bank_figure, side_by_side_figure
+
+    plain, passed = capture_both(sim_runner_local, "transpose_tiled", {"rows": 64, "cols": 64, "tile": 32})
+    blocks = passed.launch["accesses"]["sample"]["blocks"]
+    table = gpu_accesses.side_by_side(plain.requests, passed.requests, blocks)
+    assert table["agree"].all() and set(table["unit"]) == {"sectors", "wavefronts"}
+    shared_load = table[(table["space"] == "shared") & (table["op"] == "load")].iloc[0]
+    assert shared_load["per_request_sim"] == shared_load["per_request_gpu"] == 32  # down a column
+    fig = side_by_side_figure(table)
+    assert "agree on every line" in fig.layout.title.text and MEASURED_GPU_SAMPLED in fig.layout.title.text
+    # a GPU recording's figures say so, not "simulator"
+    req = passed.requests[passed.requests["space"].astype(str) == "shared"].iloc[0]
+    lanes = memory.request_accesses(passed.accesses, req)
+    assert MEASURED_GPU_SAMPLED in bank_figure(lanes, req).layout.title.text

@@ -15,6 +15,7 @@ instructions are), ``occurrence`` the n-th request of this warp at this site, ``
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from visualizer.analysis.provenance import MEASURED_GPU_SAMPLED
 from visualizer.specs.launch import ceil_div
@@ -207,3 +208,33 @@ def describe_sample(sample: dict) -> str:
             f"{sample['unrecorded_requests']:,} requests are not in these tables (sample fewer blocks)"
         )
     return text + "."
+
+
+SIDE_BY_SIDE_SOURCE = "recorded addresses, simulator vs " + MEASURED_GPU_SAMPLED
+
+
+def side_by_side(sim_req: pd.DataFrame, gpu_req: pd.DataFrame, blocks) -> pd.DataFrame:
+    """Per source line, array, space and op: requests and sectors (global) or wavefronts (shared) per
+    request, from the simulator's requests of the sampled ``blocks`` and from the GPU's, and whether
+    they agree. One launch, two recorders: they should (tests/test_gpu_accesses.py)."""
+    key = ["line", "array", "space", "op"]
+
+    def per_line(req: pd.DataFrame) -> pd.DataFrame:
+        r = req[req["block"].isin(list(blocks))].copy()
+        for c in ("array", "space", "op"):
+            r[c] = r[c].astype(str)
+        r["per"] = np.where(r["space"] == "shared", r["wavefronts"], r["sectors"])
+        return r.groupby(key, sort=True).agg(requests=("per", "size"), total=("per", "sum")).reset_index()
+
+    a, b = per_line(sim_req), per_line(gpu_req)
+    out = a.merge(b, on=key, how="outer", suffixes=("_sim", "_gpu")).fillna(0)
+    for side in ("sim", "gpu"):
+        out[f"requests_{side}"] = out[f"requests_{side}"].astype(np.int64)
+        out[f"per_request_{side}"] = out[f"total_{side}"] / out[f"requests_{side}"].where(
+            out[f"requests_{side}"] > 0
+        )
+    out["unit"] = np.where(out["space"] == "shared", "wavefronts", "sectors")
+    out["agree"] = (out["requests_sim"] == out["requests_gpu"]) & (out["total_sim"] == out["total_gpu"])
+    out = out[[*key, "unit", "requests_sim", "requests_gpu", "per_request_sim", "per_request_gpu", "agree"]]
+    out.attrs["source"] = SIDE_BY_SIDE_SOURCE
+    return out

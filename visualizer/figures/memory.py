@@ -1,6 +1,7 @@
 """Figures of recorded memory accesses: sectors of one warp request, shared-memory banks, a
 per-warp heatmap of sectors per request, raced words. DataFrames in (visualizer/analysis/memory.py),
-go.Figure out; every title says where the numbers come from ("recorded addresses, simulator")."""
+go.Figure out; every title says where the numbers come from: the table's own label ("recorded
+addresses, simulator", or "measured (GPU, sampled warps)" for the kernel's own recording on a GPU)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from visualizer.analysis.memory import BANKS, SECTOR_BYTES, SOURCE, WORD_BYTES
+from visualizer.analysis.provenance import source_of
 from visualizer.figures.common import titled
+
+
+def _src(df: pd.DataFrame) -> str:
+    """The table's label (a GPU recording's or the simulator's); the simulator's for unlabelled ones."""
+    return str(df.attrs.get("source") or SOURCE)
+
 
 LANE_SCALE = "Turbo"
 
@@ -65,7 +73,7 @@ def sector_figure(lanes: pd.DataFrame, request: pd.Series) -> go.Figure:
         barmode="overlay",
         title=titled(
             f"{len(order)} sectors for {int(request['lanes'])} lanes (ideal {ideal})",
-            f"block {request['block']} warp {request['warp']}, line {request['line']} · {SOURCE}",
+            f"block {request['block']} warp {request['warp']}, line {request['line']} · {_src(lanes)}",
         ),
         xaxis={"title": "byte within the 32-byte sector", "range": [0, SECTOR_BYTES], "dtick": 4},
         yaxis={
@@ -136,7 +144,7 @@ def bank_figure(lanes: pd.DataFrame, request: pd.Series) -> go.Figure:
     else:  # 8- and 16-byte accesses: served by half- or quarter-warps, counted per phase
         verdict = f"{waves} wavefronts, {extra} extra (bank conflicts; busiest bank {ways_max} words)"
     fig.update_layout(
-        title=titled(f"Shared-memory banks: {verdict}", f"{_request_title(request)} · {SOURCE}"),
+        title=titled(f"Shared-memory banks: {verdict}", f"{_request_title(request)} · {_src(lanes)}"),
         xaxis={"title": "bank (4-byte word address mod 32)", "dtick": 1, "range": [-0.5, BANKS - 0.5]},
         yaxis={"title": "word", "autorange": "reversed", "dtick": 1},
         height=max(240, 130 + 26 * rows),
@@ -174,7 +182,7 @@ def requests_heatmap(req: pd.DataFrame, space: str = "global", max_warps: int = 
         )  # fmt: skip
     )
     fig.update_layout(
-        title=titled(f"{label.capitalize()}, per warp and source line{more}", SOURCE),
+        title=titled(f"{label.capitalize()}, per warp and source line{more}", _src(req)),
         xaxis={"title": "block / warp", "type": "category"},
         yaxis={"title": None, "type": "category"},
         height=max(300, 130 + 34 * len(grid)),
@@ -204,7 +212,7 @@ def raced_words_figure(haz: pd.DataFrame) -> go.Figure:
         )  # fmt: skip
     )
     fig.update_layout(
-        title=titled(f"{len(n)} raced shared words in {grid.shape[0]} blocks", SOURCE),
+        title=titled(f"{len(n)} raced shared words in {grid.shape[0]} blocks", _src(haz)),
         xaxis={"title": "shared word", "type": "category"},
         yaxis={"title": None, "type": "category", "autorange": "reversed"},
         height=max(280, 130 + 24 * grid.shape[0]),
@@ -231,3 +239,22 @@ def source_html(lines: list[str], first_line: int, highlight: int | None) -> str
         '<div style="font-family:monospace;font-size:13px;line-height:1.45;border:1px solid #ddd;'
         'border-radius:6px;padding:6px;">' + "".join(out) + "</div>"
     )
+
+
+def side_by_side_figure(table: pd.DataFrame, height: int = 340) -> go.Figure:
+    """Sectors (global) or wavefronts (shared) per request, per source line: simulator and GPU bars
+    side by side (analysis/gpu_accesses.side_by_side)."""
+    x = [f"L{r.line} {r.op} {r.array}" for r in table.itertuples()]
+    fig = go.Figure()
+    for side, name, color in (("sim", "simulator", "#607d8b"), ("gpu", "GPU (sampled warps)", "#76b900")):
+        fig.add_trace(go.Bar(x=x, y=table[f"per_request_{side}"], name=name, marker_color=color,
+                             customdata=table["unit"],
+                             hovertemplate="%{x}: %{y:.3g} %{customdata} per request<extra>" + name + "</extra>"))  # fmt: skip
+    agree = bool(table["agree"].all()) if len(table) else True
+    verdict = "the two recordings agree on every line" if agree else "the recordings differ (see the table)"
+    fig.update_layout(
+        title=titled(f"Per source line, simulator vs GPU: {verdict}", source_of(table)),
+        barmode="group", height=height, yaxis_title="sectors or wavefronts per request",
+        margin={"t": 80, "b": 90}, legend={"orientation": "h", "y": -0.3},
+    )  # fmt: skip
+    return fig

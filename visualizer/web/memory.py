@@ -1,4 +1,5 @@
-"""Access-recording captures for the pages: always on the simulator, cached apart from plain captures."""
+"""Access-recording captures for the pages, cached apart from plain captures: on the simulator (every
+thread's accesses) or on a GPU (the kernel's own, in sampled warps: engine/gpu_access_job.py)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,26 @@ from visualizer.specs.catalog import LaunchError
 from visualizer.web.session import as_text, cached_capture, capture_cache, capture_key
 
 
-def access_capture(kernel: str, params: dict, seed: int = 0) -> tuple[Capture | None, str | None]:
+def access_capture(
+    kernel: str, params: dict, seed: int = 0, backend: str = "sim"
+) -> tuple[Capture | None, str | None]:
     """(capture with accesses/requests/hazards, None) or (None, one-line error); cached per launch.
 
     Runs through the shared cache's one-run-per-key path with a progress bar, so a visitor who leaves
     mid-run (Streamlit raises from the bar's next update) cancels the run instead of leaving it behind.
     """
     options = {"accesses": True, "time_clean": False}
-    cap = capture_cache().get(capture_key(kernel, tuple(params.items()), "sim", seed, **options))
+    cap = capture_cache().get(capture_key(kernel, tuple(params.items()), backend, seed, **options))
     if cap is not None:  # no progress bar for a capture already made
         return cap, None
-    bar = st.progress(0.0, text=f"Recording every load and store of {kernel} on the CUDA simulator…")
+    where = "on the CUDA simulator" if backend == "sim" else "on the GPU, in sampled warps"
+    bar = st.progress(0.0, text=f"Recording the loads and stores of {kernel} {where}…")
 
     def progress(done, total):
         bar.progress(min(done / total, 1.0), text=f"Recording {kernel}: {done} of {total} blocks simulated")
 
     try:
-        cap = cached_capture(kernel, tuple(params.items()), "sim", seed, progress=progress, **options)
+        cap = cached_capture(kernel, tuple(params.items()), backend, seed, progress=progress, **options)
     except (LaunchError, KernelError) as exc:
         return None, as_text(str(exc))
     finally:

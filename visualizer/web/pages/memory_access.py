@@ -1,11 +1,15 @@
 """Memory access: coalescing (sectors per warp request), shared-memory bank conflicts and races,
-all drawn from the addresses every thread touched, recorded on the CUDA simulator."""
+all drawn from recorded addresses: every thread's on the CUDA simulator, or, when the sidebar runs on
+a GPU, the kernel's own in sampled warps (engine/gpu_access_job.py), with the simulator's recording of
+the same launch beside it where the simulator can run it."""
 
 from pathlib import Path
 
 import streamlit as st
 
+from visualizer.analysis.gpu_accesses import describe_sample
 from visualizer.analysis.memory import line_summary, request_accesses, worst_request
+from visualizer.engine.runner import resolve_backend
 from visualizer.engine.user_runner import user_code_allowed
 from visualizer.figures.memory import bank_figure, requests_heatmap, sector_figure, source_html
 from visualizer.specs import catalog
@@ -27,6 +31,15 @@ from visualizer.web.session import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def resolved_backend(backend: str) -> str:
+    try:
+        return resolve_backend(backend)
+    except Exception:  # a link's backend this machine lacks: the simulator, as the sidebar falls back
+        return "sim"
+
+
 TRANSPOSES = {"transpose_naive": "naive", "transpose_tiled": "tiled", "transpose_padded": "tiled + padding"}
 LESSON_KERNELS = ("transpose_naive", "transpose_tiled", "transpose_padded", "strided_copy")
 
@@ -65,6 +78,27 @@ def visitor_launch(cap):
         st.caption(f"The Your kernel page is filled in for it, but running your own code is {why}.")
     st.caption("For the built-in kernels' accesses: **Use a built-in kernel instead** in the sidebar.")
     st.stop()
+
+
+def side_by_side(kernel: str, params: dict, gpu_cap) -> None:
+    """The same launch recorded on the simulator, per source line beside the GPU's sampled warps (the
+    simulator's blocks restricted to the sampled ones), where the simulator can run the launch."""
+    from visualizer.analysis.gpu_accesses import side_by_side as both
+    from visualizer.figures.memory import side_by_side_figure
+
+    with st.expander("Simulator vs GPU: the same launch, per source line"):
+        try:
+            catalog.admit_capture(kernel, params, "sim")
+        except catalog.LaunchError as exc:
+            st.caption(as_text(f"The simulator cannot record this launch ({exc}); try a smaller size."))
+            return
+        sim_cap, error = access_capture(kernel, params, backend="sim")
+        if error:
+            st.caption(f"The simulator's recording did not run: {error}")
+            return
+        table = both(sim_cap.requests, gpu_cap.requests, gpu_cap.launch["accesses"]["sample"]["blocks"])
+        chart(side_by_side_figure(table), key="mem_side_by_side_chart")
+        st.dataframe(table, hide_index=True)
 
 
 def visitor_source(cap) -> list[str]:
@@ -151,9 +185,11 @@ st.markdown(
 )
 with st.expander("How these charts are made, and what to try"):
     st.markdown(
-        "Every chart here is drawn from the address each thread touched, recorded on the CUDA simulator "
-        "and grouped into warp requests. **Try:** *Transpose (naive)*, then switch the layout to tiled and "
-        "tiled + padding."
+        "Every chart here is drawn from recorded addresses grouped into warp requests: on the CUDA "
+        "simulator every thread's; on a GPU (the sidebar's backend) the kernel records its own loads and "
+        "stores, in every warp of a few blocks (the first, middle and last), at the real size. Shared "
+        "requests count **wavefronts** as the hardware does: 128 bytes each, so 8-byte accesses are served "
+        "by half-warps. **Try:** *Transpose (naive)*, then switch the layout to tiled and tiled + padding."
     )
 
 visitor = visitor_capture() if visitor_is_current() else None
@@ -212,15 +248,23 @@ else:
         + (" (the sidebar's parameters)" if config is not None and config.kernel == kernel else " (defaults)")
     )
 
-    cap, error = access_capture(kernel, params)
+    on_gpu = config is not None and resolved_backend(config.backend) == "gpu"
+    cap, error = access_capture(kernel, params, backend="gpu" if on_gpu else "sim")
     if error:
         st.error(f"**This launch did not run:** {error}", icon=":material/error:")
         st.stop()
     module, src_path = spec.build[0], spec.build[0].replace(".", "/") + ".py"
 summ = cap.launch["accesses"]
-st.caption(
-    f"Data source: recorded addresses, simulator — {summ['accesses']:,} accesses of {cap.launch['threads']:,} threads"
-)
+if summ.get("sample"):  # recorded on the GPU by sampled warps: say which, and what did not fit
+    st.caption(
+        f"Data source: {summ['source']} — {summ['accesses']:,} accesses, "
+        + as_text(describe_sample(summ["sample"]))
+    )
+else:
+    st.caption(
+        f"Data source: recorded addresses, simulator — {summ['accesses']:,} accesses of "
+        f"{cap.launch['threads']:,} threads"
+    )
 
 # the counters, and how they moved since the last what-if of the same kernel on this page (a delta
 # between unrelated kernels, e.g. a transpose against a reduction, would mean nothing)
@@ -367,6 +411,8 @@ except ValueError as exc:
     st.info(str(exc))
 with st.expander("Per source line (what Nsight Compute would count)"):
     st.dataframe(lines, hide_index=True)
+if summ.get("sample") and visitor is None:
+    side_by_side(kernel, params, cap)
 haz = cap.hazards
 if len(haz):
     with st.expander(

@@ -153,10 +153,11 @@ with right:
     backend = st.radio("backend", list(BACKENDS), format_func=BACKENDS.get, horizontal=True, key="uk_backend")
     engine = importlib.util.find_spec("visualizer.engine.access_record") is not None
     accesses = st.checkbox(
-        "record memory accesses (simulator)",
+        "record memory accesses",
         key="uk_accesses",
         disabled=not engine,
-        help="every load and store of every thread, for the Memory access page"
+        help="for the Memory access page: on the simulator every load and store of every thread; on a GPU "
+        "your kernel records its own, in the warps of a few blocks (the first, middle and last)"
         if engine
         else "needs the memory-access engine (visualizer/engine/access_record.py), not in this build",
     )
