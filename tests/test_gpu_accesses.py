@@ -316,3 +316,46 @@ def test_side_by_side_of_the_simulator_and_the_kernels_own_recording(sim_runner_
     req = passed.requests[passed.requests["space"].astype(str) == "shared"].iloc[0]
     lanes = memory.request_accesses(passed.accesses, req)
     assert MEASURED_GPU_SAMPLED in bank_figure(lanes, req).layout.title.text
+
+
+@pytest.mark.gpu
+def test_a_visitors_kernel_at_real_size_on_the_gpu_matches_its_small_launch_on_the_simulator():
+    """The textbook tiled matmul, unmodified: 512x512 on the GPU (sampled warps) and 48x48 on the
+    simulator give the same sectors and wavefronts per request on every line (its pattern does not
+    depend on the size)."""
+    from visualizer.engine.user_runner import UserRunner
+    from visualizer.specs.source import plan_source_launch
+    from visualizer.web.examples import EXAMPLES
+
+    ex = EXAMPLES["matmul_tiled"]
+    big = plan_source_launch(
+        ex.source, ex.kernel, grid="32,32", block=ex.block,
+        args={k: v.replace("48x48", "512x512") for k, v in ex.args.items()}, filename=ex.file,
+    )  # fmt: skip
+    small = plan_source_launch(ex.source, ex.kernel, grid=ex.grid, block=ex.block, args=ex.args,
+                               threads_for_n=ex.threads_for, filename=ex.file)  # fmt: skip
+    with UserRunner("gpu") as runner:
+        gpu = runner.capture_source(big, accesses=True, repeats=3)
+    with UserRunner("sim") as runner:
+        sim = runner.capture_source(small, accesses=True, time_clean=False)
+    assert gpu.check["correct"] and gpu.launch["accesses"]["source"] == MEASURED_GPU_SAMPLED
+    assert gpu.launch["accesses"]["sample"]["blocks"] == [0, 512, 1023]
+
+    def per_line(req):
+        t = gpu_accesses.side_by_side(req, req, sorted(set(req["block"])))
+        return t.set_index(["line", "array", "space", "op"])["per_request_sim"]
+
+    pd.testing.assert_series_equal(per_line(gpu.requests), per_line(sim.requests))
+
+
+@pytest.mark.gpu
+def test_memory_access_page_draws_a_gpu_recording_at_real_size():
+    import json
+
+    from tests.conftest import open_app
+
+    at = open_app("memory_access", timeout=300, kernel="matmul_tiled", n="4096", tile="16", backend="gpu")
+    captions = " ".join(c.value for c in at.caption)
+    assert "measured (GPU, sampled warps)" in captions and "sampled warps" in captions
+    titles = [json.dumps(json.loads(c.proto.spec)["layout"]["title"]) for c in at.get("plotly_chart")]
+    assert titles and all("measured (GPU, sampled warps)" in t for t in titles), titles
