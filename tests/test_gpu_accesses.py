@@ -132,7 +132,7 @@ def test_plan_samples_first_middle_last_and_parses_blocks():
 
 def run_cases(tmp_path, engine: str) -> dict:
     out = tmp_path / f"{engine}.pkl"
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1" if engine == "sim" else "0"}
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0" if engine == "gpu" else "1"}
     proc = subprocess.run(
         [sys.executable, str(CASES_PY), engine, str(out)],
         env=env,
@@ -359,3 +359,27 @@ def test_memory_access_page_draws_a_gpu_recording_at_real_size():
     assert "measured (GPU, sampled warps)" in captions and "sampled warps" in captions
     titles = [json.dumps(json.loads(c.proto.spec)["layout"]["title"]) for c in at.get("plotly_chart")]
     assert titles and all("measured (GPU, sampled warps)" in t for t in titles), titles
+
+
+def test_a_full_buffer_is_counted_and_said_never_a_wrong_picture(tmp_path):
+    small = run_cases(tmp_path, "sim-small")
+    for kernel, res in small.items():
+        rec, sim = res["recorded"], res["simulator"]
+        sample = rec["sample"]
+        cap = sample["requests_per_warp"]
+        g_acc, g_req, _, summ = memory.build(rec)
+        s_req = memory.build(sim)[1]
+        s_req = s_req[s_req["block"].isin(res["blocks"])]
+        made = s_req.groupby(["block", "warp"]).size()
+        # every warp recorded exactly its first `cap` requests; the rest are counted, per warp and in all
+        assert (g_req.groupby(["block", "warp"]).size() == made.clip(upper=cap)).all(), kernel
+        assert sample["unrecorded_requests"] == int((made - cap).clip(lower=0).sum()) > 0
+        assert sample["overflowed_warps"] == int((made > cap).sum())
+        assert "not in these tables" in " ".join(memory.describe(summ))
+        # and what was recorded is what the simulator recorded (no request is made up)
+        s_acc = memory.build(sim)[0]
+        keys = ["block", "thread", "array", "op", "offset_bytes", "line", "epoch"]
+        merged = norm(g_acc, keys).merge(
+            norm(s_acc, keys, res["blocks"]).drop_duplicates(), how="left", indicator=True
+        )
+        assert (merged["_merge"] == "both").all(), kernel

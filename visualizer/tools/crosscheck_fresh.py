@@ -58,13 +58,17 @@ def _reference(kernel: str, arrays: dict) -> dict:
     return access_cases.reference(kernel, arrays)
 
 
-def run(engine: str, blocks: str | None = None, names: list[str] | None = None) -> dict:
+def run(
+    engine: str, blocks: str | None = None, names: list[str] | None = None, records: int | None = None
+) -> dict:
     """Each case: the decoded GPU-recording buffers, whether the outputs match numpy, the sampled blocks
     (and on the simulator, the simulator recorder's buffers of the same launch). ``blocks="all"``:
-    every block records (the cross-check compares whole launches with ncu)."""
+    every block records (the cross-check compares whole launches with ncu); ``records``: the lane
+    accesses the buffers hold (default gpu_accesses.DEFAULT_RECORDS; small: overflow on purpose)."""
     cuda = _setup(engine)
     import numpy as np
 
+    from visualizer.analysis import gpu_accesses
     from visualizer.analysis.gpu_accesses import linear_blocks
     from visualizer.engine import gpu_record
 
@@ -76,7 +80,9 @@ def run(engine: str, blocks: str | None = None, names: list[str] | None = None) 
         arrays = {**inputs(np.random.default_rng(0)), **gpu_record.zeros_for(outputs)}
         traced, info, ns = gpu_record.recording_build(mod, kernel)
         chosen = list(range(linear_blocks(grid))) if blocks == "all" else SAMPLE.get(kernel)
-        rec, after = gpu_record.record_launch(cuda, traced, info, ns, grid, block, dict(arrays), chosen)
+        rec, after = gpu_record.record_launch(
+            cuda, traced, info, ns, grid, block, dict(arrays), chosen, records or gpu_accesses.DEFAULT_RECORDS
+        )
         want = _reference(kernel, arrays)
         res = {
             "recorded": rec,
