@@ -43,7 +43,7 @@ def f64_uneven(x, out):
     lane = t % 32
     v = x[t]  # one load (the compiler would hoist it out of the loop anyway)
     for k in range(16):
-        s[t * 16 + k] = v
+        s[k * N + t] = v  # along a row, never two neighbours by one thread (ptxas would fuse those)
     cuda.syncthreads()
     i = lane * 16 if lane < 16 else lane
     out[t] = s[(t // 32) * 512 + i]
@@ -141,7 +141,7 @@ def reference(kernel: str, arrays: dict) -> dict:
         if kernel == "f64_uneven":
             lane = np.arange(N) % 32
             i = np.where(lane < 16, lane * 16, lane) + (np.arange(N) // 32) * 512
-            return {"out": x[i // 16]}
+            return {"out": x[i % N]}
         return {"out": x.copy()}
     if kernel == "c128_rows":
         return {"out": np.zeros_like(x)}

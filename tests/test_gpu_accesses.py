@@ -50,7 +50,9 @@ def k(a, h, out, n):
     code, info = rewrite(src)
     lines = [ln.strip() for ln in code.splitlines()]
     assert lines[2] == '"""doc"""'  # the docstring stays first, then the slot and the epoch
-    assert lines[3:5] == ["_vz_slot = _vz_slot_of(_vz_acc_sel)", "_vz_ep = 0"]
+    assert lines[3] == "_vz_slot = _vz_slot_of(_vz_acc_sel)" and lines[7] == "_vz_ep = 0"
+    assert lines[4] == "_vz_ctr = _vz_cuda.shared.array(32, _vz_i32)"  # the warps' request counters
+    assert lines[-1] == "_vz_acc_end(_vz_acc_cnt, _vz_st, _vz_slot)"  # each thread's last word
     sites = sorted((s["line"], s["array"], s["space"], s["op"]) for s in info["sites"])
     assert sites == [
         (8, "a", "global", "load"),
@@ -89,11 +91,12 @@ def test_resolve_arrays_reads_shapes_without_running_code():
 
 
 def hand_recording(cap=4, made=(2, 6)):
-    """Two slots (block 0 warps 0 and 1) of a 64-thread block: request r of slot s reads g[32*r + lane]."""
+    """Two slots (block 0 warps 0 and 1) of a 64-thread block: request r of slot s reads g[32*r + lane];
+    past ``cap`` requests each lane counts its accesses instead."""
     p = gpu_accesses.plan((2, 1, 1), (64, 1, 1), [0], records=32 * 2 * cap)
     bufs = gpu_accesses.host_buffers(p)
     for s, n in enumerate(made):
-        bufs["_vz_acc_cnt"][s] = n
+        bufs["_vz_acc_cnt"][s, :] = max(n - cap, 0)
         for r in range(min(n, cap)):
             bufs["_vz_acc_hdr"][s, r] = (0, 0, 4)
             bufs["_vz_acc"][s, r] = np.arange(32) * 4 + 128 * r + 1
@@ -111,13 +114,10 @@ def test_decode_gives_the_recorder_tables_and_says_what_overflowed():
     assert req[req["warp"] == 1]["occurrence"].tolist() == [0, 1, 2, 3]
     assert acc[(acc["thread"] == 33) & (acc["occurrence"] == 3)]["index"].tolist() == [3 * 32 + 1]
     sample = summ["sample"]
-    assert (sample["overflowed_warps"], sample["unrecorded_requests"], sample["requests_per_warp"]) == (
-        1,
-        2,
-        4,
-    )
+    got = (sample["overflowed_warps"], sample["unrecorded_accesses"], sample["requests_per_warp"])
+    assert got == (1, 2 * 32, 4)
     text = gpu_accesses.describe_sample(sample)
-    assert "2 requests are not in these tables" in text and "block 0" in text
+    assert "64 lane accesses are not in these tables" in text and "block 0" in text
 
 
 def test_plan_samples_first_middle_last_and_parses_blocks():
@@ -186,7 +186,7 @@ def test_gpu_recording_on_the_simulator_equals_the_simulator_recorder(sim, kerne
     res = sim[kernel]
     assert res["correct"]
     same_tables(res["recorded"], res["simulator"], res["blocks"])
-    assert res["recorded"]["sample"]["unrecorded_requests"] == 0
+    assert res["recorded"]["sample"]["unrecorded_accesses"] == 0
 
 
 def test_recorded_wavefronts_of_the_fresh_cases(sim):
@@ -328,12 +328,14 @@ def test_a_visitors_kernel_at_real_size_on_the_gpu_matches_its_small_launch_on_t
     from visualizer.web.examples import EXAMPLES
 
     ex = EXAMPLES["matmul_tiled"]
+    reference = [ex.reference.replace(" = ", "=", 1)]
     big = plan_source_launch(
         ex.source, ex.kernel, grid="32,32", block=ex.block,
         args={k: v.replace("48x48", "512x512") for k, v in ex.args.items()}, filename=ex.file,
+        reference=reference,
     )  # fmt: skip
     small = plan_source_launch(ex.source, ex.kernel, grid=ex.grid, block=ex.block, args=ex.args,
-                               threads_for_n=ex.threads_for, filename=ex.file)  # fmt: skip
+                               threads_for_n=ex.threads_for, filename=ex.file, reference=reference)  # fmt: skip
     with UserRunner("gpu") as runner:
         gpu = runner.capture_source(big, accesses=True, repeats=3)
     with UserRunner("sim") as runner:
@@ -371,13 +373,14 @@ def test_a_full_buffer_is_counted_and_said_never_a_wrong_picture(tmp_path):
         s_req = memory.build(sim)[1]
         s_req = s_req[s_req["block"].isin(res["blocks"])]
         made = s_req.groupby(["block", "warp"]).size()
-        # every warp recorded exactly its first `cap` requests; the rest are counted, per warp and in all
+        # every warp recorded exactly its first `cap` requests; the lanes counted the accesses past them
         assert (g_req.groupby(["block", "warp"]).size() == made.clip(upper=cap)).all(), kernel
-        assert sample["unrecorded_requests"] == int((made - cap).clip(lower=0).sum()) > 0
+        s_acc = memory.build(sim)[0]
+        sampled = s_acc[s_acc["block"].isin(res["blocks"])]
+        assert sample["unrecorded_accesses"] == len(sampled) - len(g_acc) > 0
         assert sample["overflowed_warps"] == int((made > cap).sum())
         assert "not in these tables" in " ".join(memory.describe(summ))
         # and what was recorded is what the simulator recorded (no request is made up)
-        s_acc = memory.build(sim)[0]
         keys = ["block", "thread", "array", "op", "offset_bytes", "line", "epoch"]
         merged = norm(g_acc, keys).merge(
             norm(s_acc, keys, res["blocks"]).drop_duplicates(), how="left", indicator=True

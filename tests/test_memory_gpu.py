@@ -27,7 +27,7 @@ def test_access_recording_on_gpu_is_the_kernels_own_in_sampled_warps(gpu_runner)
     cap = gpu_runner.capture("strided_copy", {"n": 4096, "stride": 8, "block": 128}, accesses=True, repeats=3)
     assert cap.check["correct"]
     summ = cap.launch["accesses"]
-    assert summ["source"] == "measured (GPU, sampled warps)" and summ["sample"]["unrecorded_requests"] == 0
+    assert summ["source"] == "measured (GPU, sampled warps)" and summ["sample"]["unrecorded_accesses"] == 0
     req = cap.requests
     loads = req[(req["op"].astype(str) == "load")]
     stores = req[(req["op"].astype(str) == "store")]

@@ -92,7 +92,7 @@ def host_buffers(p: dict) -> dict[str, np.ndarray]:
     return {
         "_vz_acc": np.zeros((n, p["cap"], 32), np.int64),
         "_vz_acc_hdr": np.zeros((n, p["cap"], 3), np.int32),
-        "_vz_acc_cnt": np.zeros(n, np.int32),
+        "_vz_acc_cnt": np.zeros((n, 32), np.int32),
         "_vz_acc_sel": p["sel"].copy(),
     }
 
@@ -114,8 +114,8 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
     """The recorder's buffers (analysis/memory.build reads them) from a GPU recording.
 
     ``sites``: the pass's table (line, array, op); ``arrays``: name, space, dtype, itemsize, shape
-    of each array a site names (the host knows them). Requests past a warp's ``cap`` were not
-    recorded: ``sample`` says how many, per warp and in all."""
+    of each array a site names (the host knows them). Accesses past a warp's ``cap`` requests were
+    not recorded: ``sample`` says how many (the lanes counted them), per warp and in all."""
     acc, hdr, cnt = bufs["_vz_acc"], bufs["_vz_acc_hdr"], bufs["_vz_acc_cnt"]
     cap = acc.shape[1]
     names = [a["name"] for a in arrays]
@@ -126,10 +126,11 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
     parts = []
     overflow = []
     for s, (blk, warp) in enumerate(p["slots"]):
-        made = int(cnt[s])
-        n = min(made, cap)
-        if made > cap:
-            overflow.append({"block": blk, "warp": warp, "requests": made, "recorded": cap})
+        written = hdr[s, :, 2] > 0  # a written row has its element size; rows fill from 0 up
+        n = int(np.argmin(written)) if not written.all() else cap
+        past = int(cnt[s].sum())  # lane accesses past the buffer, counted by the lanes themselves
+        if past:
+            overflow.append({"block": blk, "warp": warp, "recorded_requests": n, "unrecorded_accesses": past})
         if n == 0:
             continue
         h = hdr[s, :n].astype(np.int64)
@@ -170,7 +171,7 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
         rows[:, 11:14] = idx
         parts.append(rows)
     records = np.concatenate(parts) if parts else np.empty((0, len(COLUMNS)), np.int64)
-    unrecorded = sum(o["requests"] - o["recorded"] for o in overflow)
+    unrecorded = sum(o["unrecorded_accesses"] for o in overflow)
     return {
         "records": records,
         "columns": list(COLUMNS),
@@ -188,7 +189,7 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
             "warps": len(p["slots"]),
             "requests_per_warp": int(cap),
             "overflowed_warps": len(overflow),
-            "unrecorded_requests": int(unrecorded),
+            "unrecorded_accesses": int(unrecorded),
             "overflow": overflow[:64],
         },
     }
@@ -202,10 +203,10 @@ def describe_sample(sample: dict) -> str:
         f"recorded on the GPU by {sample['warps']} sampled warps (every warp of block"
         f"{'s' if len(blocks) > 1 else ''} {shown}), up to {sample['requests_per_warp']:,} requests each"
     )
-    if sample["unrecorded_requests"]:
+    if sample["unrecorded_accesses"]:
         text += (
             f"; {sample['overflowed_warps']} warp(s) made more, and their last "
-            f"{sample['unrecorded_requests']:,} requests are not in these tables (sample fewer blocks)"
+            f"{sample['unrecorded_accesses']:,} lane accesses are not in these tables (sample fewer blocks)"
         )
     return text + "."
 

@@ -4,10 +4,10 @@ Both front ends (worker.prepare_builtin, source_capture.prepare_source) call ``a
 capture asks for accesses: the traced build already has the access pass (engine/instrument_accesses.py)
 and takes its four buffers after the trace buffers; ``attach`` plans which warps record
 (analysis/gpu_accesses.plan: the request's ``sample_blocks``, else the first, middle and last block),
-adds the zeroed buffers to the Job, resets the warps' request counters before every instrumented
-launch (so a timed repeat records as much as the recorded launch did: the cost is measured, not
-skipped), and sets ``job.finish_accesses``: the read-back buffers -> the recorder's buffers, which
-``analysis/memory.build`` turns into the tables every page reads.
+adds the zeroed buffers to the Job and sets ``job.finish_accesses``: the read-back buffers -> the
+recorder's buffers, which ``analysis/memory.build`` turns into the tables every page reads. Every
+launch starts its warps' counters from 0 itself (kernels/access_probes.py ``start``), so a timed
+repeat records as much as the recorded launch did: the cost is measured, not skipped.
 """
 
 from __future__ import annotations
@@ -45,11 +45,9 @@ def wanted(backend, request: dict) -> bool:
 def attach(job, backend, request: dict, info: dict, host_arrays: dict, namespace: dict) -> None:
     """Add the access buffers to ``job`` and decode them after the launch (module docstring).
 
-    Call it once ``job.traced_args`` names the access buffers. ``info``: the access pass's info;
+    ``info``: the access pass's info;
     ``host_arrays``: kernel parameter name -> host array (the global arrays' dtypes and shapes);
     ``namespace``: where shared arrays' shapes are looked up."""
-    import numpy as np
-
     from visualizer.specs.catalog import LaunchError
 
     try:
@@ -59,26 +57,9 @@ def attach(job, backend, request: dict, info: dict, host_arrays: dict, namespace
     plan = gpu_accesses.plan(job.grid, job.block, blocks)
     job.buffers.update(gpu_accesses.host_buffers(plan))
     arrays = ia.resolve_arrays(info, host_arrays, namespace)
-    pos = job.traced_args.index(("buffer", ia.CNT))
-    inner = job.call
-    zeros = np.zeros(len(plan["slots"]), np.int32)
-
-    def reset(counts) -> None:
-        if backend.simulator:
-            counts.copy_to_device(zeros)
-            return
-        from numba.cuda.cudadrv.driver import device_memset
-
-        device_memset(counts, 0, zeros.nbytes, stream=backend.cuda.default_stream())  # queued, not waited
-
-    def call(fn, args):
-        if len(args) == len(job.traced_args):  # the instrumented build: every warp counts from 0 again
-            reset(args[pos])
-        return inner(fn, args)
 
     def finish(recorded: dict) -> dict:
         got = {k: recorded.pop(k) for k in ia.AccessPass.params}
         return gpu_accesses.decode(got, plan, info["sites"], arrays, job.grid, job.block)
 
-    job.call = call
     job.finish_accesses = finish

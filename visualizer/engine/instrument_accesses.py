@@ -32,6 +32,11 @@ import ast
 
 ACC, HDR, CNT, SEL = "_vz_acc", "_vz_acc_hdr", "_vz_acc_cnt", "_vz_acc_sel"
 SLOT, EPOCH, SLOT_FN = "_vz_slot", "_vz_ep", "_vz_slot_of"
+CTR, ST, START_FN, END_FN = "_vz_ctr", "_vz_st", "_vz_acc_start", "_vz_acc_end"
+CUDA, I32 = (
+    "_vz_cuda",
+    "_vz_i32",
+)  # the pass's own names for numba.cuda and int32 (whatever the module imports)
 AT = "_vz_at"  # + the number of indices: _vz_at1 ... _vz_at4
 TMP = "_vz_k"
 MAX_DIMS = 4
@@ -115,7 +120,7 @@ class _Rewriter(ast.NodeTransformer):
         return idx
 
     def _call(self, array: str, idx: list[ast.expr], site: int, at: ast.AST) -> ast.Call:
-        args = [_name(n) for n in (ACC, HDR, CNT, SLOT, EPOCH)] + [_name(array), *idx, ast.Constant(site)]
+        args = [_name(n) for n in (ACC, HDR, CTR, ST, SLOT, EPOCH)] + [_name(array), *idx, ast.Constant(site)]
         return _located(ast.Call(func=_name(f"{AT}{len(idx)}"), args=args, keywords=[]), at)
 
     def _recorded(self, node: ast.AST) -> str | None:
@@ -212,6 +217,23 @@ def _epochs(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
+def _end_call(at: ast.AST) -> ast.Expr:
+    call = ast.Call(func=_name(END_FN), args=[_name(CNT), _name(ST), _name(SLOT)], keywords=[])
+    return _located(ast.Expr(call), at)
+
+
+class _Exits(ast.NodeTransformer):
+    """``return X`` -> ``_vz_acc_end(...); return X`` in the kernel's own body (a thread's last word)."""
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def visit_Return(self, node):
+        return [_end_call(node), node]
+
+
 class AccessPass:
     """The pass object the instrumenter runs (engine/instrument.py's ``passes=``)."""
 
@@ -223,9 +245,12 @@ class AccessPass:
         self.key = (self.name, tuple(sorted(self.exclude)))  # engine/builds.py caches builds by it
 
     def globals(self) -> dict:
+        from numba import cuda, int32
+
         from kernels import access_probes as probes
 
-        return {SLOT_FN: probes.slot_of, **{f"{AT}{n}": fn for n, fn in probes.AT.items()}}
+        return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, CUDA: cuda, I32: int32,
+                **{f"{AT}{n}": fn for n, fn in probes.AT.items()}}  # fmt: skip
 
     def apply(self, fn: ast.FunctionDef, info: dict) -> None:
         own = [a.arg for a in fn.args.args if not a.arg.startswith("_vz_")]
@@ -240,14 +265,38 @@ class AccessPass:
             new = rw.visit(stmt)
             body.extend(new if isinstance(new, list) else [new])
         body = _epochs(body)
+        exits = []
+        for stmt in body:
+            new = _Exits().visit(stmt)
+            exits.extend(new if isinstance(new, list) else [new])
+        body = exits
+        if not body or not isinstance(body[-1], ast.Return):
+            body.append(_end_call(fn.body[-1]))
         first = fn.body[0]
+
+        def cuda_call(*attrs, args):
+            f: ast.expr = _name(CUDA)
+            for a in attrs:
+                f = ast.Attribute(value=f, attr=a, ctx=ast.Load())
+            return ast.Call(func=f, args=args, keywords=[])
+
         setup = [
             ast.Assign(targets=[_name(SLOT, ast.Store())],
                        value=ast.Call(func=_name(SLOT_FN), args=[_name(SEL)], keywords=[])),
+            # per-warp request counters of this block (32 int32: the kernel's own arrays keep their banks)
+            ast.Assign(targets=[_name(CTR, ast.Store())],
+                       value=cuda_call("shared", "array", args=[ast.Constant(32), _name(I32)])),
+            ast.Assign(targets=[_name(ST, ast.Store())],
+                       value=cuda_call("local", "array", args=[ast.Constant(2), _name(I32)])),
+            ast.Expr(ast.Call(func=_name(START_FN), args=[_name(CTR), _name(ST), _name(SLOT)], keywords=[])),
             ast.Assign(targets=[_name(EPOCH, ast.Store())], value=ast.Constant(0)),
         ]  # fmt: skip
         for s in setup:
             _located(s, first)
+        # the simulator tells shared arrays apart by their (file, line): the counters' own line is the
+        # def's, where no shared array of the kernel's can be
+        for child in ast.walk(setup[1]):
+            child.lineno = child.end_lineno = fn.lineno
         doc = 1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 0
         fn.body = body[:doc] + setup + body[doc:]
         used = {s["array"] for s in sites}

@@ -10,8 +10,8 @@ repeats) of four builds of the same kernel on the same device arrays:
 * ``every_warp``: the access pass with every block's warps recording, ``EVERY_WARP_RECORDS`` lane
   accesses in all (a warp past its share counts its requests and writes nothing more).
 
-Before each instrumented launch the warps' request counters are zeroed (one memset of a few bytes,
-queued in the timed bracket), so every repeat records as much as the first.
+Every launch starts its warps' request counters from 0 itself, so every repeat records as much as
+the first.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ def measure(cases=CASES, repeats: int = 10) -> list[dict]:
     configure_backend("gpu")
     import numpy as np
     from numba import cuda
-    from numba.cuda.cudadrv.driver import device_memset
 
     from visualizer.analysis import gpu_accesses
     from visualizer.engine import gpu_timing, worker
@@ -57,15 +56,9 @@ def measure(cases=CASES, repeats: int = 10) -> list[dict]:
         nbytes, flops = spec.work(values)
         flush = gpu_timing.wants_l2_flush(nbytes, flops)
 
-        def timed(kern, args, counts=None, config=config, flush=flush):
+        def timed(kern, args, config=config, flush=flush):
             k = kern[config]
-
-            def go():
-                if counts is not None:
-                    device_memset(counts, 0, counts.size * 4, stream=ops.stream)
-                k(*args)
-
-            m = gpu_timing.measure(ops, go, repeats, flush=flush)
+            m = gpu_timing.measure(ops, lambda: k(*args), repeats, flush=flush)
             return m.device_median_ms, m.queue_covered
 
         row = {"case": f"{kernel} " + " ".join(f"{k}={v}" for k, v in params.items()),
@@ -82,13 +75,16 @@ def measure(cases=CASES, repeats: int = 10) -> list[dict]:
             args = own + [
                 dev[BUFFER_OF[x]] if BUFFER_OF[x] in dev else accd[BUFFER_OF[x]] for x in rec.params
             ]
-            row[f"{name}_ms"], ok = timed(rec.traced, args, accd["_vz_acc_cnt"])
+            row[f"{name}_ms"], ok = timed(rec.traced, args)
             covered.append(ok)
-            made = accd["_vz_acc_cnt"].copy_to_host()
+            hdr = accd["_vz_acc_hdr"].copy_to_host()
+            past = accd["_vz_acc_cnt"].copy_to_host()
+            acc = accd["_vz_acc"].copy_to_host()
             row[f"{name}_warps"] = len(p["slots"])
             row[f"{name}_requests_per_warp_cap"] = int(p["cap"])
-            row[f"{name}_requests_made"] = int(made.sum())
-            row[f"{name}_requests_recorded"] = int(np.minimum(made, p["cap"]).sum())
+            row[f"{name}_requests_recorded"] = int((hdr[:, :, 2] > 0).sum())
+            row[f"{name}_accesses_recorded"] = int((acc > 0).sum())
+            row[f"{name}_accesses_unrecorded"] = int(past.sum())
             del accd
             cuda.current_context().deallocations.clear()
         row["queue_covered"] = all(covered)
