@@ -54,7 +54,8 @@ def c128_rows(x, out):
     """complex128 (16 bytes) in shared memory along the row: four quarter-warps, no conflict."""
     s = cuda.shared.array(N, complex128)
     t = cuda.threadIdx.x
-    s[t] = complex(x[t], -x[t])
+    v = x[t]
+    s[t] = complex(v, -v)
     cuda.syncthreads()
     v = s[t]
     out[t] = v.real + v.imag
