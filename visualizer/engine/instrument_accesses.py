@@ -217,6 +217,39 @@ def _epochs(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
+def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list) -> list[ast.stmt]:
+    """The statements with their accesses recorded; a loop that records any becomes
+    ``if _vz_slot < 0: <the loop as written> else: <the loop recorded>``, so the warps that record
+    nothing run the kernel's own loop (unrolled and fused as the compiler likes: the cost stays with the
+    sampled warps). Sampling is per block, so both sides of that ``if`` are uniform in a block and its
+    barriers are reached by every thread of the block, or by none."""
+    import copy
+
+    out: list[ast.stmt] = []
+    for stmt in stmts:
+        if isinstance(stmt, (ast.For, ast.While)):
+            original = copy.deepcopy(stmt)
+            before = len(sites)
+            new = rw.visit(stmt)
+            if len(sites) == before:
+                out.extend(new if isinstance(new, list) else [new])
+                continue
+            test = ast.Compare(left=_name(SLOT), ops=[ast.Lt()], comparators=[ast.Constant(0)])
+            branch = ast.If(
+                test=_located(test, stmt), body=[original], orelse=new if isinstance(new, list) else [new]
+            )
+            out.append(ast.copy_location(branch, stmt))
+        elif isinstance(stmt, ast.If):
+            stmt.test = rw.visit(stmt.test)
+            stmt.body = _rewrite_block(stmt.body, rw, sites)
+            stmt.orelse = _rewrite_block(stmt.orelse, rw, sites)
+            out.append(stmt)
+        else:
+            new = rw.visit(stmt)
+            out.extend(new if isinstance(new, list) else [new])
+    return out
+
+
 def _end_call(at: ast.AST) -> ast.Expr:
     call = ast.Call(func=_name(END_FN), args=[_name(CNT), _name(ST), _name(SLOT)], keywords=[])
     return _located(ast.Expr(call), at)
@@ -260,10 +293,7 @@ class AccessPass:
         sites: list = []
         skipped: list = []
         rw = _Rewriter(arrays, sites, skipped)
-        body = []
-        for stmt in fn.body:
-            new = rw.visit(stmt)
-            body.extend(new if isinstance(new, list) else [new])
+        body = _rewrite_block(fn.body, rw, sites)
         body = _epochs(body)
         exits = []
         for stmt in body:
