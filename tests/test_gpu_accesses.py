@@ -386,3 +386,29 @@ def test_a_full_buffer_is_counted_and_said_never_a_wrong_picture(tmp_path):
             norm(s_acc, keys, res["blocks"]).drop_duplicates(), how="left", indicator=True
         )
         assert (merged["_merge"] == "both").all(), kernel
+
+
+def test_a_recording_loop_keeps_its_original_for_the_warps_that_record_nothing():
+    src = """
+from numba import cuda, float32
+@cuda.jit
+def k(a, out, n):
+    s = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    acc = 0.0
+    for i in range(n):
+        s[t] = a[i * 64 + t]
+        cuda.syncthreads()
+        acc += s[63 - t]
+        cuda.syncthreads()
+    for j in range(3):
+        acc *= 2.0
+    out[t] = acc
+"""
+    code, info = rewrite(src)
+    lines = [ln.strip() for ln in code.splitlines()]
+    i = lines.index("if _vz_slot < 0:")
+    assert lines[i + 1] == "for i in range(n):" and lines[i + 2] == "s[t] = a[i * 64 + t]"  # as written
+    assert lines.count("for i in range(n):") == 2 and "else:" in lines[i:]
+    assert lines.count("for j in range(3):") == 1  # a loop that records nothing is left alone
+    assert len(info["sites"]) == 4
