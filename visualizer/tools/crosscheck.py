@@ -6,8 +6,13 @@ Three steps (``python -m visualizer crosscheck ...``):
   once, under ``ncu`` for the L1TEX sector/request/bank-conflict counters, then runs
   ``compute-sanitizer --tool racecheck`` on the race demo and on correct kernels. Writes
   ``DIR/cases.json``, ``DIR/ncu.csv``, ``DIR/racecheck.json`` (+ the raw logs).
+  It also profiles the FRESH kernels (kernels/access_cases.py: 8- and 16-byte shared accesses,
+  divergence, atomics) and records them with the access pass on the GPU (``record``: every block,
+  ``DIR/recorded_gpu.json``).
 * ``compare DIR`` (anywhere): captures the same launches on the simulator with access recording
-  and prints one table: Nsight Compute's counter, the engine's total, equal or not.
+  and prints one table: Nsight Compute's counter, the engine's total, equal or not (for the fresh
+  kernels also the GPU recording's: ncu / simulator / GPU).
+* ``record --out DIR [--engine gpu|sim]``: the fresh kernels recorded by the access pass.
 * ``launch`` (internal): the GPU launches themselves, the process ncu and the sanitizer watch.
 """
 
