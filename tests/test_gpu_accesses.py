@@ -412,3 +412,22 @@ def k(a, out, n):
     assert lines.count("for i in range(n):") == 2 and "else:" in lines[i:]
     assert lines.count("for j in range(3):") == 1  # a loop that records nothing is left alone
     assert len(info["sites"]) == 4
+
+
+def test_sampling_on_the_simulator_and_too_many_blocks_are_refused_in_one_line(tmp_path):
+    base = [
+        sys.executable,
+        "-m",
+        "visualizer",
+        "capture",
+        "matmul_tiled",
+        "--param",
+        "n=32",
+        "--backend",
+        "sim",
+    ]
+    res = subprocess.run([*base, "--accesses", "--sample-blocks", "0", "--out", str(tmp_path)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 2 and "records every thread" in res.stderr and res.stderr.count("\n") == 1
+    with pytest.raises(ValueError, match="at most 64"):
+        gpu_accesses.parse_blocks(",".join(str(b) for b in range(65)), (100, 1, 1))

@@ -38,6 +38,7 @@ COLUMNS = (
 )  # fmt: skip  (engine/access_record.COLUMNS: tests/test_gpu_accesses.py checks they agree)
 OPS = ("load", "store", "atomic")
 SAMPLE_BLOCKS = 3  # default: the first, the middle and the last block
+MAX_SAMPLE_BLOCKS = 64  # blocks a request may name (each warp of each gets a row of the buffers)
 DEFAULT_RECORDS = 2_000_000  # lane accesses the buffers hold at most (the simulator's RECORD_LIMIT)
 
 
@@ -67,7 +68,10 @@ def parse_blocks(text: str, grid) -> list[int]:
         out.append(b)
     if not out:
         raise ValueError("blocks to sample: name at least one block")
-    return sorted(set(out))
+    out = sorted(set(out))
+    if len(out) > MAX_SAMPLE_BLOCKS:
+        raise ValueError(f"blocks to sample: {len(out)} named, at most {MAX_SAMPLE_BLOCKS}")
+    return out
 
 
 def plan(grid, block, blocks: list[int] | None = None, records: int = DEFAULT_RECORDS) -> dict:

@@ -125,6 +125,10 @@ def cmd_capture(argv: list[str]) -> int:
         if args.sample_blocks is not None and not args.accesses:
             raise CliError("--sample-blocks chooses which warps record accesses: add --accesses")
         with Runner(args.backend) as runner:
+            if args.sample_blocks is not None and runner.backend == "sim":
+                raise CliError(
+                    "--sample-blocks chooses the warps that record on a GPU; the simulator records every thread"
+                )
             cap = runner.capture(
                 args.kernel,
                 params,
