@@ -431,3 +431,18 @@ def test_sampling_on_the_simulator_and_too_many_blocks_are_refused_in_one_line(t
     assert res.returncode == 2 and "records every thread" in res.stderr and res.stderr.count("\n") == 1
     with pytest.raises(ValueError, match="at most 64"):
         gpu_accesses.parse_blocks(",".join(str(b) for b in range(65)), (100, 1, 1))
+
+
+def test_small_vs_real_size_per_line(sim_runner_local):
+    from visualizer.figures.memory import SMALL_VS_BIG, side_by_side_figure
+
+    def rec(rows):
+        params = {"rows": rows, "cols": rows, "tile": 32}
+        return sim_runner_local.capture("transpose_tiled", params, accesses=True, time_clean=False,
+                                        access_engine="pass")  # fmt: skip
+
+    table = gpu_accesses.sizes_side_by_side(rec(32).requests, rec(96).requests)
+    assert table["agree"].all() and (table["requests_big"] > table["requests_small"]).all()
+    fig = side_by_side_figure(table, sides=SMALL_VS_BIG)
+    assert "small vs this size, on the GPU: the same per request on every line" in fig.layout.title.text
+    assert MEASURED_GPU_SAMPLED in fig.layout.title.text

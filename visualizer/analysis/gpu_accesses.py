@@ -222,24 +222,41 @@ def side_by_side(sim_req: pd.DataFrame, gpu_req: pd.DataFrame, blocks) -> pd.Dat
     """Per source line, array, space and op: requests and sectors (global) or wavefronts (shared) per
     request, from the simulator's requests of the sampled ``blocks`` and from the GPU's, and whether
     they agree. One launch, two recorders: they should (tests/test_gpu_accesses.py)."""
+    return _two(sim_req, gpu_req, blocks, blocks, ("sim", "gpu"), SIDE_BY_SIDE_SOURCE)
+
+
+def sizes_side_by_side(small_req: pd.DataFrame, big_req: pd.DataFrame) -> pd.DataFrame:
+    """The same per-line table for two launches of one kernel at two sizes, both recorded on the GPU
+    (each by its own sampled warps): does the access pattern per request change with the size?"""
+    return _two(small_req, big_req, None, None, ("small", "big"), MEASURED_GPU_SAMPLED)
+
+
+def _two(a_req, b_req, a_blocks, b_blocks, sides: tuple[str, str], source: str) -> pd.DataFrame:
     key = ["line", "array", "space", "op"]
 
-    def per_line(req: pd.DataFrame) -> pd.DataFrame:
-        r = req[req["block"].isin(list(blocks))].copy()
+    def per_line(req: pd.DataFrame, blocks) -> pd.DataFrame:
+        r = (req if blocks is None else req[req["block"].isin(list(blocks))]).copy()
         for c in ("array", "space", "op"):
             r[c] = r[c].astype(str)
         r["per"] = np.where(r["space"] == "shared", r["wavefronts"], r["sectors"])
         return r.groupby(key, sort=True).agg(requests=("per", "size"), total=("per", "sum")).reset_index()
 
-    a, b = per_line(sim_req), per_line(gpu_req)
-    out = a.merge(b, on=key, how="outer", suffixes=("_sim", "_gpu")).fillna(0)
-    for side in ("sim", "gpu"):
+    a, b = per_line(a_req, a_blocks), per_line(b_req, b_blocks)
+    out = a.merge(b, on=key, how="outer", suffixes=tuple(f"_{x}" for x in sides)).fillna(0)
+    for side in sides:
         out[f"requests_{side}"] = out[f"requests_{side}"].astype(np.int64)
         out[f"per_request_{side}"] = out[f"total_{side}"] / out[f"requests_{side}"].where(
             out[f"requests_{side}"] > 0
         )
+    x, y = sides
     out["unit"] = np.where(out["space"] == "shared", "wavefronts", "sectors")
-    out["agree"] = (out["requests_sim"] == out["requests_gpu"]) & (out["total_sim"] == out["total_gpu"])
-    out = out[[*key, "unit", "requests_sim", "requests_gpu", "per_request_sim", "per_request_gpu", "agree"]]
-    out.attrs["source"] = SIDE_BY_SIDE_SOURCE
+    if a_blocks is not None:  # the same launch: every count must agree
+        out["agree"] = (out[f"requests_{x}"] == out[f"requests_{y}"]) & (
+            out[f"total_{x}"] == out[f"total_{y}"]
+        )
+    else:  # two sizes: the pattern per request
+        out["agree"] = out[f"per_request_{x}"] == out[f"per_request_{y}"]
+    cols = [f"requests_{x}", f"requests_{y}", f"per_request_{x}", f"per_request_{y}"]
+    out = out[[*key, "unit", *cols, "agree"]]
+    out.attrs["source"] = source
     return out

@@ -241,19 +241,30 @@ def source_html(lines: list[str], first_line: int, highlight: int | None) -> str
     )
 
 
-def side_by_side_figure(table: pd.DataFrame, height: int = 340) -> go.Figure:
-    """Sectors (global) or wavefronts (shared) per request, per source line: simulator and GPU bars
-    side by side (analysis/gpu_accesses.side_by_side)."""
+SIM_VS_GPU = (("sim", "simulator"), ("gpu", "GPU (sampled warps)"))
+SMALL_VS_BIG = (("small", "small launch (GPU)"), ("big", "this launch (GPU)"))
+
+
+def side_by_side_figure(table: pd.DataFrame, height: int = 340, sides=SIM_VS_GPU) -> go.Figure:
+    """Sectors (global) or wavefronts (shared) per request, per source line: two recordings' bars side
+    by side (analysis/gpu_accesses.side_by_side: simulator and GPU; sizes_side_by_side: two sizes)."""
     x = [f"L{r.line} {r.op} {r.array}" for r in table.itertuples()]
     fig = go.Figure()
-    for side, name, color in (("sim", "simulator", "#607d8b"), ("gpu", "GPU (sampled warps)", "#76b900")):
+    for (side, name), color in zip(sides, ("#607d8b", "#76b900"), strict=True):
         fig.add_trace(go.Bar(x=x, y=table[f"per_request_{side}"], name=name, marker_color=color,
                              customdata=table["unit"],
                              hovertemplate="%{x}: %{y:.3g} %{customdata} per request<extra>" + name + "</extra>"))  # fmt: skip
     agree = bool(table["agree"].all()) if len(table) else True
-    verdict = "the two recordings agree on every line" if agree else "the recordings differ (see the table)"
+    if sides == SIM_VS_GPU:
+        what = "simulator vs GPU"
+        verdict = (
+            "the two recordings agree on every line" if agree else "the recordings differ (see the table)"
+        )
+    else:
+        what = "small vs this size, on the GPU"
+        verdict = "the same per request on every line" if agree else "some lines change with the size"
     fig.update_layout(
-        title=titled(f"Per source line, simulator vs GPU: {verdict}", source_of(table)),
+        title=titled(f"Per source line, {what}: {verdict}", source_of(table)),
         barmode="group", height=height, yaxis_title="sectors or wavefronts per request",
         margin={"t": 80, "b": 90}, legend={"orientation": "h", "y": -0.3},
     )  # fmt: skip

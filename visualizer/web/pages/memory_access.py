@@ -81,23 +81,39 @@ def visitor_launch(cap):
 
 
 def side_by_side(kernel: str, params: dict, gpu_cap) -> None:
-    """The same launch recorded on the simulator, per source line beside the GPU's sampled warps (the
-    simulator's blocks restricted to the sampled ones), where the simulator can run the launch."""
+    """Beside a GPU recording: the same launch recorded on the simulator (its blocks restricted to the
+    sampled ones), where the simulator can run it; and the kernel at its default (small) size recorded
+    on the GPU, per source line."""
     from visualizer.analysis.gpu_accesses import side_by_side as both
-    from visualizer.figures.memory import side_by_side_figure
+    from visualizer.analysis.gpu_accesses import sizes_side_by_side
+    from visualizer.figures.memory import SMALL_VS_BIG, side_by_side_figure
 
     with st.expander("Simulator vs GPU: the same launch, per source line"):
         try:
             catalog.admit_capture(kernel, params, "sim")
+            sim_cap, error = access_capture(kernel, params, backend="sim")
         except catalog.LaunchError as exc:
-            st.caption(as_text(f"The simulator cannot record this launch ({exc}); try a smaller size."))
-            return
-        sim_cap, error = access_capture(kernel, params, backend="sim")
+            sim_cap, error = None, as_text(f"the simulator cannot record this launch ({exc})")
         if error:
-            st.caption(f"The simulator's recording did not run: {error}")
+            st.caption(f"No simulator recording beside this one: {error}.")
+        else:
+            table = both(sim_cap.requests, gpu_cap.requests, gpu_cap.launch["accesses"]["sample"]["blocks"])
+            chart(side_by_side_figure(table), key="mem_side_by_side_chart")
+            st.dataframe(table, hide_index=True)
+    small = catalog.get(kernel).defaults()
+    if small == params:
+        return
+    with st.expander(f"Small vs this size on the GPU: {kernel} at its defaults, per source line"):
+        small_cap, error = access_capture(kernel, small, backend="gpu")
+        if error:
+            st.caption(f"The small launch did not run: {error}")
             return
-        table = both(sim_cap.requests, gpu_cap.requests, gpu_cap.launch["accesses"]["sample"]["blocks"])
-        chart(side_by_side_figure(table), key="mem_side_by_side_chart")
+        table = sizes_side_by_side(small_cap.requests, gpu_cap.requests)
+        st.caption(
+            "Launch A: " + ", ".join(f"{k}={v}" for k, v in sorted(small.items())) + " (the defaults), "
+            "recorded on the GPU by its own sampled warps, beside this launch's."
+        )
+        chart(side_by_side_figure(table, sides=SMALL_VS_BIG), key="mem_sizes_chart")
         st.dataframe(table, hide_index=True)
 
 
