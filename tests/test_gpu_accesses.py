@@ -446,3 +446,15 @@ def test_small_vs_real_size_per_line(sim_runner_local):
     fig = side_by_side_figure(table, sides=SMALL_VS_BIG)
     assert "small vs this size, on the GPU: the same per request on every line" in fig.layout.title.text
     assert MEASURED_GPU_SAMPLED in fig.layout.title.text
+
+
+def test_a_gpu_recording_saves_and_loads_as_a_bundle(sim_runner_local, tmp_path):
+    from visualizer.tools.bundle import load, save
+
+    _, passed = capture_both(sim_runner_local, "transpose_tiled", {"rows": 64, "cols": 64, "tile": 32})
+    save(passed, tmp_path)
+    back = load(tmp_path)
+    assert back.launch["accesses"]["sample"] == passed.launch["accesses"]["sample"]
+    assert back.launch["accesses"]["source"] == MEASURED_GPU_SAMPLED
+    assert back.requests.attrs["source"] == back.accesses.attrs["source"] == MEASURED_GPU_SAMPLED
+    pd.testing.assert_frame_equal(norm(back.requests, REQ), norm(passed.requests, REQ))

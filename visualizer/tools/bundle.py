@@ -93,7 +93,7 @@ def load(bundle_dir: str | Path) -> Capture:
             raise BundleError(f"{root / 'launch.json'}: missing {key!r}; not a capture bundle")
     check = launch.pop("check", {})
 
-    def table(name: str, required: bool = False):
+    def table(name: str, required: bool = False, source: str | None = None):
         path = root / f"{name}.parquet"
         if not path.is_file():
             if required:
@@ -104,7 +104,7 @@ def load(bundle_dir: str | Path) -> Capture:
         except Exception as exc:  # pyarrow raises several kinds for a damaged file
             raise BundleError(f"{path}: not a readable Parquet table ({type(exc).__name__})") from None
         df.attrs["source"] = (
-            str(df["source"].iloc[0]) if "source" in df.columns and len(df) else launch["source"]
+            str(df["source"].iloc[0]) if "source" in df.columns and len(df) else source or launch["source"]
         )
         return df
 
@@ -116,5 +116,9 @@ def load(bundle_dir: str | Path) -> Capture:
         launch, timing, {}, {}, threads, table("tiles"), table(row_name) if row_name else None, check
     )
     if (root / "requests.parquet").is_file():
-        cap.accesses, cap.requests, cap.hazards = table("accesses"), table("requests"), table("hazards")
+        # the access tables' own label (a GPU recording: "measured (GPU, sampled warps)")
+        src = (launch.get("accesses") or {}).get("source")
+        cap.accesses, cap.requests, cap.hazards = (
+            table(n, source=src) for n in ("accesses", "requests", "hazards")
+        )
     return cap
