@@ -35,6 +35,7 @@ OWNERS = {
 EXCEPTIONS = {
     ("visualizer/tools/bench.py", "numba"),
     ("visualizer/tools/attention_bench.py", "numba"),
+    ("visualizer/tools/access_cost.py", "numba"),  # a benchmark too: four builds timed on one set of arrays
     ("visualizer/tools/bench.py", "streamlit.testing"),
     ("visualizer/tools/loadtest.py", "streamlit.proto"),
 }

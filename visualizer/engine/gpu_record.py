@@ -73,3 +73,45 @@ def module_of(name: str) -> types.ModuleType:
 
 def zeros_for(outputs: dict) -> dict[str, np.ndarray]:
     return {k: np.zeros(shape, dtype) for k, (shape, dtype) in outputs.items()}
+
+
+def backend_cuda(engine: str):
+    """numba.cuda for ``engine`` ("sim": with fastsim installed, whose warp intrinsics the access
+    probes need; "gpu"), chosen before numba is first imported in this process."""
+    import os
+
+    if engine == "sim":
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        from visualizer.engine import fastsim
+
+        fastsim.install()
+    else:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    from numba import cuda
+
+    return cuda
+
+
+def launch_plain(module: types.ModuleType, kernel: str, grid, block, arrays: dict) -> dict:
+    """The module's own kernel launched once on ``arrays`` (the GPU build ncu profiles); the arrays after."""
+    from numba import cuda
+
+    dev = {k: cuda.to_device(v) for k, v in arrays.items()}
+    getattr(module, kernel)[tuple(grid), tuple(block)](*dev.values())
+    cuda.synchronize()
+    return {k: v.copy_to_host() for k, v in dev.items()}
+
+
+def record_with_simulator(module: types.ModuleType, kernel: str, grid, block, arrays: dict) -> dict:
+    """The simulator recorder's buffers (engine/access_record.py) of the module's own kernel on ``arrays``."""
+    from numba import cuda
+
+    from visualizer.engine import access_record
+
+    dev = {k: cuda.to_device(v.copy()) for k, v in arrays.items()}
+    r = access_record.start(dev, set(), grid, block)
+    try:
+        getattr(module, kernel)[tuple(grid), tuple(block)](*dev.values())
+    finally:
+        access_record.stop()
+    return r.buffers()

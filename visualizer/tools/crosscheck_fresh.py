@@ -10,8 +10,6 @@ tests/test_gpu_accesses.py.
 
 from __future__ import annotations
 
-import os
-
 # the blocks each case records; None: the default sample (first, middle, last); "all": every block
 SAMPLE: dict = {"tree_sum": [0, 3], "histogram": [1, 3], "matmul_tiled": [0, 5, 15]}
 MATMUL_N = 64
@@ -37,19 +35,6 @@ def _module(kernel: str) -> str:
     return "kernels.examples.matmul_tiled" if kernel == "matmul_tiled" else "kernels.access_cases"
 
 
-def _setup(engine: str):
-    if engine == "sim":
-        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-        from visualizer.engine import fastsim
-
-        fastsim.install()
-    else:
-        os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-    from numba import cuda
-
-    return cuda
-
-
 def _reference(kernel: str, arrays: dict) -> dict:
     from kernels import access_cases
 
@@ -65,12 +50,14 @@ def run(
     (and on the simulator, the simulator recorder's buffers of the same launch). ``blocks="all"``:
     every block records (the cross-check compares whole launches with ncu); ``records``: the lane
     accesses the buffers hold (default gpu_accesses.DEFAULT_RECORDS; small: overflow on purpose)."""
-    cuda = _setup(engine)
     import numpy as np
+
+    from visualizer.engine import gpu_record
+
+    cuda = gpu_record.backend_cuda(engine)
 
     from visualizer.analysis import gpu_accesses
     from visualizer.analysis.gpu_accesses import linear_blocks
-    from visualizer.engine import gpu_record
 
     results = {}
     for kernel, grid, block, inputs, outputs in cases():
@@ -92,15 +79,7 @@ def run(
             "block": list(block),
         }
         if engine == "sim":
-            from visualizer.engine import access_record
-
-            dev = {k: cuda.to_device(v.copy()) for k, v in arrays.items()}
-            r = access_record.start(dev, set(), grid, block)
-            try:
-                getattr(mod, kernel)[grid, block](*dev.values())
-            finally:
-                access_record.stop()
-            res["simulator"] = r.buffers()
+            res["simulator"] = gpu_record.record_with_simulator(mod, kernel, grid, block, arrays)
         results[kernel] = res
     return results
 
@@ -108,17 +87,13 @@ def run(
 def clean_launch(kernel: str) -> bool:
     """Launch the plain kernel once on the GPU (what ncu profiles); True if it matches numpy."""
     import numpy as np
-    from numba import cuda
 
     from visualizer.engine import gpu_record
 
     _, grid, block, inputs, outputs = next(c for c in cases() if c[0] == kernel)
     mod = gpu_record.module_of(_module(kernel))
     arrays = {**inputs(np.random.default_rng(0)), **gpu_record.zeros_for(outputs)}
-    dev = {k: cuda.to_device(v) for k, v in arrays.items()}
-    getattr(mod, kernel)[grid, block](*dev.values())
-    cuda.synchronize()
-    after = {k: v.copy_to_host() for k, v in dev.items()}
+    after = gpu_record.launch_plain(mod, kernel, grid, block, arrays)
     return all(np.allclose(after[k], v, rtol=1e-4, atol=1e-4) for k, v in _reference(kernel, arrays).items())
 
 
