@@ -13,9 +13,14 @@ kernels/access_probes.py, which returns the same index::
 
 Python evaluates an index before the access it belongs to and a right-hand side before the store,
 so the records keep the kernel's own order; a conditional expression records only the branch that
-runs. ``<bufs>`` are the pass's parameters (``params``: ``_vz_acc, _vz_acc_hdr, _vz_acc_cnt,
-_vz_acc_sel``), this warp's slot (``_vz_slot = _vz_slot_of(_vz_acc_sel)``, set first) and the
-barrier epoch (``_vz_ep``, one more after each statement that calls ``cuda.syncthreads*``).
+runs. ``<bufs>`` are the record buffers (``_vz_acc, _vz_acc_hdr``: two of the pass's ``params``,
+with ``_vz_acc_cnt`` and ``_vz_acc_sel``), the warps' request counters (``_vz_ctr``, 32 int32 of
+shared memory), this lane's state (``_vz_st``, a local array), this warp's slot
+(``_vz_slot = _vz_slot_of(_vz_acc_sel)``, -1 for a warp that records nothing) and the barrier epoch
+(``_vz_ep``, one more after each statement that calls ``cuda.syncthreads*``), all set first. Every
+exit (each ``return`` of the kernel's own, and its end) writes the lane's count of accesses past the
+buffer (``_vz_acc_end``). A loop that records is kept twice: ``if _vz_slot < 0:`` the loop as written
+(the warps of unsampled blocks run the kernel's own code), ``else:`` the loop recorded.
 
 ``info`` gets ``sites`` (one per recorded access: line, array, op) and ``arrays`` (name, space and,
 for shared arrays, the source text of their shape and dtype): what the host needs to decode the
