@@ -219,7 +219,38 @@ def record(out_dir: str, engine: str = "gpu") -> int:
         )
     print(f"recorded {len(results)} kernels on {engine}: " + ", ".join(
         f"{k} {'ok' if r['correct'] else 'WRONG'}" for k, r in results.items()))  # fmt: skip
-    return 0 if all(r["correct"] for r in results.values()) else 1
+    ok = all(r["correct"] for r in results.values())
+    if engine == "gpu":
+        ok = record_catalog(out) and ok
+    return 0 if ok else 1
+
+
+def record_catalog(out: Path, backend: str = "gpu") -> bool:
+    """The catalog CASES captured on the GPU with accesses (the access pass through the capture path,
+    every block sampled) -> OUT/recorded_catalog_<backend>.json, by case label (``backend="sim"``: the
+    same pass on the simulator, a check of this step without a GPU)."""
+    from visualizer.engine.runner import Runner
+    from visualizer.specs import catalog
+
+    got = {}
+    with Runner(backend) as runner:
+        for kernel, params in CASES:
+            label = case_label(kernel, params)
+            try:
+                blocks = list(range(catalog.plan_launch(kernel, params, "gpu")[2].blocks))
+                cap = runner.capture(kernel, params, repeats=1, accesses=True, sample_blocks=blocks,
+                                     time_clean=False, access_engine="pass", torch=False)  # fmt: skip
+            except Exception as exc:  # one case's failure is reported, the others still run
+                got[label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                continue
+            summ = {k: v for k, v in cap.launch["accesses"].items() if k != "per_line"}
+            got[label] = {**summ, "correct": bool(cap.check.get("correct"))}
+    write_text(out / f"recorded_catalog_{backend}.json", json.dumps(got, indent=1))
+    bad = [k for k, v in got.items() if "error" in v]
+    print(
+        f"recorded {len(got)} catalog launches on {backend}" + (f"; failed: {', '.join(bad)}" if bad else "")
+    )
+    return not bad
 
 
 def _fresh_engine(profile_dir: Path) -> tuple[dict, dict, dict]:
@@ -247,6 +278,8 @@ def compare(profile_dir: str) -> list[dict]:
     from visualizer.engine.runner import Runner
 
     ncu = read_ncu(Path(profile_dir) / "ncu.csv")
+    catalog_path = Path(profile_dir) / "recorded_catalog_gpu.json"
+    on_gpu = json.loads(catalog_path.read_text()) if catalog_path.exists() else {}
     rows = []
     with Runner("sim") as runner:
         for i, (kernel, params) in enumerate(CASES):
@@ -264,6 +297,9 @@ def compare(profile_dir: str) -> list[dict]:
                         "hazards": summ["hazards"],
                     }
                 )
+                pg = on_gpu.get(case_label(kernel, params), {}).get(key)
+                if pg is not None:  # the access pass's recording of the same launch on the GPU
+                    rows[-1].update(pass_gpu=pg, pass_equal=measured is not None and int(measured) == int(pg))
     sim, sim_pass, gpu = _fresh_engine(Path(profile_dir))
     for j, kernel in enumerate(FRESH):
         i = len(CASES) + j
@@ -298,7 +334,7 @@ def markdown(rows: list[dict], races: list[dict]) -> str:
         for m, _ in METRICS:
             r = next(x for x in rows if x["case"] == case and x["metric"] == m)
             mark = "" if r["equal"] and r.get("pass_equal", True) else " **≠**"
-            if r.get("fresh"):  # ncu / simulator recorder / the access pass on the GPU
+            if "pass_gpu" in r:  # ncu / simulator recorder / the access pass on the GPU
                 cells.append(f"{r['ncu']} / {r['engine']} / {r['pass_gpu']}{mark}")
             else:
                 cells.append(f"{r['ncu']} / {r['engine']}{mark}")
