@@ -327,7 +327,9 @@ def compare(profile_dir: str) -> list[dict]:
 def markdown(rows: list[dict], races: list[dict]) -> str:
     short = {m: m.replace("l1tex__", "").replace("_pipe_lsu_mem", "").replace(".sum", "") for m, _ in METRICS}
     cases = list(dict.fromkeys(r["case"] for r in rows))
-    head = "| launch | " + " | ".join(f"`{short[m]}` ncu / engine" for m, _ in METRICS) + " |"
+    three = any("pass_gpu" in r for r in rows)  # with the access pass's GPU recording beside them
+    cells = "ncu / simulator / GPU recording" if three else "ncu / engine"
+    head = "| launch | " + " | ".join(f"`{short[m]}` {cells}" for m, _ in METRICS) + " |"
     out = [head, "|" + "---|" * (len(METRICS) + 1)]
     for case in cases:
         cells = []
