@@ -458,3 +458,39 @@ def test_a_gpu_recording_saves_and_loads_as_a_bundle(sim_runner_local, tmp_path)
     assert back.launch["accesses"]["source"] == MEASURED_GPU_SAMPLED
     assert back.requests.attrs["source"] == back.accesses.attrs["source"] == MEASURED_GPU_SAMPLED
     pd.testing.assert_frame_equal(norm(back.requests, REQ), norm(passed.requests, REQ))
+
+
+def test_crosscheck_names_every_fresh_kernel_and_marks_a_difference_of_any_of_three():
+    from visualizer.tools import crosscheck, crosscheck_fresh
+
+    assert crosscheck.FRESH == [c[0] for c in crosscheck_fresh.cases()]
+    rows = [
+        {"case": "k", "metric": m, "ncu": 4, "engine": 4, "pass_gpu": 4 if i else 5, "equal": True,
+         "pass_equal": bool(i), "hazards": {}}
+        for i, (m, _) in enumerate(crosscheck.METRICS)
+    ]  # fmt: skip
+    table = crosscheck.markdown(rows, [])
+    assert "ncu / simulator / GPU recording" in table.splitlines()[0]
+    cells = table.splitlines()[2].split(" | ")
+    assert cells[1] == "4 / 4 / 5 **≠**" and cells[2] == "4 / 4 / 4"
+
+
+def test_crosscheck_record_on_the_simulator_writes_both_recordings(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "visualizer", "crosscheck", "record", "--out", str(tmp_path), "--engine", "sim"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    import json
+
+    passed = json.loads((tmp_path / "recorded_sim.json").read_text())
+    recorder = json.loads((tmp_path / "simulator.json").read_text())
+    assert set(passed) == set(recorder) and passed["f64_uneven"]["shared_ld_wavefronts"] == 136
+    for kernel in passed:
+        for key in (
+            "global_ld_sectors",
+            "shared_ld_wavefronts",
+            "shared_ld_bank_conflicts",
+            "shared_st_wavefronts",
+        ):
+            assert passed[kernel][key] == recorder[kernel][key], (kernel, key)
