@@ -306,12 +306,14 @@ class BarrierPass:
 BUFFER_BYTES = 64 << 20  # a launch's branch (or barrier) log at most: fewer records per row above it
 
 
-def branch_buffers(simulator: bool, n_blocks: int, threads_per_block: int, barriers: bool = False) -> dict:
+def branch_buffers(
+    simulator: bool, n_blocks: int, threads_per_block: int, barriers: bool = False, records: int | None = None
+) -> dict:
     """The zeroed log and count a launch passes for the branch probes (or, ``barriers``, the barrier
     probes): simulator, one row per thread (int32 codes); GPU, one row per warp (int64 records)."""
     warps = n_blocks * ((threads_per_block + 31) // 32)
     if barriers:
-        rec = max(1, min(BARRIER_RECORDS, BUFFER_BYTES // (24 * warps)))
+        rec = max(1, min(records or BARRIER_RECORDS, BUFFER_BYTES // (24 * warps)))
         rows = n_blocks if simulator else warps  # the simulator records nothing: keep it small
         return {
             BAR_LOG: np.zeros((rows, 1 if simulator else rec, 3), np.int64),
@@ -319,9 +321,9 @@ def branch_buffers(simulator: bool, n_blocks: int, threads_per_block: int, barri
         }
     if simulator:
         threads = n_blocks * threads_per_block
-        rec = max(1, min(BRANCH_RECORDS, BUFFER_BYTES // (4 * threads)))
+        rec = max(1, min(records or BRANCH_RECORDS, BUFFER_BYTES // (4 * threads)))
         return {BRANCH_LOG: np.zeros((threads, rec), np.int32), BRANCH_COUNT: np.zeros(threads, np.int32)}
-    rec = max(1, min(BRANCH_RECORDS, BUFFER_BYTES // (24 * warps)))
+    rec = max(1, min(records or BRANCH_RECORDS, BUFFER_BYTES // (24 * warps)))
     return {BRANCH_LOG: np.zeros((warps, rec, 3), np.int64), BRANCH_COUNT: np.zeros(warps, np.int32)}
 
 
