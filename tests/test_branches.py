@@ -219,12 +219,58 @@ def test_barrier_rows_find_the_last_warp_and_the_waits():
     assert w1["end_ns"].tolist() == [400, 500, 1500, 1600]  # ns since the first arrival
 
 
+def test_gpu_records_become_visits_in_order():
+    log = np.zeros((2, 4, 3), np.int64)  # 2 warps of one 64-thread block
+    log[0, :3] = [(0, 0xF, 0x3), (1, 0xF, 0xF), (1, 0xF, 0)]
+    log[1, :2] = [
+        (0, -1, 0),
+        (7, 1, 1),
+    ]  # ballot of all lanes as numba types it (int32 -1); a site never made
+    sites = [
+        {"site": 0, "line": 3, "kind": "if", "loops": []},
+        {"site": 1, "line": 5, "kind": "while", "loops": []},
+    ]
+    rows = branches.rows(False, log, np.array([3, 2]), sites, 64)
+    assert rows[["block", "warp", "site", "visit", "active", "taken"]].values.tolist() == [
+        [0, 0, 0, 0, 4, 2],
+        [0, 0, 1, 0, 4, 4],
+        [0, 0, 1, 1, 4, 0],
+        [0, 1, 0, 0, 32, 0],
+    ]
+    assert source_of(rows) == "measured (GPU)" and rows.attrs["truncated"] == 0
+
+
+def lane_totals(rows: pd.DataFrame) -> dict:
+    """Per (block, warp, site): lane-evaluations and lanes taken, whatever the grouping into visits."""
+    g = rows.groupby(["block", "warp", "site"])
+    return {
+        k: (int(a), int(t)) for k, a, t in zip(g.groups, g["active"].sum(), g["taken"].sum(), strict=True)
+    }
+
+
+def model_totals(expected: dict) -> dict:
+    return {
+        k: (sum(bin(a).count("1") for a, _ in v), sum(bin(t).count("1") for _, t in v))
+        for k, v in expected.items()
+    }
+
+
+# on the H200 the compiler does not reconverge a warp's lanes at the loop test after a `continue`:
+# the lanes that continued evaluate the remaining tests as a group of their own (measured; the
+# simulator's structured model merges the groups), so that kernel is compared lane by lane
+GPU_SPLITS = {"partial_sums"}
+
+
 @pytest.mark.gpu
 def test_gpu_visits_match_the_same_models(tmp_path):
     gpu = run_cases(tmp_path, "gpu")
     for name, case in gpu.items():
-        assert_matches_model(case, name)
         assert source_of(case["rows"]) == "measured (GPU)"
+        assert lane_totals(case["rows"]) == model_totals(case["expected"]), name
+        if name not in GPU_SPLITS:
+            assert_matches_model(case, name)
+    split = visits(gpu["partial_sums"]["rows"])[(0, 0, 0)]
+    assert len(split) > len(gpu["partial_sums"]["expected"][(0, 0, 0)])  # more groups than the model's visits
     bars = gpu["reduction_example"]["bars"]
     assert len(bars) == 4 * 8 * 9 and (bars["wait_ns"] >= 0).all()  # a barrier before the tree, one per level
     assert (bars.groupby(["block", "instance"])["last"].sum() >= 1).all()

@@ -121,16 +121,20 @@ def rows_from_warps(
 ) -> pd.DataFrame:
     """GPU: per-warp records ``(site, activemask, ballot)`` (int64 (warps, records, 3)) -> warp visits."""
     wpb = (threads_per_block + 31) // 32
-    n = np.minimum(np.asarray(count), log.shape[1])
-    records = []
-    for w in range(log.shape[0]):
-        block, warp = divmod(w, wpb)
-        seen: dict[int, int] = {}
-        for site, mask, taken in log[w, : n[w]].tolist():
-            v = seen.get(site, 0)
-            seen[site] = v + 1
-            records.append((block, warp, site, v, mask & 0xFFFFFFFF, taken & 0xFFFFFFFF))
-    df = _frame(records, sites, MEASURED_GPU)
+    n = np.minimum(np.asarray(count, np.int64), log.shape[1])
+    keep = np.arange(log.shape[1])[None, :] < n[:, None]
+    w, _ = np.nonzero(keep)
+    rec = log[keep].reshape(-1, 3)
+    known = {int(s["site"]) for s in sites}
+    ok = np.isin(rec[:, 0], list(known))  # a record of no site (a damaged buffer) is dropped
+    w, rec = w[ok], rec[ok]
+    df = pd.DataFrame({"w": w, "site": rec[:, 0]})
+    visit = df.groupby(["w", "site"], sort=False).cumcount().to_numpy()
+    records = zip(
+        (w // wpb).tolist(), (w % wpb).tolist(), rec[:, 0].tolist(), visit.tolist(),
+        (rec[:, 1] & 0xFFFFFFFF).tolist(), (rec[:, 2] & 0xFFFFFFFF).tolist(), strict=True,
+    )  # fmt: skip
+    df = _frame(list(records), sites, MEASURED_GPU)
     df.attrs["truncated"] = int((np.asarray(count) > log.shape[1]).sum())
     return df
 

@@ -327,6 +327,21 @@ def branch_buffers(
     return {BRANCH_LOG: np.zeros((warps, rec, 3), np.int64), BRANCH_COUNT: np.zeros(warps, np.int32)}
 
 
+def lens(simulator: bool, n_blocks: int, threads_per_block: int) -> tuple[tuple, dict]:
+    """The SIMT lens of one launch: its passes (branches; on a GPU barriers too: the simulator has no
+    clock) and their zeroed buffers, by the parameter names the passes append."""
+    passes: tuple = (BranchPass(),) if simulator else (BranchPass(), BarrierPass())
+    buffers = branch_buffers(simulator, n_blocks, threads_per_block)
+    if not simulator:
+        buffers.update(branch_buffers(simulator, n_blocks, threads_per_block, barriers=True))
+    return passes, buffers
+
+
+def lens_bytes(simulator: bool, n_blocks: int, threads_per_block: int) -> int:
+    """What the lens's buffers add to a reply, at most."""
+    return sum(a.nbytes for a in lens(simulator, n_blocks, threads_per_block)[1].values())
+
+
 def apply_passes(tree: ast.Module, kernel: str, passes, suffix: str = "__traced") -> ast.Module:
     """Standalone use (tests, and until the instrumenter runs passes itself): a copy of ``tree`` with
     ``<kernel><suffix>``, the kernel with each pass's parameters appended and its rewrite applied, after
