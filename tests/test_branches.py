@@ -197,6 +197,17 @@ def test_barrier_pass_wraps_every_syncthreads_statement():
     assert text.count("_vz_bar_arrive()") == 2 and text.count("_vz_bar_release(") == 2
 
 
+def test_the_analysis_reads_the_buffers_the_passes_add():
+    from visualizer.engine import instrument_branches as ib
+
+    names = (ib.BRANCH_LOG, ib.BRANCH_COUNT, ib.BAR_LOG, ib.BAR_COUNT)
+    assert names == (branches.BRANCH_LOG, branches.BRANCH_COUNT, branches.BAR_LOG, branches.BAR_COUNT)
+    passes, bufs = ib.lens(False, 4, 96)
+    assert [n for p in passes for n in p.params] == list(bufs) == list(names)
+    passes, bufs = ib.lens(True, 4, 96)
+    assert [n for p in passes for n in p.params] == list(bufs) == list(names[:2])  # no clock: no barriers
+
+
 def test_buffers_are_bounded():
     sim = branch_buffers(True, 4096, 256)
     gpu = branch_buffers(False, 1 << 16, 1024)

@@ -31,6 +31,8 @@ import pandas as pd
 
 from visualizer.analysis.provenance import MEASURED_GPU, labelled, modelled
 
+# the buffers' names: the parameters engine/instrument_branches.py's passes append to a kernel
+BRANCH_LOG, BRANCH_COUNT, BAR_LOG, BAR_COUNT = "_vz_br", "_vz_brn", "_vz_bar", "_vz_barn"
 ROW_COLUMNS = [
     "block",
     "warp",
@@ -143,6 +145,41 @@ def rows(simulator: bool, log: np.ndarray, count: np.ndarray, sites: list[dict],
     """branches.parquet's rows from either backend's probe buffers."""
     fn = rows_from_lanes if simulator else rows_from_warps
     return fn(np.asarray(log), np.asarray(count), sites, threads_per_block)
+
+
+def from_capture(launch: dict, bufs: dict, t0: int | None = None):
+    """(branches, barriers or None, launch.json's "branches" summary) of a capture whose request asked
+    for the SIMT lens (``launch["lens"]``: the passes' sites; ``bufs``: their buffers)."""
+    lens, tpb = launch["lens"], int(launch["threads_per_block"])
+    simulator = launch["backend"] != "gpu"
+    rows = globals()["rows"](simulator, bufs[BRANCH_LOG], bufs[BRANCH_COUNT], lens["branches"]["sites"], tpb)
+    bars = None
+    if not simulator and "barriers" in lens and BAR_LOG in bufs:
+        bars = barrier_rows(bufs[BAR_LOG], bufs[BAR_COUNT], lens["barriers"]["sites"], tpb, t0)
+    summary_ = summary(rows)
+    summary_["not_recorded"] = list(lens["branches"].get("not_recorded", []))
+    if bars is not None:
+        summary_["barrier_visits"] = int(len(bars))
+    return rows, bars, summary_
+
+
+def describe(summary_: dict) -> list[str]:
+    """launch.json's "branches" in a line or two (the CLI prints them)."""
+    eff = summary_.get("efficiency")
+    if eff is None:
+        return ["branches: the kernel has no branch the SIMT lens records"]
+    lines = [
+        f"branch efficiency {eff:.1f}% ({summary_['divergent_visits']:,} of {summary_['visits']:,} warp visits "
+        f"divergent; {summary_['divergent_warps']:,} of {summary_['warps']:,} warps diverged at least once) "
+        f"[{summary_.get('source', '')}]"
+    ]
+    if summary_.get("truncated"):
+        lines.append(
+            f"branches: the log was cut for {summary_['truncated']:,} warps or threads (first visits kept)"
+        )
+    if "barrier_visits" in summary_:
+        lines.append(f"barriers: {summary_['barrier_visits']:,} warp arrivals timed (barriers.parquet)")
+    return lines
 
 
 def divergent(rows: pd.DataFrame) -> pd.Series:

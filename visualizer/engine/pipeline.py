@@ -55,6 +55,7 @@ class Job:
     during_launch: Callable[[], Any] = nullcontext  # a context around the instrumented launch only
     overflow_error: Callable[[Any], Exception] | None = None  # recorder -> the error to raise instead
     before_run: Callable[[int], None] | None = None  # before run i > 0 is reset (a visitor's delay table)
+    lens: dict = field(default_factory=dict)  # what the lenses' passes recorded about the kernel (sites)
 
     @property
     def config(self) -> tuple:

@@ -66,9 +66,10 @@ def _where(filename: str, hit) -> str:
     return f" at {os.path.basename(filename)} line {line}" + (f": {text}" if text else "")
 
 
-def load_module(source: str, filename: str, kernel: str, delays: bool = False):
+def load_module(source: str, filename: str, kernel: str, delays: bool = False, passes: tuple = ()):
     """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
-    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers."""
+    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers;
+    ``passes``: the lenses' passes (engine/instrument.py); their info is ``module._vz_info``."""
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as exc:
@@ -78,7 +79,7 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False):
             + (f": {text[:80]}" if text else "")
         ) from None
     try:
-        instrumented = instrument(tree, kernel, delays=delays)
+        instrumented = instrument(tree, kernel, delays=delays, passes=passes)
         code = compile(instrumented, filename, "exec")
     except KeyError:
         raise UserCodeError(
@@ -93,8 +94,10 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False):
     name = f"user_kernel_{next(_module_ids)}"
     module = types.ModuleType(name)
     module.__file__ = filename
-    module.__dict__.update(probe_globals(delays=delays))
+    module.__dict__.update(probe_globals(passes, delays=delays))
     module.__dict__["_vz_delay_sites"] = instrumented.delay_sites
+    module.__dict__["_vz_info"] = instrumented.vz_info
+    module.__dict__["_vz_params"] = instrumented.vz_params
     sys.modules[name] = module  # numba and inspect look modules up by name
     try:
         exec(code, module.__dict__)
@@ -370,9 +373,17 @@ def prepare_source(backend, request: dict):
     delays = bool(request.get("delays")) and seed is not None
     if delays:
         buffers["delay"] = delay_table(seed, 0)
+    passes: tuple = ()
+    if request.get("branches"):  # the SIMT lens (engine/instrument_branches.py)
+        from visualizer.engine.instrument_branches import lens
+
+        passes, lens_buffers = lens(backend.simulator, launch.blocks, tpb)
+        buffers.update(lens_buffers)
     started = time.perf_counter_ns()
-    module = load_module(request["source"], filename, kernel, delays)
+    module = load_module(request["source"], filename, kernel, delays, passes)
     traced, clean = kernel_pair(backend.cuda, module, kernel)
+    added = module.__dict__["_vz_params"][2:]  # after trace and active: the delay table, the lenses'
+    lens_info = {p.name: module.__dict__["_vz_info"][p.name] for p in passes}
     user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
 
     def call(fn, args):  # a failure in the visitor's code is one line naming their line
@@ -389,11 +400,12 @@ def prepare_source(backend, request: dict):
     fake_modules: list = []
     job = Job(
         traced=traced, clean=clean, grid=grid, block=block, arrays=arrays, buffers=buffers,
-        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active"), *([("buffer", "delay")] if delays else [])],
+        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active"),
+                     *[("buffer", "delay" if name == "_vz_delay" else name) for name in added]],
         clean_args=user_args,
         # no flops model for a visitor's kernel (its bytes only decide the L2 flush): no GB/s is claimed
         nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
-        during_launch=lambda: shared_allocations(backend.simulator, fake_modules),
+        during_launch=lambda: shared_allocations(backend.simulator, fake_modules), lens=lens_info,
     )  # fmt: skip
     if request.get("accesses"):
         job.start_recording = lambda device, bufs: start_access_recording(
@@ -441,6 +453,7 @@ def capture_source(backend, request: dict) -> dict:
         "row_table": None,
         "kernel_source": request["source"],
         "reference": request.get("reference") or [],
+        **({"lens": job.lens} if job.lens else {}),
     }
     reply = {
         "launch": launch_info,

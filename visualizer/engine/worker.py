@@ -262,17 +262,24 @@ def prepare_builtin(backend: Backend, request: dict):
     inputs = spec.make_inputs(values, np.random.default_rng(request.get("seed", 0)))
     buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
-    built = build_kernels(spec, values)
+    passes: tuple = ()
+    if request.get("branches"):  # the SIMT lens (engine/instrument_branches.py)
+        from visualizer.engine.instrument_branches import lens
+
+        passes, lens_buffers = lens(backend.simulator, launch.blocks, launch.threads_per_block)
+        buffers.update(lens_buffers)
+    built = build_kernels(spec, values, passes)
     layout = [
         ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
         for a in spec.args
     ]  # the kernel's own parameters (domain probe buffers among them: no-ops in the clean build)
     added = [("buffer", b) for b in INSTRUMENTER_BUFFERS]  # the instrumenter's, after the kernel's own
+    added += [("buffer", b) for b in built.params[len(INSTRUMENTER_BUFFERS) :]]  # then the lenses'
     nbytes, flops = spec.work(values)
     job = Job(
         traced=built.traced, clean=built.clean, grid=launch.grid, block=launch.block, arrays=inputs,
         buffers=buffers, traced_args=layout + added, clean_args=layout, dynamic_smem=launch.dynamic_smem,
-        nbytes=nbytes, flops=flops, compile_started_ns=started,
+        nbytes=nbytes, flops=flops, compile_started_ns=started, lens=dict(built.info) if passes else {},
     )  # fmt: skip
     if request.get("accesses"):
         from visualizer.specs.catalog import LaunchError
@@ -314,6 +321,7 @@ def capture(backend: Backend, request: dict) -> dict:
         "static_smem_bytes": launch.static_smem,
         "tile_operands": list(spec.tile_operands),
         "row_table": list(spec.row_table) if spec.row_table else None,
+        **({"lens": job.lens} if job.lens else {}),
     }
     if not backend.simulator and ran.instrumented.get("static_smem_bytes") is not None:
         launch_info["static_smem_bytes"] = ran.instrumented["static_smem_bytes"]

@@ -117,4 +117,5 @@ def load(bundle_dir: str | Path) -> Capture:
     )
     if (root / "requests.parquet").is_file():
         cap.accesses, cap.requests, cap.hazards = table("accesses"), table("requests"), table("hazards")
+    cap.branches, cap.barriers = table("branches"), table("barriers")  # the SIMT lens, when recorded
     return cap

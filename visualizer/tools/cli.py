@@ -102,6 +102,12 @@ def cmd_capture(argv: list[str]) -> int:
         action="store_true",
         help="record every load/store (simulator only): adds accesses/requests/hazards.parquet",
     )
+    p.add_argument(
+        "--branches",
+        action="store_true",
+        help="the SIMT lens: which lanes of each warp took each branch (branches.parquet, launch.json "
+        "branches) and, on a GPU, each warp's wait at each syncthreads (barriers.parquet)",
+    )
     args = p.parse_args(argv)
     problem = writable_dir(args.out)
     if problem:  # before the kernel runs, so no work is lost
@@ -123,6 +129,7 @@ def cmd_capture(argv: list[str]) -> int:
                 repeats=args.repeats,
                 seed=args.seed or 0,
                 **({"accesses": True} if args.accesses else {}),
+                **({"branches": True} if args.branches else {}),
                 **({"runs": args.runs, "schedule_seed": args.seed} if args.runs is not None else {}),
             )
     except (LaunchError, CliError) as exc:
@@ -158,6 +165,11 @@ def cmd_capture(argv: list[str]) -> int:
         from visualizer.analysis.memory import describe
 
         for text in describe(launch["accesses"]):
+            print(f"  {text}")
+    if cap.branches is not None:
+        from visualizer.analysis.branches import describe as describe_branches
+
+        for text in describe_branches(launch["branches"]):
             print(f"  {text}")
     if cap.runs is not None:
         from visualizer.analysis.races import describe as describe_runs
