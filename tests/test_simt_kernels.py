@@ -48,3 +48,26 @@ def test_the_pair_is_registered_for_compare():
     for side in (pair.a, pair.b):
         for backend in ("sim", "gpu"):
             catalog.get(side.kernel).resolve(side.params_for(backend))
+
+
+def test_divergence_lesson_answers_from_its_runs(sim_runner):
+    from visualizer.analysis import lesson_answers as A
+    from visualizer.web.lessons import BY_NAME
+
+    lesson = BY_NAME["divergence"]
+    v = lesson.defaults()
+    caps = {role: sim_runner.capture(r.kernel, r.params, **r.options()) for role, r in lesson.runs(v).items()}
+    lanes, warps, slow = (q.answer(caps, v) for q in lesson.questions)
+    reps, warps_n = v["reps"], v["n"] // 32
+    # one divergent visit per warp (the parity test) among 2 + 2 (reps + 1) visits
+    assert lanes.value == pytest.approx(round(100 * (1 - 1 / (2 + 2 * (reps + 1))), 1))
+    assert lanes.facts["divergent_warps"] == warps_n and lanes.facts["mean_active"] < 17
+    assert warps.value == 100.0 and warps.facts["mean_active"] == 32
+    # simulator: modelled from the bodies each warp runs: the guard's, the parity if's (taken in every
+    # warp of branch_lanes, in the even warps of branch_warps) and both loops' against one
+    modelled = (2 + 2 * reps) / (1.5 + reps)
+    assert slow.source.startswith("modelled") and slow.value == pytest.approx(modelled, abs=0.01)
+    assert "modelled" in lesson.questions[2].explain(slow, v)
+    figs = lesson.charts(caps, v, [lanes, warps, slow])
+    assert [f.layout.title.text.split(":")[0] for _, f in figs] == ["branch_lanes", "branch_warps"]
+    assert A.grade(lanes.value * 1.01, lanes.value, lesson.questions[0].tolerance)[0]

@@ -55,7 +55,7 @@ def lane_strip_frames(rows: pd.DataFrame, sites: pd.DataFrame, block: int, warp:
     return out
 
 
-def lane_strip_figure(frames: pd.DataFrame) -> go.Figure:
+def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Figure:
     """A 32-lane strip per branch line, coloured by state, with a slider over the warp's visits."""
     labels = list(dict.fromkeys(frames.sort_values("site")["label"]))
     n_frames = int(frames["frame"].max() + 1) if len(frames) else 1
