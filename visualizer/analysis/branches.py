@@ -279,6 +279,7 @@ def barrier_rows(
     df["instance"] = df.groupby(["block", "warp"]).cumcount()
     latest = df.groupby(["block", "instance"])["arrive_ns"].transform("max")
     df["last"] = df["arrive_ns"] == latest
+    df.attrs["origin"] = "the first barrier arrival" if t0 is None else "the kernel's first timestamp"
     return labelled(df, MEASURED_GPU)
 
 
@@ -295,4 +296,5 @@ def barrier_segments(bars: pd.DataFrame, block: int, starts: dict | None = None)
             seg.append((warp, "wait", r.arrive_ns, r.release_ns, r.line, r.instance, bool(r.last)))
             prev = r.release_ns
     df = pd.DataFrame(seg, columns=["warp", "what", "start_ns", "end_ns", "line", "instance", "last"])
+    df.attrs["origin"] = bars.attrs.get("origin", "the first barrier arrival")
     return labelled(df, bars.attrs.get("source", MEASURED_GPU))

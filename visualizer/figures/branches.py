@@ -83,7 +83,8 @@ def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Fig
     shown = f"the first {n_frames} of {visits} visits" if visits > n_frames else f"{visits} visits"
     fig.update_layout(
         title=titled(
-            f"Block {block}, warp {warp}: which lanes took each branch ({shown})", source_of(frames)
+            f"{kernel + ': b' if kernel else 'B'}lock {block}, warp {warp}, which lanes took each branch ({shown})",
+            source_of(frames),
         ),
         xaxis={"title": "lane", "dtick": 4, "range": [-0.5, 31.5]},
         yaxis={"autorange": "reversed", "automargin": True},
@@ -126,7 +127,7 @@ def barrier_timeline_figure(segments: pd.DataFrame, block: int) -> go.Figure:
             f"Block {block}: each warp's work and its wait at each syncthreads", source_of(segments)
         ),
         barmode="overlay",
-        xaxis={"title": "time since the block's first barrier arrival (ns)"},
+        xaxis={"title": f"ns since {segments.attrs.get('origin', 'the first barrier arrival')}"},
         yaxis={"categoryorder": "category descending", "title": None},
         height=min(520, max(260, 140 + 22 * warps)),
         margin={"t": 80, "l": 10, "r": 10, "b": 50},
