@@ -51,11 +51,14 @@ UNCOUNTED = ("for-body",)  # no exit test recorded: left out of the efficiency
 
 
 def sites_table(sites: list[dict], source_lines: list[str] | None = None) -> pd.DataFrame:
-    df = pd.DataFrame(sites, columns=["site", "line", "kind", "loops"])
+    """The branch sites: site, line, kind, loops (enclosing loop sites), text (the branch as written,
+    from the pass; else the source line, when given)."""
+    df = pd.DataFrame(sites, columns=["site", "line", "kind", "loops", "text"])
     if source_lines is not None:
         df["text"] = [
             source_lines[line - 1].strip() if 0 < line <= len(source_lines) else "" for line in df["line"]
         ]
+    df["text"] = df["text"].fillna("").astype(str)
     return df
 
 

@@ -133,7 +133,13 @@ class BranchPass:
     # --- the walk -------------------------------------------------------------------------------
     def _site(self, node: ast.stmt, kind: str) -> int:
         site = len(self.sites)
-        self.sites.append({"site": site, "line": node.lineno, "kind": kind, "loops": list(self.loops)})
+        if isinstance(node, ast.For):
+            text = f"for {ast.unparse(node.target)} in {ast.unparse(node.iter)}:"
+        else:
+            text = f"{'elif' if kind == 'elif' else kind} {ast.unparse(node.test)}:"
+        self.sites.append(
+            {"site": site, "line": node.lineno, "kind": kind, "loops": list(self.loops), "text": text[:200]}
+        )
         return site
 
     def _probe(self, site: int, test: ast.expr, at: ast.AST) -> ast.expr:

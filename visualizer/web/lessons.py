@@ -674,18 +674,10 @@ def _divergence_charts(caps, v, answers):
     out = []
     for role in ("lanes", "warps"):
         cap = caps[role]
-        sites = branches.sites_table(cap.launch["lens"]["branches"]["sites"], _kernel_lines(cap))
+        sites = branches.sites_table(cap.launch["lens"]["branches"]["sites"])
         frames = bfigs.lane_strip_frames(cap.branches, sites, 0, 0)
         out.append(("", bfigs.lane_strip_figure(frames, kernel=f"branch_{role}")))
     return out
-
-
-def _kernel_lines(cap) -> list[str]:
-    import inspect
-
-    import kernels.divergence as source
-
-    return inspect.getsource(source).splitlines()
 
 
 def _slowdown_words(a: A.Answer) -> str:

@@ -1,0 +1,61 @@
+"""The SIMT lens page through the app's entrypoint, on the simulator: a built-in kernel's lanes per warp
+(the page runs the lens when the current capture has none), the link that reproduces the view."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest import open_app
+from visualizer.figures import branches as bfigs
+
+
+def _charts(at: AppTest) -> dict[str, dict]:
+    out = {}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        out[spec["layout"]["title"]["text"]] = spec
+    return out
+
+
+def _metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.fixture(scope="module")
+def lanes_page() -> AppTest:
+    return open_app(
+        "simt", kernel="branch_lanes", backend="sim", n="512", reps="4", block="128", simt_warp="2"
+    )
+
+
+def test_lanes_page_shows_the_divergent_warp_and_says_it_is_modelled(lanes_page):
+    at = lanes_page
+    assert not at.exception
+    # 16 warps, each diverges once at the parity test among 2 + 2 x (4 + 1) visits
+    assert _metric(at, "branch efficiency") == f"{100 * (1 - 1 / 12):.1f}%"
+    assert _metric(at, "warps that diverged") == "16 of 16"
+    ((title, spec),) = _charts(at).items()
+    assert title.startswith("Block 0, warp 2, which lanes took each branch (5 visits)")
+    assert "modelled (structured SIMT reconvergence" in title
+    z = spec["data"][0]["z"]  # visit 0: the guard, the parity test, side A's loop, side B's loop
+    z0 = np.frombuffer(base64.b64decode(z["bdata"]), np.int8).reshape(4, 32)
+    taken, not_taken, not_reached = bfigs.TAKEN, bfigs.NOT_TAKEN, bfigs.NOT_REACHED
+    assert (z0[0] == taken).all()
+    assert z0[1].tolist() == [taken, not_taken] * 16
+    assert z0[2].tolist() == [taken, not_reached] * 16 and z0[3].tolist() == [not_reached, taken] * 16
+    assert len(spec["frames"]) == 5  # each loop: 4 tests true, the last false
+    assert at.query_params["simt_warp"] == ["2"] or at.query_params["simt_warp"] == "2"
+    # the barrier tab says why there is no timeline here
+    assert any("Not offered on the simulator" in i.value for i in at.info)
+
+
+def test_a_bad_link_value_is_a_notice_not_a_crash():
+    at = open_app("simt", kernel="branch_warps", backend="sim", n="256", reps="2", block="64", simt_warp="9")
+    assert not at.exception
+    assert any("was ignored" in w.value and "simt" in w.value for w in at.warning)  # text escaped for markdown
+    assert _metric(at, "branch efficiency") == "100.0%"

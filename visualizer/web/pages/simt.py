@@ -1,0 +1,162 @@
+"""SIMT lens: which lanes of each warp took each branch of the source, and who waited at each barrier.
+
+The current kernel (built-in or the visitor's) run again with the lens's probes
+(engine/instrument_branches.py): on a GPU activemask()/ballot per warp and %globaltimer around every
+syncthreads; on the simulator each lane's own decisions, formed into warp visits by a model of SIMT
+reconvergence (analysis/branches.py says which), and no barrier timeline (the simulator has no clock).
+"""
+
+import streamlit as st
+
+from visualizer.analysis import branches
+from visualizer.engine.user_runner import user_code_allowed
+from visualizer.figures import branches as bfigs
+from visualizer.web.charts import chart
+from visualizer.web.guard import visitor_has_key
+from visualizer.web.session import (
+    as_text,
+    from_link,
+    kernel_named,
+    require_capture,
+    show_link_notices,
+    show_unrun_notice,
+    to_link,
+)
+from visualizer.web.simt import lens_backend, lens_capture, visitor_lens_capture
+
+st.title("SIMT lens: branches and barriers")
+st.markdown(
+    "A warp's 32 lanes run one instruction at a time for all of them. At a branch the lanes that disagree "
+    "are switched off while the others run, then the other side runs: **divergence**. At a "
+    "`syncthreads()` every warp of the block waits for the last one to arrive."
+)
+
+cap = require_capture()
+st.caption(kernel_named(cap))
+show_unrun_notice(cap)
+launch = cap.launch
+
+lensed, error = (cap, None) if cap.branches is not None else (None, None)
+if lensed is None and launch.get("user_kernel"):
+    run_launch = st.session_state.get("uk_launch")
+    allowed = user_code_allowed(visitor_has_key())
+    if run_launch is None or not allowed:
+        st.info(
+            "The lens runs your kernel again with its probes. "
+            + (
+                "Run it on the **Your kernel** page first."
+                if allowed
+                else "Running your own code is off here."
+            )
+        )
+        st.stop()
+    key = ("simt_visitor", id(cap))
+    if st.session_state.get("_simt_visitor_key") == key:
+        lensed = st.session_state.get("_simt_visitor_cap")
+    elif st.button("Record which lanes take each branch of your kernel", type="primary"):
+        lensed, error = visitor_lens_capture(run_launch, launch["backend"])
+        if lensed is not None:
+            st.session_state["_simt_visitor_key"], st.session_state["_simt_visitor_cap"] = key, lensed
+    else:
+        st.stop()
+elif lensed is None:
+    lensed, error = lens_capture(launch["kernel"], dict(launch["params"]), lens_backend(launch["backend"]))
+if error:
+    st.error(error, icon=":material/error:")
+    st.stop()
+
+rows, bars = lensed.branches, lensed.barriers
+summary = lensed.launch["branches"]
+sites = branches.sites_table(lensed.launch["lens"]["branches"]["sites"])
+tpb = int(lensed.launch["threads_per_block"])
+n_blocks = int(lensed.launch["blocks"]) if "blocks" in lensed.launch else int(rows["block"].max() + 1)
+warps_per_block = (tpb + 31) // 32
+
+if summary["efficiency"] is None:
+    st.info("This kernel has no branch the lens records (no if, while or for in its body).")
+    st.stop()
+
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("branch efficiency", f"{summary['efficiency']:.1f}%", help="ncu's definition, over the source's "
+          "branches: the share of warp visits in which every active lane went the same way")  # fmt: skip
+m2.metric("warps that diverged", f"{summary['divergent_warps']:,} of {summary['warps']:,}")
+m3.metric("divergent visits", f"{summary['divergent_visits']:,} of {summary['visits']:,}")
+ms = lensed.timing
+if lensed.measured and ms.get("clean_ms"):
+    m4.metric("instrumented ÷ clean time", f"{ms['instrumented_ms'] / ms['clean_ms']:.1f}×",
+              help="the cost of recording: the probed build's device time over the kernel's own")  # fmt: skip
+else:
+    m4.metric("lanes on per visit", f"{branches.counted(rows)['active'].mean():.1f} of 32")
+st.caption(f"Data source: {summary['source']}.")
+if summary.get("truncated"):
+    st.warning(
+        f"The log was cut for {summary['truncated']:,} warps or threads: their first visits are shown."
+    )
+
+notices = [
+    from_link("simt_block", 0, (0, max(0, n_blocks - 1))),
+    from_link("simt_warp", 0, (0, warps_per_block - 1)),
+    from_link("simt_bar_block", 0, (0, max(0, n_blocks - 1))),
+]
+show_link_notices(*notices)
+tab_b, tab_w = st.tabs(["Branches: lanes per warp", "Barriers: who waited"])
+with tab_b:
+    c1, c2 = st.columns(2)
+    block = int(c1.number_input("block", 0, max(0, n_blocks - 1), key="simt_block"))
+    warp = int(c2.number_input("warp of the block", 0, warps_per_block - 1, key="simt_warp"))
+    to_link("simt_block", "simt_warp")
+    left, right = st.columns([3, 2])
+    with left:
+        frames = bfigs.lane_strip_frames(rows, sites, block, warp)
+        chart(bfigs.lane_strip_figure(frames), key="simt_lanes")
+    with right:
+        pl = branches.per_line(rows).merge(sites[["site", "text"]], on="site")
+        st.markdown("**Each branch line, all warps**")
+        st.dataframe(
+            pl[["line", "text", "visits", "divergent", "efficiency"]].rename(columns={"text": "branch"}),
+            hide_index=True,
+            column_config={"efficiency": st.column_config.NumberColumn("efficiency %", format="%.1f")},
+        )
+        pw = branches.per_warp(rows)
+        mine = pw[pw["block"] == block]
+        st.markdown(f"**Warps of block {block}**")
+        st.dataframe(
+            mine[["warp", "visits", "divergent", "efficiency", "mean_active"]],
+            hide_index=True,
+            column_config={
+                "efficiency": st.column_config.NumberColumn("efficiency %", format="%.1f"),
+                "mean_active": st.column_config.NumberColumn("lanes on per visit", format="%.1f"),
+            },
+        )
+    if summary.get("not_recorded"):
+        lines = ", ".join(str(x["line"]) for x in summary["not_recorded"])
+        st.caption(
+            f"Loops at line(s) {lines} are not over range(): their iterations are shown, not their exit test."
+        )
+with tab_w:
+    if bars is None:
+        st.info(
+            "Not offered on the simulator: it has no clock, and it runs each thread on its own until the "
+            "barrier, so who waited how long is not its to know. Run on a GPU to measure it."
+            if not lensed.measured
+            else "This kernel has no `cuda.syncthreads()`."
+        )
+    elif not len(bars):
+        st.info("No barrier was reached in this launch.")
+    else:
+        bar_block = int(st.number_input("block", 0, max(0, n_blocks - 1), key="simt_bar_block"))
+        to_link("simt_bar_block")
+        threads = lensed.threads
+        mine = threads[threads["block"] == bar_block]
+        starts = mine.groupby("warp", observed=True)["t_start_ns"].min().astype("int64").to_dict()
+        seg = branches.barrier_segments(bars, bar_block, starts)
+        chart(bfigs.barrier_timeline_figure(seg, bar_block), key="simt_barriers")
+        waits = seg[seg["what"] == "wait"]
+        last = waits[waits["last"]].groupby("warp").size()
+        st.caption(
+            as_text(
+                f"{len(waits):,} waits in block {bar_block}; median {waits['end_ns'].sub(waits['start_ns']).median():,.0f} ns, "
+                f"longest {waits['end_ns'].sub(waits['start_ns']).max():,.0f} ns (%globaltimer ticks in 32 ns "
+                f"steps on an H200). Arrived last most often: warp {int(last.idxmax()) if len(last) else '-'}."
+            )
+        )
