@@ -60,6 +60,69 @@ def case_list():
     ]  # fmt: skip
 
 
+BUILTINS = [  # built-in kernels through the capture path (runner, lens on) and, for ncu, their clean build
+    ("builtin_branch_lanes", "branch_lanes", {"n": 1 << 20, "reps": 64, "block": 256}),
+    ("builtin_branch_warps", "branch_warps", {"n": 1 << 20, "reps": 64, "block": 256}),
+    ("builtin_reduction", "reduction", {"n": 1 << 20, "block": 256}),
+    ("builtin_matmul_tiled", "matmul_tiled", {"n": 512, "tile": 16}),
+    ("builtin_vector_add", "vector_add", {"n": 1000003, "block": 256}),
+]
+
+
+def builtin_clean():
+    """Each built-in's clean build launched once on the capture's own inputs (for ncu)."""
+    from numba import cuda
+
+    from visualizer.engine.builds import pair
+    from visualizer.engine.worker import kernel_function, probe_buffers
+    from visualizer.specs import catalog
+
+    for name, kernel, params in BUILTINS:
+        spec, values, launch = catalog.plan_launch(kernel, params, "gpu")
+        inputs = spec.make_inputs(values, np.random.default_rng(0))
+        named = {**inputs, **probe_buffers(spec, launch)}
+        _, clean_k = pair(kernel_function(spec, values), spec.active_when)
+        args = [cuda.to_device(named[a]) if a in named else launch.scalars[a] for a in spec.args]
+        clean_k[launch.grid, launch.block](*args)
+        cuda.synchronize()
+        print("launched", name, flush=True)
+
+
+def builtin_ours(out_dir):
+    from visualizer.analysis import branches
+    from visualizer.engine.runner import Runner
+
+    report = {}
+    with Runner("gpu") as runner:
+        for name, kernel, params in BUILTINS:
+            try:
+                cap = runner.capture(kernel, params, branches=True)
+                entry = {"summary": cap.launch["branches"], "correct": bool(cap.check["correct"])}
+                entry["instrumented_ms"] = cap.timing.get("instrumented_ms")
+                entry["clean_ms"] = cap.timing.get("clean_ms")
+                if cap.barriers is not None and len(cap.barriers):
+                    b = cap.barriers
+                    one = b[b["block"] == 0]
+                    seg = branches.barrier_segments(b, 0)
+                    entry["barriers"] = {
+                        "rows": int(len(b)),
+                        "block0_waits_ns": one["wait_ns"].describe().round(1).to_dict(),
+                        "block0_last_warps": one[one["last"]]["warp"].value_counts().head(4).to_dict(),
+                        "block0_work_ns_median": float(
+                            seg[seg["what"] == "work"].eval("end_ns - start_ns").median()
+                        )
+                        if (seg["what"] == "work").any()
+                        else None,
+                    }
+                    b[b["block"] < 8].to_parquet(os.path.join(out_dir, f"{name}.barriers.parquet"))
+            except Exception as exc:
+                entry = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}"}
+            report[name] = entry
+            print(name, json.dumps(entry, default=str), flush=True)
+    with open(os.path.join(out_dir, "builtin.json"), "w") as f:
+        json.dump(report, f, indent=1, default=str)
+
+
 def _kernels(source, kernel, passes):
     from numba import cuda
 
@@ -165,5 +228,8 @@ def ours(out_dir):
 if __name__ == "__main__":
     if sys.argv[1] == "clean":
         clean()
+        builtin_clean()
+    elif sys.argv[1] == "builtin":
+        builtin_ours(sys.argv[2])
     else:
         ours(sys.argv[2])
