@@ -57,5 +57,17 @@ def test_lanes_page_shows_the_divergent_warp_and_says_it_is_modelled(lanes_page)
 def test_a_bad_link_value_is_a_notice_not_a_crash():
     at = open_app("simt", kernel="branch_warps", backend="sim", n="256", reps="2", block="64", simt_warp="9")
     assert not at.exception
-    assert any("was ignored" in w.value and "simt" in w.value for w in at.warning)  # text escaped for markdown
+    assert any(
+        "was ignored" in w.value and "simt" in w.value for w in at.warning
+    )  # text escaped for markdown
     assert _metric(at, "branch efficiency") == "100.0%"
+
+
+@pytest.mark.gpu
+def test_gpu_page_draws_measured_lanes_and_the_barrier_timeline():
+    at = open_app("simt", kernel="reduction", backend="gpu", n="65536", block="256", simt_bar_block="3")
+    assert not at.exception
+    titles = list(_charts(at))
+    assert len(titles) == 2 and all("measured (GPU)" in t for t in titles), titles
+    assert any(t.startswith("Block 3: each warp's work and its wait at each syncthreads") for t in titles)
+    assert _metric(at, "warps that diverged").startswith("256 of")  # warp 0 of each block

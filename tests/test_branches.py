@@ -202,9 +202,11 @@ def test_the_analysis_reads_the_buffers_the_passes_add():
 
     names = (ib.BRANCH_LOG, ib.BRANCH_COUNT, ib.BAR_LOG, ib.BAR_COUNT)
     assert names == (branches.BRANCH_LOG, branches.BRANCH_COUNT, branches.BAR_LOG, branches.BAR_COUNT)
-    passes, bufs = ib.lens(False, 4, 96)
+    passes, bufs = ib.lens(False, 4, 96, branches=True, barriers=True)
     assert [n for p in passes for n in p.params] == list(bufs) == list(names)
-    passes, bufs = ib.lens(True, 4, 96)
+    passes, bufs = ib.lens(False, 4, 96, branches=False, barriers=True)
+    assert [n for p in passes for n in p.params] == list(bufs) == list(names[2:])
+    passes, bufs = ib.lens(True, 4, 96, branches=True, barriers=True)
     assert [n for p in passes for n in p.params] == list(bufs) == list(names[:2])  # no clock: no barriers
 
 

@@ -81,3 +81,18 @@ def test_capture_cli_writes_branches(tmp_path):
     last = rows.sort_values(["block", "warp"]).iloc[-1]
     assert (int(last["block"]), int(last["warp"]), int(last["active"]), int(last["taken"])) == (7, 3, 32, 8)
     assert np.all(rows["line"] == rows["line"].iloc[0])
+
+
+def test_capture_cli_refuses_barriers_on_the_simulator(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "visualizer", "capture", "reduction", "--backend", "sim", "--barriers",
+         "--out", str(tmp_path / "b")],
+        capture_output=True, text=True, timeout=120, cwd=HERE.parent,
+    )  # fmt: skip
+    assert (
+        proc.returncode == 2
+        and proc.stderr.count("\n") == 1
+        and "no" in proc.stderr
+        and "clock" in proc.stderr
+    )
+    assert not (tmp_path / "b").exists()

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.gpu
     ("reduction", {"n": 1 << 16, "block": 256}, 1 + 8),  # one after the load, one per tree level
 ])  # fmt: skip
 def test_barrier_waits_are_measured(gpu_runner, kernel, params, barriers_per_warp):
-    cap = gpu_runner.capture(kernel, params, branches=True)
-    assert cap.check["correct"]
+    cap = gpu_runner.capture(kernel, params, barriers=True)  # the barrier timestamps alone
+    assert cap.check["correct"] and cap.branches is None
     bars = cap.barriers
     warps = cap.launch["blocks"] * ((cap.launch["threads_per_block"] + 31) // 32)
     assert len(bars) == warps * barriers_per_warp
@@ -30,7 +30,10 @@ def test_barrier_waits_are_measured(gpu_runner, kernel, params, barriers_per_war
     per = bars.groupby(["block", "instance"])
     assert (per["last"].sum() >= 1).all()
     assert (per["release_ns"].min() >= per["arrive_ns"].max() - 64).all()  # within two 32 ns ticks
-    assert cap.branches is not None and cap.launch["branches"]["source"] == "measured (GPU)"
+    assert (
+        cap.launch["barriers"]["arrivals"] == len(bars)
+        and cap.launch["barriers"]["source"] == "measured (GPU)"
+    )
 
 
 def test_divergence_pair_on_the_gpu(gpu_runner):
@@ -58,7 +61,8 @@ def test_a_visitors_kernel_on_the_gpu():
     )  # fmt: skip
     with UserRunner("gpu") as runner:
         cap = runner.capture_source(launch, seed=1, branches=True)
-    assert cap.check["correct"]
+        timed = runner.capture_source(launch, seed=1, barriers=True)
+    assert cap.check["correct"] and timed.check["correct"]
     nblocks, tpb = launch.launch.blocks, launch.launch.threads_per_block
     assert visits(cap.branches) == branch_cases.model_reduction(nblocks, tpb, 2000)
-    assert cap.barriers is not None and len(cap.barriers) == nblocks * (tpb // 32) * 9
+    assert cap.barriers is None and len(timed.barriers) == nblocks * (tpb // 32) * 9

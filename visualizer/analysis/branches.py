@@ -150,20 +150,33 @@ def rows(simulator: bool, log: np.ndarray, count: np.ndarray, sites: list[dict],
     return fn(np.asarray(log), np.asarray(count), sites, threads_per_block)
 
 
-def from_capture(launch: dict, bufs: dict, t0: int | None = None):
-    """(branches, barriers or None, launch.json's "branches" summary) of a capture whose request asked
-    for the SIMT lens (``launch["lens"]``: the passes' sites; ``bufs``: their buffers)."""
+def from_capture(launch: dict, bufs: dict, t0: int | None = None) -> tuple:
+    """(branches or None, barriers or None, {"branches": summary, "barriers": summary} for launch.json)
+    of a capture whose request asked for the SIMT lens (``launch["lens"]``: each pass's sites; ``bufs``:
+    their buffers)."""
     lens, tpb = launch["lens"], int(launch["threads_per_block"])
     simulator = launch["backend"] != "gpu"
-    rows = globals()["rows"](simulator, bufs[BRANCH_LOG], bufs[BRANCH_COUNT], lens["branches"]["sites"], tpb)
-    bars = None
-    if not simulator and "barriers" in lens and BAR_LOG in bufs:
+    rows = bars = None
+    out: dict = {}
+    if "branches" in lens:
+        rows = globals()["rows"](simulator, bufs[BRANCH_LOG], bufs[BRANCH_COUNT], lens["branches"]["sites"], tpb)
+        out["branches"] = {**summary(rows), "not_recorded": list(lens["branches"].get("not_recorded", []))}
+    if not simulator and "barriers" in lens:
         bars = barrier_rows(bufs[BAR_LOG], bufs[BAR_COUNT], lens["barriers"]["sites"], tpb, t0)
-    summary_ = summary(rows)
-    summary_["not_recorded"] = list(lens["branches"].get("not_recorded", []))
-    if bars is not None:
-        summary_["barrier_visits"] = int(len(bars))
-    return rows, bars, summary_
+        out["barriers"] = barrier_summary(bars)
+    return rows, bars, out
+
+
+def barrier_summary(bars: pd.DataFrame) -> dict:
+    """launch.json's "barriers": arrivals timed, the median and longest wait (ns), the log cut."""
+    return {
+        "arrivals": int(len(bars)),
+        "sites": int(bars["site"].nunique()) if len(bars) else 0,
+        "wait_ns_median": float(bars["wait_ns"].median()) if len(bars) else None,
+        "wait_ns_max": int(bars["wait_ns"].max()) if len(bars) else None,
+        "truncated": int(bars.attrs.get("truncated", 0)),
+        "source": bars.attrs.get("source", MEASURED_GPU),
+    }
 
 
 def describe(summary_: dict) -> list[str]:
@@ -180,9 +193,16 @@ def describe(summary_: dict) -> list[str]:
         lines.append(
             f"branches: the log was cut for {summary_['truncated']:,} warps or threads (first visits kept)"
         )
-    if "barrier_visits" in summary_:
-        lines.append(f"barriers: {summary_['barrier_visits']:,} warp arrivals timed (barriers.parquet)")
     return lines
+
+
+def describe_barriers(summary_: dict) -> list[str]:
+    if not summary_["arrivals"]:
+        return ["barriers: no syncthreads reached"]
+    return [
+        f"barriers: {summary_['arrivals']:,} warp arrivals timed at {summary_['sites']} syncthreads; wait median "
+        f"{summary_['wait_ns_median']:,.0f} ns, longest {summary_['wait_ns_max']:,} ns [{summary_['source']}]"
+    ]
 
 
 def divergent(rows: pd.DataFrame) -> pd.Series:
@@ -273,6 +293,7 @@ def barrier_rows(
             seen[site] = v + 1
             rec.append((block, warp, site, line.get(site, -1), v, ta, tr))
     df = pd.DataFrame(rec, columns=BARRIER_COLUMNS[:7]).astype(np.int64)
+    df.attrs["truncated"] = int((np.asarray(count) > log.shape[1]).sum())
     if len(df):
         base = int(df["arrive_ns"].min()) if t0 is None else int(t0)
         df["arrive_ns"] -= base

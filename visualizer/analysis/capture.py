@@ -200,10 +200,11 @@ def build_capture(reply: dict) -> Capture:
         ins = {a: inputs[a] for a in spec.args if a in inputs and a not in spec.outputs}
         check = check_outputs(spec, launch["params"], inputs, outputs)
     cap = Capture(launch, timing, ins, outputs, threads, tiles, row_state, check)
-    if (launch.get("lens") or {}).get("branches"):
+    if launch.get("lens"):  # the SIMT lens: branch visits, barrier waits (analysis/branches.py)
         from visualizer.analysis import branches
 
-        cap.branches, cap.barriers, launch["branches"] = branches.from_capture(launch, bufs, t0)
+        cap.branches, cap.barriers, summaries = branches.from_capture(launch, bufs, t0)
+        launch.update(summaries)
     if "accesses" in reply:
         from visualizer.analysis import memory as memory_tables
 

@@ -333,19 +333,27 @@ def branch_buffers(
     return {BRANCH_LOG: np.zeros((warps, rec, 3), np.int64), BRANCH_COUNT: np.zeros(warps, np.int32)}
 
 
-def lens(simulator: bool, n_blocks: int, threads_per_block: int) -> tuple[tuple, dict]:
-    """The SIMT lens of one launch: its passes (branches; on a GPU barriers too: the simulator has no
-    clock) and their zeroed buffers, by the parameter names the passes append."""
-    passes: tuple = (BranchPass(),) if simulator else (BranchPass(), BarrierPass())
-    buffers = branch_buffers(simulator, n_blocks, threads_per_block)
-    if not simulator:
+def lens(
+    simulator: bool, n_blocks: int, threads_per_block: int, branches: bool = True, barriers: bool = False
+) -> tuple[tuple, dict]:
+    """The SIMT lens of one launch: its passes and their zeroed buffers, by the parameter names the
+    passes append. ``branches``: the branch probes; ``barriers``: the barrier timestamps, GPU only (the
+    simulator has no clock). Asked for apart, so that one lens's probes do not stretch what the other
+    measures: branch probes inside a loop lengthen the work between two barriers."""
+    passes: tuple = ()
+    buffers: dict = {}
+    if branches:
+        passes += (BranchPass(),)
+        buffers.update(branch_buffers(simulator, n_blocks, threads_per_block))
+    if barriers and not simulator:
+        passes += (BarrierPass(),)
         buffers.update(branch_buffers(simulator, n_blocks, threads_per_block, barriers=True))
     return passes, buffers
 
 
-def lens_bytes(simulator: bool, n_blocks: int, threads_per_block: int) -> int:
+def lens_bytes(simulator: bool, n_blocks: int, threads_per_block: int, branches: bool, barriers: bool) -> int:
     """What the lens's buffers add to a reply, at most."""
-    return sum(a.nbytes for a in lens(simulator, n_blocks, threads_per_block)[1].values())
+    return sum(a.nbytes for a in lens(simulator, n_blocks, threads_per_block, branches, barriers)[1].values())
 
 
 def apply_passes(tree: ast.Module, kernel: str, passes, suffix: str = "__traced") -> ast.Module:

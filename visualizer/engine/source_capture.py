@@ -374,10 +374,12 @@ def prepare_source(backend, request: dict):
     if delays:
         buffers["delay"] = delay_table(seed, 0)
     passes: tuple = ()
-    if request.get("branches"):  # the SIMT lens (engine/instrument_branches.py)
+    if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
         from visualizer.engine.instrument_branches import lens
 
-        passes, lens_buffers = lens(backend.simulator, launch.blocks, tpb)
+        passes, lens_buffers = lens(
+            backend.simulator, launch.blocks, tpb, bool(request.get("branches")), bool(request.get("barriers"))
+        )
         buffers.update(lens_buffers)
     started = time.perf_counter_ns()
     module = load_module(request["source"], filename, kernel, delays, passes)

@@ -130,30 +130,33 @@ class UserRunner(Runner):
         schedule_seed: int | None = None,
         delays: bool = False,
         branches: bool = False,
+        barriers: bool = False,
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
         ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py);
         ``delays``: with a seed, the instrumented build waits seeded delays before shared-memory
         accesses and barriers (engine/instrument.py; run i's table is pipeline.delay_table(seed, i));
-        ``branches``: the SIMT lens (engine/instrument_branches.py)."""
+        ``branches``/``barriers``: the SIMT lens (engine/instrument_branches.py; barriers on a GPU)."""
         if not 1 <= int(runs) <= MAX_RUNS:
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
         if runs > 1 or schedule_seed is not None:
             request.update(runs=int(runs), schedule_seed=schedule_seed, delays=bool(delays))
-        if branches:
-            request["branches"] = True
+        if branches or barriers:
+            request.update(branches=bool(branches), barriers=bool(barriers))
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
         # the simulator runs the kernel twice when timing it clean
         launches = (2 if self.backend == "sim" and time_clean else 1) + int(runs) - 1
         self.last_exit_code = None
         self._reply_limit = reply_bytes(launch, accesses)
-        if branches:
+        if branches or barriers:
             from visualizer.engine.instrument_branches import lens_bytes
 
             shape = launch.launch
-            self._reply_limit += lens_bytes(self.backend == "sim", shape.blocks, shape.threads_per_block)
+            self._reply_limit += lens_bytes(
+                self.backend == "sim", shape.blocks, shape.threads_per_block, branches, barriers
+            )
         try:
             reply = self._exchange(request, limit, progress, what, launches)
         except (KernelError, RunTimeout) as exc:

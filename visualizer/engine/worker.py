@@ -263,10 +263,12 @@ def prepare_builtin(backend: Backend, request: dict):
     buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
     passes: tuple = ()
-    if request.get("branches"):  # the SIMT lens (engine/instrument_branches.py)
+    if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
         from visualizer.engine.instrument_branches import lens
 
-        passes, lens_buffers = lens(backend.simulator, launch.blocks, launch.threads_per_block)
+        passes, lens_buffers = lens(
+            backend.simulator, launch.blocks, launch.threads_per_block, bool(request.get("branches")), bool(request.get("barriers"))
+        )
         buffers.update(lens_buffers)
     built = build_kernels(spec, values, passes)
     layout = [

@@ -106,7 +106,13 @@ def cmd_capture(argv: list[str]) -> int:
         "--branches",
         action="store_true",
         help="the SIMT lens: which lanes of each warp took each branch (branches.parquet, launch.json "
-        "branches) and, on a GPU, each warp's wait at each syncthreads (barriers.parquet)",
+        "branches)",
+    )
+    p.add_argument(
+        "--barriers",
+        action="store_true",
+        help="GPU only: %%globaltimer at each warp's arrival at and release from every syncthreads "
+        "(barriers.parquet, launch.json barriers)",
     )
     args = p.parse_args(argv)
     problem = writable_dir(args.out)
@@ -122,6 +128,8 @@ def cmd_capture(argv: list[str]) -> int:
         params = parse_params(args.param)
         if args.accesses and args.backend != "sim":
             raise CliError("--accesses records addresses on the simulator only: add --backend sim")
+        if args.barriers and args.backend == "sim":
+            raise CliError("--barriers reads the GPU's clock: the simulator has none (use --backend gpu)")
         with Runner(args.backend) as runner:
             cap = runner.capture(
                 args.kernel,
@@ -130,6 +138,7 @@ def cmd_capture(argv: list[str]) -> int:
                 seed=args.seed or 0,
                 **({"accesses": True} if args.accesses else {}),
                 **({"branches": True} if args.branches else {}),
+                **({"barriers": True} if args.barriers else {}),
                 **({"runs": args.runs, "schedule_seed": args.seed} if args.runs is not None else {}),
             )
     except (LaunchError, CliError) as exc:
@@ -166,11 +175,15 @@ def cmd_capture(argv: list[str]) -> int:
 
         for text in describe(launch["accesses"]):
             print(f"  {text}")
-    if cap.branches is not None:
-        from visualizer.analysis.branches import describe as describe_branches
+    if cap.branches is not None or cap.barriers is not None:
+        from visualizer.analysis import branches as lens
 
-        for text in describe_branches(launch["branches"]):
+        lines = lens.describe(launch["branches"]) if cap.branches is not None else []
+        lines += lens.describe_barriers(launch["barriers"]) if cap.barriers is not None else []
+        for text in lines:
             print(f"  {text}")
+    if args.barriers and cap.barriers is None:
+        print("  barriers: not recorded (this capture ran on the simulator, which has no clock)")
     if cap.runs is not None:
         from visualizer.analysis.races import describe as describe_runs
 

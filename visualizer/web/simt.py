@@ -19,24 +19,28 @@ def lens_backend(backend: str) -> str:
     return backend
 
 
-def lens_options(backend: str) -> dict:
-    """The runner options of a lens capture: on the simulator the clean build is not timed (no GPU
-    time to compare); on a GPU it is, so the cost of recording is measured."""
-    return {"branches": True, "time_clean": backend == "gpu"}
+def lens_options(backend: str, barriers: bool = False) -> dict:
+    """The runner options of a lens capture: the branch probes, or (``barriers``, GPU) the barrier
+    timestamps alone, so that branch probes do not stretch the work between barriers. On the simulator
+    the clean build is not timed (no GPU time to compare); on a GPU it is: the cost of recording."""
+    lens = {"barriers": True} if barriers else {"branches": True}
+    return {**lens, "time_clean": backend == "gpu"}
 
 
 def lens_capture(
-    kernel: str, params: dict, backend: str = "auto", seed: int = 0
+    kernel: str, params: dict, backend: str = "auto", seed: int = 0, barriers: bool = False
 ) -> tuple[Capture | None, str | None]:
-    """(capture with branches, None) or (None, one-line error) of a built-in kernel's launch."""
+    """(capture with branch visits, or with barrier waits, None) or (None, one-line error) of a
+    built-in kernel's launch."""
     backend = lens_backend(backend)
     items = tuple(sorted(params.items()))
-    options = lens_options(backend)
+    options = lens_options(backend, barriers)
     cap = capture_cache().get(capture_key(kernel, items, backend, seed, **options))
     if cap is not None:
         return cap, None
     where = "the GPU" if backend == "gpu" else "the CUDA simulator"
-    bar = st.progress(0.0, text=f"Recording which lanes take each branch of {kernel} on {where}…")
+    what = "each warp's wait at each barrier" if barriers else "which lanes take each branch"
+    bar = st.progress(0.0, text=f"Recording {what} of {kernel} on {where}…")
 
     def progress(done, total):
         bar.progress(min(done / total, 1.0), text=f"Recording {kernel}: {done} of {total} blocks")
@@ -51,14 +55,16 @@ def lens_capture(
     return cap, None
 
 
-def visitor_lens_capture(launch, backend: str) -> tuple[Capture | None, str | None]:
-    """A visitor's kernel (its SourceLaunch from the Your kernel page) run again with the lens, in a
-    fresh sandbox of its own; the caller checks that this visitor may run code."""
+def visitor_lens_capture(launch, backend: str, barriers: bool = False) -> tuple[Capture | None, str | None]:
+    """A visitor's kernel (its SourceLaunch from the Your kernel page) run again with the lens (branch
+    probes, or the barrier timestamps alone), in a fresh sandbox of its own; the caller checks that
+    this visitor may run code."""
     from visualizer.engine.user_runner import get_user_runner
 
     try:
         with st.spinner("Running your kernel again with the SIMT lens…"):
             runner = get_user_runner(backend)
-            return runner.capture_source(launch, branches=True, time_clean=backend == "gpu"), None
+            options = lens_options(backend, barriers)
+            return runner.capture_source(launch, **options), None
     except (LaunchError, KernelError) as exc:
         return None, as_text(str(exc), limit=1000)

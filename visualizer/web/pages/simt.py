@@ -52,20 +52,30 @@ if lensed is None and launch.get("user_kernel"):
         st.stop()
     key = ("simt_visitor", id(cap))
     if st.session_state.get("_simt_visitor_key") == key:
-        lensed = st.session_state.get("_simt_visitor_cap")
+        lensed, bar_cap = st.session_state["_simt_visitor_caps"]
     elif st.button("Record which lanes take each branch of your kernel", type="primary"):
         lensed, error = visitor_lens_capture(run_launch, launch["backend"])
-        if lensed is not None:
-            st.session_state["_simt_visitor_key"], st.session_state["_simt_visitor_cap"] = key, lensed
+        bar_cap = None
+        if lensed is not None and lensed.measured:  # the barriers in a run of their own (a GPU's clock)
+            bar_cap, error = visitor_lens_capture(run_launch, launch["backend"], barriers=True)
+        if error is None:
+            st.session_state["_simt_visitor_key"] = key
+            st.session_state["_simt_visitor_caps"] = (lensed, bar_cap)
     else:
         st.stop()
 elif lensed is None:
     lensed, error = lens_capture(launch["kernel"], dict(launch["params"]), lens_backend(launch["backend"]))
+    bar_cap = None
+    if lensed is not None and lensed.measured:
+        bar_cap, error = lens_capture(launch["kernel"], dict(launch["params"]), "gpu", barriers=True)
+else:
+    bar_cap = cap if cap.barriers is not None else None
 if error:
     st.error(error, icon=":material/error:")
     st.stop()
 
-rows, bars = lensed.branches, lensed.barriers
+rows = lensed.branches
+bars = bar_cap.barriers if bar_cap is not None else None
 summary = lensed.launch["branches"]
 sites = branches.sites_table(lensed.launch["lens"]["branches"]["sites"])
 tpb = int(lensed.launch["threads_per_block"])
@@ -139,14 +149,14 @@ with tab_w:
             "Not offered on the simulator: it has no clock, and it runs each thread on its own until the "
             "barrier, so who waited how long is not its to know. Run on a GPU to measure it."
             if not lensed.measured
-            else "This kernel has no `cuda.syncthreads()`."
+            else "No barrier times for this capture (run it with barriers on a GPU)."
         )
     elif not len(bars):
-        st.info("No barrier was reached in this launch.")
+        st.info("No `cuda.syncthreads()` was reached in this launch.")
     else:
         bar_block = int(st.number_input("block", 0, max(0, n_blocks - 1), key="simt_bar_block"))
         to_link("simt_bar_block")
-        threads = lensed.threads
+        threads = bar_cap.threads
         mine = threads[threads["block"] == bar_block]
         starts = mine.groupby("warp", observed=True)["t_start_ns"].min().astype("int64").to_dict()
         seg = branches.barrier_segments(bars, bar_block, starts)
