@@ -88,16 +88,16 @@ def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Fig
         ),
         xaxis={"title": "lane", "dtick": 4, "range": [-0.5, 31.5]},
         yaxis={"autorange": "reversed", "automargin": True},
-        height=max(300, 150 + 34 * len(labels)),
-        margin={"t": 80, "l": 10, "r": 10, "b": 60},
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+        height=max(200, 104 + 26 * len(labels)),
+        margin={"t": 64, "l": 10, "r": 10, "b": 50},
+        legend={"orientation": "v", "y": 1, "yanchor": "top", "x": 1.01, "xanchor": "left"},
     )
     if n_frames > 1:
         menus, sliders = animation_controls(
             [str(k) for k in range(n_frames)], [str(k) for k in range(n_frames)], "visit ", -0.25, 600
         )
         fig.update_layout(updatemenus=menus, sliders=sliders)
-        place_controls(fig)
+        place_controls(fig, gap_px=60)
     return fig
 
 

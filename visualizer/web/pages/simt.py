@@ -16,24 +16,19 @@ from visualizer.web.guard import visitor_has_key
 from visualizer.web.session import (
     as_text,
     from_link,
-    kernel_named,
     require_capture,
     show_link_notices,
-    show_unrun_notice,
     to_link,
 )
 from visualizer.web.simt import lens_backend, lens_capture, visitor_lens_capture
 
 st.title("SIMT lens: branches and barriers")
-st.markdown(
-    "A warp's 32 lanes run one instruction at a time for all of them. At a branch the lanes that disagree "
-    "are switched off while the others run, then the other side runs: **divergence**. At a "
-    "`syncthreads()` every warp of the block waits for the last one to arrive."
+INTRO = (
+    "At a branch, lanes of a warp that disagree wait while the others run (**divergence**); at "
+    "`syncthreads()` every warp waits for the last."
 )
 
 cap = require_capture()
-st.caption(kernel_named(cap))
-show_unrun_notice(cap)
 launch = cap.launch
 
 lensed, error = (cap, None) if cap.branches is not None else (None, None)
@@ -86,18 +81,7 @@ if summary["efficiency"] is None:
     st.info("This kernel has no branch the lens records (no if, while or for in its body).")
     st.stop()
 
-m1, m2, m3, m4 = st.columns(4)
-m1.metric("branch efficiency", f"{summary['efficiency']:.1f}%", help="ncu's definition, over the source's "
-          "branches: the share of warp visits in which every active lane went the same way")  # fmt: skip
-m2.metric("warps that diverged", f"{summary['divergent_warps']:,} of {summary['warps']:,}")
-m3.metric("divergent visits", f"{summary['divergent_visits']:,} of {summary['visits']:,}")
-ms = lensed.timing
-if lensed.measured and ms.get("clean_ms"):
-    m4.metric("instrumented ÷ clean time", f"{ms['instrumented_ms'] / ms['clean_ms']:.1f}×",
-              help="the cost of recording: the probed build's device time over the kernel's own")  # fmt: skip
-else:
-    m4.metric("lanes on per visit", f"{branches.counted(rows)['active'].mean():.1f} of 32")
-st.caption(f"Data source: {summary['source']}.")
+st.caption(INTRO)
 if summary.get("truncated"):
     st.warning(
         f"The log was cut for {summary['truncated']:,} warps or threads: their first visits are shown."
@@ -111,22 +95,38 @@ notices = [
 show_link_notices(*notices)
 tab_b, tab_w = st.tabs(["Branches: lanes per warp", "Barriers: who waited"])
 with tab_b:
-    c1, c2 = st.columns(2)
+    numbers, c1, c2 = st.columns([3, 1, 1], vertical_alignment="bottom")
+    ms = lensed.timing
+    if lensed.measured and ms.get(
+        "clean_ms"
+    ):  # the cost of recording: the probed build over the kernel's own
+        third = f"probed build **{ms['instrumented_ms'] / ms['clean_ms']:.1f}×** the clean one's time"
+    else:  # the mean number of lanes evaluating a branch together (32: a full warp)
+        third = f"**{branches.counted(rows)['active'].mean():.1f}** of 32 lanes on per visit"
+    kind = "measured" if lensed.measured else "modelled"
+    numbers.markdown(
+        f"Branch efficiency **{summary['efficiency']:.1f}%** ({kind}) · **{summary['divergent_warps']:,} of "
+        f"{summary['warps']:,}** warps diverged · {third}"
+    )
     block = int(c1.number_input("block", 0, max(0, n_blocks - 1), key="simt_block"))
     warp = int(c2.number_input("warp of the block", 0, warps_per_block - 1, key="simt_warp"))
     to_link("simt_block", "simt_warp")
-    left, right = st.columns([3, 2])
+    frames = bfigs.lane_strip_frames(rows, sites, block, warp)
+    chart(bfigs.lane_strip_figure(frames), key="simt_lanes")
+    left, right = st.columns(2)
     with left:
-        frames = bfigs.lane_strip_frames(rows, sites, block, warp)
-        chart(bfigs.lane_strip_figure(frames), key="simt_lanes")
-    with right:
         pl = branches.per_line(rows).merge(sites[["site", "text"]], on="site")
         st.markdown("**Each branch line, all warps**")
+        st.caption(
+            "Branch efficiency as Nsight Compute defines it, over the source's branches: the share of "
+            f"visits (a warp evaluating a branch) in which every lane went the same way. {summary['source']}."
+        )
         st.dataframe(
             pl[["line", "text", "visits", "divergent", "efficiency"]].rename(columns={"text": "branch"}),
             hide_index=True,
             column_config={"efficiency": st.column_config.NumberColumn("efficiency %", format="%.1f")},
         )
+    with right:
         pw = branches.per_warp(rows)
         mine = pw[pw["block"] == block]
         st.markdown(f"**Warps of block {block}**")
