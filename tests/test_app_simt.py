@@ -72,3 +72,27 @@ def test_gpu_page_draws_measured_lanes_and_the_barrier_timeline():
     assert len(titles) == 2 and all("measured (GPU)" in t for t in titles), titles
     assert any(t.startswith("Block 3: each warp's work and its wait at each syncthreads") for t in titles)
     assert "(measured)" in _numbers(at) and "**256 of 2,048** warps diverged" in _numbers(at)  # warp 0s
+
+
+def test_a_visitors_kernel_gets_the_lens_from_the_page(monkeypatch):
+    """Your kernel runs the example reduction; the SIMT page offers to run it again with the lens (in
+    a sandbox of its own) and then draws its warps' visits."""
+    from tests.test_app_your_kernel import TOKEN, _button, _your_kernel_page
+
+    monkeypatch.setenv("VISUALIZER_TOKEN", TOKEN)
+    monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)
+    at = _your_kernel_page()
+    at.selectbox(key="uk_example").set_value("reduction").run()
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception and at.session_state["capture"].launch["user_kernel"]
+    at.switch_page("web/pages/simt.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    _button(at, "Record which lanes take each branch of your kernel").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    ((title, spec),) = _charts(at).items()
+    assert title.startswith("Block 0, warp 0, which lanes took each branch (9 visits)")  # the tree's 9 tests
+    # warp 0 of each block at strides 16..1, and warp 6 of block 7 at `if i < x.shape[0]` (2000 elements)
+    assert "**9 of 64** warps diverged" in _numbers(at)
+    at.switch_page("web/pages/simt.py").run()  # the lens's capture is kept: no second run, no button
+    assert not [b for b in at.button if b.label.startswith("Record which lanes")] and _charts(at)
