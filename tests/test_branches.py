@@ -287,3 +287,12 @@ def test_gpu_visits_match_the_same_models(tmp_path):
     bars = gpu["reduction_example"]["bars"]
     assert len(bars) == 4 * 8 * 9 and (bars["wait_ns"] >= 0).all()  # a barrier before the tree, one per level
     assert (bars.groupby(["block", "instance"])["last"].sum() >= 1).all()
+
+
+def test_damaged_buffers_are_read_without_inventing_visits():
+    sites = [{"site": 0, "line": 3, "kind": "if", "loops": []}]
+    log = np.array([[0 * 2 + 1, 99 * 2, -5], [1, 0, 0]], np.int32)  # thread 0: a site 99 and a negative code
+    rows = branches.rows(True, log, np.array([3, 1]), sites, 64)
+    assert rows[["site", "active_mask", "taken_mask"]].values.tolist() == [[0, 3, 3]]
+    gpu = np.array([[[0, 1, 1], [42, 1, 1]]], np.int64)
+    assert branches.rows(False, gpu, np.array([-3]), sites, 32).empty  # a negative count: nothing

@@ -93,6 +93,8 @@ def rows_from_lanes(
         stack: list[list[int]] = []  # [loop site, iteration] of the loops this lane is in
         for code in log[t, : n[t]].tolist():
             site, took = code >> 1, code & 1
+            if site not in loops:  # a code of no site (a damaged buffer): skipped, as on the GPU
+                continue
             path = loops[site] + ([site] if is_loop[site] else [])
             keep = 0
             while keep < len(stack) and keep < len(path) and stack[keep][0] == path[keep]:
@@ -159,7 +161,9 @@ def from_capture(launch: dict, bufs: dict, t0: int | None = None) -> tuple:
     rows = bars = None
     out: dict = {}
     if "branches" in lens:
-        rows = globals()["rows"](simulator, bufs[BRANCH_LOG], bufs[BRANCH_COUNT], lens["branches"]["sites"], tpb)
+        rows = globals()["rows"](
+            simulator, bufs[BRANCH_LOG], bufs[BRANCH_COUNT], lens["branches"]["sites"], tpb
+        )
         out["branches"] = {**summary(rows), "not_recorded": list(lens["branches"].get("not_recorded", []))}
     if not simulator and "barriers" in lens:
         bars = barrier_rows(bufs[BAR_LOG], bufs[BAR_COUNT], lens["barriers"]["sites"], tpb, t0)

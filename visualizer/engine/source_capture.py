@@ -377,9 +377,8 @@ def prepare_source(backend, request: dict):
     if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
         from visualizer.engine.instrument_branches import lens
 
-        passes, lens_buffers = lens(
-            backend.simulator, launch.blocks, tpb, bool(request.get("branches")), bool(request.get("barriers"))
-        )
+        which = (bool(request.get("branches")), bool(request.get("barriers")))
+        passes, lens_buffers = lens(backend.simulator, launch.blocks, tpb, *which)
         buffers.update(lens_buffers)
     started = time.perf_counter_ns()
     module = load_module(request["source"], filename, kernel, delays, passes)

@@ -266,9 +266,8 @@ def prepare_builtin(backend: Backend, request: dict):
     if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
         from visualizer.engine.instrument_branches import lens
 
-        passes, lens_buffers = lens(
-            backend.simulator, launch.blocks, launch.threads_per_block, bool(request.get("branches")), bool(request.get("barriers"))
-        )
+        which = (bool(request.get("branches")), bool(request.get("barriers")))
+        passes, lens_buffers = lens(backend.simulator, launch.blocks, launch.threads_per_block, *which)
         buffers.update(lens_buffers)
     built = build_kernels(spec, values, passes)
     layout = [

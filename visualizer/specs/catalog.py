@@ -354,7 +354,8 @@ KERNELS: dict[str, KernelSpec] = {
 }
 
 
-for _spec in (*ATTENTION_SPECS, *MEMORY_SPECS, *LESSON_SPECS, *SIMT_SPECS):  # kernels with host modules of their own
+# kernels with host modules of their own
+for _spec in (*ATTENTION_SPECS, *MEMORY_SPECS, *LESSON_SPECS, *SIMT_SPECS):
     KERNELS[_spec.name] = _spec
 
 
