@@ -11,8 +11,9 @@ function added right after the kernel: ``<kernel>__traced``, a copy of the kerne
   (not those of nested functions) and at the end of its body.
 
 With ``delays=True`` (races made visible on a GPU) it also takes ``_vz_delay``, a seeded table of
-delays, and calls ``_vz_race_delay(_vz_delay, SITE)`` before every statement that touches one of the
-kernel's shared arrays or calls ``cuda.syncthreads*``; the sites (line, what) are ``tree.delay_sites``.
+per-warp waits, and calls ``_vz_race_delay(_vz_delay, SITE)`` before every statement that loads or
+stores a kernel array, calls an atomic or a barrier (engine/instrument_delays.py); the sites
+(line, kinds) are ``tree.delay_sites``.
 
 Everything else in the module (constants, device functions, imports, the untouched kernel) is left
 as written, so the clean kernel is the user's own. Every added node carries the line of the
@@ -25,9 +26,10 @@ from __future__ import annotations
 import ast
 import copy
 
+from visualizer.engine.instrument_delays import DELAY, DelayPass
+
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
 BEGIN, END = "_vz_trace_begin", "_vz_trace_end"
-DELAY, DELAY_FN = "_vz_delay", "_vz_race_delay"
 TRACED_SUFFIX = "__traced"
 
 
@@ -125,67 +127,6 @@ def find_kernel(tree: ast.Module, kernel: str) -> tuple[int, ast.FunctionDef]:
     raise KeyError(kernel)
 
 
-def _shared_names(fn: ast.FunctionDef) -> set[str]:
-    """Names the kernel binds to ``cuda.shared.array(...)``."""
-    names = set()
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            f = node.value.func
-            if isinstance(f, ast.Attribute) and f.attr == "array" and isinstance(f.value, ast.Attribute):
-                if f.value.attr == "shared":
-                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    return names
-
-
-def _touches(nodes, shared: set[str]) -> str | None:
-    """'barrier' if the expressions call cuda.syncthreads*, 'shared' if they index a shared array."""
-    what = None
-    for top in nodes:
-        for node in ast.walk(top):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                if node.func.attr.startswith("syncthreads"):
-                    return "barrier"
-            if (
-                isinstance(node, ast.Subscript)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in shared
-            ):
-                what = "shared"
-    return what
-
-
-def _add_delays(body: list[ast.stmt], shared: set[str], sites: list) -> list[ast.stmt]:
-    """Each statement that touches shared memory or a barrier gets a delay call before it."""
-    out: list[ast.stmt] = []
-    for stmt in body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.append(stmt)
-            continue
-        compound = isinstance(stmt, (ast.If, ast.For, ast.While, ast.With))
-        if compound:
-            header = [stmt.test] if isinstance(stmt, (ast.If, ast.While)) else []
-            header += [stmt.iter] if isinstance(stmt, ast.For) else []
-            header += [i.context_expr for i in stmt.items] if isinstance(stmt, ast.With) else []
-            what = _touches(header, shared)
-            for field in ("body", "orelse"):
-                if getattr(stmt, field, None):
-                    setattr(stmt, field, _add_delays(getattr(stmt, field), shared, sites))
-        else:
-            what = _touches([stmt], shared)
-        if what:
-            call = ast.Expr(
-                ast.Call(
-                    func=ast.Name(DELAY_FN, ast.Load()),
-                    args=[ast.Name(DELAY, ast.Load()), ast.Constant(len(sites))],
-                    keywords=[],
-                )
-            )
-            sites.append((stmt.lineno, what))
-            out.append(_located(call, stmt))
-        out.append(stmt)
-    return out
-
-
 def instrument(tree: ast.Module, kernel: str, delays: bool = False) -> ast.Module:
     """A new module AST: the user's module plus ``<kernel>__traced`` right after the kernel."""
     tree = copy.deepcopy(tree)
@@ -195,9 +136,9 @@ def instrument(tree: ast.Module, kernel: str, delays: bool = False) -> ast.Modul
     traced.decorator_list = _traced_decorators(fn)
     for name in (TRACE, ACTIVE, DELAY) if delays else (TRACE, ACTIVE):
         traced.args.args.append(ast.copy_location(ast.arg(arg=name), fn))
-    sites: list = []
+    info: dict = {"sites": []}
     if delays:
-        traced.body = _add_delays(traced.body, _shared_names(fn), sites)
+        DelayPass().apply(traced, info)
     # which threads did work: those past a guard return did not; under a whole-body guard, those
     # whose condition held; everyone else did (the memory engine can say more precisely)
     did_work: ast.expr | None = None
@@ -233,7 +174,7 @@ def instrument(tree: ast.Module, kernel: str, delays: bool = False) -> ast.Modul
     traced.body = [begin, *body]
     tree.body.insert(index + 1, traced)
     tree = ast.fix_missing_locations(tree)
-    tree.delay_sites = sites
+    tree.delay_sites = info["sites"]
     return tree
 
 

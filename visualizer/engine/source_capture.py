@@ -28,7 +28,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from visualizer.engine.instrument import ACTIVE, BEGIN, DELAY_FN, END, TRACE, instrument, traced_name
+from visualizer.engine.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
+from visualizer.engine.instrument_delays import DELAY_FN
 from visualizer.specs.launch import ceil_div
 from visualizer.specs.source import ArgSpec, make_array
 
@@ -68,7 +69,8 @@ def _where(filename: str, hit) -> str:
 
 def load_module(source: str, filename: str, kernel: str, delays: bool = False):
     """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
-    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers."""
+    ``delays``: the instrumented build waits seeded per-warp delays before loads, stores, atomics and
+    barriers (engine/instrument_delays.py)."""
     from kernels.probes import race_delay, trace_begin, trace_end
 
     try:
@@ -342,7 +344,8 @@ def prepare_source(backend, request: dict):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.pipeline import Job, delay_table
+    from visualizer.engine.instrument_delays import delay_table
+    from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
     limits = catalog.limits_from_info(backend.device_info())
@@ -367,13 +370,15 @@ def prepare_source(backend, request: dict):
     records = launch.blocks * ceil_div(tpb, 32) if threads > PER_WARP_ABOVE else threads
     buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
 
-    # races made visible on a GPU: the instrumented build waits seeded delays (run i: delay_table(seed, i))
+    # races made visible on a GPU: the instrumented build waits seeded per-warp delays (run i's table:
+    # instrument_delays.delay_table(seed, i, sites))
     seed = request.get("schedule_seed")
     delays = bool(request.get("delays")) and seed is not None
-    if delays:
-        buffers["delay"] = delay_table(seed, 0)
     started = time.perf_counter_ns()
     module = load_module(request["source"], filename, kernel, delays)
+    sites = module.__dict__["_vz_delay_sites"]
+    if delays:
+        buffers["delay"] = delay_table(seed, 0, sites)[0]
     traced, clean = kernel_pair(backend.cuda, module, kernel)
     user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
 
@@ -402,7 +407,7 @@ def prepare_source(backend, request: dict):
             backend, request, device, bufs, grid, block
         )
     if delays:
-        job.before_run = lambda run: buffers.__setitem__("delay", delay_table(seed, run))
+        job.before_run = lambda run: buffers.__setitem__("delay", delay_table(seed, run, sites)[0])
     return module, values, job, fake_modules
 
 
@@ -410,6 +415,7 @@ def capture_source(backend, request: dict) -> dict:
     """Run a visitor's kernel through the capture sequence (engine/pipeline.py): the reply has the
     shape of a built-in kernel's, plus the reference check made here, inside the sandbox."""
     from visualizer.engine import pipeline
+    from visualizer.engine.instrument_delays import delay_table
 
     module, values, job, fake_modules = prepare_source(backend, request)
     before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
@@ -464,12 +470,13 @@ def capture_source(backend, request: dict) -> dict:
             ]
             for i in range(runs)
         ]
+        sites = module.__dict__["_vz_delay_sites"]
         if "delay" in job.buffers:
             for i, entry in enumerate(schedules):
-                entry.update(pipeline.delay_fields(pipeline.delay_table(seed, i)))
+                entry.update(delay_table(seed, i, sites)[1])
         launch_info["runs"] = {"count": runs, "seed": seed, "schedules": schedules}
         if "delay" in job.buffers:
-            launch_info["runs"]["delay_sites"] = [list(x) for x in module.__dict__["_vz_delay_sites"]]
+            launch_info["runs"]["delay_sites"] = [list(x) for x in sites]
     return reply
 
 
