@@ -89,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--delays",
         action="store_true",
-        help="with --runs and --seed: seeded delays before shared accesses/barriers",
+        help="with --runs and --seed: seeded per-warp delays before loads, stores, atomics, barriers",
     )
     p.add_argument("--timeout", type=_positive_seconds, default=None, help="wall-clock limit in seconds")
     return p
