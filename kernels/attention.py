@@ -33,7 +33,7 @@ from functools import cache
 
 from numba import cuda, float32
 
-from kernels.probes import SIMULATOR, jit_pair, trace_begin, trace_end, trace_row_state, trace_tile
+from kernels.probes import SIMULATOR, trace_row_state, trace_tile, with_options
 
 Q_TILE, K_TILE, V_TILE = 0, 1, 2  # operand slots in the tiles buffer
 
@@ -61,8 +61,8 @@ def flash_smem_floats(tile: int, head_dim: int) -> int:
 
 
 @cache
-def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET, broken=None):
-    """(instrumented, clean) FlashAttention forward for TILE x TILE tiles and HEAD_DIM features.
+def flash_attention_kernel(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET, broken=None):
+    """FlashAttention forward for TILE x TILE tiles and HEAD_DIM features.
 
     ``broken``: None, or one of BROKEN_VARIANTS for a deliberately wrong build (module docstring).
 
@@ -127,8 +127,7 @@ def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET
                 for e in range(4):
                     dst[r // TX, r % TX, c + GROUPS * e] = buf[(u * NW + w) * 4 + e] * mul
 
-    def flash_attention(q, k, v, o, seq_len, causal, trace, active, tiles, rows):
-        t0 = trace_begin(trace)
+    def flash_attention(q, k, v, o, seq_len, causal, tiles, rows):
         # Shared memory (a compile-time constant: flash_smem_floats(T, D) floats):
         # Tile rows r live at [r // TX, r % TX] (TX == TY): a thread's rows ty + TY*i (or keys
         # tx + TX*j) are then [i, ty, :] (or [j, tx, :]), so inner loops index with constants
@@ -291,34 +290,32 @@ def flash_attention_kernels(tile, head_dim, fastmath=True, reg_budget=REG_BUDGET
                 for g in range(NG):
                     for f in range(G):
                         o[b, h, row, G * tx + G * TX * g + f] = acc[i, g * G + f] * inv
-        trace_end(trace, active, t0, q0 + ty < seq_len)
 
     options = {"fastmath": fastmath}
     if reg_budget and not SIMULATOR:  # (the simulator takes no launch bounds)
         # Launch bounds: ask the compiler to fit this many blocks per SM, i.e. at most
         # ~reg_budget registers a thread; more resident warps hide more latency.
         options["launch_bounds"] = (NT, max(1, 65536 // (NT * reg_budget)))
-    return jit_pair(flash_attention, **options)
+    return with_options(flash_attention, **options)
 
 
-def flash_attention_no_rescale_kernels(tile, head_dim):
-    """(instrumented, clean) DELIBERATELY WRONG flash kernel: O is not rescaled when m grows."""
-    return flash_attention_kernels(tile, head_dim, broken="no_rescale")
+def flash_attention_no_rescale_kernel(tile, head_dim):
+    """DELIBERATELY WRONG flash kernel: O is not rescaled when m grows."""
+    return flash_attention_kernel(tile, head_dim, broken="no_rescale")
 
 
-def flash_attention_no_max_kernels(tile, head_dim):
-    """(instrumented, clean) DELIBERATELY WRONG flash kernel: exp(S) without subtracting the max."""
-    return flash_attention_kernels(tile, head_dim, broken="no_max")
+def flash_attention_no_max_kernel(tile, head_dim):
+    """DELIBERATELY WRONG flash kernel: exp(S) without subtracting the max."""
+    return flash_attention_kernel(tile, head_dim, broken="no_max")
 
 
 @cache
-def naive_attention_kernels(head_dim, fastmath=True):
-    """(instrumented, clean) attention that materialises S in global memory; one thread per query row."""
+def naive_attention_kernel(head_dim, fastmath=True):
+    """Attention that materialises S in global memory; one thread per query row."""
     D = head_dim
     scale = float32(1.0 / math.sqrt(D))
 
-    def naive_attention(q, k, v, s, o, seq_len, causal, trace, active):
-        t0 = trace_begin(trace)
+    def naive_attention(q, k, v, s, o, seq_len, causal):
         qrow = cuda.local.array(D, float32)
         acc = cuda.local.array(D, float32)
         row = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
@@ -352,6 +349,5 @@ def naive_attention_kernels(head_dim, fastmath=True):
             inv = float32(1.0) / total
             for c in range(D):
                 o[b, h, row, c] = acc[c] * inv
-        trace_end(trace, active, t0, row < seq_len)
 
-    return jit_pair(naive_attention, fastmath=fastmath)
+    return with_options(naive_attention, fastmath=fastmath)

@@ -35,7 +35,7 @@ from functools import cache
 from numba import cuda, float32
 
 from kernels import flat
-from kernels.probes import SIMULATOR, jit_pair, trace_begin, trace_end, trace_row_state, trace_tile
+from kernels.probes import SIMULATOR, trace_row_state, trace_tile, with_options
 from kernels.tensor_core import mma_fp32, quad_max, quad_sum, scratch_shape, split_tf32
 
 Q_TILE, K_TILE, V_TILE = 0, 1, 2  # operand slots in the tiles buffer (as kernels/attention.py)
@@ -69,15 +69,15 @@ def fast_grid(batch: int, heads: int, seq_len: int, block_q: int, causal: bool) 
 
 
 def flash_attention_fast_for(head_dim, causal, seq_len=0, heads=1, batch=1):
-    """(instrumented, clean) build for one launch (the same tiles for every size: fast_config)."""
-    return flash_attention_fast_kernels(head_dim, bool(causal))
+    """The kernel for one launch (the same tiles for every size: fast_config)."""
+    return flash_attention_fast_kernel(head_dim, bool(causal))
 
 
 @cache
-def flash_attention_fast_kernels(
+def flash_attention_fast_kernel(
     head_dim, causal=False, warps=None, block_k=None, fastmath=True, min_blocks=None
 ):
-    """(instrumented, clean) kernels for HEAD_DIM; launch with block (32, warps) and grid
+    """Kernels for HEAD_DIM; launch with block (32, warps) and grid
     fast_grid(...). ``causal`` is compiled in (the kernel's causal argument must match it).
     Defaults: fast_config(head_dim). ``min_blocks``: launch bounds asking the compiler to fit that
     many blocks per SM (caps registers); None: no cap."""
@@ -122,8 +122,7 @@ def flash_attention_fast_kernels(
             for e in range(4):
                 flat.store(dst, fill + RSTEP * u * KW + e, buf[u * 4 + e])
 
-    def flash_attention_fast(q, k, v, o, seq_len, causal, trace, active, tiles, rows):
-        t0 = trace_begin(trace)
+    def flash_attention_fast(q, k, v, o, seq_len, causal, tiles, rows):
         sK = cuda.shared.array((BK, KW), float32, alignment=SMEM_ALIGN)
         sV = cuda.shared.array((BK, KW), float32, alignment=SMEM_ALIGN)
         scratch = cuda.shared.array(SCRATCH, float32)  # the simulator's lane exchange
@@ -274,9 +273,8 @@ def flash_attention_fast_kernels(
                         o[b, h, row, 8 * c + 2 * t] = acc[c, 2 * i] * inv
                         o[b, h, row, 8 * c + 2 * t + 1] = acc[c, 2 * i + 1] * inv
             s0 += n_kv
-        trace_end(trace, active, t0, q0 + 16 * warp + g < seq_len)
 
     options = {"fastmath": fastmath}
     if min_blocks and not SIMULATOR:  # (the simulator takes no launch bounds)
         options["launch_bounds"] = (NT, min_blocks)
-    return jit_pair(flash_attention_fast, **options)
+    return with_options(flash_attention_fast, **options)

@@ -11,27 +11,19 @@ from functools import cache
 
 from numba import cuda, int32
 
-from kernels.probes import jit_pair, trace_begin, trace_end
 
-
-def histogram_global(x, bins, n, trace, active):
-    t0 = trace_begin(trace)
+def histogram_global(x, bins, n):
     i = cuda.grid(1)
     if i < n:
         cuda.atomic.add(bins, x[i], 1)  # threads with equal values queue on one address
-    trace_end(trace, active, t0, i < n)
-
-
-histogram_global_traced, histogram_global_clean = jit_pair(histogram_global)
 
 
 @cache
-def histogram_shared_kernels(nbins):
-    """(instrumented, clean) privatised histogram with NBINS shared-memory bins per block."""
+def histogram_shared_kernel(nbins):
+    """Privatised histogram with NBINS shared-memory bins per block."""
     NBINS = nbins
 
-    def histogram_shared(x, bins, n, trace, active):
-        t0 = trace_begin(trace)
+    def histogram_shared(x, bins, n):
         local = cuda.shared.array(NBINS, int32)
         tid = cuda.threadIdx.x
         b = tid
@@ -48,6 +40,5 @@ def histogram_shared_kernels(nbins):
             if local[b] != 0:
                 cuda.atomic.add(bins, b, local[b])  # one global atomic per bin per block
             b += cuda.blockDim.x
-        trace_end(trace, active, t0, i < n)
 
-    return jit_pair(histogram_shared)
+    return histogram_shared

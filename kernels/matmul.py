@@ -9,32 +9,26 @@ from functools import cache
 
 from numba import cuda, float32
 
-from kernels.probes import jit_pair, trace_begin, trace_end, trace_tile
+from kernels.probes import trace_tile
 
 A_TILE, B_TILE = 0, 1  # operand slots in the tiles buffer
 
 
-def matmul_naive(A, B, C, n, trace, active):
-    t0 = trace_begin(trace)
+def matmul_naive(A, B, C, n):
     col, row = cuda.grid(2)
     if row < n and col < n:
         acc = float32(0.0)
         for k in range(n):  # each thread reads a whole row of A and column of B from global memory
             acc += A[row, k] * B[k, col]
         C[row, col] = acc
-    trace_end(trace, active, t0, row < n and col < n)
-
-
-matmul_naive_traced, matmul_naive_clean = jit_pair(matmul_naive)
 
 
 @cache
-def matmul_tiled_kernels(tile):
-    """(instrumented, clean) tiled matmul for TILE x TILE blocks."""
+def matmul_tiled_kernel(tile):
+    """Tiled matmul for TILE x TILE blocks."""
     TILE = tile
 
-    def matmul_tiled(A, B, C, n, trace, active, tiles):
-        t0 = trace_begin(trace)
+    def matmul_tiled(A, B, C, n, tiles):
         sA = cuda.shared.array((TILE, TILE), float32)
         sB = cuda.shared.array((TILE, TILE), float32)
         tx = cuda.threadIdx.x
@@ -60,6 +54,5 @@ def matmul_tiled_kernels(tile):
             cuda.syncthreads()  # nobody may overwrite the tile while others still read it
         if row < n and col < n:
             C[row, col] = acc
-        trace_end(trace, active, t0, row < n and col < n)
 
-    return jit_pair(matmul_tiled)
+    return matmul_tiled

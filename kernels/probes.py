@@ -1,4 +1,10 @@
-"""Probes: device functions a kernel calls to record where and when it ran.
+"""Probes: device functions that record where and when a kernel ran, and what it did.
+
+A kernel in ``kernels/`` is written as a textbook would write it and calls only the *domain*
+probes a reader expects (``trace_tile`` after staging a tile, ``trace_row_state`` for a row's
+running softmax state). The rest (``trace_begin`` / ``trace_end`` and every lens's probes) are
+put in by the AST instrumenter (visualizer/engine/instrument.py), the same way for a built-in
+kernel and a visitor's.
 
 One kernel source runs on both backends:
 
@@ -20,8 +26,9 @@ Trace buffers are plain device arrays passed as kernel arguments:
 * ``rows``   float32 (blocks, steps, tile_rows, 2): per-row running state (FlashAttention's
   m and l) after each step.
 
-``jit_pair(fn)`` compiles a kernel twice from the same source: instrumented, and clean (every
-probe swapped for a no-op that the compiler removes), so the cost of recording can be measured.
+The clean build of a kernel is its own function with every domain probe swapped for a no-op
+that the compiler removes (``without_probes``), so the cost of recording can be measured.
+``with_options(fn, **jit_options)`` marks a kernel with the ``cuda.jit`` options both builds use.
 """
 
 import os
@@ -209,6 +216,7 @@ def without_probes(fn):
     return clean
 
 
-def jit_pair(fn, **jit_options):
-    """(instrumented, clean) dispatchers compiled from one kernel source."""
-    return cuda.jit(fn, **jit_options), cuda.jit(without_probes(fn), **jit_options)
+def with_options(fn, **jit_options):
+    """The kernel function ``fn``, marked with the ``cuda.jit`` options its builds are compiled with."""
+    fn.jit_options = jit_options
+    return fn

@@ -9,20 +9,19 @@ from functools import cache
 
 from numba import cuda, float32
 
-from kernels.probes import jit_pair, trace_begin, trace_end, trace_row_state
+from kernels.probes import trace_row_state
 
 
 @cache
-def reduction_kernels(block, barrier=True):
-    """(instrumented, clean) tree reduction for blocks of BLOCK threads (a power of two).
+def reduction_kernel(block, barrier=True):
+    """Tree reduction for blocks of BLOCK threads (a power of two).
 
     barrier=False leaves out the syncthreads between tree levels: the race demo.
     """
     BLOCK = block
     BARRIER = barrier  # a compile-time constant: the branch below is resolved when compiling
 
-    def reduction(x, partial, n, trace, active, tree):
-        t0 = trace_begin(trace)
+    def reduction(x, partial, n, tree):
         s = cuda.shared.array(BLOCK, float32)
         tid = cuda.threadIdx.x
         i = cuda.grid(1)
@@ -41,11 +40,10 @@ def reduction_kernels(block, barrier=True):
             level += 1
         if tid == 0:
             partial[cuda.blockIdx.x] = s[0]
-        trace_end(trace, active, t0, i < n)
 
-    return jit_pair(reduction)
+    return reduction
 
 
-def reduction_race_kernels(block):
-    """(instrumented, clean) DELIBERATELY RACY reduction: the tree loop has no barrier."""
-    return reduction_kernels(block, barrier=False)
+def reduction_race_kernel(block):
+    """DELIBERATELY RACY reduction: the tree loop has no barrier."""
+    return reduction_kernel(block, barrier=False)

@@ -16,29 +16,21 @@ from functools import cache
 
 from numba import cuda, float32
 
-from kernels.probes import jit_pair, trace_begin, trace_end
 
-
-def transpose_naive(inp, out, height, width, trace, active):
-    t0 = trace_begin(trace)
+def transpose_naive(inp, out, height, width):
     x = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x  # column of inp
     y = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y  # row of inp
     if y < height and x < width:
         out[x, y] = inp[y, x]  # neighbouring lanes: neighbouring reads, stores a whole row apart
-    trace_end(trace, active, t0, y < height and x < width)
-
-
-transpose_naive_traced, transpose_naive_clean = jit_pair(transpose_naive)
 
 
 @cache
-def transpose_tiled_kernels(tile, pad=0):
-    """(instrumented, clean) shared-memory transpose for TILE x TILE blocks; pad extra columns."""
+def transpose_tiled_kernel(tile, pad=0):
+    """Shared-memory transpose for TILE x TILE blocks; pad extra columns."""
     TILE = tile
     WIDTH = tile + pad  # a compile-time constant: the shared array's row length
 
-    def transpose_tiled(inp, out, height, width, trace, active):
-        t0 = trace_begin(trace)
+    def transpose_tiled(inp, out, height, width):
         tile = cuda.shared.array((TILE, WIDTH), float32)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
@@ -51,11 +43,10 @@ def transpose_tiled_kernels(tile, pad=0):
         oy = cuda.blockIdx.x * TILE + ty  # row of out
         if oy < width and ox < height:
             out[oy, ox] = tile[tx, ty]  # coalesced write; the tile is read down a column
-        trace_end(trace, active, t0, y < height and x < width)
 
-    return jit_pair(transpose_tiled)
+    return transpose_tiled
 
 
-def transpose_padded_kernels(tile):
-    """(instrumented, clean) the tiled transpose with one padding column: no bank conflicts."""
-    return transpose_tiled_kernels(tile, pad=1)
+def transpose_padded_kernel(tile):
+    """The tiled transpose with one padding column: no bank conflicts."""
+    return transpose_tiled_kernel(tile, pad=1)

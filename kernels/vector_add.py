@@ -2,24 +2,16 @@
 
 from numba import cuda
 
-from kernels.probes import jit_pair, trace_begin, trace_end
 
-
-def vector_add(a, b, c, n, trace, active):
-    t0 = trace_begin(trace)
+def vector_add(a, b, c, n):
     i = cuda.grid(1)  # blockIdx.x * blockDim.x + threadIdx.x
     if i < n:  # the last block may have threads past the end of the data
         c[i] = a[i] + b[i]
-    trace_end(trace, active, t0, i < n)
 
 
-vector_add_traced, vector_add_clean = jit_pair(vector_add)
-
-
-def vector_add_x4(a, b, c, n, trace, active):
+def vector_add_x4(a, b, c, n):
     """The same sum with 4 elements per thread, a whole grid apart: each thread has 4 independent
     loads in flight at once (more memory-level parallelism), and every access stays coalesced."""
-    t0 = trace_begin(trace)
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
     i1, i2, i3 = i + stride, i + 2 * stride, i + 3 * stride
@@ -30,7 +22,3 @@ def vector_add_x4(a, b, c, n, trace, active):
         for j in (i, i1, i2, i3):
             if j < n:
                 c[j] = a[j] + b[j]
-    trace_end(trace, active, t0, i < n)
-
-
-vector_add_x4_traced, vector_add_x4_clean = jit_pair(vector_add_x4)

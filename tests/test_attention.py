@@ -7,9 +7,10 @@ way the worker shapes them (launch geometry from the catalog's plan), so they st
 import numpy as np
 import pytest
 
-from kernels.attention import Q_TILE, flash_attention_kernels, flash_smem_floats, naive_attention_kernels
+from kernels.attention import Q_TILE, flash_attention_kernel, flash_smem_floats, naive_attention_kernel
 from visualizer.analysis import capture as trace
-from visualizer.engine.worker import record_buffers
+from visualizer.engine.builds import pair
+from visualizer.engine.worker import launch_args, record_buffers
 from visualizer.specs.attention import attention_reference, flash_smem_bytes, kv_tiles
 from visualizer.specs.catalog import LaunchError, plan_launch
 
@@ -22,10 +23,11 @@ def run_sim(name: str, params: dict, seed: int = 0):
     x = spec.make_inputs(values, np.random.default_rng(seed))
     bufs = record_buffers(spec, launch)
     if name == "flash_attention":
-        traced, _ = flash_attention_kernels(values["tile"], values["head_dim"])
+        fn = flash_attention_kernel(values["tile"], values["head_dim"])
     else:
-        traced, _ = naive_attention_kernels(values["head_dim"])
-    args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
+        fn = naive_attention_kernel(values["head_dim"])
+    traced, _ = pair(fn, spec.active_when)
+    args = launch_args(spec, launch, {**x, **bufs})[0]
     traced[launch.grid, launch.block](*args)
     return x, bufs, launch, values
 
@@ -148,11 +150,11 @@ def test_catalog_specs_and_refusal():
     assert launch.grid == (5, 2, 1) and launch.block == (4, 4, 1)
     assert launch.scalars == {"seq_len": 80, "causal": 0}
     assert launch.tile_steps == 5 and launch.row_state == (10, 5, 16)
-    assert spec.args[-4:] == ("trace", "active", "tiles", "rows") and spec.tile_operands == ("Q", "K", "V")
+    assert spec.args[-2:] == ("tiles", "rows") and spec.tile_operands == ("Q", "K", "V")
     assert spec.row_table == ("softmax_state", ("m", "l"))
-    assert spec.build == ("kernels.attention", "flash_attention_kernels")
+    assert spec.build == ("kernels.attention", "flash_attention_kernel")
     nspec, _, nlaunch = plan_launch("naive_attention", {"seq_len": 100})
-    assert nspec.args == ("q", "k", "v", "s", "o", "seq_len", "causal", "trace", "active")
+    assert nspec.args == ("q", "k", "v", "s", "o", "seq_len", "causal")
     assert nlaunch.grid == (7, 2, 1) and nlaunch.static_smem == 0
 
     with pytest.raises(LaunchError) as err:

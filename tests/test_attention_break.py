@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from kernels.attention import flash_attention_kernels
-from visualizer.engine.worker import record_buffers
+from kernels.attention import flash_attention_kernel
+from visualizer.engine.builds import pair
+from visualizer.engine.worker import launch_args, record_buffers
 from visualizer.figures.attention_break import break_figure, break_rows, break_summary
 from visualizer.specs.attention import OVERFLOW_SCORE, attention_reference
 from visualizer.specs.catalog import plan_launch
@@ -66,16 +67,16 @@ def test_the_real_kernel_survives_the_scores_that_break_the_no_max_build():
     x = spec.make_inputs(values, np.random.default_rng(0))
     scores = np.einsum("bhid,bhjd->bhij", x["q"], x["k"]) / np.sqrt(values["head_dim"])
     assert scores.max() > OVERFLOW_SCORE
-    traced, _ = flash_attention_kernels(values["tile"], values["head_dim"])
+    traced, _ = pair(flash_attention_kernel(values["tile"], values["head_dim"]), spec.active_when)
     bufs = record_buffers(spec, launch)
-    args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
+    args = launch_args(spec, launch, {**x, **bufs})[0]
     traced[launch.grid, launch.block](*args)
     np.testing.assert_allclose(x["o"], attention_reference(x["q"], x["k"], x["v"], False), **TOL)
 
 
 def test_unknown_variant_is_refused():
     with pytest.raises(ValueError, match="broken must be None or one of"):
-        flash_attention_kernels(16, 16, broken="no_softmax")
+        flash_attention_kernel(16, 16, broken="no_softmax")
 
 
 def test_break_figure_draws_every_row_and_names_its_sources():

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from kernels import attention_fast as af
-from visualizer.engine.worker import record_buffers
+from visualizer.engine.builds import pair
+from visualizer.engine.worker import launch_args, record_buffers
 from visualizer.specs import attention as specs
 from visualizer.specs.catalog import LaunchError, plan_launch
 from visualizer.tools.attention_bench import rel_err_f64
@@ -99,7 +100,7 @@ def test_other_tile_sizes_match_float64():
     """A build with 4 warps x 32 keys (not a launch default): the tile loops hold for other sizes."""
     params = {"batch": 1, "heads": 1, "seq_len": 70, "head_dim": 32, "causal": 1}
     spec, values, launch = plan_launch("flash_attention_fast", params, backend="sim")
-    traced, _ = af.flash_attention_fast_kernels(32, True, warps=4, block_k=32)
+    traced, _ = pair(af.flash_attention_fast_kernel(32, True, warps=4, block_k=32), spec.active_when)
     x = spec.make_inputs(values, np.random.default_rng(7))
     x["o"][:] = np.nan
     n_k = -(-70 // 32)
@@ -109,7 +110,7 @@ def test_other_tile_sizes_match_float64():
         "tiles": np.full((1, 2 * n_k, 3, 5), -1, np.int64),
         "rows": np.zeros((1, 2 * n_k, 64, 2), np.float32),
     }
-    args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
+    args = launch_args(spec, launch, {**x, **bufs})[0]
     traced[af.fast_grid(1, 1, 70, 64, True), (32, 4, 1)](*args)
     assert rel_err_f64(x["o"], reference64(x["q"], x["k"], x["v"], True)) < REL_TOL
 

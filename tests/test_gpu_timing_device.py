@@ -48,14 +48,15 @@ def gpu_numba():
 
 
 def _small_add(cuda, n=1000):
-    from kernels.vector_add import vector_add_clean
+    from kernels.vector_add import vector_add
+    from visualizer.engine.builds import pair
 
+    _, vector_add_clean = pair(vector_add, "i < n")
     a = cuda.to_device(np.arange(n, dtype=np.float32))
     c = cuda.device_array(n, np.float32)
-    trace, active = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)
 
     def launch():
-        vector_add_clean[-(-n // 256), 256](a, a, c, n, trace, active)
+        vector_add_clean[-(-n // 256), 256](a, a, c, n)
 
     return launch, c
 

@@ -1,19 +1,32 @@
-"""Instrument a user's kernel at the AST level: probes at entry and before every exit.
+"""The one place probes enter a kernel: at the AST level, at entry and before every exit.
 
-Pure Python (``ast`` only); the result is compiled and executed only in a worker process.
+Pure Python (``ast`` only); the result is compiled and executed only in a worker process. Every
+kernel goes through here: a visitor's module source (``instrument``) and a built-in kernel's plain
+Python function from ``kernels/`` (``instrument_function``: its source read with ``inspect``, its
+closure constants as globals), so both get the same probes and the same lenses.
 
-Given the user's module source and a kernel name, ``instrument`` returns a module AST with one
+Given a module and a kernel name, ``instrument`` returns a module AST with one
 function added right after the kernel: ``<kernel>__traced``, a copy of the kernel that
 
 * takes two more parameters, the trace buffers ``_vz_trace`` and ``_vz_active``;
 * starts with ``_vz_t0 = _vz_trace_begin(_vz_trace)``;
-* calls ``_vz_trace_end(_vz_trace, _vz_active, _vz_t0, True)`` before every ``return`` of its own
-  (not those of nested functions) and at the end of its body.
+* calls ``_vz_trace_end(_vz_trace, _vz_active, _vz_t0, WORK)`` before every ``return`` of its own
+  (not those of nested functions) and at the end of its body. WORK says whether the thread did
+  work: ``did_work`` (an expression over the kernel's names, a built-in spec's ``active_when``,
+  evaluated where the kernel ends), else inferred: False past a guard ``if ...: return``, a
+  whole-body guard's condition, True otherwise.
 
-With ``delays=True`` (races made visible on a GPU) it also takes ``_vz_delay``, a seeded table of
-per-warp waits, and calls ``_vz_race_delay(_vz_delay, SITE)`` before every statement that loads or
-stores a kernel array, calls an atomic or a barrier (engine/instrument_delays.py); the sites
-(line, kinds) are ``tree.delay_sites``.
+**Passes** (the lenses: memory accesses, branches, delays...) are objects with ``name``,
+``params`` (parameter names appended to the traced kernel after ``_vz_trace, _vz_active``, in
+pass order), ``globals()`` (the names their inserted calls use -> device functions from
+``kernels/``) and ``apply(fn, info)``, which rewrites the traced copy in place before the trace
+probes go in and leaves what the host needs (sites, line tables) in ``info``. The module tree
+carries ``tree.vz_info[pass.name]`` and ``tree.vz_params`` (every parameter added, in order).
+
+With ``delays=True`` (races made visible on a GPU; ``passes=(DelayPass(),)``,
+engine/instrument_delays.py) it also takes ``_vz_delay``, a seeded table of per-warp waits, and calls
+``_vz_race_delay(_vz_delay, SITE)`` before every statement that loads or stores a kernel array, calls
+an atomic or a barrier; the sites (line, kinds) are ``tree.delay_sites``.
 
 Everything else in the module (constants, device functions, imports, the untouched kernel) is left
 as written, so the clean kernel is the user's own. Every added node carries the line of the
@@ -25,8 +38,11 @@ from __future__ import annotations
 
 import ast
 import copy
+import inspect
+import textwrap
+from typing import Any, Protocol
 
-from visualizer.engine.instrument_delays import DELAY, DelayPass
+from visualizer.engine.instrument_delays import DelayPass
 
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
 BEGIN, END = "_vz_trace_begin", "_vz_trace_end"
@@ -35,6 +51,17 @@ TRACED_SUFFIX = "__traced"
 
 def traced_name(kernel: str) -> str:
     return kernel + TRACED_SUFFIX
+
+
+class Pass(Protocol):
+    """One lens's instrumentation (module docstring)."""
+
+    name: str
+    params: tuple[str, ...]
+
+    def globals(self) -> dict[str, Any]: ...
+
+    def apply(self, fn: ast.FunctionDef, info: dict) -> None: ...
 
 
 def _end_call(at: ast.AST, did_work: ast.expr | None = None) -> ast.Expr:
@@ -127,24 +154,42 @@ def find_kernel(tree: ast.Module, kernel: str) -> tuple[int, ast.FunctionDef]:
     raise KeyError(kernel)
 
 
-def instrument(tree: ast.Module, kernel: str, delays: bool = False) -> ast.Module:
-    """A new module AST: the user's module plus ``<kernel>__traced`` right after the kernel."""
+def instrument(
+    tree: ast.Module,
+    kernel: str,
+    delays: bool = False,
+    *,
+    did_work: str | None = None,
+    passes: tuple = (),
+) -> ast.Module:
+    """A new module AST: the module plus ``<kernel>__traced`` right after the kernel (module docstring).
+    ``delays=True`` is ``passes=(DelayPass(),)``."""
+    passes = tuple(passes) + (
+        (DelayPass(),) if delays and not any(p.name == "delays" for p in passes) else ()
+    )
     tree = copy.deepcopy(tree)
     index, fn = find_kernel(tree, kernel)
     traced = copy.deepcopy(fn)
     traced.name = traced_name(kernel)
     traced.decorator_list = _traced_decorators(fn)
-    for name in (TRACE, ACTIVE, DELAY) if delays else (TRACE, ACTIVE):
+    params = [TRACE, ACTIVE] + [name for p in passes for name in p.params]
+    taken = {a.arg for a in fn.args.args}
+    clash = [name for name in params if name in taken]
+    if clash:
+        raise ValueError(f"the kernel already has a parameter named {clash[0]}")
+    for name in params:
         traced.args.args.append(ast.copy_location(ast.arg(arg=name), fn))
-    info: dict = {"sites": []}
-    if delays:
-        DelayPass().apply(traced, info)
-    # which threads did work: those past a guard return did not; under a whole-body guard, those
-    # whose condition held; everyone else did (the memory engine can say more precisely)
-    did_work: ast.expr | None = None
+    infos: dict[str, dict] = {}
+    for p in passes:
+        infos[p.name] = {}
+        p.apply(traced, infos[p.name])
+    # which threads did work: the spec's expression; else those past a guard return did not; under a
+    # whole-body guard, those whose condition held; everyone else did
+    declared = _located(ast.parse(did_work, mode="eval").body, fn) if did_work else None
+    did_work = declared
     source_body = list(traced.body)
     prefix: list[ast.stmt] = []
-    if _is_whole_body_guard(source_body):
+    if declared is None and _is_whole_body_guard(source_body):
         guard = source_body[-1]
         keep = ast.Assign(targets=[ast.Name(WORK, ast.Store())], value=guard.test)
         prefix = [ast.copy_location(keep, guard)]
@@ -167,15 +212,49 @@ def instrument(tree: ast.Module, kernel: str, delays: bool = False) -> ast.Modul
     _located(begin, fn.body[0])
     last = fn.body[-1]
     if not isinstance(body[-1], ast.Return):
-        end = _end_call(last, did_work)
+        end = _end_call(last, copy.deepcopy(did_work) if did_work is not None else None)
         for child in ast.walk(end):  # on the kernel's last line, so a trace points at where it ended
             child.lineno = child.end_lineno = getattr(last, "end_lineno", last.lineno)
         body.append(end)
     traced.body = [begin, *body]
     tree.body.insert(index + 1, traced)
     tree = ast.fix_missing_locations(tree)
-    tree.delay_sites = info["sites"]
+    tree.vz_info = infos
+    tree.vz_params = params
+    tree.delay_sites = infos.get("delays", {}).get("sites", [])
     return tree
+
+
+def probe_globals(passes: tuple = (), delays: bool = False) -> dict[str, Any]:
+    """The names the instrumented code calls: the trace probes and every pass's device functions."""
+    from kernels.probes import trace_begin, trace_end
+
+    out: dict[str, Any] = {BEGIN: trace_begin, END: trace_end}
+    for p in tuple(passes) + ((DelayPass(),) if delays else ()):
+        out.update(p.globals())
+    return out
+
+
+def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (), delays: bool = False):
+    """A built-in kernel's plain Python function (kernels/), instrumented like a visitor's kernel:
+    returns ``(traced_python_function, tree)``. The source comes from the kernel's file, so every
+    line number (per-line access records, tracebacks) is the file's own; globals are the function's
+    module globals plus its closure's constants (a tile size a factory closed over), so numba
+    freezes them the same way."""
+    lines, first = inspect.getsourcelines(py_fn)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first - 1)
+    fn = tree.body[0]
+    fn.decorator_list = []
+    tree = instrument(tree, fn.name, delays, did_work=did_work, passes=passes)
+    namespace = dict(py_fn.__globals__)
+    for name, cell in zip(py_fn.__code__.co_freevars, py_fn.__closure__ or (), strict=True):
+        namespace[name] = cell.cell_contents
+    namespace.update(probe_globals(passes, delays))
+    exec(compile(tree, py_fn.__code__.co_filename, "exec"), namespace)
+    traced = namespace[traced_name(fn.name)]
+    traced.__qualname__ = py_fn.__qualname__ + TRACED_SUFFIX
+    return traced, tree
 
 
 def _as_list(x) -> list:

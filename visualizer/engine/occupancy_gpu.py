@@ -24,9 +24,9 @@ def driver_sweep(
     """Blocks per SM from cuOccupancyMaxActiveBlocksPerMultiprocessor vs the calculator, per case."""
     from numba import cuda
 
-    from kernels.matmul import matmul_tiled_kernels
-    from kernels.probes import jit_pair
+    from kernels.matmul import matmul_tiled_kernel
     from kernels.vector_add import vector_add
+    from visualizer.engine.builds import pair
 
     dev = cuda.get_current_device()
     cc = dev.compute_capability
@@ -38,17 +38,16 @@ def driver_sweep(
     trace = cuda.to_device(np.zeros((3, n), np.int64))
     active = cuda.to_device(np.zeros(n, np.uint8))
     tiles = cuda.to_device(np.zeros((1, 1, 2, 5), np.int64))
-    tiled_fn = matmul_tiled_kernels(16)[0].py_func
-    kernels = {
-        "vector_add": (vector_add, [*vec, n, trace, active], (1, 64)),
-        "matmul_tiled": (tiled_fn, [*mat, 16, trace, active, tiles], (1, (8, 8))),
+    kernels = {  # the instrumented build takes trace and active last; the clean one does not
+        "vector_add": (vector_add, [*vec, n], (1, 64)),
+        "matmul_tiled": (matmul_tiled_kernel(16), [*mat, 16, tiles], (1, (8, 8))),
     }
     rows = []
     for name, (fn, args, config) in kernels.items():
         for maxreg in max_registers:
             opts = {} if maxreg is None else {"max_registers": maxreg}
-            for build, disp in zip(("instrumented", "clean"), jit_pair(fn, **opts), strict=True):
-                kernel = _compiled(disp, args, config)
+            for build, disp in zip(("instrumented", "clean"), pair(fn, **opts), strict=True):
+                kernel = _compiled(disp, args + ([trace, active] if build == "instrumented" else []), config)
                 regs, static = int(kernel.regs_per_thread), int(kernel.shared_mem_per_block)
                 cufunc = kernel._codelibrary.get_cufunc()
                 for threads in block_sizes:

@@ -63,18 +63,15 @@ def _types(values: list) -> tuple:
 def _builtin(request: dict):
     import numpy as np
 
-    from visualizer.engine.worker import build_kernels, record_buffers
+    from visualizer.engine.worker import build_kernels, launch_args, probe_buffers
     from visualizer.specs import catalog
 
     spec, values, launch = catalog.plan_launch(
         request["kernel"], request.get("params"), "gpu", catalog.limits_from_info(None)
     )
     inputs = spec.make_inputs(values, np.random.default_rng(0))
-    buffers = record_buffers(spec, launch)
-    args = [
-        inputs[a] if a in inputs else buffers[a] if a in buffers else launch.scalars[a] for a in spec.args
-    ]
-    _, clean = build_kernels(spec, values)
+    args = launch_args(spec, launch, {**inputs, **probe_buffers(spec, launch)})[1]
+    clean = build_kernels(spec, values).clean
     filename = clean.py_func.__code__.co_filename
     with open(filename) as f:
         text = f.read()

@@ -28,8 +28,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from visualizer.engine.instrument import ACTIVE, BEGIN, END, TRACE, instrument, traced_name
-from visualizer.engine.instrument_delays import DELAY_FN
+from visualizer.engine.instrument import ACTIVE, TRACE, instrument, probe_globals, traced_name
 from visualizer.specs.launch import ceil_div
 from visualizer.specs.source import ArgSpec, make_array
 
@@ -71,8 +70,6 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False):
     """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
     ``delays``: the instrumented build waits seeded per-warp delays before loads, stores, atomics and
     barriers (engine/instrument_delays.py)."""
-    from kernels.probes import race_delay, trace_begin, trace_end
-
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as exc:
@@ -88,6 +85,8 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False):
         raise UserCodeError(
             f"no function {kernel!r} at the top level of {os.path.basename(filename)}"
         ) from None
+    except ValueError as exc:  # a parameter named like one the instrumenter adds
+        raise UserCodeError(f"{kernel}: {exc}") from None
     # tracebacks and Numba's messages read the user's lines from here (mtime None: never re-read)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     for old in [m for m in sys.modules if m.startswith("user_kernel_")]:
@@ -95,9 +94,7 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False):
     name = f"user_kernel_{next(_module_ids)}"
     module = types.ModuleType(name)
     module.__file__ = filename
-    module.__dict__[BEGIN] = trace_begin
-    module.__dict__[END] = trace_end
-    module.__dict__[DELAY_FN] = race_delay
+    module.__dict__.update(probe_globals(delays=delays))
     module.__dict__["_vz_delay_sites"] = instrumented.delay_sites
     sys.modules[name] = module  # numba and inspect look modules up by name
     try:

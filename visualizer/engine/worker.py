@@ -179,11 +179,22 @@ class Backend:
         return out, time.perf_counter_ns() - t
 
 
-def build_kernels(spec, values):
+def kernel_function(spec, values):
+    """The built-in kernel's plain Python function (kernels/): the function itself, or what its
+    factory returns for this compile-time specialisation (``spec.build_args``)."""
     module = importlib.import_module(spec.build[0])
+    fn = getattr(module, spec.build[1])
     if spec.build_args:
-        return getattr(module, spec.build[1])(*[values[a] for a in spec.build_args])
-    return getattr(module, spec.build[1] + "_traced"), getattr(module, spec.build[1] + "_clean")
+        fn = fn(*[values[a] for a in spec.build_args])
+    return fn
+
+
+def build_kernels(spec, values, passes: tuple = (), delays: bool = False):
+    """The spec's two builds (engine/builds.py): instrumented by engine/instrument.py like any
+    kernel, and clean. Returns the Builds (traced, clean, the parameters the instrumenter added)."""
+    from visualizer.engine.builds import builds
+
+    return builds(kernel_function(spec, values), spec.active_when, passes, delays)
 
 
 def record_buffers(spec, launch) -> dict[str, np.ndarray]:
@@ -201,6 +212,21 @@ def record_buffers(spec, launch) -> dict[str, np.ndarray]:
         "rows": np.full((*(launch.row_state or (1, 1, 1)), 2), np.nan, np.float32),
     }
     return bufs
+
+
+INSTRUMENTER_BUFFERS = ("trace", "active")  # what the instrumenter appends to every traced build
+
+
+def probe_buffers(spec, launch) -> dict[str, np.ndarray]:
+    """The probe buffers a launch of ``spec`` uses: the kernel's own domain ones and the trace."""
+    return {k: v for k, v in record_buffers(spec, launch).items() if k in spec.args or k in INSTRUMENTER_BUFFERS}
+
+
+def launch_args(spec, launch, named: dict) -> tuple[list, list]:
+    """(instrumented, clean) argument lists of a hand-made launch: ``named`` holds the arrays and
+    probe buffers by role; the instrumented build takes the trace buffers after the kernel's own."""
+    clean = [named[a] if a in named else launch.scalars[a] for a in spec.args]
+    return clean + [named[b] for b in INSTRUMENTER_BUFFERS], clean
 
 
 def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = False) -> dict:
@@ -234,24 +260,25 @@ def prepare_builtin(backend: Backend, request: dict):
     limits = catalog.limits_from_info(backend.device_info())
     spec, values, launch = catalog.plan_launch(request["kernel"], request.get("params"), backend.name, limits)
     inputs = spec.make_inputs(values, np.random.default_rng(request.get("seed", 0)))
-    buffers = {k: v for k, v in record_buffers(spec, launch).items() if k in spec.args}
+    buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
-    traced, clean = build_kernels(spec, values)
+    built = build_kernels(spec, values)
     layout = [
         ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
         for a in spec.args
-    ]  # the clean build keeps the instrumented one's signature: each probe is a no-op
+    ]  # the kernel's own parameters (domain probe buffers among them: no-ops in the clean build)
+    added = [("buffer", b) for b in INSTRUMENTER_BUFFERS]  # the instrumenter's, after the kernel's own
     nbytes, flops = spec.work(values)
     job = Job(
-        traced=traced, clean=clean, grid=launch.grid, block=launch.block, arrays=inputs, buffers=buffers,
-        traced_args=layout, clean_args=layout, dynamic_smem=launch.dynamic_smem, nbytes=nbytes,
-        flops=flops, compile_started_ns=started,
+        traced=built.traced, clean=built.clean, grid=launch.grid, block=launch.block, arrays=inputs,
+        buffers=buffers, traced_args=layout + added, clean_args=layout, dynamic_smem=launch.dynamic_smem,
+        nbytes=nbytes, flops=flops, compile_started_ns=started,
     )  # fmt: skip
     if request.get("accesses"):
         from visualizer.specs.catalog import LaunchError
 
         def start(device, bufs):
-            return start_access_recording(backend, spec, values, launch, traced, {**device, **bufs})
+            return start_access_recording(backend, spec, values, launch, built.traced, {**device, **bufs})
 
         job.start_recording = start
         job.overflow_error = lambda recorder: LaunchError(access_limit_message(recorder.limit))
@@ -336,7 +363,7 @@ def start_access_recording(backend: Backend, spec, values, launch, traced, devic
         names = list(spec.args)
     named = {}
     excluded = set()
-    for role, name in zip(spec.args, names, strict=False):
+    for role, name in zip((*spec.args, *INSTRUMENTER_BUFFERS), names, strict=False):
         if role in device:
             named[name] = device[role]
             if role in record.PROBE_BUFFERS:

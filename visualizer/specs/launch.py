@@ -120,13 +120,16 @@ class KernelSpec:
     title: str
     summary: str
     params: tuple[Param, ...]
-    args: tuple[str, ...]  # the kernel's arguments in order: arrays, scalars and trace buffers
+    args: tuple[str, ...]  # the kernel's own parameters in order: arrays, scalars, domain probe buffers
     outputs: tuple[str, ...]
     plan: Callable[[dict], Launch]
     make_inputs: Callable[[dict, np.random.Generator], dict[str, np.ndarray]]
     reference: Callable[[dict, dict], dict[str, np.ndarray]]
-    build: tuple[str, str]  # (module in kernels/, function returning (instrumented, clean))
+    build: tuple[str, str]  # (module in kernels/, the kernel function, or with build_args its factory)
     build_args: tuple[str, ...] = ()  # parameters that select a compile-time specialisation
+    # which threads did work, for the instrumenter's trace_end: an expression over the kernel's own
+    # names where it ends (e.g. "row < n and col < n"); None: the instrumenter infers it
+    active_when: str | None = None
     tile_operands: tuple[str, ...] = ()
     row_table: tuple[str, tuple[str, ...]] | None = None  # (table name, value column names)
     work: Callable[[dict], tuple[float, float]] = lambda p: (0.0, 0.0)  # (bytes moved, flops)

@@ -45,7 +45,7 @@ def _transpose_accesses(p: dict) -> int:
 
 _TRANSPOSE_COMMON = dict(
     params=_TRANSPOSE_PARAMS,
-    args=("inp", "out", "height", "width", "trace", "active"),  # not "rows": a probe buffer's role
+    args=("inp", "out", "height", "width"),  # not "rows": a probe buffer's role
     outputs=("out",),
     make_inputs=_transpose_inputs,
     reference=lambda x, p: {"out": np.ascontiguousarray(x["inp"].T)},
@@ -62,6 +62,7 @@ TRANSPOSE_NAIVE = KernelSpec(
     "column, so a warp's 32 stores touch 32 sectors.",
     plan=_transpose_plan(False),
     build=("kernels.transpose", "transpose_naive"),
+    active_when="y < height and x < width",
     **_TRANSPOSE_COMMON,
 )
 
@@ -71,7 +72,8 @@ TRANSPOSE_TILED = KernelSpec(
     summary="Stages a tile in shared memory so the global reads and writes are both along rows (4 sectors "
     "per request); reading the tile down a column is a 32-way shared-memory bank conflict.",
     plan=_transpose_plan("tiled"),
-    build=("kernels.transpose", "transpose_tiled_kernels"),
+    build=("kernels.transpose", "transpose_tiled_kernel"),
+    active_when="y < height and x < width",
     build_args=("tile",),
     **_TRANSPOSE_COMMON,
 )
@@ -82,7 +84,8 @@ TRANSPOSE_PADDED = KernelSpec(
     summary="The tiled transpose with one extra column in the tile (tile x tile+1): each lane's word of a "
     "column falls in its own bank, so the bank conflicts vanish.",
     plan=_transpose_plan("padded"),
-    build=("kernels.transpose", "transpose_padded_kernels"),
+    build=("kernels.transpose", "transpose_padded_kernel"),
+    active_when="y < height and x < width",
     build_args=("tile",),
     **_TRANSPOSE_COMMON,
 )
@@ -106,7 +109,7 @@ STRIDED_COPY = KernelSpec(
         Param("stride", 1, 1, 32, "distance between neighbouring threads' source elements"),
         Param("block", 128, 0, 2048, "threads per block"),
     ),
-    args=("src", "dst", "n", "stride", "trace", "active"),
+    args=("src", "dst", "n", "stride"),
     outputs=("dst",),
     plan=_strided_plan,
     make_inputs=lambda p, rng: {
@@ -115,6 +118,7 @@ STRIDED_COPY = KernelSpec(
     },
     reference=lambda x, p: {"dst": x["src"][:: p["stride"]][: p["n"]]},
     build=("kernels.strided", "strided_copy"),
+    active_when="i < n",
     work=lambda p: (8.0 * p["n"], 0.0),
     rtol=0.0,
     atol=0.0,

@@ -29,6 +29,7 @@ import warnings
 import numpy as np
 
 from visualizer.engine import gpu_timing
+from visualizer.engine.builds import pair
 from visualizer.specs.launch import ceil_div
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
@@ -217,7 +218,7 @@ def _one_length(
 ) -> list[dict]:
     from numba import cuda
 
-    from kernels.attention import flash_attention_kernels, naive_attention_kernels
+    from kernels.attention import flash_attention_kernel, naive_attention_kernel
     from visualizer.engine.worker import record_buffers
     from visualizer.specs.catalog import plan_launch
 
@@ -255,13 +256,15 @@ def _one_length(
     # its own (same-typed, one-element) ones
     full = record_buffers(spec, launch)
     tiny = {n: np.zeros((1,) * (b.ndim - 1) + (b.shape[-1],), b.dtype) for n, b in full.items()}
-    traced, clean = flash_attention_kernels(tile, head_dim)
+    traced, clean = pair(flash_attention_kernel(tile, head_dim), spec.active_when)
     for impl, kern, bufs in (
         ("ours flash (clean)", clean, tiny),
         ("ours flash (instrumented)", traced, full),
     ):
         dev = {n: cuda.to_device(b) for n, b in bufs.items()}
-        args = (dq, dk, dv, do, seq_len, c, dev["trace"], dev["active"], dev["tiles"], dev["rows"])
+        args = (dq, dk, dv, do, seq_len, c, dev["tiles"], dev["rows"])
+        if kern is traced:  # the instrumenter's buffers come after the kernel's own
+            args += (dev["trace"], dev["active"])
         times = gpu_timing.measure(ops, lambda kern=kern, args=args: kern[cfg](*args), repeats, warmup=2)
         rec = sum(b.nbytes for b in bufs.values()) if bufs is full else 0
         err, rel = errors(do.copy_to_host())
@@ -275,13 +278,16 @@ def _one_length(
     fspec, _, flaunch = plan_launch("flash_attention_fast", fparams, backend="gpu")
     fcfg = (flaunch.grid, flaunch.block)
     ffull = record_buffers(fspec, flaunch)
-    ftraced, fclean = flash_attention_fast_for(head_dim, bool(causal), seq_len, heads, batch)
+    fn = flash_attention_fast_for(head_dim, bool(causal), seq_len, heads, batch)
+    ftraced, fclean = pair(fn, fspec.active_when)
     for impl, kern, bufs in (
         ("ours fast (clean)", fclean, tiny),
         ("ours fast (instrumented)", ftraced, ffull),
     ):
         dev = {n: cuda.to_device(b) for n, b in bufs.items()}
-        args = (dq, dk, dv, do, seq_len, c, dev["trace"], dev["active"], dev["tiles"], dev["rows"])
+        args = (dq, dk, dv, do, seq_len, c, dev["tiles"], dev["rows"])
+        if kern is ftraced:
+            args += (dev["trace"], dev["active"])
         do.copy_to_device(np.full(q.shape, np.nan, np.float32))  # poison: every element must be written
         times = gpu_timing.measure(ops, lambda kern=kern, args=args: kern[fcfg](*args), repeats, warmup=2)
         rec = sum(b.nbytes for b in bufs.values()) if bufs is ffull else 0
@@ -290,13 +296,12 @@ def _one_length(
         del dev
 
     if with_naive:
-        _, naive = naive_attention_kernels(head_dim)
+        _, naive = pair(naive_attention_kernel(head_dim))
         ds = cuda.device_array((batch, heads, seq_len, seq_len), np.float32)
         grid = (ceil_div(seq_len, NAIVE_BLOCK), heads, batch)
-        tr, act = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)  # unused (clean)
         times = gpu_timing.measure(
             ops,
-            lambda: naive[grid, (NAIVE_BLOCK, 1, 1)](dq, dk, dv, ds, do, seq_len, c, tr, act),
+            lambda: naive[grid, (NAIVE_BLOCK, 1, 1)](dq, dk, dv, ds, do, seq_len, c),
             max(1, min(repeats, 3)),  # slow at long lengths
             warmup=1,
         )
@@ -325,8 +330,8 @@ def correctness_sweep(seq_len: int = 77, batch: int = 2, heads: int = 3, seed: i
 
     from numba import cuda
 
-    from kernels.attention import flash_attention_kernels, naive_attention_kernels
-    from visualizer.engine.worker import record_buffers
+    from kernels.attention import flash_attention_kernel, naive_attention_kernel
+    from visualizer.engine.worker import launch_args, record_buffers
     from visualizer.specs.attention import attention_reference
     from visualizer.specs.catalog import LaunchError, plan_launch
 
@@ -354,11 +359,13 @@ def correctness_sweep(seq_len: int = 77, batch: int = 2, heads: int = 3, seed: i
             continue
         x = spec.make_inputs(values, rng)
         bufs = record_buffers(spec, launch)
-        if name == "flash_attention":
-            traced, _ = flash_attention_kernels(tile, head_dim)
-        else:
-            traced, _ = naive_attention_kernels(head_dim)
-        args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
+        fn = (
+            flash_attention_kernel(tile, head_dim)
+            if name == "flash_attention"
+            else naive_attention_kernel(head_dim)
+        )
+        traced, _ = pair(fn, spec.active_when)
+        args = launch_args(spec, launch, {**x, **bufs})[0]
         t = time.perf_counter()
         traced[launch.grid, launch.block](*args)
         cuda.synchronize()
@@ -374,7 +381,7 @@ def fast_variants(
     configurations, causal and not: the tuning table behind attention_fast.CONFIGS."""
     from numba import cuda
 
-    from kernels.attention_fast import fast_grid, flash_attention_fast_kernels
+    from kernels.attention_fast import fast_grid, flash_attention_fast_kernel
     from visualizer.analysis.occupancy import occupancy
 
     rng = np.random.default_rng(seed)
@@ -385,18 +392,17 @@ def fast_variants(
         q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
         dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
         do = cuda.device_array(shape, np.float32)
-        tr, act = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)
         tiles, st = cuda.device_array((1, 1, 1, 5), np.int64), cuda.device_array((1, 1, 1, 2), np.float32)
         rs = _check_rows(seq_len)
         for causal in (0, 1):
             ref64 = _reference_rows(q, k, v, bool(causal), rs)
             for warps, bk, mb in configs:
-                _, kern = flash_attention_fast_kernels(
-                    head_dim, bool(causal), warps, bk, min_blocks=mb or None
+                _, kern = pair(
+                    flash_attention_fast_kernel(head_dim, bool(causal), warps, bk, min_blocks=mb or None)
                 )
                 cfg = (fast_grid(batch, heads, seq_len, 16 * warps, bool(causal)), (32, warps, 1))
                 do.copy_to_device(np.full(shape, np.nan, np.float32))
-                args = (dq, dk, dv, do, seq_len, causal, tr, act, tiles, st)
+                args = (dq, dk, dv, do, seq_len, causal, tiles, st)
                 m = gpu_timing.measure(
                     ops, lambda kern=kern, cfg=cfg, args=args: kern[cfg](*args), repeats, warmup=2
                 )

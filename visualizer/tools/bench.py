@@ -66,9 +66,9 @@ METHODS_SIZES = (1000, 1 << 20, 1 << 24)  # the issue's table: where dispatch hi
 
 
 def _buffers(cuda, np, spec, launch):
-    from visualizer.engine.worker import record_buffers
+    from visualizer.engine.worker import probe_buffers
 
-    return {k: cuda.to_device(v) for k, v in record_buffers(spec, launch).items() if k in spec.args}
+    return {k: cuda.to_device(v) for k, v in probe_buffers(spec, launch).items()}
 
 
 def _timed(ops, fn, reps: int, flush: bool = False, warmup: int = 3) -> dict:
@@ -98,9 +98,11 @@ def launch_methods(cuda, torch, reps: int, sizes=METHODS_SIZES) -> list[dict]:
 def _methods_row(cuda, torch, nops, tops, n: int, reps: int) -> dict:
     import numpy as np
 
-    from kernels.vector_add import vector_add_clean, vector_add_traced
+    from kernels.vector_add import vector_add
     from visualizer.engine import gpu_timing
+    from visualizer.engine.builds import pair
 
+    vector_add_traced, vector_add_clean = pair(vector_add, "i < n")
     rng = np.random.default_rng(n)
     a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
     da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32)
@@ -110,7 +112,7 @@ def _methods_row(cuda, torch, nops, tops, n: int, reps: int) -> dict:
     active = cuda.device_array(blocks * 256, np.uint8)
 
     def clean():
-        vector_add_clean[blocks, 256](da, db, dc, n, trace, active)
+        vector_add_clean[blocks, 256](da, db, dc, n)
 
     def traced():
         vector_add_traced[blocks, 256](da, db, dc, n, trace, active)
@@ -159,21 +161,21 @@ def reduction_full_sum(cuda, torch, n: int, block: int, reps: int) -> dict:
     torch's is ``torch.sum(x)``."""
     import numpy as np
 
-    from kernels.reduction import reduction_kernels
+    from kernels.reduction import reduction_kernel
     from visualizer.engine import gpu_timing
+    from visualizer.engine.builds import pair
 
-    _, clean = reduction_kernels(block)
+    _, clean = pair(reduction_kernel(block))
     x = np.random.default_rng(0).integers(0, 10, n).astype(np.float32)  # exact in float32
     sizes = [n]
     while sizes[-1] > 1:
         sizes.append(ceil_div(sizes[-1], block))
     bufs = [cuda.to_device(x)] + [cuda.device_array(m, np.float32) for m in sizes[1:]]
-    trace, active = cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8)  # unused
     rows_buf = cuda.device_array((1, 1, 1, 2), np.float32)
 
     def ours():
         for i in range(len(sizes) - 1):
-            clean[sizes[i + 1], block](bufs[i], bufs[i + 1], sizes[i], trace, active, rows_buf)
+            clean[sizes[i + 1], block](bufs[i], bufs[i + 1], sizes[i], rows_buf)
 
     nops = gpu_timing.NumbaOps(cuda)
     row = {"n": n, "block": block, "launches": len(sizes) - 1, "ours": _timed(nops, ours, reps, flush=True)}
@@ -201,7 +203,7 @@ def gpu_bench(quick: bool) -> dict:
 
     import kernels.probes  # noqa: F401  (numpy 2.5 shim before any compile)
     from visualizer.engine import gpu_timing
-    from visualizer.engine.worker import build_kernels
+    from visualizer.engine.worker import build_kernels, launch_args
     from visualizer.specs import catalog
 
     try:
@@ -248,15 +250,16 @@ def gpu_bench(quick: bool) -> dict:
         inputs = spec.make_inputs(values, np.random.default_rng(0))
         dev_arrays = {k: cuda.to_device(v) for k, v in inputs.items()}
         dev_arrays.update(_buffers(cuda, np, spec, launch))
-        args = [dev_arrays[a] if a in dev_arrays else launch.scalars[a] for a in spec.args]
-        traced, clean = build_kernels(spec, values)
+        traced_args, clean_args = launch_args(spec, launch, dev_arrays)
+        built = build_kernels(spec, values)
+        traced, clean = built.traced, built.clean
         cfg = (launch.grid, launch.block)
         nbytes, flops = spec.work(values)
         flush = gpu_timing.wants_l2_flush(nbytes, flops)
-        traced[cfg](*args)  # the checked output comes from the instrumented build
+        traced[cfg](*traced_args)  # the checked output comes from the instrumented build
         got = {k: dev_arrays[k].copy_to_host() for k in spec.outputs}
-        clean_t = _timed(nops, lambda: clean[cfg](*args), reps, flush)
-        traced_t = _timed(nops, lambda: traced[cfg](*args), reps, flush)
+        clean_t = _timed(nops, lambda: clean[cfg](*clean_args), reps, flush)
+        traced_t = _timed(nops, lambda: traced[cfg](*traced_args), reps, flush)
         clean_ms, traced_ms = clean_t["ms"], traced_t["ms"]
         from visualizer.analysis.capture import check_outputs
 
@@ -360,16 +363,15 @@ def sim_launch_seconds(engine: str, kernel: str, params: dict, reps: int) -> dic
     SIM_ENGINES[engine]()
     import numpy as np
 
-    from visualizer.engine.worker import build_kernels, record_buffers
+    from visualizer.engine.worker import build_kernels, launch_args, probe_buffers
     from visualizer.specs import catalog
 
     def prepared(p):
         spec, values, launch = catalog.plan_launch(kernel, p, "sim")
-        host = {**spec.make_inputs(values, np.random.default_rng(0))}
-        host.update({k: v for k, v in record_buffers(spec, launch).items() if k in spec.args})
-        traced, _ = build_kernels(spec, values)
+        host = {**spec.make_inputs(values, np.random.default_rng(0)), **probe_buffers(spec, launch)}
+        traced = build_kernels(spec, values).traced
         if engine != "fast+accesses":
-            args = [host[a] if a in host else launch.scalars[a] for a in spec.args]
+            args = launch_args(spec, launch, host)[0]
             return lambda: traced[launch.grid, launch.block](*args)
         from types import SimpleNamespace
 
@@ -380,7 +382,7 @@ def sim_launch_seconds(engine: str, kernel: str, params: dict, reps: int) -> dic
 
         # device arrays, as the worker passes them: the recorder knows arrays by their identity
         device = {k: cuda.to_device(v) for k, v in host.items()}
-        args = [device[a] if a in device else launch.scalars[a] for a in spec.args]
+        args = launch_args(spec, launch, device)[0]
 
         def recorded():
             start_access_recording(SimpleNamespace(simulator=True), spec, values, launch, traced, device)

@@ -68,7 +68,7 @@ def launch(indices: list[int]) -> int:
     """Launch the clean build of each case once (the process ncu / the sanitizer profiles)."""
     import numpy as np
 
-    from visualizer.engine.worker import Backend, build_kernels, configure_backend, record_buffers
+    from visualizer.engine.worker import Backend, build_kernels, configure_backend, launch_args, probe_buffers
     from visualizer.specs import catalog
 
     configure_backend("gpu")
@@ -78,10 +78,10 @@ def launch(indices: list[int]) -> int:
         kernel, params = CASES[i]
         spec, values, plan = catalog.plan_launch(kernel, params, "gpu")
         inputs = spec.make_inputs(values, np.random.default_rng(0))
-        host = {**inputs, **{k: v for k, v in record_buffers(spec, plan).items() if k in spec.args}}
+        host = {**inputs, **probe_buffers(spec, plan)}
         device = {k: cuda.to_device(v) for k, v in host.items()}
-        args = [device[a] if a in device else plan.scalars[a] for a in spec.args]
-        _, clean = build_kernels(spec, values)
+        args = launch_args(spec, plan, device)[1]
+        clean = build_kernels(spec, values).clean
         clean[plan.grid, plan.block](*args)
         cuda.synchronize()
         outputs = {k: device[k].copy_to_host() for k in spec.outputs}
