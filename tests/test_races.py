@@ -256,6 +256,65 @@ def test_delayed_runs_are_named_by_seed_and_run_and_keep_race_free_kernels_right
         assert {k: entry[k] for k in fields} == fields and entry["run"] == i and entry["seed"] == 4
 
 
+def test_builtin_race_demo_takes_the_same_delays_pass_from_its_own_file(runner):
+    """Built-in kernels get their delays from the instrumenter pass a visitor's kernel gets
+    (engine/instrument_delays.py): sites on kernels/reduction.py's own lines, each run's draw recorded."""
+    import inspect
+
+    from kernels import reduction
+    from visualizer.engine.instrument_delays import delay_table
+
+    cap = runner.capture(
+        "reduction_race", {"n": 1000, "block": 128}, runs=3, schedule_seed=1, delays=True, time_clean=False
+    )
+    r = cap.launch["runs"]
+    sites = [tuple(x) for x in r["delay_sites"]]
+    lines = inspect.getsource(reduction).splitlines()
+    at = {lines[line - 1].strip(): what for line, what in sites}
+    assert at["s[tid] += s[tid + stride]  # without the barrier: s[tid + stride] may not be summed yet"] == (
+        "load+store"
+    )
+    assert at["partial[cuda.blockIdx.x] = s[0]"] == "load+store" and at["cuda.syncthreads()"] == "barrier"
+    for i, entry in enumerate(r["schedules"]):
+        assert entry["steps"] > 0  # still the simulator's seeded interleaving, with the delays on top
+        _, fields = delay_table(1, i, sites)
+        assert {k: entry[k] for k in fields} == fields
+    assert "with seeded per-warp delays (seed 1, run 0..2)" in races.describe(r)[0]
+    table = races.runs_table(cap.runs, r["correct"], r["schedules"], cap.source)
+    assert table["delays"].tolist() == [
+        " and ".join(k + "s" for k in delay_table(1, i, sites)[1]["delay_kinds"]) for i in range(3)
+    ]
+    fixed = runner.capture(
+        "reduction", {"n": 1000, "block": 128}, runs=3, schedule_seed=1, delays=True, time_clean=False
+    )
+    assert fixed.launch["runs"]["distinct"] == 1 and all(fixed.launch["runs"]["correct"])
+
+
+def test_describe_names_the_simulators_schedules_and_a_gpus_delays_apart():
+    gpu = {"count": 8, "seed": 3, "distinct": 8, "differing_elements": 5, "correct": [False] * 8,
+           "schedules": [{"seed": 3, "run": i} for i in range(8)]}  # fmt: skip
+    assert (
+        "the backend's own schedule:" in races.describe(gpu)[0]
+    )  # a seed without delays: no seeded schedule
+    delayed = {**gpu, "delay_sites": [[9, "load+store"]]}
+    assert (
+        "the backend's own schedule with seeded per-warp delays (seed 3, run 0..7)"
+        in races.describe(delayed)[0]
+    )
+    sim = {**gpu, "schedules": [{"seed": 3, "run": i, "steps": 10, "stalls": 1} for i in range(8)]}
+    assert races.describe(sim)[0].startswith(
+        "runs: 8 of the same launch in seeded schedules (seed 3, run 0..7)"
+    )
+
+
+def test_cli_delays_need_runs_and_a_seed_in_one_line(tmp_path):
+    base = [sys.executable, "-m", "visualizer", "capture", "reduction_race", "--backend", "sim", "--out",
+            str(tmp_path / "b"), "--delays"]  # fmt: skip
+    for extra in ([], ["--runs", "4"], ["--seed", "1"]):
+        done = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--delays needs" in done.stderr
+
+
 # --- the lesson --------------------------------------------------------------------------------
 
 

@@ -55,6 +55,7 @@ class Job:
     during_launch: Callable[[], Any] = nullcontext  # a context around the instrumented launch only
     overflow_error: Callable[[Any], Exception] | None = None  # recorder -> the error to raise instead
     before_run: Callable[[int], None] | None = None  # before run i > 0 is reset (its delay table)
+    delay_sites: list | None = None  # the delays pass's (line, kinds) sites; its table: buffers["delay"]
 
     @property
     def config(self) -> tuple:

@@ -341,7 +341,7 @@ def prepare_source(backend, request: dict):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.instrument_delays import delay_table
+    from visualizer.engine.instrument_delays import use_delays
     from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
@@ -373,9 +373,6 @@ def prepare_source(backend, request: dict):
     delays = bool(request.get("delays")) and seed is not None
     started = time.perf_counter_ns()
     module = load_module(request["source"], filename, kernel, delays)
-    sites = module.__dict__["_vz_delay_sites"]
-    if delays:
-        buffers["delay"] = delay_table(seed, 0, sites)[0]
     traced, clean = kernel_pair(backend.cuda, module, kernel)
     user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
 
@@ -404,7 +401,7 @@ def prepare_source(backend, request: dict):
             backend, request, device, bufs, grid, block
         )
     if delays:
-        job.before_run = lambda run: buffers.__setitem__("delay", delay_table(seed, run, sites)[0])
+        use_delays(job, seed, module.__dict__["_vz_delay_sites"])
     return module, values, job, fake_modules
 
 
@@ -412,7 +409,7 @@ def capture_source(backend, request: dict) -> dict:
     """Run a visitor's kernel through the capture sequence (engine/pipeline.py): the reply has the
     shape of a built-in kernel's, plus the reference check made here, inside the sandbox."""
     from visualizer.engine import pipeline
-    from visualizer.engine.instrument_delays import delay_table
+    from visualizer.engine.instrument_delays import record_delays
 
     module, values, job, fake_modules = prepare_source(backend, request)
     before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
@@ -467,13 +464,9 @@ def capture_source(backend, request: dict) -> dict:
             ]
             for i in range(runs)
         ]
-        sites = module.__dict__["_vz_delay_sites"]
-        if "delay" in job.buffers:
-            for i, entry in enumerate(schedules):
-                entry.update(delay_table(seed, i, sites)[1])
         launch_info["runs"] = {"count": runs, "seed": seed, "schedules": schedules}
-        if "delay" in job.buffers:
-            launch_info["runs"]["delay_sites"] = [list(x) for x in sites]
+        if job.delay_sites is not None:
+            record_delays(launch_info["runs"], job)
     return reply
 
 
