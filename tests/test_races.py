@@ -377,3 +377,11 @@ def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, ke
     assert cap.launch["runs"]["distinct"] == 1, kernel
     assert all(cap.launch["runs"]["correct"]), kernel
     assert all(s["seed"] == 1 and s["steps"] > 0 for s in cap.launch["runs"]["schedules"])  # really seeded
+
+
+@pytest.mark.parametrize("kernel", RACE_FREE)
+def test_every_race_free_builtin_stays_right_with_the_delays_pass(runner, kernel):
+    cap = runner.capture(kernel, {}, runs=2, schedule_seed=1, delays=True, time_clean=False)
+    r = cap.launch["runs"]
+    assert r["delay_sites"] and r["distinct"] == 1 and all(r["correct"]), kernel
+    assert all(s["delay_slots"] == 256 * len(r["delay_sites"]) for s in r["schedules"])
