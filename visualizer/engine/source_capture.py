@@ -68,8 +68,9 @@ def _where(filename: str, hit) -> str:
 
 def load_module(source: str, filename: str, kernel: str, delays: bool = False, passes: tuple = ()):
     """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
-    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers;
-    ``passes``: the lenses' passes (engine/instrument.py); their info is ``module._vz_info``."""
+    ``delays``: the instrumented build waits seeded per-warp delays before loads, stores, atomics and
+    barriers (engine/instrument_delays.py); ``passes``: the lenses' passes (engine/instrument.py), their
+    info is ``module._vz_info``."""
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as exc:
@@ -343,7 +344,8 @@ def prepare_source(backend, request: dict):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.pipeline import Job, delay_table
+    from visualizer.engine.instrument_delays import use_delays
+    from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
     limits = catalog.limits_from_info(backend.device_info())
@@ -368,11 +370,10 @@ def prepare_source(backend, request: dict):
     records = launch.blocks * ceil_div(tpb, 32) if threads > PER_WARP_ABOVE else threads
     buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
 
-    # races made visible on a GPU: the instrumented build waits seeded delays (run i: delay_table(seed, i))
+    # races made visible on a GPU: the instrumented build waits seeded per-warp delays (run i's table:
+    # instrument_delays.delay_table(seed, i, sites))
     seed = request.get("schedule_seed")
     delays = bool(request.get("delays")) and seed is not None
-    if delays:
-        buffers["delay"] = delay_table(seed, 0)
     passes: tuple = ()
     if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
         from visualizer.engine.instrument_branches import lens
@@ -413,7 +414,7 @@ def prepare_source(backend, request: dict):
             backend, request, device, bufs, grid, block
         )
     if delays:
-        job.before_run = lambda run: buffers.__setitem__("delay", delay_table(seed, run))
+        use_delays(job, seed, module.__dict__["_vz_delay_sites"])
     return module, values, job, fake_modules
 
 
@@ -421,6 +422,7 @@ def capture_source(backend, request: dict) -> dict:
     """Run a visitor's kernel through the capture sequence (engine/pipeline.py): the reply has the
     shape of a built-in kernel's, plus the reference check made here, inside the sandbox."""
     from visualizer.engine import pipeline
+    from visualizer.engine.instrument_delays import record_delays
 
     module, values, job, fake_modules = prepare_source(backend, request)
     before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
@@ -476,12 +478,9 @@ def capture_source(backend, request: dict) -> dict:
             ]
             for i in range(runs)
         ]
-        if "delay" in job.buffers:
-            for i, entry in enumerate(schedules):
-                entry.update(pipeline.delay_fields(pipeline.delay_table(seed, i)))
         launch_info["runs"] = {"count": runs, "seed": seed, "schedules": schedules}
-        if "delay" in job.buffers:
-            launch_info["runs"]["delay_sites"] = [list(x) for x in module.__dict__["_vz_delay_sites"]]
+        if job.delay_sites is not None:
+            record_delays(launch_info["runs"], job)
     return reply
 
 

@@ -134,8 +134,8 @@ class UserRunner(Runner):
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
         ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py);
-        ``delays``: with a seed, the instrumented build waits seeded delays before shared-memory
-        accesses and barriers (engine/instrument.py; run i's table is pipeline.delay_table(seed, i));
+        ``delays``: with a seed, the instrumented build's warps wait seeded delays before loads,
+        stores, atomics and barriers (engine/instrument_delays.py; run i's: delay_table(seed, i, sites));
         ``branches``/``barriers``: the SIMT lens (engine/instrument_branches.py; barriers on a GPU)."""
         if not 1 <= int(runs) <= MAX_RUNS:
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")

@@ -219,7 +219,9 @@ INSTRUMENTER_BUFFERS = ("trace", "active")  # what the instrumenter appends to e
 
 def probe_buffers(spec, launch) -> dict[str, np.ndarray]:
     """The probe buffers a launch of ``spec`` uses: the kernel's own domain ones and the trace."""
-    return {k: v for k, v in record_buffers(spec, launch).items() if k in spec.args or k in INSTRUMENTER_BUFFERS}
+    return {
+        k: v for k, v in record_buffers(spec, launch).items() if k in spec.args or k in INSTRUMENTER_BUFFERS
+    }
 
 
 def launch_args(spec, launch, named: dict) -> tuple[list, list]:
@@ -262,6 +264,8 @@ def prepare_builtin(backend: Backend, request: dict):
     inputs = spec.make_inputs(values, np.random.default_rng(request.get("seed", 0)))
     buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
+    # races made visible on a GPU: seeded per-warp delays, the same pass as a visitor's kernel's
+    delays = bool(request.get("delays")) and request.get("schedule_seed") is not None
     passes: tuple = ()
     if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
         from visualizer.engine.instrument_branches import lens
@@ -269,18 +273,20 @@ def prepare_builtin(backend: Backend, request: dict):
         which = (bool(request.get("branches")), bool(request.get("barriers")))
         passes, lens_buffers = lens(backend.simulator, launch.blocks, launch.threads_per_block, *which)
         buffers.update(lens_buffers)
-    built = build_kernels(spec, values, passes)
+    built = build_kernels(spec, values, passes, delays=delays)
     layout = [
         ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
         for a in spec.args
     ]  # the kernel's own parameters (domain probe buffers among them: no-ops in the clean build)
     added = [("buffer", b) for b in INSTRUMENTER_BUFFERS]  # the instrumenter's, after the kernel's own
-    added += [("buffer", b) for b in built.params[len(INSTRUMENTER_BUFFERS) :]]  # then the lenses'
+    # then the lenses' buffers and the delays pass's table, in the order the instrumenter added them
+    extra = built.params[len(INSTRUMENTER_BUFFERS) :]
+    added += [("buffer", "delay" if b == "_vz_delay" else b) for b in extra]
     nbytes, flops = spec.work(values)
     job = Job(
         traced=built.traced, clean=built.clean, grid=launch.grid, block=launch.block, arrays=inputs,
         buffers=buffers, traced_args=layout + added, clean_args=layout, dynamic_smem=launch.dynamic_smem,
-        nbytes=nbytes, flops=flops, compile_started_ns=started, lens=dict(built.info) if passes else {},
+        nbytes=nbytes, flops=flops, compile_started_ns=started, lens={p.name: built.info[p.name] for p in passes},
     )  # fmt: skip
     if request.get("accesses"):
         from visualizer.specs.catalog import LaunchError
@@ -290,6 +296,10 @@ def prepare_builtin(backend: Backend, request: dict):
 
         job.start_recording = start
         job.overflow_error = lambda recorder: LaunchError(access_limit_message(recorder.limit))
+    if delays:
+        from visualizer.engine.instrument_delays import use_delays
+
+        use_delays(job, request["schedule_seed"], built.info["delays"]["sites"])
     return spec, values, launch, inputs, job
 
 
@@ -338,6 +348,10 @@ def capture(backend: Backend, request: dict) -> dict:
     if ran.runs is not None:  # every run's outputs, stacked (analysis/races.py compares them)
         reply["runs"] = {k: ran.runs[k] for k in spec.outputs}
         launch_info["runs"] = {"count": runs, "seed": schedule_seed, "schedules": ran.schedules}
+        if job.delay_sites is not None:
+            from visualizer.engine.instrument_delays import record_delays
+
+            record_delays(launch_info["runs"], job)
     return reply
 
 

@@ -89,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--delays",
         action="store_true",
-        help="with --runs and --seed: seeded delays before shared accesses/barriers",
+        help="with --runs and --seed: seeded per-warp delays before loads, stores, atomics, barriers",
     )
     p.add_argument("--timeout", type=_positive_seconds, default=None, help="wall-clock limit in seconds")
     return p
@@ -97,6 +97,12 @@ def parser() -> argparse.ArgumentParser:
 
 def cmd_capture_source(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    if args.delays and (args.runs is None or args.seed is None):
+        print(
+            "error: --delays needs --runs N and --seed S (the delays are drawn from the seed)",
+            file=sys.stderr,
+        )
+        return 2
     problem = writable_dir(args.out)
     if problem:  # before the kernel runs, as for built-in kernels, so no work is lost
         print(f"error: --out: {problem}", file=sys.stderr)

@@ -98,6 +98,12 @@ def cmd_capture(argv: list[str]) -> int:
         "counts the distinct outputs (launch.json runs). Costs N launches under the limits",
     )
     p.add_argument(
+        "--delays",
+        action="store_true",
+        help="with --runs and --seed: seeded per-warp delays before loads, stores, atomics and barriers "
+        "(races made visible on a GPU; run i's delays are drawn from (seed, i))",
+    )
+    p.add_argument(
         "--accesses",
         action="store_true",
         help="record every load/store (simulator only): adds accesses/requests/hazards.parquet",
@@ -115,6 +121,12 @@ def cmd_capture(argv: list[str]) -> int:
         "(barriers.parquet, launch.json barriers)",
     )
     args = p.parse_args(argv)
+    if args.delays and (args.runs is None or args.seed is None):
+        print(
+            "error: --delays needs --runs N and --seed S (the delays are drawn from the seed)",
+            file=sys.stderr,
+        )
+        return 2
     problem = writable_dir(args.out)
     if problem:  # before the kernel runs, so no work is lost
         print(f"error: --out: {problem}", file=sys.stderr)
@@ -140,6 +152,7 @@ def cmd_capture(argv: list[str]) -> int:
                 **({"branches": True} if args.branches else {}),
                 **({"barriers": True} if args.barriers else {}),
                 **({"runs": args.runs, "schedule_seed": args.seed} if args.runs is not None else {}),
+                **({"delays": True} if args.delays else {}),
             )
     except (LaunchError, CliError) as exc:
         print(f"error: {exc}", file=sys.stderr)
