@@ -30,3 +30,24 @@ def test_simt_page_lane_strip_above_the_fold(open_app, tmp_path):
     # the barrier tab says why the simulator has no timeline
     page.get_by_role("tab", name="Barriers: who waited").click()
     assert page.get_by_text("Not offered on the simulator").first.is_visible()
+
+
+def test_divergence_lesson_runs_and_its_lane_strips_fit(page, app_url):
+    from tests.e2e.conftest import wait_for_app
+    from tests.e2e.test_browser import CLIPPED, charts, main, open_page
+
+    page = open_page(page, app_url, "?backend=sim&page=lessons&lesson=divergence")
+    m = main(page)
+    for value in ("50", "100", "2"):  # three predictions: two efficiencies and a slowdown
+        box = m.locator("input[type=number]").first
+        box.fill(value)
+        box.press("Enter")
+        wait_for_app(page)
+        m.get_by_role("button", name="Lock in my answer").first.click()
+        wait_for_app(page)
+    m.get_by_role("button", name="Run it").click()
+    wait_for_app(page)
+    assert page.get_by_test_id("stException").count() == 0
+    assert m.get_by_text("Right: you said 100 %").count() == 1  # branch_warps: no warp diverges
+    assert charts(page).count() == 2
+    assert page.evaluate(CLIPPED) == [] and page.evaluate(TITLE_CUT) == []
