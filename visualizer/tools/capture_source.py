@@ -80,6 +80,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=_tolerance, default=None, help="absolute tolerance of the check")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
     p.add_argument("--accesses", action="store_true", help="record memory accesses (simulator)")
+    p.add_argument("--branches", action="store_true", help="the SIMT lens: which lanes took each branch")
+    p.add_argument("--barriers", action="store_true", help="each warp's wait at each syncthreads (GPU)")
     p.add_argument("--out", required=True, help="directory for the trace bundle")
     p.add_argument("--repeats", type=count(1), default=20, help="timed launches per build on the GPU")
     p.add_argument(
@@ -151,6 +153,10 @@ def cmd_capture_source(argv: list[str]) -> int:
         )
         with UserRunner(backend) as runner:
             runs = {"runs": args.runs, "schedule_seed": args.seed, "delays": args.delays} if args.runs else {}
+            if args.barriers and backend == "sim":
+                raise LaunchError("--barriers reads the GPU's clock: the simulator has none (use --backend gpu)")
+            if args.branches or args.barriers:
+                runs.update(branches=args.branches, barriers=args.barriers)
             cap = runner.capture_source(
                 launch, seed=args.seed or 0, repeats=args.repeats, accesses=args.accesses, timeout=args.timeout,
                 **runs,
@@ -188,6 +194,12 @@ def cmd_capture_source(argv: list[str]) -> int:
     )
     if getattr(cap, "accesses", None) is not None:
         print(f"  memory accesses recorded: {len(cap.accesses):,} ({len(cap.hazards):,} hazards)")
+    if cap.branches is not None or cap.barriers is not None:
+        from visualizer.analysis import branches as lens
+
+        lines = lens.describe(info["branches"]) if cap.branches is not None else []
+        for text in lines + (lens.describe_barriers(info["barriers"]) if cap.barriers is not None else []):
+            print(f"  {text}")
     if cap.runs is not None:
         from visualizer.analysis.races import describe as describe_runs
 
