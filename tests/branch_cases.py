@@ -382,6 +382,21 @@ def cases(simulator: bool) -> dict:
     return res
 
 
+def fastsim_activemask_after_a_loop() -> list[int]:
+    """The simulator's own activemask() after a loop whose trip count is lane % 4: the masks its lanes
+    see (why the simulator's visits come from a recorder and a model, not from these)."""
+    src = (
+        "from numba import cuda\n\n\n@cuda.jit\ndef k(after):\n    lane = cuda.threadIdx.x\n"
+        "    for _ in range(lane % 4):\n        cuda.syncwarp(cuda.activemask())\n"
+        "    after[lane] = cuda.activemask()\n"
+    )
+    module = types.ModuleType("fastsim_activemask")
+    exec(compile(src, "fastsim_activemask.py", "exec"), module.__dict__)
+    after = np.zeros(32, np.int64)
+    module.k[1, 32](after)
+    return sorted(set(after.tolist()))
+
+
 def main(argv):
     engine, out_path = argv[:2]
     if engine == "sim":
@@ -389,6 +404,8 @@ def main(argv):
 
         fastsim.install()
     res = cases(engine == "sim")
+    if engine == "sim":
+        res["fastsim_activemask"] = fastsim_activemask_after_a_loop()
     with open(out_path, "wb") as f:
         pickle.dump(res, f)
 
