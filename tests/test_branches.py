@@ -64,6 +64,12 @@ def sim(tmp_path_factory):
     return run_cases(tmp_path_factory.mktemp("branches_sim"), "sim")
 
 
+def test_the_simulators_own_activemask_is_not_a_gpus_reconvergence(sim):
+    # after `for _ in range(lane % 4)` the lanes see masks grouped by when they left the loop, where
+    # structured reconvergence has the whole warp together again
+    assert sim["fastsim_activemask"] == [0x11111111, 0x22222222, 0x44444444, 0x88888888]
+
+
 @pytest.mark.parametrize(
     "name", ["odd_even", "mandel", "collatz", "classify", "partial_sums", "reduction_example"]
 )
