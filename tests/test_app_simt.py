@@ -62,6 +62,8 @@ def test_a_bad_link_value_is_a_notice_not_a_crash():
         "was ignored" in w.value and "simt" in w.value for w in at.warning
     )  # text escaped for markdown
     assert "Branch efficiency **100.0%**" in _numbers(at)
+    table = next(d for d in at.dataframe if "jumps" in d.value.columns).value  # the SASS beside it
+    assert table.loc[table["branch"] == "if i < n:", "jumps"].tolist() == [0]  # predicated: an EXIT
 
 
 @pytest.mark.gpu

@@ -302,3 +302,27 @@ def test_damaged_buffers_are_read_without_inventing_visits():
     assert rows[["site", "active_mask", "taken_mask"]].values.tolist() == [[0, 3, 3]]
     gpu = np.array([[[0, 1, 1], [42, 1, 1]]], np.int64)
     assert branches.rows(False, gpu, np.array([-3]), sites, 32).empty  # a negative count: nothing
+
+
+def test_sass_jumps_per_line_leave_out_the_trailing_self_loop():
+    sass = pd.DataFrame(
+        [
+            (0, "k.py", 5, "ISETP.GE.AND", "ISETP.GE.AND P0, PT, R0, R1, PT"),
+            (16, "k.py", 5, "EXIT", "@P0 EXIT"),  # a predicated guard: no jump
+            (32, "k.py", 7, "BRA", "@P1 BRA `(.L_x_1)"),
+            (48, "k.py", 7, "BRA", "BRA `(.L_x_2)"),
+            (64, "other.py", 7, "BRA", "@P2 BRA `(.L_x_3)"),  # a device function's file
+            (80, "k.py", 9, "EXIT", "EXIT"),
+            (96, "k.py", 9, "BRA", "BRA `(.L_x_4)"),  # the jump-to-itself after the last EXIT
+        ],
+        columns=["address", "file", "line", "opcode", "text"],
+    )
+    jumps = branches.sass_branches(sass, sass["file"] == "k.py")
+    assert jumps == {7: 2}
+    recs = [(0, 0, 0, 0, 0xF, 0x3), (0, 0, 1, 0, 0xF, 0xF)]
+    sites = [
+        {"site": 0, "line": 5, "kind": "if", "loops": []},
+        {"site": 1, "line": 7, "kind": "if", "loops": []},
+    ]
+    pl = branches.per_line(branches._frame(recs, sites, "measured (GPU)"), jumps)
+    assert pl["sass_jumps"].tolist() == [0, 2]

@@ -258,8 +258,23 @@ def per_warp(rows: pd.DataFrame) -> pd.DataFrame:
     return labelled(out, rows.attrs.get("source", ""))
 
 
-def per_line(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per branch line: visits over all warps, divergent visits, efficiency, lanes taken / reached."""
+JUMPS = r"^(BRA|BRX|JMP|JMX)\b"  # SASS opcodes that jump (EXIT, RET and CALL are not what ncu counts here)
+
+
+def sass_branches(sass: pd.DataFrame, same_file: pd.Series) -> dict[int, int]:
+    """Jump instructions per source line in a build's SASS (analysis/asm.sass_table, in address order;
+    ``same_file``: its rows of the kernel's file), leaving out the jump-to-itself the compiler puts
+    after the last EXIT. A branch line with none was predicated or its loop unrolled: no lane jumps
+    there, and Nsight Compute counts no branch there."""
+    jump = sass["opcode"].astype(str).str.match(JUMPS)
+    after_exit = sass["text"].shift(1).astype(str).str.strip().eq("EXIT") & ~sass["text"].str.startswith("@")
+    rows = sass[same_file & jump & ~after_exit]
+    return {int(k): int(v) for k, v in rows.groupby("line").size().items()}
+
+
+def per_line(rows: pd.DataFrame, jumps: dict[int, int] | None = None) -> pd.DataFrame:
+    """Per branch line: visits over all warps, divergent visits, efficiency, lanes taken / reached;
+    with ``jumps`` (sass_branches of the clean build), the jump instructions on the line."""
     c = rows.assign(div=lambda d: divergent(d))
     g = c.groupby(["site", "line", "kind"], sort=True)
     out = pd.DataFrame(
@@ -271,6 +286,8 @@ def per_line(rows: pd.DataFrame) -> pd.DataFrame:
         }
     ).reset_index()
     out["efficiency"] = 100.0 * (out["visits"] - out["divergent"]) / out["visits"]
+    if jumps is not None:
+        out["sass_jumps"] = out["line"].map(lambda line: jumps.get(int(line), 0)).astype(np.int64)
     return labelled(out, rows.attrs.get("source", ""))
 
 

@@ -68,3 +68,23 @@ def visitor_lens_capture(launch, backend: str, barriers: bool = False) -> tuple[
             return runner.capture_source(launch, **options), None
     except (LaunchError, KernelError) as exc:
         return None, as_text(str(exc), limit=1000)
+
+
+def builtin_jumps(cap: Capture, arch: str = "sm_90") -> dict[int, int] | None:
+    """Jump instructions per source line of a built-in kernel's clean build (analysis/branches.py
+    sass_branches), or None where it cannot be compiled here (no NVVM, ptxas or nvdisasm)."""
+    from visualizer.analysis import asm, branches
+    from visualizer.engine import ptx
+    from visualizer.web.asm import compiled
+
+    launch = cap.launch
+    if launch.get("user_kernel"):
+        return None
+    try:
+        got = compiled(launch["kernel"], tuple(sorted(launch["params"].items())), arch)
+    except (ptx.AsmError, LaunchError):
+        return None
+    if not got.get("sass"):
+        return None
+    sass = asm.sass_table(got["sass"])
+    return branches.sass_branches(sass, asm.same_file(sass["file"], got["filename"]))

@@ -20,7 +20,7 @@ from visualizer.web.session import (
     show_link_notices,
     to_link,
 )
-from visualizer.web.simt import lens_backend, lens_capture, visitor_lens_capture
+from visualizer.web.simt import builtin_jumps, lens_backend, lens_capture, visitor_lens_capture
 
 st.title("SIMT lens: branches and barriers")
 INTRO = (
@@ -115,14 +115,25 @@ with tab_b:
     chart(bfigs.lane_strip_figure(frames), key="simt_lanes")
     left, right = st.columns(2)
     with left:
-        pl = branches.per_line(rows).merge(sites[["site", "text"]], on="site")
+        jumps = builtin_jumps(lensed)
+        pl = branches.per_line(rows, jumps).merge(sites[["site", "text"]], on="site")
         st.markdown("**Each branch line, all warps**")
         st.caption(
             "Branch efficiency as Nsight Compute defines it, over the source's branches: the share of "
             f"visits (a warp evaluating a branch) in which every lane went the same way. {summary['source']}."
+            + (
+                " Jumps: jump instructions of the clean build's SASS (sm_90) on that line; 0: none there (a "
+                "predicated branch, an unrolled loop, or its jump placed on another line), and Nsight "
+                "Compute counts no branch for that line."
+                if jumps is not None
+                else ""
+            )
+        )
+        columns = ["line", "text", "visits", "divergent", "efficiency"] + (
+            ["sass_jumps"] if jumps is not None else []
         )
         st.dataframe(
-            pl[["line", "text", "visits", "divergent", "efficiency"]].rename(columns={"text": "branch"}),
+            pl[columns].rename(columns={"text": "branch", "sass_jumps": "jumps"}),
             hide_index=True,
             column_config={"efficiency": st.column_config.NumberColumn("efficiency %", format="%.1f")},
         )
