@@ -58,7 +58,7 @@ def sites_table(sites: list[dict], source_lines: list[str] | None = None) -> pd.
         df["text"] = [
             source_lines[line - 1].strip() if 0 < line <= len(source_lines) else "" for line in df["line"]
         ]
-    df["text"] = df["text"].fillna("").astype(str)
+    df["text"] = [t if isinstance(t, str) else "" for t in df["text"]]
     return df
 
 
