@@ -357,7 +357,8 @@ def lens_bytes(simulator: bool, n_blocks: int, threads_per_block: int, branches:
 
 
 def apply_passes(tree: ast.Module, kernel: str, passes, suffix: str = "__traced") -> ast.Module:
-    """Standalone use (tests, and until the instrumenter runs passes itself): a copy of ``tree`` with
+    """Standalone use (tests, the by-hand GPU check): the passes alone, without the instrumenter's trace
+    probes (engine/instrument.py runs them in the capture path): a copy of ``tree`` with
     ``<kernel><suffix>``, the kernel with each pass's parameters appended and its rewrite applied, after
     the kernel; ``tree.vz_info[pass.name]`` holds what each pass recorded."""
     tree = copy.deepcopy(tree)
