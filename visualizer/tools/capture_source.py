@@ -154,7 +154,9 @@ def cmd_capture_source(argv: list[str]) -> int:
         with UserRunner(backend) as runner:
             runs = {"runs": args.runs, "schedule_seed": args.seed, "delays": args.delays} if args.runs else {}
             if args.barriers and backend == "sim":
-                raise LaunchError("--barriers reads the GPU's clock: the simulator has none (use --backend gpu)")
+                raise LaunchError(
+                    "--barriers reads the GPU's clock: the simulator has none (use --backend gpu)"
+                )
             if args.branches or args.barriers:
                 runs.update(branches=args.branches, barriers=args.barriers)
             cap = runner.capture_source(
