@@ -157,12 +157,14 @@ def trace_row_state(state, step, row, m, l):  # noqa: E741 - l is the softmax ro
 
 @cuda.jit(device=True)
 def race_delay(delays, site):
-    """Perturb the schedule (races made visible, CUTracer's idea): before a shared-memory access or a
-    barrier at ``site``, wait this thread's delay from the seeded table ``delays`` (nanoseconds, a spin
-    on %globaltimer; 0: no wait). The host draws the table from (seed, run), so a run is named by them."""
+    """Perturb the schedule (races made visible, CUTracer's idea): before the loads, stores, atomics
+    or barrier at ``site``, this thread's *warp* waits ``delays[site, warp % slots]`` nanoseconds (a
+    spin on %globaltimer; 0: no wait). Every lane of a warp reads the same entry, so the warp moves
+    as one relative to the others. The host draws the table from (seed, run), so a run is named by
+    them (engine/instrument_delays.py)."""
     block, thread, tpb = linear_ids()
-    k = (site * 7919 + (block * tpb + thread) * 104729) % delays.size
-    ns = delays[k]
+    warp = block * ((tpb + 31) // 32) + thread // 32
+    ns = delays[site, warp % delays.shape[1]]
     if ns > 0:
         t0 = globaltimer()
         while globaltimer() - t0 < ns:

@@ -79,3 +79,20 @@ def test_the_panel_runs_only_when_asked_for_the_launch_on_screen():
     at.button(key="smem_runs_go").click().run()
     strip = [json.loads(c.proto.spec) for c in at.get("plotly_chart")][-2]
     assert values(strip["data"][0]["x"]) == [0, 1, 2, 3]
+
+
+def test_the_panels_sentence_says_how_each_backend_schedules_its_runs():
+    from visualizer.engine.instrument_delays import DELAY_MAX_NS
+    from visualizer.web.races import runs_caption
+
+    assert "seeded interleaving" in runs_caption(sim=True, delays=False)
+    plain = runs_caption(sim=False, delays=False)
+    assert "hardware's own schedule" in plain and "perturbed" not in plain
+    delayed = runs_caption(sim=False, delays=True)
+    assert "loads, stores, atomics and barriers some warps wait" in delayed
+    assert "up to 1, 4 or 16 µs" in delayed and DELAY_MAX_NS == (
+        1_000,
+        4_000,
+        16_000,
+    )  # the sentence's numbers
+    assert "replays bit for bit" not in delayed  # the delays replay; the hardware's timing does not

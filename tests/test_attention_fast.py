@@ -50,8 +50,8 @@ def run_fast(params: dict, seed: int, kernels=None):
         kernels = af.flash_attention_fast_for(
             values["head_dim"], values["causal"], values["seq_len"], values["heads"], values["batch"]
         )
-    traced, _ = kernels
-    args = [launch.scalars[a] if a in launch.scalars else x.get(a, bufs.get(a)) for a in spec.args]
+    traced, _ = pair(kernels, spec.active_when)
+    args = launch_args(spec, launch, {**x, **bufs})[0]
     traced[launch.grid, launch.block](*args)
     return x, bufs, launch
 
@@ -271,12 +271,11 @@ def test_full_size_on_the_gpu_matches_float64():
         dq, dk, dv = (cuda.to_device(a) for a in (q, k, v))
         for causal in (0, 1):
             do = cuda.to_device(np.full(q.shape, np.nan, np.float32))
-            _, clean = af.flash_attention_fast_for(d, causal, L, 8, 1)
+            _, clean = pair(af.flash_attention_fast_for(d, causal, L, 8, 1))
             warps, _ = af.fast_config(d)
-            small = (cuda.device_array((3, 1), np.int64), cuda.device_array(1, np.uint8))
             rec = (cuda.device_array((1, 1, 1, 5), np.int64), cuda.device_array((1, 1, 1, 2), np.float32))
             clean[af.fast_grid(1, 8, L, 16 * warps, bool(causal)), (32, warps, 1)](
-                dq, dk, dv, do, L, causal, *small, *rec
+                dq, dk, dv, do, L, causal, *rec
             )
             out = do.copy_to_host()
             assert np.isfinite(out).all()

@@ -28,3 +28,16 @@ def test_runs_strip_marks_each_run_right_or_wrong():
     assert "simulated" in fig.layout.title.text and fig.layout.shapes  # the reference line
     unknown = runs_strip(races.runs_table(runs, None, None, SRC), "partial")
     assert set(unknown.data[0].marker.color) == {"#7f8c8d"}  # no reference: grey, not right or wrong
+
+
+def test_runs_strip_says_which_sites_a_runs_delays_waited_before():
+    runs = {"out": np.array([[1], [2]], np.float32)}
+    schedules = [
+        {"seed": 1, "run": 0, "delay_kinds": ["load", "store"]},
+        {"seed": 1, "run": 1, "delay_kinds": []},
+    ]
+    table = races.runs_table(runs, [True, False], schedules, "measured on GPU")
+    assert table["delays"].tolist() == ["loads and stores", ""]
+    fig = runs_strip(table, "out")
+    assert fig.data[0].customdata[0][2] == "; warps delayed before loads and stores"
+    assert fig.data[0].customdata[1][2] == "" and "%{customdata[2]}" in fig.data[0].hovertemplate

@@ -153,36 +153,166 @@ def test_cli_runs_writes_runs_npz_and_refuses_too_many_runs_in_one_line(tmp_path
 # --- seeded delays before shared accesses and barriers (the GPU's perturbation) ----------------
 
 
-def test_instrumenter_puts_a_delay_before_every_shared_access_and_barrier():
+def _traced_fn(tree, kernel):
     import ast
 
-    from visualizer.engine.instrument import DELAY, DELAY_FN, instrument, traced_name
+    from visualizer.engine.instrument import traced_name
+
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == traced_name(kernel))
+
+
+def test_instrumenter_puts_a_delay_before_every_load_store_atomic_and_barrier():
+    import ast
+
+    from visualizer.engine.instrument import instrument
+    from visualizer.engine.instrument_delays import DELAY, DELAY_FN
 
     tree = instrument(ast.parse(source("matmul", racy=False)), "matmul", delays=True)
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == traced_name("matmul"))
+    fn = _traced_fn(tree, "matmul")
     assert fn.args.args[-1].arg == DELAY
     calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == DELAY_FN]
-    # two tile stores, one barrier, the multiply-add reading both tiles, the second barrier
-    assert [what for _, what in tree.delay_sites] == ["shared", "shared", "barrier", "shared", "barrier"]
-    assert sorted(c.args[1].value for c in calls) == list(range(5))
+    # two tile stores (each loading A or B), a barrier, the multiply-add reading both tiles, the
+    # second barrier, the store of C
+    kinds = ["load+store", "load+store", "barrier", "load", "barrier", "store"]
+    assert [what for _, what in tree.delay_sites] == kinds
+    assert sorted(c.args[1].value for c in calls) == list(range(6))
+    lines = source("matmul", racy=False).splitlines()
+    assert [lines[line - 1].strip() for line, _ in tree.delay_sites][-1] == "C[y, x] = acc"
     plain = instrument(ast.parse(source("matmul", racy=False)), "matmul")
     assert plain.delay_sites == [] and DELAY_FN not in ast.unparse(plain)
+    # the histogram's global bins: a read-modify-write (racy) or an atomic (fixed), each after the load of x
+    racy = instrument(ast.parse(source("histogram", racy=True)), "histogram", delays=True)
+    fixed = instrument(ast.parse(source("histogram", racy=False)), "histogram", delays=True)
+    assert [w for _, w in racy.delay_sites] == ["load", "load+store"]
+    assert [w for _, w in fixed.delay_sites] == ["load", "atomic"]
+
+
+def test_each_threads_local_array_is_no_delay_site():
+    import ast
+
+    from visualizer.engine.instrument import instrument
+
+    src = """
+from numba import cuda, float32
+
+@cuda.jit
+def k(a):
+    tmp = cuda.local.array(4, float32)
+    tmp[0] = 1.0
+    a[cuda.grid(1)] = tmp[0]
+"""
+    tree = instrument(ast.parse(src), "k", delays=True)
+    assert tree.delay_sites == [(8, "store")]  # a[...] = tmp[0]: the store to a; tmp is the thread's own
+
+
+def test_delay_tables_are_named_by_seed_and_run_and_vary_what_they_delay():
+    import ast
+
+    from visualizer.engine.instrument import instrument
+    from visualizer.engine.instrument_delays import DELAY_MAX_NS, DELAY_MIN_NS, DELAY_SLOTS, delay_table
+
+    sites = instrument(ast.parse(source("matmul", racy=True)), "matmul", delays=True).delay_sites
+    kinds = [set(w.split("+")) for _, w in sites]
+    drawn = [delay_table(7, i, sites) for i in range(32)]
+    for table, fields in drawn:
+        assert table.shape == (len(sites), DELAY_SLOTS) and table.dtype == np.uint32
+        on = [i for i, k in enumerate(kinds) if k & set(fields["delay_kinds"])]
+        assert fields["delayed_sites"] == on and fields["delay_kinds"]
+        assert not table[[i for i in range(len(sites)) if i not in on]].any()  # a site not drawn never waits
+        waits = table[table > 0]
+        assert fields["delayed_slots"] == waits.size and waits.size <= len(on) * DELAY_SLOTS
+        assert (
+            waits.min(initial=DELAY_MIN_NS) >= DELAY_MIN_NS and waits.max(initial=0) <= fields["max_delay_ns"]
+        )
+    table, fields = delay_table(7, 3, sites)
+    again, fields_again = delay_table(7, 3, sites)
+    np.testing.assert_array_equal(table, again)  # (seed, run) replays
+    assert fields == fields_again
+    assert not np.array_equal(table, delay_table(7, 4, sites)[0])
+    assert not np.array_equal(table, delay_table(8, 3, sites)[0])
+    # over the runs the draws differ in what they delay, how many warps and how long
+    assert len({tuple(f["delay_kinds"]) for _, f in drawn}) >= 3
+    assert any("load" not in f["delay_kinds"] for _, f in drawn) and any(
+        "load" in f["delay_kinds"] for _, f in drawn
+    )
+    assert {f["max_delay_ns"] for _, f in drawn} == set(DELAY_MAX_NS)
+    assert len({f["delay_p"] for _, f in drawn}) == 3
+    empty, nothing = delay_table(7, 0, [])  # a kernel with no site: one row that never waits
+    assert empty.shape == (1, DELAY_SLOTS) and not empty.any() and nothing["delayed_sites"] == []
 
 
 def test_delayed_runs_are_named_by_seed_and_run_and_keep_race_free_kernels_right(user_runner):
-    from visualizer.engine.pipeline import delay_table
+    from visualizer.engine.instrument_delays import delay_table
 
     cap = user_runner.capture_source(
         launch_plan("reverse", racy=False), runs=3, schedule_seed=4, delays=True, time_clean=False
     )
     r = cap.launch["runs"]
     assert r["distinct"] == 1 and all(r["correct"])
-    assert [w for _, w in r["delay_sites"]] == ["shared", "barrier", "shared"]
+    assert [w for _, w in r["delay_sites"]] == ["load+store", "barrier", "load+store"]
+    sites = [tuple(x) for x in r["delay_sites"]]
     for i, entry in enumerate(r["schedules"]):
-        table = delay_table(4, i)
-        assert entry["delayed_slots"] == int((table > 0).sum()) and entry["max_delay_ns"] == int(table.max())
-    np.testing.assert_array_equal(delay_table(4, 1), delay_table(4, 1))
-    assert not np.array_equal(delay_table(4, 1), delay_table(4, 2))
+        _, fields = delay_table(4, i, sites)
+        assert {k: entry[k] for k in fields} == fields and entry["run"] == i and entry["seed"] == 4
+
+
+def test_builtin_race_demo_takes_the_same_delays_pass_from_its_own_file(runner):
+    """Built-in kernels get their delays from the instrumenter pass a visitor's kernel gets
+    (engine/instrument_delays.py): sites on kernels/reduction.py's own lines, each run's draw recorded."""
+    import inspect
+
+    from kernels import reduction
+    from visualizer.engine.instrument_delays import delay_table
+
+    cap = runner.capture(
+        "reduction_race", {"n": 1000, "block": 128}, runs=3, schedule_seed=1, delays=True, time_clean=False
+    )
+    r = cap.launch["runs"]
+    sites = [tuple(x) for x in r["delay_sites"]]
+    lines = inspect.getsource(reduction).splitlines()
+    at = {lines[line - 1].strip(): what for line, what in sites}
+    assert at["s[tid] += s[tid + stride]  # without the barrier: s[tid + stride] may not be summed yet"] == (
+        "load+store"
+    )
+    assert at["partial[cuda.blockIdx.x] = s[0]"] == "load+store" and at["cuda.syncthreads()"] == "barrier"
+    for i, entry in enumerate(r["schedules"]):
+        assert entry["steps"] > 0  # still the simulator's seeded interleaving, with the delays on top
+        _, fields = delay_table(1, i, sites)
+        assert {k: entry[k] for k in fields} == fields
+    assert "with seeded per-warp delays (seed 1, run 0..2)" in races.describe(r)[0]
+    table = races.runs_table(cap.runs, r["correct"], r["schedules"], cap.source)
+    assert table["delays"].tolist() == [
+        " and ".join(k + "s" for k in delay_table(1, i, sites)[1]["delay_kinds"]) for i in range(3)
+    ]
+    fixed = runner.capture(
+        "reduction", {"n": 1000, "block": 128}, runs=3, schedule_seed=1, delays=True, time_clean=False
+    )
+    assert fixed.launch["runs"]["distinct"] == 1 and all(fixed.launch["runs"]["correct"])
+
+
+def test_describe_names_the_simulators_schedules_and_a_gpus_delays_apart():
+    gpu = {"count": 8, "seed": 3, "distinct": 8, "differing_elements": 5, "correct": [False] * 8,
+           "schedules": [{"seed": 3, "run": i} for i in range(8)]}  # fmt: skip
+    assert (
+        "the backend's own schedule:" in races.describe(gpu)[0]
+    )  # a seed without delays: no seeded schedule
+    delayed = {**gpu, "delay_sites": [[9, "load+store"]]}
+    assert (
+        "the backend's own schedule with seeded per-warp delays (seed 3, run 0..7)"
+        in races.describe(delayed)[0]
+    )
+    sim = {**gpu, "schedules": [{"seed": 3, "run": i, "steps": 10, "stalls": 1} for i in range(8)]}
+    assert races.describe(sim)[0].startswith(
+        "runs: 8 of the same launch in seeded schedules (seed 3, run 0..7)"
+    )
+
+
+def test_cli_delays_need_runs_and_a_seed_in_one_line(tmp_path):
+    base = [sys.executable, "-m", "visualizer", "capture", "reduction_race", "--backend", "sim", "--out",
+            str(tmp_path / "b"), "--delays"]  # fmt: skip
+    for extra in ([], ["--runs", "4"], ["--seed", "1"]):
+        done = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--delays needs" in done.stderr
 
 
 # --- the lesson --------------------------------------------------------------------------------
@@ -247,3 +377,11 @@ def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, ke
     assert cap.launch["runs"]["distinct"] == 1, kernel
     assert all(cap.launch["runs"]["correct"]), kernel
     assert all(s["seed"] == 1 and s["steps"] > 0 for s in cap.launch["runs"]["schedules"])  # really seeded
+
+
+@pytest.mark.parametrize("kernel", RACE_FREE)
+def test_every_race_free_builtin_stays_right_with_the_delays_pass(runner, kernel):
+    cap = runner.capture(kernel, {}, runs=2, schedule_seed=1, delays=True, time_clean=False)
+    r = cap.launch["runs"]
+    assert r["delay_sites"] and r["distinct"] == 1 and all(r["correct"]), kernel
+    assert all(s["delay_slots"] == 256 * len(r["delay_sites"]) for s in r["schedules"])

@@ -36,6 +36,7 @@ PAGES = [
     st.Page("web/pages/overview.py", title="Overview", icon=":material/home:", default=True),
     st.Page("web/pages/grid.py", title="Grid layout", icon=":material/grid_on:"),
     st.Page("web/pages/scheduling.py", title="Warp & SM scheduling", icon=":material/timeline:"),
+    st.Page("web/pages/simt.py", title="SIMT lens: branches, barriers", icon=":material/call_split:"),
     st.Page("web/pages/shared_memory.py", title="Shared memory", icon=":material/memory:"),
     st.Page("web/pages/memory_flow.py", title="Memory flow", icon=":material/swap_horiz:"),
     st.Page("web/pages/memory_access.py", title="Memory access", icon=":material/grid_view:"),

@@ -3,6 +3,7 @@ links reproduce views across page switches, errors show where the chart would be
 or covered, and nothing is fetched from outside the machine."""
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from visualizer.engine.runner import gpu_present
 
@@ -272,6 +273,14 @@ def test_figure_downloads_as_standalone_html(page, app_url, tmp_path):
 
 def test_projector_fit_title_near_the_top_chart_in_view_and_sidebar_boxes_uncovered(page, app_url):
     page = open_page(page, app_url, "?kernel=vector_add&backend=sim&n=200&block=48&page=grid")
+    chart = charts(page).first.bounding_box()
+    try:  # on a loaded machine the page's style may land a moment after the script ends
+        page.wait_for_function(
+            "() => document.querySelector(\"[data-testid='stMain'] h1\").getBoundingClientRect().top < 90",
+            timeout=5_000,
+        )
+    except PlaywrightTimeout:
+        pass  # the assertion below says where it stayed
     title = main(page).locator("h1").first.bounding_box()
     assert title["y"] < 90, title  # Streamlit's default left ~130 px blank above it
     chart = charts(page).first.bounding_box()

@@ -40,6 +40,10 @@ class Capture:
     hazards: pd.DataFrame | None = None
     # runs > 1 (analysis/races.py): each output after every run, stacked (N, *shape); None for one run
     runs: dict[str, np.ndarray] | None = None
+    # the SIMT lens (analysis/branches.py): a warp's visits of each branch, barrier waits (GPU); None
+    # when not recorded
+    branches: pd.DataFrame | None = None
+    barriers: pd.DataFrame | None = None
 
     @property
     def measured(self) -> bool:
@@ -55,6 +59,10 @@ class Capture:
             out["tiles"] = self.tiles
         if self.row_state is not None:
             out[self.launch["row_table"][0]] = self.row_state
+        if self.branches is not None:
+            out["branches"] = self.branches
+        if self.barriers is not None:
+            out["barriers"] = self.barriers
         return out
 
 
@@ -192,6 +200,11 @@ def build_capture(reply: dict) -> Capture:
         ins = {a: inputs[a] for a in spec.args if a in inputs and a not in spec.outputs}
         check = check_outputs(spec, launch["params"], inputs, outputs)
     cap = Capture(launch, timing, ins, outputs, threads, tiles, row_state, check)
+    if launch.get("lens"):  # the SIMT lens: branch visits, barrier waits (analysis/branches.py)
+        from visualizer.analysis import branches
+
+        cap.branches, cap.barriers, summaries = branches.from_capture(launch, bufs, t0)
+        launch.update(summaries)
     if "accesses" in reply:
         from visualizer.analysis import memory as memory_tables
 

@@ -350,6 +350,45 @@ def flash_smem_kib(flash: Capture) -> Answer:
 # --- grading ----------------------------------------------------------------------------------
 
 
+# --- SIMT: divergence ---------------------------------------------------------------------------
+
+
+def branch_efficiency(cap: Capture) -> Answer:
+    """The run's branch efficiency (analysis/branches.py: ncu's definition over the source's branches)
+    and the numbers behind it."""
+    from visualizer.analysis import branches
+
+    rows = cap.branches
+    if rows is None:
+        raise ValueError("this capture has no branch visits (run it with branches=True)")
+    s = branches.summary(rows)
+    lanes = branches.counted(rows)
+    facts = {**s, "mean_active": float(lanes["active"].mean()) if len(lanes) else 0.0}
+    return Answer(round(s["efficiency"], 1) if s["efficiency"] is not None else 100.0, facts, s["source"])
+
+
+def issue_slots(cap: Capture) -> int:
+    """Warp-level executions of the kernel's branch bodies: every visit at which some lane went into the
+    body, however many lanes did (a warp runs a body once for all the lanes that take it)."""
+    rows = cap.branches
+    return int((rows["taken"] > 0).sum())
+
+
+def divergence_slowdown(lanes: Capture, warps: Capture) -> Answer:
+    """How many times longer ``lanes`` runs than ``warps``: measured GPU device time of the clean builds
+    when both ran on a GPU, else modelled as the ratio of their warp-level body executions."""
+    if lanes.measured and warps.measured and lanes.timing.get("clean_ms") and warps.timing.get("clean_ms"):
+        a, b = float(lanes.timing["clean_ms"]), float(warps.timing["clean_ms"])
+        facts = {"lanes_us": a * 1e3, "warps_us": b * 1e3}
+        return Answer(round(a / b, 2), facts, "measured: GPU device time of each run (clean builds)")
+    a, b = issue_slots(lanes), issue_slots(warps)
+    facts = {"lanes_slots": a, "warps_slots": b}
+    return Answer(
+        round(a / b, 2) if b else float("nan"), facts,
+        "modelled (warp issue count: each branch body a warp runs counts once, whatever lanes are on)",
+    )  # fmt: skip
+
+
 def grade(guess, answer, tolerance: float = 0.0, accepted=()) -> tuple[bool, str]:
     """(right, how close) for a number within ``tolerance`` (relative) or a choice (``answer``, or any
     of ``accepted`` when the run has several right answers)."""

@@ -105,7 +105,8 @@ def runs_table(
     runs: dict[str, np.ndarray], correct: list, schedules: list[dict] | None, source: str
 ) -> pd.DataFrame:
     """One row per run: its outcome number, each output's total (sum of its elements), whether it
-    matches the reference (None: no reference), and how it was scheduled."""
+    matches the reference (None: no reference), and how it was scheduled (seed, the simulator's
+    stalls, the kinds of site a GPU run's seeded delays waited before)."""
     out = outcomes(runs)
     df = pd.DataFrame({"run": np.arange(len(out)), "outcome": out})
     for k in sorted(runs):
@@ -115,6 +116,10 @@ def runs_table(
     sch = schedules or [{} for _ in range(len(out))]
     df["seed"] = pd.array([s.get("seed") for s in sch], dtype="Int64")
     df["stalls"] = pd.array([s.get("stalls") for s in sch], dtype="Int64")
+    # a GPU run's seeded delays (engine/instrument_delays.py): the kinds of site its warps waited before
+    df["delays"] = [
+        " and ".join(k + "s" for k in s["delay_kinds"]) if s.get("delay_kinds") else "" for s in sch
+    ]
     return labelled(df, source)
 
 
@@ -206,11 +211,10 @@ def hazard_summary(joined: pd.DataFrame) -> pd.DataFrame:
 def describe(runs: dict) -> list[str]:
     """A few lines of text for the CLI from launch.json's runs."""
     n, seed = runs["count"], runs.get("seed")
-    how = (
-        f"seeded schedules (seed {seed}, run 0..{n - 1})"
-        if seed is not None
-        else "the backend's own schedule"
-    )
+    seeded = seed is not None and any("steps" in s for s in runs.get("schedules") or [])  # the simulator's
+    how = f"seeded schedules (seed {seed}, run 0..{n - 1})" if seeded else "the backend's own schedule"
+    if seed is not None and "delay_sites" in runs:
+        how += f" with seeded per-warp delays (seed {seed}, run 0..{n - 1})"
     lines = [
         f"runs: {n} of the same launch in {how}: {runs['distinct']} distinct output(s), "
         f"{runs['differing_elements']} element(s) not the same in every run"

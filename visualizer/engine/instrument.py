@@ -23,9 +23,10 @@ pass order), ``globals()`` (the names their inserted calls use -> device functio
 probes go in and leaves what the host needs (sites, line tables) in ``info``. The module tree
 carries ``tree.vz_info[pass.name]`` and ``tree.vz_params`` (every parameter added, in order).
 
-With ``delays=True`` (races made visible on a GPU) it also takes ``_vz_delay``, a seeded table of
-delays, and calls ``_vz_race_delay(_vz_delay, SITE)`` before every statement that touches one of the
-kernel's shared arrays or calls ``cuda.syncthreads*``; the sites (line, what) are ``tree.delay_sites``.
+With ``delays=True`` (races made visible on a GPU; ``passes=(DelayPass(),)``,
+engine/instrument_delays.py) it also takes ``_vz_delay``, a seeded table of per-warp waits, and calls
+``_vz_race_delay(_vz_delay, SITE)`` before every statement that loads or stores a kernel array, calls
+an atomic or a barrier; the sites (line, kinds) are ``tree.delay_sites``.
 
 Everything else in the module (constants, device functions, imports, the untouched kernel) is left
 as written, so the clean kernel is the user's own. Every added node carries the line of the
@@ -41,9 +42,10 @@ import inspect
 import textwrap
 from typing import Any, Protocol
 
+from visualizer.engine.instrument_delays import DelayPass
+
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
 BEGIN, END = "_vz_trace_begin", "_vz_trace_end"
-DELAY, DELAY_FN = "_vz_delay", "_vz_race_delay"
 TRACED_SUFFIX = "__traced"
 
 
@@ -152,85 +154,6 @@ def find_kernel(tree: ast.Module, kernel: str) -> tuple[int, ast.FunctionDef]:
     raise KeyError(kernel)
 
 
-def _shared_names(fn: ast.FunctionDef) -> set[str]:
-    """Names the kernel binds to ``cuda.shared.array(...)``."""
-    names = set()
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            f = node.value.func
-            if isinstance(f, ast.Attribute) and f.attr == "array" and isinstance(f.value, ast.Attribute):
-                if f.value.attr == "shared":
-                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    return names
-
-
-def _touches(nodes, shared: set[str]) -> str | None:
-    """'barrier' if the expressions call cuda.syncthreads*, 'shared' if they index a shared array."""
-    what = None
-    for top in nodes:
-        for node in ast.walk(top):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                if node.func.attr.startswith("syncthreads"):
-                    return "barrier"
-            if (
-                isinstance(node, ast.Subscript)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in shared
-            ):
-                what = "shared"
-    return what
-
-
-def _add_delays(body: list[ast.stmt], shared: set[str], sites: list) -> list[ast.stmt]:
-    """Each statement that touches shared memory or a barrier gets a delay call before it."""
-    out: list[ast.stmt] = []
-    for stmt in body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.append(stmt)
-            continue
-        compound = isinstance(stmt, (ast.If, ast.For, ast.While, ast.With))
-        if compound:
-            header = [stmt.test] if isinstance(stmt, (ast.If, ast.While)) else []
-            header += [stmt.iter] if isinstance(stmt, ast.For) else []
-            header += [i.context_expr for i in stmt.items] if isinstance(stmt, ast.With) else []
-            what = _touches(header, shared)
-            for field in ("body", "orelse"):
-                if getattr(stmt, field, None):
-                    setattr(stmt, field, _add_delays(getattr(stmt, field), shared, sites))
-        else:
-            what = _touches([stmt], shared)
-        if what:
-            call = ast.Expr(
-                ast.Call(
-                    func=ast.Name(DELAY_FN, ast.Load()),
-                    args=[ast.Name(DELAY, ast.Load()), ast.Constant(len(sites))],
-                    keywords=[],
-                )
-            )
-            sites.append((stmt.lineno, what))
-            out.append(_located(call, stmt))
-        out.append(stmt)
-    return out
-
-
-class DelayPass:
-    """Seeded delays before every statement that touches a shared array or a barrier (races made
-    visible on a GPU); ``info["sites"]``: (line, what) per site."""
-
-    name = "delays"
-    params = (DELAY,)
-
-    def globals(self) -> dict[str, Any]:
-        from kernels.probes import race_delay
-
-        return {DELAY_FN: race_delay}
-
-    def apply(self, fn: ast.FunctionDef, info: dict) -> None:
-        sites: list = []
-        fn.body = _add_delays(fn.body, _shared_names(fn), sites)
-        info["sites"] = sites
-
-
 def instrument(
     tree: ast.Module,
     kernel: str,
@@ -241,7 +164,9 @@ def instrument(
 ) -> ast.Module:
     """A new module AST: the module plus ``<kernel>__traced`` right after the kernel (module docstring).
     ``delays=True`` is ``passes=(DelayPass(),)``."""
-    passes = tuple(passes) + ((DelayPass(),) if delays and not any(p.name == "delays" for p in passes) else ())
+    passes = tuple(passes) + (
+        (DelayPass(),) if delays and not any(p.name == "delays" for p in passes) else ()
+    )
     tree = copy.deepcopy(tree)
     index, fn = find_kernel(tree, kernel)
     traced = copy.deepcopy(fn)

@@ -54,7 +54,9 @@ class Job:
     limits: Callable[[], Any] = nullcontext  # a context around running the kernel (a visitor's limits)
     during_launch: Callable[[], Any] = nullcontext  # a context around the instrumented launch only
     overflow_error: Callable[[Any], Exception] | None = None  # recorder -> the error to raise instead
-    before_run: Callable[[int], None] | None = None  # before run i > 0 is reset (a visitor's delay table)
+    before_run: Callable[[int], None] | None = None  # before run i > 0 is reset (its delay table)
+    delay_sites: list | None = None  # the delays pass's (line, kinds) sites; its table: buffers["delay"]
+    lens: dict = field(default_factory=dict)  # what the lenses' passes recorded about the kernel (sites)
     # the read-back probe buffers -> the recorder's buffers, for accesses the kernel recorded itself
     # (the access pass, engine/gpu_access_job.py); it takes its own buffers out of them
     finish_accesses: Callable[[dict], dict] | None = None
@@ -217,25 +219,6 @@ def run(
     _, steps["free"] = backend.timed(free)
     ran.device_arrays = {}
     return ran
-
-
-DELAY_SLOTS = 256  # entries of a run's delay table (engine/instrument.py's delays=True)
-DELAY_P = 0.25  # share of the entries that wait
-DELAY_MAX_NS = 20_000  # the longest wait
-
-
-def delay_table(seed: int, run: int, slots: int = DELAY_SLOTS) -> np.ndarray:
-    """Run ``run``'s delays (ns) before shared-memory accesses and barriers on a GPU: drawn from
-    (seed, run) only, so the pair names the perturbation and replays it."""
-    rng = np.random.default_rng([int(seed), int(run)])
-    wait = rng.random(slots) < DELAY_P
-    return np.where(wait, rng.integers(1, DELAY_MAX_NS + 1, slots), 0).astype(np.uint32)
-
-
-def delay_fields(table: np.ndarray) -> dict:
-    """What launch.json says of one run's delay table."""
-    return {"delay_slots": int(table.size), "delayed_slots": int((table > 0).sum()),
-            "max_delay_ns": int(table.max(initial=0)), "delay_p": DELAY_P}  # fmt: skip
 
 
 def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, around, read):

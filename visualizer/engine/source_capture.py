@@ -68,9 +68,9 @@ def _where(filename: str, hit) -> str:
 
 def load_module(source: str, filename: str, kernel: str, delays: bool = False, passes: tuple = ()):
     """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
-    ``delays``: the instrumented build waits seeded delays before shared accesses and barriers;
-    ``passes``: more lenses (the access pass on a GPU); their info is ``_vz_info``, the parameters
-    the instrumenter added ``_vz_params``."""
+    ``delays``: the instrumented build waits seeded per-warp delays before loads, stores, atomics and
+    barriers (engine/instrument_delays.py); ``passes``: the lenses' passes (engine/instrument.py), their
+    info is ``module._vz_info``, the parameters the instrumenter added ``module._vz_params``."""
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as exc:
@@ -98,7 +98,7 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False, p
     module.__dict__.update(probe_globals(passes, delays=delays))
     module.__dict__["_vz_delay_sites"] = instrumented.delay_sites
     module.__dict__["_vz_info"] = instrumented.vz_info
-    module.__dict__["_vz_params"] = list(instrumented.vz_params)
+    module.__dict__["_vz_params"] = instrumented.vz_params
     sys.modules[name] = module  # numba and inspect look modules up by name
     try:
         exec(code, module.__dict__)
@@ -344,7 +344,8 @@ def prepare_source(backend, request: dict):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.pipeline import Job, delay_table
+    from visualizer.engine.instrument_delays import use_delays
+    from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
     limits = catalog.limits_from_info(backend.device_info())
@@ -369,23 +370,28 @@ def prepare_source(backend, request: dict):
     records = launch.blocks * ceil_div(tpb, 32) if threads > PER_WARP_ABOVE else threads
     buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
 
-    # races made visible on a GPU: the instrumented build waits seeded delays (run i: delay_table(seed, i))
+    # races made visible on a GPU: the instrumented build waits seeded per-warp delays (run i's table:
+    # instrument_delays.delay_table(seed, i, sites))
     seed = request.get("schedule_seed")
     delays = bool(request.get("delays")) and seed is not None
-    if delays:
-        buffers["delay"] = delay_table(seed, 0)
+    passes: tuple = ()
+    if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
+        from visualizer.engine.instrument_branches import lens
+
+        which = (bool(request.get("branches")), bool(request.get("barriers")))
+        passes, lens_buffers = lens(backend.simulator, launch.blocks, tpb, *which)
+        buffers.update(lens_buffers)
     started = time.perf_counter_ns()
     from visualizer.engine import gpu_access_job
     from visualizer.engine.instrument_accesses import AccessPass
 
     record_pass = gpu_access_job.wanted(backend, request)  # on a GPU the kernel records its own accesses
-    module = load_module(request["source"], filename, kernel, delays, (AccessPass(),) if record_pass else ())
+    lenses = (*passes, AccessPass()) if record_pass else passes
+    module = load_module(request["source"], filename, kernel, delays, lenses)
     traced, clean = kernel_pair(backend.cuda, module, kernel)
+    added = module.__dict__["_vz_params"][2:]  # after trace and active: the delay table, the lenses'
+    lens_info = {p.name: module.__dict__["_vz_info"][p.name] for p in passes}
     user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
-    added = [("buffer", "trace"), ("buffer", "active")] + ([("buffer", "delay")] if delays else [])
-    traced_args = [*user_args, *added]
-    if record_pass:
-        traced_args = gpu_access_job.traced_args(module.__dict__["_vz_params"], user_args)
 
     def call(fn, args):  # a failure in the visitor's code is one line naming their line
         try:
@@ -401,11 +407,12 @@ def prepare_source(backend, request: dict):
     fake_modules: list = []
     job = Job(
         traced=traced, clean=clean, grid=grid, block=block, arrays=arrays, buffers=buffers,
-        traced_args=traced_args,
+        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active"),
+                     *[("buffer", "delay" if name == "_vz_delay" else name) for name in added]],
         clean_args=user_args,
         # no flops model for a visitor's kernel (its bytes only decide the L2 flush): no GB/s is claimed
         nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
-        during_launch=lambda: shared_allocations(backend.simulator, fake_modules),
+        during_launch=lambda: shared_allocations(backend.simulator, fake_modules), lens=lens_info,
     )  # fmt: skip
     if record_pass:
         info = module.__dict__["_vz_info"]["accesses"]
@@ -416,7 +423,7 @@ def prepare_source(backend, request: dict):
             backend, request, device, bufs, grid, block
         )
     if delays:
-        job.before_run = lambda run: buffers.__setitem__("delay", delay_table(seed, run))
+        use_delays(job, seed, module.__dict__["_vz_delay_sites"])
     return module, values, job, fake_modules
 
 
@@ -424,6 +431,7 @@ def capture_source(backend, request: dict) -> dict:
     """Run a visitor's kernel through the capture sequence (engine/pipeline.py): the reply has the
     shape of a built-in kernel's, plus the reference check made here, inside the sandbox."""
     from visualizer.engine import pipeline
+    from visualizer.engine.instrument_delays import record_delays
 
     module, values, job, fake_modules = prepare_source(backend, request)
     before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
@@ -457,6 +465,7 @@ def capture_source(backend, request: dict) -> dict:
         "row_table": None,
         "kernel_source": request["source"],
         "reference": request.get("reference") or [],
+        **({"lens": job.lens} if job.lens else {}),
     }
     reply = {
         "launch": launch_info,
@@ -478,12 +487,9 @@ def capture_source(backend, request: dict) -> dict:
             ]
             for i in range(runs)
         ]
-        if "delay" in job.buffers:
-            for i, entry in enumerate(schedules):
-                entry.update(pipeline.delay_fields(pipeline.delay_table(seed, i)))
         launch_info["runs"] = {"count": runs, "seed": seed, "schedules": schedules}
-        if "delay" in job.buffers:
-            launch_info["runs"]["delay_sites"] = [list(x) for x in module.__dict__["_vz_delay_sites"]]
+        if job.delay_sites is not None:
+            record_delays(launch_info["runs"], job)
     return reply
 
 

@@ -129,13 +129,16 @@ class UserRunner(Runner):
         runs: int = 1,
         schedule_seed: int | None = None,
         delays: bool = False,
+        branches: bool = False,
+        barriers: bool = False,
         sample_blocks=None,
         access_engine: str | None = None,
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
         ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py);
-        ``delays``: with a seed, the instrumented build waits seeded delays before shared-memory
-        accesses and barriers (engine/instrument.py; run i's table is pipeline.delay_table(seed, i))."""
+        ``delays``: with a seed, the instrumented build's warps wait seeded delays before loads,
+        stores, atomics and barriers (engine/instrument_delays.py; run i's: delay_table(seed, i, sites));
+        ``branches``/``barriers``: the SIMT lens (engine/instrument_branches.py; barriers on a GPU)."""
         if not 1 <= int(runs) <= MAX_RUNS:
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
@@ -145,12 +148,21 @@ class UserRunner(Runner):
             request["access_engine"] = str(access_engine)
         if runs > 1 or schedule_seed is not None:
             request.update(runs=int(runs), schedule_seed=schedule_seed, delays=bool(delays))
+        if branches or barriers:
+            request.update(branches=bool(branches), barriers=bool(barriers))
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
         # the simulator runs the kernel twice when timing it clean
         launches = (2 if self.backend == "sim" and time_clean else 1) + int(runs) - 1
         self.last_exit_code = None
         self._reply_limit = reply_bytes(launch, accesses)
+        if branches or barriers:
+            from visualizer.engine.instrument_branches import lens_bytes
+
+            shape = launch.launch
+            self._reply_limit += lens_bytes(
+                self.backend == "sim", shape.blocks, shape.threads_per_block, branches, barriers
+            )
         try:
             reply = self._exchange(request, limit, progress, what, launches)
         except (KernelError, RunTimeout) as exc:

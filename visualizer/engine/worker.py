@@ -219,7 +219,9 @@ INSTRUMENTER_BUFFERS = ("trace", "active")  # what the instrumenter appends to e
 
 def probe_buffers(spec, launch) -> dict[str, np.ndarray]:
     """The probe buffers a launch of ``spec`` uses: the kernel's own domain ones and the trace."""
-    return {k: v for k, v in record_buffers(spec, launch).items() if k in spec.args or k in INSTRUMENTER_BUFFERS}
+    return {
+        k: v for k, v in record_buffers(spec, launch).items() if k in spec.args or k in INSTRUMENTER_BUFFERS
+    }
 
 
 def launch_args(spec, launch, named: dict) -> tuple[list, list]:
@@ -262,28 +264,42 @@ def prepare_builtin(backend: Backend, request: dict):
     inputs = spec.make_inputs(values, np.random.default_rng(request.get("seed", 0)))
     buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
+    # races made visible on a GPU: seeded per-warp delays, the same pass as a visitor's kernel's
+    delays = bool(request.get("delays")) and request.get("schedule_seed") is not None
+    passes: tuple = ()
+    if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
+        from visualizer.engine.instrument_branches import lens
+
+        which = (bool(request.get("branches")), bool(request.get("barriers")))
+        passes, lens_buffers = lens(backend.simulator, launch.blocks, launch.threads_per_block, *which)
+        buffers.update(lens_buffers)
     from visualizer.engine import gpu_access_job
 
     record_pass = gpu_access_job.wanted(backend, request)  # accesses recorded by the kernel itself
-    passes = (builtin_access_pass(spec, values),) if record_pass else ()
-    built = build_kernels(spec, values, passes)
+    lenses = passes
+    if record_pass:
+        passes = (*passes, builtin_access_pass(spec, values))
+    built = build_kernels(spec, values, passes, delays=delays)
     layout = [
         ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
         for a in spec.args
     ]  # the kernel's own parameters (domain probe buffers among them: no-ops in the clean build)
     added = [("buffer", b) for b in INSTRUMENTER_BUFFERS]  # the instrumenter's, after the kernel's own
-    if record_pass:
-        added = gpu_access_job.traced_args(built.params, [])
+    # then the lenses' buffers and the delays pass's table, in the order the instrumenter added them
+    extra = built.params[len(INSTRUMENTER_BUFFERS) :]
+    added += [("buffer", "delay" if b == "_vz_delay" else b) for b in extra]
     nbytes, flops = spec.work(values)
     job = Job(
         traced=built.traced, clean=built.clean, grid=launch.grid, block=launch.block, arrays=inputs,
         buffers=buffers, traced_args=layout + added, clean_args=layout, dynamic_smem=launch.dynamic_smem,
-        nbytes=nbytes, flops=flops, compile_started_ns=started,
+        nbytes=nbytes, flops=flops, compile_started_ns=started, lens={p.name: built.info[p.name] for p in lenses},
     )  # fmt: skip
     if record_pass:
         fn = kernel_function(spec, values)
         host = {**inputs, **buffers}
-        named = {name: host[role] for role, name in zip(spec.args, _param_names(fn), strict=False) if role in host}
+        named = {
+            name: host[role] for role, name in zip(spec.args, _param_names(fn), strict=False) if role in host
+        }
         gpu_access_job.attach(job, backend, request, built.info["accesses"], named, _namespace(fn))
     elif request.get("accesses"):
         from visualizer.specs.catalog import LaunchError
@@ -293,6 +309,10 @@ def prepare_builtin(backend: Backend, request: dict):
 
         job.start_recording = start
         job.overflow_error = lambda recorder: LaunchError(access_limit_message(recorder.limit))
+    if delays:
+        from visualizer.engine.instrument_delays import use_delays
+
+        use_delays(job, request["schedule_seed"], built.info["delays"]["sites"])
     return spec, values, launch, inputs, job
 
 
@@ -348,6 +368,7 @@ def capture(backend: Backend, request: dict) -> dict:
         "static_smem_bytes": launch.static_smem,
         "tile_operands": list(spec.tile_operands),
         "row_table": list(spec.row_table) if spec.row_table else None,
+        **({"lens": job.lens} if job.lens else {}),
     }
     if not backend.simulator and ran.instrumented.get("static_smem_bytes") is not None:
         launch_info["static_smem_bytes"] = ran.instrumented["static_smem_bytes"]
@@ -363,6 +384,10 @@ def capture(backend: Backend, request: dict) -> dict:
     if ran.runs is not None:  # every run's outputs, stacked (analysis/races.py compares them)
         reply["runs"] = {k: ran.runs[k] for k in spec.outputs}
         launch_info["runs"] = {"count": runs, "seed": schedule_seed, "schedules": ran.schedules}
+        if job.delay_sites is not None:
+            from visualizer.engine.instrument_delays import record_delays
+
+            record_delays(launch_info["runs"], job)
     return reply
 
 

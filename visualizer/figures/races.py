@@ -51,6 +51,8 @@ def runs_strip(table: pd.DataFrame, output: str, expected: float | None = None) 
     col = f"total_{output}"
     colours = ["#7f8c8d" if pd.isna(c) else "#27ae60" if c else "#c0392b" for c in table["correct"]]
     labels = ["no reference" if pd.isna(c) else "right" if c else "wrong" for c in table["correct"]]
+    waits = table["delays"] if "delays" in table else pd.Series([""] * len(table))
+    waited = [f"; warps delayed before {w}" if w else "" for w in waits]
     fig = go.Figure(
         go.Scatter(
             x=table["run"],
@@ -59,8 +61,9 @@ def runs_strip(table: pd.DataFrame, output: str, expected: float | None = None) 
             marker={"size": 16, "color": colours},
             text=[f"#{o}" for o in table["outcome"]],
             textposition="top center",
-            customdata=np.stack([labels, table["outcome"]], axis=1),
-            hovertemplate="run %{x}: total %{y:g} (%{customdata[0]}; outcome %{customdata[1]})<extra></extra>",
+            customdata=np.stack([labels, table["outcome"], waited], axis=1),
+            hovertemplate="run %{x}: total %{y:g} (%{customdata[0]}; outcome %{customdata[1]}%{customdata[2]})"
+            "<extra></extra>",
             name="runs",
         )  # fmt: skip
     )

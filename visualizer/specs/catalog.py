@@ -48,6 +48,7 @@ from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as 
 )
 from visualizer.specs.lessons import SPECS as LESSON_SPECS
 from visualizer.specs.memory import SPECS as MEMORY_SPECS
+from visualizer.specs.simt import SPECS as SIMT_SPECS
 
 
 def _matmul_cost(p: dict, launch: Launch) -> tuple[float, int]:
@@ -353,7 +354,8 @@ KERNELS: dict[str, KernelSpec] = {
 }
 
 
-for _spec in (*ATTENTION_SPECS, *MEMORY_SPECS, *LESSON_SPECS):  # kernels with host modules of their own
+# kernels with host modules of their own
+for _spec in (*ATTENTION_SPECS, *MEMORY_SPECS, *LESSON_SPECS, *SIMT_SPECS):
     KERNELS[_spec.name] = _spec
 
 

@@ -52,5 +52,9 @@ PAIRS: dict[str, Pair] = {
              Side("matmul_naive", {"n": 32, "tile": 16}, {"n": 1024}),
              Side("matmul_tiled", {"n": 32, "tile": 16}, {"n": 1024}),
              "global load requests: each tile is read from global memory once per block"),
+        Pair("divergence", "Branch: by lane parity vs by warp parity",
+             Side("branch_lanes", {"n": 2048, "reps": 32, "block": 256}, {"n": 1 << 22, "reps": 64}),
+             Side("branch_warps", {"n": 2048, "reps": 32, "block": 256}, {"n": 1 << 22, "reps": 64}),
+             "time: the same work, but every warp of branch_lanes runs both sides of its branch"),
     )
 }  # fmt: skip

@@ -121,4 +121,5 @@ def load(bundle_dir: str | Path) -> Capture:
         cap.accesses, cap.requests, cap.hazards = (
             table(n, source=src) for n in ("accesses", "requests", "hazards")
         )
+    cap.branches, cap.barriers = table("branches"), table("barriers")  # the SIMT lens, when recorded
     return cap

@@ -86,6 +86,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sample-blocks", metavar="B[,B...]", default=None,
                    help="with --accesses on a GPU: the linear blocks whose warps record (default first, middle, last)")  # fmt: skip
+    p.add_argument("--branches", action="store_true", help="the SIMT lens: which lanes took each branch")
+    p.add_argument("--barriers", action="store_true", help="each warp's wait at each syncthreads (GPU)")
     p.add_argument("--out", required=True, help="directory for the trace bundle")
     p.add_argument("--repeats", type=count(1), default=20, help="timed launches per build on the GPU")
     p.add_argument(
@@ -95,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--delays",
         action="store_true",
-        help="with --runs and --seed: seeded delays before shared accesses/barriers",
+        help="with --runs and --seed: seeded per-warp delays before loads, stores, atomics, barriers",
     )
     p.add_argument("--timeout", type=_positive_seconds, default=None, help="wall-clock limit in seconds")
     return p
@@ -103,6 +105,12 @@ def parser() -> argparse.ArgumentParser:
 
 def cmd_capture_source(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    if args.delays and (args.runs is None or args.seed is None):
+        print(
+            "error: --delays needs --runs N and --seed S (the delays are drawn from the seed)",
+            file=sys.stderr,
+        )
+        return 2
     problem = writable_dir(args.out)
     if problem:  # before the kernel runs, as for built-in kernels, so no work is lost
         print(f"error: --out: {problem}", file=sys.stderr)
@@ -151,6 +159,12 @@ def cmd_capture_source(argv: list[str]) -> int:
         )
         with UserRunner(backend) as runner:
             runs = {"runs": args.runs, "schedule_seed": args.seed, "delays": args.delays} if args.runs else {}
+            if args.barriers and backend == "sim":
+                raise LaunchError(
+                    "--barriers reads the GPU's clock: the simulator has none (use --backend gpu)"
+                )
+            if args.branches or args.barriers:
+                runs.update(branches=args.branches, barriers=args.barriers)
             cap = runner.capture_source(
                 launch, seed=args.seed or 0, repeats=args.repeats, accesses=args.accesses, timeout=args.timeout,
                 **runs, **({"sample_blocks": args.sample_blocks} if args.sample_blocks is not None else {}),
@@ -193,6 +207,12 @@ def cmd_capture_source(argv: list[str]) -> int:
             from visualizer.analysis.gpu_accesses import describe_sample
 
             print(f"  {describe_sample(sample)}")
+    if cap.branches is not None or cap.barriers is not None:
+        from visualizer.analysis import branches as lens
+
+        lines = lens.describe(info["branches"]) if cap.branches is not None else []
+        for text in lines + (lens.describe_barriers(info["barriers"]) if cap.barriers is not None else []):
+            print(f"  {text}")
     if cap.runs is not None:
         from visualizer.analysis.races import describe as describe_runs
 

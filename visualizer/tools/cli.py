@@ -98,6 +98,12 @@ def cmd_capture(argv: list[str]) -> int:
         "counts the distinct outputs (launch.json runs). Costs N launches under the limits",
     )
     p.add_argument(
+        "--delays",
+        action="store_true",
+        help="with --runs and --seed: seeded per-warp delays before loads, stores, atomics and barriers "
+        "(races made visible on a GPU; run i's delays are drawn from (seed, i))",
+    )
+    p.add_argument(
         "--accesses",
         action="store_true",
         help="record every load/store: adds accesses/requests/hazards.parquet (simulator: every thread; "
@@ -110,7 +116,25 @@ def cmd_capture(argv: list[str]) -> int:
         help="with --accesses on a GPU: the linear block numbers whose warps record (default: the first, "
         "middle and last block)",
     )
+    p.add_argument(
+        "--branches",
+        action="store_true",
+        help="the SIMT lens: which lanes of each warp took each branch (branches.parquet, launch.json "
+        "branches)",
+    )
+    p.add_argument(
+        "--barriers",
+        action="store_true",
+        help="GPU only: %%globaltimer at each warp's arrival at and release from every syncthreads "
+        "(barriers.parquet, launch.json barriers)",
+    )
     args = p.parse_args(argv)
+    if args.delays and (args.runs is None or args.seed is None):
+        print(
+            "error: --delays needs --runs N and --seed S (the delays are drawn from the seed)",
+            file=sys.stderr,
+        )
+        return 2
     problem = writable_dir(args.out)
     if problem:  # before the kernel runs, so no work is lost
         print(f"error: --out: {problem}", file=sys.stderr)
@@ -124,6 +148,8 @@ def cmd_capture(argv: list[str]) -> int:
         params = parse_params(args.param)
         if args.sample_blocks is not None and not args.accesses:
             raise CliError("--sample-blocks chooses which warps record accesses: add --accesses")
+        if args.barriers and args.backend == "sim":
+            raise CliError("--barriers reads the GPU's clock: the simulator has none (use --backend gpu)")
         with Runner(args.backend) as runner:
             if args.sample_blocks is not None and runner.backend == "sim":
                 raise CliError(
@@ -136,7 +162,10 @@ def cmd_capture(argv: list[str]) -> int:
                 seed=args.seed or 0,
                 **({"accesses": True} if args.accesses else {}),
                 **({"sample_blocks": args.sample_blocks} if args.sample_blocks is not None else {}),
+                **({"branches": True} if args.branches else {}),
+                **({"barriers": True} if args.barriers else {}),
                 **({"runs": args.runs, "schedule_seed": args.seed} if args.runs is not None else {}),
+                **({"delays": True} if args.delays else {}),
             )
     except (LaunchError, CliError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -172,6 +201,15 @@ def cmd_capture(argv: list[str]) -> int:
 
         for text in describe(launch["accesses"]):
             print(f"  {text}")
+    if cap.branches is not None or cap.barriers is not None:
+        from visualizer.analysis import branches as lens
+
+        lines = lens.describe(launch["branches"]) if cap.branches is not None else []
+        lines += lens.describe_barriers(launch["barriers"]) if cap.barriers is not None else []
+        for text in lines:
+            print(f"  {text}")
+    if args.barriers and cap.barriers is None:
+        print("  barriers: not recorded (this capture ran on the simulator, which has no clock)")
     if cap.runs is not None:
         from visualizer.analysis.races import describe as describe_runs
 

@@ -37,10 +37,12 @@ class Run:
     accesses: bool = False  # recorded loads/stores (always on the simulator)
     runs: int = 1  # the launch run this many times from the same inputs (analysis/races.py)
     schedule_seed: int | None = None  # their seeded schedules on the simulator
+    branches: bool = False  # the SIMT lens: which lanes took each branch (analysis/branches.py)
 
     def options(self) -> dict:
-        """The runner options beyond accesses (none for one run)."""
-        return {"runs": self.runs, "schedule_seed": self.schedule_seed} if self.runs > 1 else {}
+        """The runner options beyond accesses (none for one run without the SIMT lens)."""
+        out = {"runs": self.runs, "schedule_seed": self.schedule_seed} if self.runs > 1 else {}
+        return {**out, "branches": True} if self.branches else out
 
 
 @dataclass(frozen=True)
@@ -662,9 +664,93 @@ FLASH = Lesson(
 )
 
 
+# --- 2b. SIMT: when the lanes of a warp disagree ------------------------------------------------
+
+
+def _divergence_charts(caps, v, answers):
+    from visualizer.analysis import branches
+    from visualizer.figures import branches as bfigs
+
+    out = []
+    for role in ("lanes", "warps"):
+        cap = caps[role]
+        sites = branches.sites_table(cap.launch["lens"]["branches"]["sites"])
+        frames = bfigs.lane_strip_frames(cap.branches, sites, 0, 0)
+        out.append(("", bfigs.lane_strip_figure(frames, kernel=f"branch_{role}")))
+    return out
+
+
+def _slowdown_words(a: A.Answer) -> str:
+    f = a.facts
+    if "lanes_us" in f:
+        return (
+            f"branch_lanes took {f['lanes_us']:,.1f} µs and branch_warps {f['warps_us']:,.1f} µs ({a.source}): "
+            f"{a.value:g}× for the same arithmetic."
+        )
+    return (
+        f"On the simulator there is no GPU time; counting the branch bodies each warp runs, branch_lanes "
+        f"runs {f['lanes_slots']:,} and branch_warps {f['warps_slots']:,}: {a.value:g}× ({a.source}). On an "
+        "H200 (docs/benchmarks.md) the measured ratio was lower than 2: the loop's own instructions are not "
+        "all that takes time."
+    )
+
+
+DIVERGENCE = Lesson(
+    name="divergence",
+    title="SIMT: when the lanes of a warp disagree",
+    intro="A warp's 32 lanes run **one instruction at a time for all of them**. When a branch splits "
+    "them, the warp runs one side with the other lanes switched off, then the other side: **divergence**. "
+    "`branch_lanes` branches on `threadIdx.x % 2` (even and odd lanes disagree in every warp); "
+    "`branch_warps` on `threadIdx.x // 32 % 2` (whole warps agree). Both do the same work per thread.",
+    controls=(
+        Control("reps", "multiply-adds per side", (8, 32, 128), 32),
+        Control("n", "elements n", (2048, 65_536, 1_048_576), 2048),
+    ),
+    runs=lambda v: {
+        role: Run(f"branch_{role}", {"n": v["n"], "reps": v["reps"], "block": 256}, branches=True)
+        for role in ("lanes", "warps")
+    },
+    questions=(
+        Question(
+            "Branch efficiency of branch_lanes: the share of warp visits of a branch in which every lane "
+            "went the same way (in %)?",
+            lambda caps, v: A.branch_efficiency(caps["lanes"]),
+            lambda a, v: (
+                f"{a.value:g}%: {a.facts['divergent_visits']:,} of {a.facts['visits']:,} visits diverged, one "
+                f"per warp (the parity test); every loop test after it is uniform among the lanes on that "
+                f"side ({a.source}). A high efficiency and still half the lanes idle: on average "
+                f"{a.facts['mean_active']:.1f} of 32 lanes were on at a visit."
+            ),
+            tolerance=0.02,
+            unit="%",
+        ),
+        Question(
+            "And of branch_warps (in %)?",
+            lambda caps, v: A.branch_efficiency(caps["warps"]),
+            lambda a, v: (
+                f"{a.value:g}%: {a.facts['divergent_visits']:,} divergent visits; the lanes of a warp always "
+                f"agree, {a.facts['mean_active']:.1f} of 32 lanes on at a visit ({a.source})."
+            ),
+            tolerance=0.02,
+            unit="%",
+        ),
+        Question(
+            "How many times as long as branch_warps does branch_lanes take?",
+            lambda caps, v: A.divergence_slowdown(caps["lanes"], caps["warps"]),
+            lambda a, v: _slowdown_words(a),
+            tolerance=0.25,
+            unit="×",
+        ),
+    ),
+    charts=_divergence_charts,
+    takeaway="Divergence is decided per warp: branch on something that is the same for 32 neighbouring "
+    "threads (a warp index, a tile) and no warp runs both sides.",
+)
+
+
 LESSONS: tuple[Lesson, ...] = (
-    CPU_GPU, THREADS, SCHEDULER, OCCUPANCY, MEMORY_FLOW, COALESCING, BARRIERS, RACE_RUNS, STENCIL, HISTOGRAM,
-    FLASH,
+    CPU_GPU, THREADS, DIVERGENCE, SCHEDULER, OCCUPANCY, MEMORY_FLOW, COALESCING, BARRIERS, RACE_RUNS, STENCIL,
+    HISTOGRAM, FLASH,
 )  # fmt: skip
 BY_NAME = {lesson.name: lesson for lesson in LESSONS}
 

@@ -14,6 +14,28 @@ from visualizer.web.session import cached_capture
 DEFAULT_RUNS = 8
 
 
+def runs_caption(sim: bool, delays: bool) -> str:
+    """The sentence beside the controls: how the runs are scheduled, true of the backend and the choice."""
+    head = "The same launch from the same inputs, run again and again. "
+    if sim:
+        return head + (
+            "On the simulator each run is one seeded interleaving of the warps (lockstep lanes, seeded "
+            "stalls): run i of seed S replays bit for bit, another seed explores other orders."
+        )
+    if delays:
+        return head + (
+            "On the GPU each run is the hardware's own schedule, perturbed: before the kernel's loads, "
+            "stores, atomics and barriers some warps wait (which kinds of site, how many warps and how "
+            "long, up to 1, 4 or 16 µs, drawn from the seed and the run), so the warps meet in other "
+            "orders. Run i of seed S waits the same delays again; the hardware's timing around them "
+            "still varies."
+        )
+    return (
+        head
+        + "On the GPU each run is the hardware's own schedule (seeded delays move warps against each other)."
+    )
+
+
 def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, key: str) -> None:
     """Widgets (runs, schedule seed, a Run button), then the heat map, the strip and the verdict."""
     st.subheader(f"Run {kernel} many times")
@@ -22,18 +44,12 @@ def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, 
     with c1:
         n = int(st.number_input("runs", 2, MAX_RUNS, DEFAULT_RUNS, key=f"{key}_runs"))
     with c2:
-        sched = int(st.number_input("schedule seed", 0, 2**31 - 1, 1, key=f"{key}_seed", disabled=not sim))
+        delays = False if sim else st.checkbox("seeded delays", key=f"{key}_delays")
+        label = "schedule seed" if sim else "delay seed"
+        sched = int(st.number_input(label, 0, 2**31 - 1, 1, key=f"{key}_seed", disabled=not (sim or delays)))
     with c3:
-        st.caption(
-            "The same launch from the same inputs, run again and again. "
-            + (
-                "On the simulator each run is one seeded interleaving of the warps (lockstep lanes, seeded "
-                "stalls): run i of seed S replays bit for bit, another seed explores other orders."
-                if sim
-                else "On the GPU each run is the hardware's own schedule."
-            )
-        )
-    want = (kernel, tuple(sorted(params.items())), backend, seed, n, sched)  # what a click asked for
+        st.caption(runs_caption(sim, delays))
+    want = (kernel, tuple(sorted(params.items())), backend, seed, n, sched, delays)  # what a click asked for
     if st.button(f"Run {n} times", key=f"{key}_go"):
         st.session_state[f"{key}_ran"] = want
     if st.session_state.get(f"{key}_ran") != want:  # N runs cost N launches: only when asked, for this launch
@@ -42,7 +58,8 @@ def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, 
         with st.spinner(f"Running {kernel} {n} times…"):
             cap = cached_capture(
                 kernel, tuple(sorted(params.items())), backend, seed, runs=n,
-                schedule_seed=sched if sim else None, time_clean=False, **({"accesses": True} if sim else {}),
+                schedule_seed=sched if sim or delays else None, time_clean=False,
+                **({"accesses": True} if sim else {}), **({"delays": True} if delays else {}),
             )  # fmt: skip
     except (LaunchError, KernelError) as exc:
         st.error(f"Could not run {kernel} {n} times: {exc}")

@@ -148,6 +148,10 @@ def captures(lesson: Lesson, values: dict) -> tuple[dict, str | None]:
             cap, error = access_capture(run.kernel, run.params)
         elif run.runs > 1:  # the same launch N times in seeded schedules (simulator): analysis/races.py
             cap, error = runs_capture(run)
+        elif run.branches:  # the SIMT lens (web/simt.py)
+            from visualizer.web.simt import lens_capture
+
+            cap, error = lens_capture(run.kernel, run.params, backend)
         else:
             config = RunConfig(run.kernel, backend, tuple(sorted(run.params.items())))
             cap, error = cached_only(config), None

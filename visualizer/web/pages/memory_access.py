@@ -443,7 +443,8 @@ else:
 if cap.launch.get("user_kernel"):  # the panel runs built-in kernels by name; a visitor's, from its page
     st.caption(
         "To run your kernel many times (seeded schedules, races made visible): "
-        "`python -m visualizer capture --source FILE.py --kernel NAME ... --runs 8 --seed 1`."
+        "`python -m visualizer capture --source FILE.py --kernel NAME ... --runs 8 --seed 1` "
+        "(on a GPU add `--delays`: seeded per-warp delays before its loads, stores, atomics and barriers)."
     )
 else:
     runs_panel(

@@ -1,0 +1,345 @@
+"""The SIMT lens: which lanes of each warp reached each branch of the source and which took it, and
+how long each warp waited at each barrier. Pure pandas/numpy.
+
+A **branch** is a site of the kernel's source the instrumenter records (engine/instrument_branches.py):
+the test of an ``if``/``elif``, of a ``while``, of a ``for`` over ``range()`` (once per iteration, the
+last failing test included), or the top of the body of another ``for`` (kind ``for-body``: its
+iterations only). A **visit** is one evaluation of that test by a warp: ``active`` lanes evaluated it
+together, ``taken`` of them went into the body (the others to the ``else``, or out of the loop).
+
+Where the visits come from:
+
+* GPU (measured): the lowest lane evaluating the test writes ``(site, activemask(), ballot(cond))``
+  for its warp; the warp's n-th record of a site is its visit n.
+* Simulator (modelled from simulated per-lane decisions): the simulator runs each thread alone, so it
+  records each lane's own decisions, and a warp's visit is formed the way a GPU's structured SIMT
+  execution forms it: lanes that diverge at a branch reconverge where the branch ends, so two lanes
+  of one warp evaluate a test together iff they reach it in the same iteration of every enclosing
+  loop. A lane's iteration of a loop is how many times it has evaluated that loop's test since it
+  (re)entered the loop; a lane that left (``break``, ``return``, a failing test) is not there.
+
+**Branch efficiency** is Nsight Compute's ``smsp__sass_average_branch_targets_threads_uniform.pct``
+applied to the source's branches: the share of warp-level visits in which every active lane went the
+same way (uniform), in percent. ncu counts SASS branch instructions, so where the compiler predicates
+a short ``if`` (no branch) or adds branches of its own, its number differs from the source's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from visualizer.analysis.provenance import MEASURED_GPU, labelled, modelled
+
+# the buffers' names: the parameters engine/instrument_branches.py's passes append to a kernel
+BRANCH_LOG, BRANCH_COUNT, BAR_LOG, BAR_COUNT = "_vz_br", "_vz_brn", "_vz_bar", "_vz_barn"
+ROW_COLUMNS = [
+    "block",
+    "warp",
+    "site",
+    "line",
+    "kind",
+    "visit",
+    "active",
+    "taken",
+    "active_mask",
+    "taken_mask",
+]
+SIM_SOURCE = modelled("structured SIMT reconvergence over simulated lane decisions")
+LOOP_KINDS = ("while", "for", "for-body")
+UNCOUNTED = ("for-body",)  # no exit test recorded: left out of the efficiency
+
+
+def sites_table(sites: list[dict], source_lines: list[str] | None = None) -> pd.DataFrame:
+    """The branch sites: site, line, kind, loops (enclosing loop sites), text (the branch as written,
+    from the pass; else the source line, when given)."""
+    df = pd.DataFrame(sites, columns=["site", "line", "kind", "loops", "text"])
+    if source_lines is not None:
+        df["text"] = [
+            source_lines[line - 1].strip() if 0 < line <= len(source_lines) else "" for line in df["line"]
+        ]
+    df["text"] = [t if isinstance(t, str) else "" for t in df["text"]]
+    return df
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.uint64)
+    return np.unpackbits(x.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1).astype(np.int64)
+
+
+def _frame(records: list[tuple], sites: list[dict], source: str) -> pd.DataFrame:
+    by_site = {s["site"]: s for s in sites}
+    df = pd.DataFrame(records, columns=["block", "warp", "site", "visit", "active_mask", "taken_mask"])
+    df = df.astype({c: np.int64 for c in df.columns})
+    df["line"] = df["site"].map(lambda s: by_site[s]["line"]).astype(np.int64)
+    df["kind"] = df["site"].map(lambda s: by_site[s]["kind"]).astype(str)
+    df["active"] = _popcount(df["active_mask"].to_numpy()) if len(df) else np.zeros(0, np.int64)
+    df["taken"] = _popcount(df["taken_mask"].to_numpy()) if len(df) else np.zeros(0, np.int64)
+    df = df[ROW_COLUMNS].sort_values(["block", "warp", "site", "visit"], kind="stable").reset_index(drop=True)
+    return labelled(df, source)
+
+
+def rows_from_lanes(
+    log: np.ndarray, count: np.ndarray, sites: list[dict], threads_per_block: int
+) -> pd.DataFrame:
+    """Simulator: per-thread decision logs (``site * 2 + taken``, int32 (threads, records)) -> warp visits."""
+    loops = {s["site"]: list(s["loops"]) for s in sites}
+    is_loop = {s["site"]: s["kind"] in LOOP_KINDS for s in sites}
+    visits: dict[tuple, list[int]] = {}  # (block, warp, site, iterations) -> [active bits, taken bits]
+    n = np.minimum(np.asarray(count), log.shape[1])
+    for t in range(log.shape[0]):
+        block, thread = divmod(t, threads_per_block)
+        warp, lane = divmod(thread, 32)
+        stack: list[list[int]] = []  # [loop site, iteration] of the loops this lane is in
+        for code in log[t, : n[t]].tolist():
+            site, took = code >> 1, code & 1
+            if site not in loops:  # a code of no site (a damaged buffer): skipped, as on the GPU
+                continue
+            path = loops[site] + ([site] if is_loop[site] else [])
+            keep = 0
+            while keep < len(stack) and keep < len(path) and stack[keep][0] == path[keep]:
+                keep += 1
+            del stack[keep:]
+            if is_loop[site]:
+                if len(stack) == len(path):
+                    stack[-1][1] += 1  # the loop's next test
+                else:
+                    stack.append([site, 0])  # (re)entered the loop
+            key = (block, warp, site, tuple(it for _, it in stack))
+            bits = visits.setdefault(key, [0, 0])
+            bits[0] |= 1 << lane
+            if took:
+                bits[1] |= 1 << lane
+    records = []
+    order = sorted(visits)  # iterations in lexicographic order = the order a warp runs them
+    counter: dict[tuple, int] = {}
+    for key in order:
+        b, w, s, _ = key
+        v = counter.get((b, w, s), 0)
+        counter[(b, w, s)] = v + 1
+        records.append((b, w, s, v, *visits[key]))
+    df = _frame(records, sites, SIM_SOURCE)
+    df.attrs["truncated"] = int((np.asarray(count) > log.shape[1]).sum())
+    return df
+
+
+def rows_from_warps(
+    log: np.ndarray, count: np.ndarray, sites: list[dict], threads_per_block: int
+) -> pd.DataFrame:
+    """GPU: per-warp records ``(site, activemask, ballot)`` (int64 (warps, records, 3)) -> warp visits."""
+    wpb = (threads_per_block + 31) // 32
+    n = np.minimum(np.asarray(count, np.int64), log.shape[1])
+    keep = np.arange(log.shape[1])[None, :] < n[:, None]
+    w, _ = np.nonzero(keep)
+    rec = log[keep].reshape(-1, 3)
+    known = {int(s["site"]) for s in sites}
+    ok = np.isin(rec[:, 0], list(known))  # a record of no site (a damaged buffer) is dropped
+    w, rec = w[ok], rec[ok]
+    df = pd.DataFrame({"w": w, "site": rec[:, 0]})
+    visit = df.groupby(["w", "site"], sort=False).cumcount().to_numpy()
+    records = zip(
+        (w // wpb).tolist(), (w % wpb).tolist(), rec[:, 0].tolist(), visit.tolist(),
+        (rec[:, 1] & 0xFFFFFFFF).tolist(), (rec[:, 2] & 0xFFFFFFFF).tolist(), strict=True,
+    )  # fmt: skip
+    df = _frame(list(records), sites, MEASURED_GPU)
+    df.attrs["truncated"] = int((np.asarray(count) > log.shape[1]).sum())
+    return df
+
+
+def rows(simulator: bool, log: np.ndarray, count: np.ndarray, sites: list[dict], threads_per_block: int):
+    """branches.parquet's rows from either backend's probe buffers."""
+    fn = rows_from_lanes if simulator else rows_from_warps
+    return fn(np.asarray(log), np.asarray(count), sites, threads_per_block)
+
+
+def from_capture(launch: dict, bufs: dict, t0: int | None = None) -> tuple:
+    """(branches or None, barriers or None, {"branches": summary, "barriers": summary} for launch.json)
+    of a capture whose request asked for the SIMT lens (``launch["lens"]``: each pass's sites; ``bufs``:
+    their buffers)."""
+    lens, tpb = launch["lens"], int(launch["threads_per_block"])
+    simulator = launch["backend"] != "gpu"
+    rows = bars = None
+    out: dict = {}
+    if "branches" in lens:
+        rows = globals()["rows"](
+            simulator, bufs[BRANCH_LOG], bufs[BRANCH_COUNT], lens["branches"]["sites"], tpb
+        )
+        out["branches"] = {**summary(rows), "not_recorded": list(lens["branches"].get("not_recorded", []))}
+    if not simulator and "barriers" in lens:
+        bars = barrier_rows(bufs[BAR_LOG], bufs[BAR_COUNT], lens["barriers"]["sites"], tpb, t0)
+        out["barriers"] = barrier_summary(bars)
+    return rows, bars, out
+
+
+def barrier_summary(bars: pd.DataFrame) -> dict:
+    """launch.json's "barriers": arrivals timed, the median and longest wait (ns), the log cut."""
+    return {
+        "arrivals": int(len(bars)),
+        "sites": int(bars["site"].nunique()) if len(bars) else 0,
+        "wait_ns_median": float(bars["wait_ns"].median()) if len(bars) else None,
+        "wait_ns_max": int(bars["wait_ns"].max()) if len(bars) else None,
+        "truncated": int(bars.attrs.get("truncated", 0)),
+        "source": bars.attrs.get("source", MEASURED_GPU),
+    }
+
+
+def describe(summary_: dict) -> list[str]:
+    """launch.json's "branches" in a line or two (the CLI prints them)."""
+    eff = summary_.get("efficiency")
+    if eff is None:
+        return ["branches: the kernel has no branch the SIMT lens records"]
+    lines = [
+        f"branch efficiency {eff:.1f}% ({summary_['divergent_visits']:,} of {summary_['visits']:,} warp visits "
+        f"divergent; {summary_['divergent_warps']:,} of {summary_['warps']:,} warps diverged at least once) "
+        f"[{summary_.get('source', '')}]"
+    ]
+    if summary_.get("truncated"):
+        lines.append(
+            f"branches: the log was cut for {summary_['truncated']:,} warps or threads (first visits kept)"
+        )
+    return lines
+
+
+def describe_barriers(summary_: dict) -> list[str]:
+    if not summary_["arrivals"]:
+        return ["barriers: no syncthreads reached"]
+    return [
+        f"barriers: {summary_['arrivals']:,} warp arrivals timed at {summary_['sites']} syncthreads; wait median "
+        f"{summary_['wait_ns_median']:,.0f} ns, longest {summary_['wait_ns_max']:,} ns [{summary_['source']}]"
+    ]
+
+
+def divergent(rows: pd.DataFrame) -> pd.Series:
+    return (rows["taken"] > 0) & (rows["taken"] < rows["active"])
+
+
+def counted(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[~rows["kind"].isin(UNCOUNTED)]
+
+
+def efficiency(rows: pd.DataFrame) -> float | None:
+    """Branch efficiency in percent: uniform visits / all visits (ncu's definition); None with no branch."""
+    c = counted(rows)
+    if not len(c):
+        return None
+    return float(100.0 * (~divergent(c)).sum() / len(c))
+
+
+def summary(rows: pd.DataFrame) -> dict:
+    """launch.json's "branches": efficiency, warps with at least one divergent visit, and the counts."""
+    c = counted(rows)
+    div = divergent(c)
+    warps = rows[["block", "warp"]].drop_duplicates()
+    return {
+        "efficiency": None if efficiency(rows) is None else round(efficiency(rows), 3),
+        "divergent_warps": int(len(c[div][["block", "warp"]].drop_duplicates())),
+        "warps": int(len(warps)),
+        "visits": int(len(c)),
+        "divergent_visits": int(div.sum()),
+        "sites": int(rows["site"].nunique()),
+        "truncated": int(rows.attrs.get("truncated", 0)),
+        "source": rows.attrs.get("source", ""),
+    }
+
+
+def per_warp(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (block, warp): visits, divergent visits, branch efficiency, and the mean share of the warp's
+    lanes active at its visits (how much of the warp did work while it branched)."""
+    c = counted(rows).assign(div=lambda d: divergent(d))
+    g = c.groupby(["block", "warp"], sort=True)
+    out = pd.DataFrame(
+        {
+            "visits": g.size(),
+            "divergent": g["div"].sum().astype(np.int64),
+            "mean_active": g["active"].mean(),
+        }
+    ).reset_index()
+    out["efficiency"] = 100.0 * (out["visits"] - out["divergent"]) / out["visits"]
+    return labelled(out, rows.attrs.get("source", ""))
+
+
+JUMPS = r"^(BRA|BRX|JMP|JMX)\b"  # SASS opcodes that jump (EXIT, RET and CALL are not what ncu counts here)
+
+
+def sass_branches(sass: pd.DataFrame, same_file: pd.Series) -> dict[int, int]:
+    """Jump instructions per source line in a build's SASS (analysis/asm.sass_table, in address order;
+    ``same_file``: its rows of the kernel's file), leaving out the jump-to-itself the compiler puts
+    after the last EXIT. A branch line with none was predicated or its loop unrolled: no lane jumps
+    there, and Nsight Compute counts no branch there."""
+    jump = sass["opcode"].astype(str).str.match(JUMPS)
+    after_exit = sass["text"].shift(1).astype(str).str.strip().eq("EXIT") & ~sass["text"].str.startswith("@")
+    rows = sass[same_file & jump & ~after_exit]
+    return {int(k): int(v) for k, v in rows.groupby("line").size().items()}
+
+
+def per_line(rows: pd.DataFrame, jumps: dict[int, int] | None = None) -> pd.DataFrame:
+    """Per branch line: visits over all warps, divergent visits, efficiency, lanes taken / reached;
+    with ``jumps`` (sass_branches of the clean build), the jump instructions on the line."""
+    c = rows.assign(div=lambda d: divergent(d))
+    g = c.groupby(["site", "line", "kind"], sort=True)
+    out = pd.DataFrame(
+        {
+            "visits": g.size(),
+            "divergent": g["div"].sum().astype(np.int64),
+            "active": g["active"].sum(),
+            "taken": g["taken"].sum(),
+        }
+    ).reset_index()
+    out["efficiency"] = 100.0 * (out["visits"] - out["divergent"]) / out["visits"]
+    if jumps is not None:
+        out["sass_jumps"] = out["line"].map(lambda line: jumps.get(int(line), 0)).astype(np.int64)
+    return labelled(out, rows.attrs.get("source", ""))
+
+
+# --- barriers (GPU) -------------------------------------------------------------------------------
+
+BARRIER_COLUMNS = ["block", "warp", "site", "line", "visit", "arrive_ns", "release_ns", "wait_ns", "last"]
+
+
+def barrier_rows(
+    log: np.ndarray, count: np.ndarray, sites: list[dict], threads_per_block: int, t0: int | None = None
+) -> pd.DataFrame:
+    """Per (block, warp, barrier site, visit): %globaltimer at arrival and release (ns since ``t0``, the
+    earliest arrival when not given), the wait, and ``last``: this warp arrived last (the others waited
+    for it). Measured on a GPU."""
+    wpb = (threads_per_block + 31) // 32
+    n = np.minimum(np.asarray(count), log.shape[1])
+    line = {s["site"]: s["line"] for s in sites}
+    rec = []
+    for w in range(log.shape[0]):
+        block, warp = divmod(w, wpb)
+        seen: dict[int, int] = {}
+        for site, ta, tr in log[w, : n[w]].tolist():
+            v = seen.get(site, 0)
+            seen[site] = v + 1
+            rec.append((block, warp, site, line.get(site, -1), v, ta, tr))
+    df = pd.DataFrame(rec, columns=BARRIER_COLUMNS[:7]).astype(np.int64)
+    df.attrs["truncated"] = int((np.asarray(count) > log.shape[1]).sum())
+    if len(df):
+        base = int(df["arrive_ns"].min()) if t0 is None else int(t0)
+        df["arrive_ns"] -= base
+        df["release_ns"] -= base
+    df["wait_ns"] = df["release_ns"] - df["arrive_ns"]
+    # the same barrier instance of a block: the k-th barrier this block passed (site order in time)
+    df["instance"] = df.groupby(["block", "warp"]).cumcount()
+    latest = df.groupby(["block", "instance"])["arrive_ns"].transform("max")
+    df["last"] = df["arrive_ns"] == latest
+    df.attrs["origin"] = "the first barrier arrival" if t0 is None else "the kernel's first timestamp"
+    return labelled(df, MEASURED_GPU)
+
+
+def barrier_segments(bars: pd.DataFrame, block: int, starts: dict | None = None) -> pd.DataFrame:
+    """One block's timeline: per warp, alternating ``work`` (from the previous release, or the warp's
+    start when known) and ``wait`` (arrival to release) segments, ns."""
+    b = bars[bars["block"] == block].sort_values(["warp", "instance"])
+    seg = []
+    for warp, g in b.groupby("warp", sort=True):
+        prev = None if starts is None else starts.get(int(warp))
+        for r in g.itertuples(index=False):
+            if prev is not None and r.arrive_ns >= prev:
+                seg.append((warp, "work", prev, r.arrive_ns, r.line, r.instance, False))
+            seg.append((warp, "wait", r.arrive_ns, r.release_ns, r.line, r.instance, bool(r.last)))
+            prev = r.release_ns
+    df = pd.DataFrame(seg, columns=["warp", "what", "start_ns", "end_ns", "line", "instance", "last"])
+    df.attrs["origin"] = bars.attrs.get("origin", "the first barrier arrival")
+    return labelled(df, bars.attrs.get("source", MEASURED_GPU))

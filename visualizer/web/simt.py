@@ -1,0 +1,90 @@
+"""The SIMT lens's captures for the pages: a launch run with branch (and, on a GPU, barrier) probes,
+cached per launch like every capture (web/session.py), and a visitor's kernel run again with them."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from visualizer.analysis.capture import Capture
+from visualizer.engine.cluster import gpu_for_captures
+from visualizer.engine.runner import KernelError
+from visualizer.specs import catalog
+from visualizer.specs.catalog import LaunchError
+from visualizer.web.session import as_text, cached_capture, capture_cache, capture_key
+
+
+def lens_backend(backend: str) -> str:
+    if backend == "auto":
+        return "gpu" if gpu_for_captures() else "sim"
+    return backend
+
+
+def lens_options(backend: str, barriers: bool = False) -> dict:
+    """The runner options of a lens capture: the branch probes, or (``barriers``, GPU) the barrier
+    timestamps alone, so that branch probes do not stretch the work between barriers. On the simulator
+    the clean build is not timed (no GPU time to compare); on a GPU it is: the cost of recording."""
+    lens = {"barriers": True} if barriers else {"branches": True}
+    return {**lens, "time_clean": backend == "gpu"}
+
+
+def lens_capture(
+    kernel: str, params: dict, backend: str = "auto", seed: int = 0, barriers: bool = False
+) -> tuple[Capture | None, str | None]:
+    """(capture with branch visits, or with barrier waits, None) or (None, one-line error) of a
+    built-in kernel's launch."""
+    backend = lens_backend(backend)
+    items = tuple(sorted(params.items()))
+    options = lens_options(backend, barriers)
+    cap = capture_cache().get(capture_key(kernel, items, backend, seed, **options))
+    if cap is not None:
+        return cap, None
+    where = "the GPU" if backend == "gpu" else "the CUDA simulator"
+    what = "each warp's wait at each barrier" if barriers else "which lanes take each branch"
+    bar = st.progress(0.0, text=f"Recording {what} of {kernel} on {where}…")
+
+    def progress(done, total):
+        bar.progress(min(done / total, 1.0), text=f"Recording {kernel}: {done} of {total} blocks")
+
+    try:
+        catalog.admit_capture(kernel, dict(items), backend)
+        cap = cached_capture(kernel, items, backend, seed, progress=progress, **options)
+    except (LaunchError, KernelError) as exc:
+        return None, as_text(str(exc))
+    finally:
+        bar.empty()
+    return cap, None
+
+
+def visitor_lens_capture(launch, backend: str, barriers: bool = False) -> tuple[Capture | None, str | None]:
+    """A visitor's kernel (its SourceLaunch from the Your kernel page) run again with the lens (branch
+    probes, or the barrier timestamps alone), in a fresh sandbox of its own; the caller checks that
+    this visitor may run code."""
+    from visualizer.engine.user_runner import get_user_runner
+
+    try:
+        with st.spinner("Running your kernel again with the SIMT lens…"):
+            runner = get_user_runner(backend)
+            options = lens_options(backend, barriers)
+            return runner.capture_source(launch, **options), None
+    except (LaunchError, KernelError) as exc:
+        return None, as_text(str(exc), limit=1000)
+
+
+def builtin_jumps(cap: Capture, arch: str = "sm_90") -> dict[int, int] | None:
+    """Jump instructions per source line of a built-in kernel's clean build (analysis/branches.py
+    sass_branches), or None where it cannot be compiled here (no NVVM, ptxas or nvdisasm)."""
+    from visualizer.analysis import asm, branches
+    from visualizer.engine import ptx
+    from visualizer.web.asm import compiled
+
+    launch = cap.launch
+    if launch.get("user_kernel"):
+        return None
+    try:
+        got = compiled(launch["kernel"], tuple(sorted(launch["params"].items())), arch)
+    except (ptx.AsmError, LaunchError):
+        return None
+    if not got.get("sass"):
+        return None
+    sass = asm.sass_table(got["sass"])
+    return branches.sass_branches(sass, asm.same_file(sass["file"], got["filename"]))
