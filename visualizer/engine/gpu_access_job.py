@@ -2,7 +2,7 @@
 
 Both front ends (worker.prepare_builtin, source_capture.prepare_source) call ``attach`` when a GPU
 capture asks for accesses: the traced build already has the access pass (engine/instrument_accesses.py)
-and takes its four buffers after the trace buffers; ``attach`` plans which warps record
+and takes its four buffers among the instrumenter's added ones; ``attach`` plans which warps record
 (analysis/gpu_accesses.plan: the request's ``sample_blocks``, else the first, middle and last block),
 adds the zeroed buffers to the Job and sets ``job.finish_accesses``: the read-back buffers -> the
 recorder's buffers, which ``analysis/memory.build`` turns into the tables every page reads. Every
@@ -15,7 +15,8 @@ from __future__ import annotations
 from visualizer.analysis import gpu_accesses
 from visualizer.engine import instrument_accesses as ia
 
-# the instrumenter's parameter names -> the Job's buffer names
+# the instrumenter's parameter names -> the Job's buffer names (the front ends lay the traced build's
+# arguments out the same way; tools/access_cost.py launches by hand with it)
 BUFFER_OF = {"_vz_trace": "trace", "_vz_active": "active", "_vz_delay": "delay",
              **{n: n for n in ia.AccessPass.params}}  # fmt: skip
 
@@ -27,11 +28,6 @@ def sample_blocks(request: dict, grid) -> list[int] | None:
         return None
     text = ",".join(str(b) for b in raw) if isinstance(raw, (list, tuple)) else str(raw)
     return gpu_accesses.parse_blocks(text, grid)
-
-
-def traced_args(params, kernel_args: list) -> list:
-    """The traced build's argument layout: the kernel's own, then each added parameter's buffer."""
-    return [*kernel_args, *[("buffer", BUFFER_OF[p]) for p in params]]
 
 
 def wanted(backend, request: dict) -> bool:
