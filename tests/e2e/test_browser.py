@@ -131,6 +131,15 @@ def test_every_page_renders_fits_1280_and_fetches_nothing_from_outside(page, app
     assert [u for u in requests_seen["urls"] if host not in u and not u.startswith("data:")] == []
 
 
+def test_memory_access_counters_of_a_shared_memory_kernel_are_not_cut(page, app_url):
+    """The tiled transpose fills all eight counters (global and shared, wavefronts and conflicts): at
+    1280 px none may lose its value or label to an ellipsis."""
+    page = open_page(page, app_url, "?kernel=transpose_tiled&backend=sim&page=memory_access")
+    main(page).get_by_test_id("stMetricValue").first.wait_for(timeout=60_000)
+    assert main(page).get_by_test_id("stMetric").count() == 8
+    assert page.evaluate(CLIPPED) == []
+
+
 def test_run_stays_on_screen_for_the_kernel_with_most_parameters(page, app_url):
     page = open_page(page, app_url, ANIMATED["flash"])  # six parameters fill the sidebar past 720 px
     run = page.get_by_test_id("stSidebar").get_by_role("button", name="Run", exact=True)

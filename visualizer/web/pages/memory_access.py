@@ -187,7 +187,7 @@ def counters(summ: dict) -> dict[str, float]:
         sreq = summ[f"shared_{short}_requests"]
         if sreq:
             if f"shared_{short}_wavefronts" in summ:
-                out[f"shared {word} wavefronts / request"] = summ[f"shared_{short}_wavefronts"] / sreq
+                out[f"shared {word} wavefronts / req."] = summ[f"shared_{short}_wavefronts"] / sreq
             out[f"shared {word} bank conflicts"] = summ[f"shared_{short}_bank_conflicts"]
     out["raced shared words"] = summ["raced_words"]
     out["uninitialised shared reads"] = summ["uninit_reads"]
@@ -293,8 +293,10 @@ comparable = before.get("family") == family and before.get("kernel") != (
     kernel,
     tuple(sorted(params.items())),
 )
-cols = st.columns(max(len(now), 1))
-for col, (name, value) in zip(cols, now.items(), strict=False):
+PER_ROW = 4  # eight counters in one row of a 1280-px screen cut their values short ("3,9...")
+items = list(now.items())
+cols = [c for i in range(0, max(len(items), 1), PER_ROW) for c in st.columns(PER_ROW)]
+for col, (name, value) in zip(cols, items, strict=False):
     prev = before.get("values", {}).get(name) if comparable else None
     delta = (
         None if prev is None or prev == value else f"{readable(value - prev, sign=True)} vs {before['label']}"
