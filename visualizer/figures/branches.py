@@ -80,7 +80,11 @@ def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Fig
     for state, color in zip(STATES.values(), STATE_COLORS, strict=True):  # the legend: one marker per state
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=state,
                                  marker={"size": 12, "symbol": "square", "color": color}))  # fmt: skip
-    shown = f"the first {n_frames} of {visits} visits" if visits > n_frames else f"{visits} visits"
+    shown = (
+        f"the first {n_frames} of {visits} visits"
+        if visits > n_frames
+        else f"{visits} visit" + ("" if visits == 1 else "s")
+    )
     fig.update_layout(
         title=titled(
             f"{kernel + ': b' if kernel else 'B'}lock {block}, warp {warp}, which lanes took each branch ({shown})",
@@ -88,7 +92,7 @@ def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Fig
         ),
         xaxis={"title": "lane", "dtick": 4, "range": [-0.5, 31.5]},
         yaxis={"autorange": "reversed", "automargin": True},
-        height=max(200, 104 + 26 * len(labels)),
+        height=max(270, 104 + 26 * len(labels)),  # the 4-entry legend needs ~150 px beside few lines
         margin={"t": 64, "l": 10, "r": 10, "b": 50},
         legend={"orientation": "v", "y": 1, "yanchor": "top", "x": 1.01, "xanchor": "left"},
     )
