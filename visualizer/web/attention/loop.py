@@ -84,9 +84,12 @@ def loop_section(cap: Capture) -> None:
     gx, gy, gz = cap.launch["grid"]
     shape = f"tile {bq}" if not fast else f"S tiles {bq} × {bk} (block_q × block_k)"
     blocks = f" in {gx} × {gy} blocks (pairs of Q tiles)" if fast and causal else ""
-    st.subheader(
-        f"One block's K/V loop — seq_len {seq_len}, {shape}, head_dim {head_dim}"
-        f"{', causal' if causal else ''}: {n_q} Q tiles × {heads} heads × {batches} batch{blocks}"
+    # a one-line heading (the launch's shape goes in the caption under the inputs): the loop's chart
+    # then starts above the fold of a 720-px projector
+    st.subheader("One block's K/V loop")
+    launch_shape = (
+        f"seq_len {seq_len}, {shape}, head_dim {head_dim}{', causal' if causal else ''}: "
+        f"{n_q} Q tiles × {heads} heads × {batches} batch{blocks}."
     )
     paired = fast and causal
     c1, c2, c3, c4 = st.columns(4)
@@ -118,7 +121,7 @@ def loop_section(cap: Capture) -> None:
             f"query row q0 + row; this tile holds queries {q0}–{q0 + rows_here - 1}",
         )
     block = fast_block(q_tile, n_q, head, batch, heads, causal) if fast else (q_tile, head, batch)
-    st.caption(_block_caption(cap, q_tile, head, batch, block))
+    st.caption(launch_shape + " " + _block_caption(cap, q_tile, head, batch, block))
     try:
         loop_fig = flash_loop_figure(
             cap.tiles,
