@@ -344,7 +344,7 @@ def prepare_source(backend, request: dict):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.instrument_delays import use_delays
+    from visualizer.engine.lenses import Lenses
     from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
@@ -370,27 +370,18 @@ def prepare_source(backend, request: dict):
     records = launch.blocks * ceil_div(tpb, 32) if threads > PER_WARP_ABOVE else threads
     buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
 
-    # races made visible on a GPU: the instrumented build waits seeded per-warp delays (run i's table:
-    # instrument_delays.delay_table(seed, i, sites))
-    seed = request.get("schedule_seed")
-    delays = bool(request.get("delays")) and seed is not None
-    passes: tuple = ()
-    if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
-        from visualizer.engine.instrument_branches import lens
-
-        which = (bool(request.get("branches")), bool(request.get("barriers")))
-        passes, lens_buffers = lens(backend.simulator, launch.blocks, tpb, *which)
-        buffers.update(lens_buffers)
+    # the lenses asked for (engine/lenses.py): the SIMT lens, accesses the kernel records itself, delays
+    lenses = Lenses.of(backend, request, launch.blocks, tpb)
+    buffers.update(lenses.buffers)
     started = time.perf_counter_ns()
-    from visualizer.engine import gpu_access_job
     from visualizer.engine.instrument_accesses import AccessPass
 
-    record_pass = gpu_access_job.wanted(backend, request)  # on a GPU the kernel records its own accesses
-    lenses = (*passes, AccessPass()) if record_pass else passes
-    module = load_module(request["source"], filename, kernel, delays, lenses)
+    module = load_module(
+        request["source"], filename, kernel, lenses.delays, lenses.build_passes(AccessPass())
+    )
     traced, clean = kernel_pair(backend.cuda, module, kernel)
     added = module.__dict__["_vz_params"][2:]  # after trace and active: the delay table, the lenses'
-    lens_info = {p.name: module.__dict__["_vz_info"][p.name] for p in passes}
+    infos = module.__dict__["_vz_info"]
     user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
 
     def call(fn, args):  # a failure in the visitor's code is one line naming their line
@@ -407,23 +398,18 @@ def prepare_source(backend, request: dict):
     fake_modules: list = []
     job = Job(
         traced=traced, clean=clean, grid=grid, block=block, arrays=arrays, buffers=buffers,
-        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active"),
-                     *[("buffer", "delay" if name == "_vz_delay" else name) for name in added]],
+        traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active"), *lenses.buffer_args(added)],
         clean_args=user_args,
         # no flops model for a visitor's kernel (its bytes only decide the L2 flush): no GB/s is claimed
         nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
-        during_launch=lambda: shared_allocations(backend.simulator, fake_modules), lens=lens_info,
+        during_launch=lambda: shared_allocations(backend.simulator, fake_modules), lens=lenses.info(infos),
     )  # fmt: skip
-    if record_pass:
-        info = module.__dict__["_vz_info"]["accesses"]
-        host = {p: arrays[p] for p in params if p in arrays}
-        gpu_access_job.attach(job, backend, request, info, host, module.__dict__)
-    elif request.get("accesses"):
+    host = {p: arrays[p] for p in params if p in arrays}
+    lenses.attach(job, backend, request, infos, host, module.__dict__)
+    if request.get("accesses") and not lenses.record_accesses:  # the simulator's exact recorder
         job.start_recording = lambda device, bufs: start_access_recording(
             backend, request, device, bufs, grid, block
         )
-    if delays:
-        use_delays(job, seed, module.__dict__["_vz_delay_sites"])
     return module, values, job, fake_modules
 
 

@@ -256,6 +256,7 @@ def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = Fal
 
 def prepare_builtin(backend: Backend, request: dict):
     """A built-in kernel's Job (engine/pipeline.py): its spec's launch, inputs, probe buffers, builds."""
+    from visualizer.engine.lenses import Lenses
     from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
@@ -264,44 +265,30 @@ def prepare_builtin(backend: Backend, request: dict):
     inputs = spec.make_inputs(values, np.random.default_rng(request.get("seed", 0)))
     buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
-    # races made visible on a GPU: seeded per-warp delays, the same pass as a visitor's kernel's
-    delays = bool(request.get("delays")) and request.get("schedule_seed") is not None
-    passes: tuple = ()
-    if request.get("branches") or request.get("barriers"):  # the SIMT lens (engine/instrument_branches.py)
-        from visualizer.engine.instrument_branches import lens
-
-        which = (bool(request.get("branches")), bool(request.get("barriers")))
-        passes, lens_buffers = lens(backend.simulator, launch.blocks, launch.threads_per_block, *which)
-        buffers.update(lens_buffers)
-    from visualizer.engine import gpu_access_job
-
-    record_pass = gpu_access_job.wanted(backend, request)  # accesses recorded by the kernel itself
-    lenses = passes
-    if record_pass:
-        passes = (*passes, builtin_access_pass(spec, values))
-    built = build_kernels(spec, values, passes, delays=delays)
+    # the lenses asked for (engine/lenses.py): the SIMT lens, accesses the kernel records itself, delays
+    lenses = Lenses.of(backend, request, launch.blocks, launch.threads_per_block)
+    buffers.update(lenses.buffers)
+    built = build_kernels(spec, values, lenses.build_passes(builtin_access_pass(spec, values)), lenses.delays)
     layout = [
         ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
         for a in spec.args
     ]  # the kernel's own parameters (domain probe buffers among them: no-ops in the clean build)
-    added = [("buffer", b) for b in INSTRUMENTER_BUFFERS]  # the instrumenter's, after the kernel's own
-    # then the lenses' buffers and the delays pass's table, in the order the instrumenter added them
-    extra = built.params[len(INSTRUMENTER_BUFFERS) :]
-    added += [("buffer", "delay" if b == "_vz_delay" else b) for b in extra]
+    # the instrumenter's, after the kernel's own: the trace, then the lenses' buffers and the delay table
+    added = [("buffer", b) for b in INSTRUMENTER_BUFFERS]
+    added += lenses.buffer_args(built.params[len(INSTRUMENTER_BUFFERS) :])
     nbytes, flops = spec.work(values)
     job = Job(
         traced=built.traced, clean=built.clean, grid=launch.grid, block=launch.block, arrays=inputs,
         buffers=buffers, traced_args=layout + added, clean_args=layout, dynamic_smem=launch.dynamic_smem,
-        nbytes=nbytes, flops=flops, compile_started_ns=started, lens={p.name: built.info[p.name] for p in lenses},
+        nbytes=nbytes, flops=flops, compile_started_ns=started, lens=lenses.info(built.info),
     )  # fmt: skip
-    if record_pass:
-        fn = kernel_function(spec, values)
-        host = {**inputs, **buffers}
-        named = {
-            name: host[role] for role, name in zip(spec.args, _param_names(fn), strict=False) if role in host
-        }
-        gpu_access_job.attach(job, backend, request, built.info["accesses"], named, _namespace(fn))
-    elif request.get("accesses"):
+    fn = kernel_function(spec, values)
+    host = {**inputs, **buffers}
+    named = {
+        name: host[role] for role, name in zip(spec.args, _param_names(fn), strict=False) if role in host
+    }
+    lenses.attach(job, backend, request, built.info, named, _namespace(fn))
+    if request.get("accesses") and not lenses.record_accesses:  # the simulator's exact recorder
         from visualizer.specs.catalog import LaunchError
 
         def start(device, bufs):
@@ -309,10 +296,6 @@ def prepare_builtin(backend: Backend, request: dict):
 
         job.start_recording = start
         job.overflow_error = lambda recorder: LaunchError(access_limit_message(recorder.limit))
-    if delays:
-        from visualizer.engine.instrument_delays import use_delays
-
-        use_delays(job, request["schedule_seed"], built.info["delays"]["sites"])
     return spec, values, launch, inputs, job
 
 
