@@ -12,7 +12,8 @@ import math
 import sys
 from pathlib import Path
 
-from visualizer.tools.args import count, save_error, writable_dir
+from visualizer.tools.args import count, writable_dir
+from visualizer.tools.capture_report import flag_problem, launch_lines, lens_lines, lens_options, save_bundle
 
 
 def _positive_seconds(text: str) -> float:
@@ -105,11 +106,9 @@ def parser() -> argparse.ArgumentParser:
 
 def cmd_capture_source(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    if args.delays and (args.runs is None or args.seed is None):
-        print(
-            "error: --delays needs --runs N and --seed S (the delays are drawn from the seed)",
-            file=sys.stderr,
-        )
+    problem = flag_problem(args, args.backend)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     problem = writable_dir(args.out)
     if problem:  # before the kernel runs, as for built-in kernels, so no work is lost
@@ -120,7 +119,6 @@ def cmd_capture_source(argv: list[str]) -> int:
     from visualizer.engine.user_runner import UserRunner, arrays_after
     from visualizer.specs import source as uspec
     from visualizer.specs.catalog import LaunchError
-    from visualizer.tools.bundle import save
 
     path = Path(args.source)
     try:
@@ -157,39 +155,24 @@ def cmd_capture_source(argv: list[str]) -> int:
             filename=str(path.resolve()),
             **tolerances,
         )
+        if args.barriers and backend == "sim":  # "auto" resolved to the simulator
+            raise LaunchError(flag_problem(args, backend))
         with UserRunner(backend) as runner:
-            runs = {"runs": args.runs, "schedule_seed": args.seed, "delays": args.delays} if args.runs else {}
-            if args.barriers and backend == "sim":
-                raise LaunchError(
-                    "--barriers reads the GPU's clock: the simulator has none (use --backend gpu)"
-                )
-            if args.branches or args.barriers:
-                runs.update(branches=args.branches, barriers=args.barriers)
             cap = runner.capture_source(
-                launch, seed=args.seed or 0, repeats=args.repeats, accesses=args.accesses, timeout=args.timeout,
-                **runs, **({"sample_blocks": args.sample_blocks} if args.sample_blocks is not None else {}),
-            )  # fmt: skip
+                launch, seed=args.seed or 0, repeats=args.repeats, timeout=args.timeout, **lens_options(args)
+            )
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    try:
-        written = save(cap, args.out)
-    except OSError as exc:  # a full disk: the previous bundle (if any) is left as it was
-        print(save_error(args.out, exc), file=sys.stderr)
+    written = save_bundle(cap, args.out)
+    if written is None:
         return 1
-    info, timing, check = cap.launch, cap.timing, cap.check
+    info, check = cap.launch, cap.check
     print(f"{info['kernel_name']} from {path.name} on {info['device_name']} ({info['source']})")
-    print(f"  grid {tuple(info['grid'])} x block {tuple(info['block'])} = {info['threads']} threads")
-    print(f"  SMs used: {cap.threads['sm'].nunique()} ({'measured' if cap.measured else 'modelled'})")
-    line = f"  kernel: instrumented {timing['instrumented_ms']:.4f} ms"
-    if "clean_ms" in timing:
-        line += (
-            f", clean {timing['clean_ms']:.4f} ms, overhead x{timing.get('overhead_ratio', float('nan')):.2f}"
-        )
-    print(f"{line}  [{timing['clock']}]")
+    print("\n".join(launch_lines(cap)))
     for build in ("clean", "instrumented"):
         res = info.get(build) or {}
         if "registers_per_thread" in res:
@@ -200,24 +183,8 @@ def cmd_capture_source(argv: list[str]) -> int:
     print(
         f"  arrays after the launch: {', '.join(arrays_after(cap))} (written: {', '.join(info['written']) or 'none'})"
     )
-    if getattr(cap, "accesses", None) is not None:
-        print(f"  memory accesses recorded: {len(cap.accesses):,} ({len(cap.hazards):,} hazards)")
-        sample = (info.get("accesses") or {}).get("sample")
-        if sample:
-            from visualizer.analysis.gpu_accesses import describe_sample
-
-            print(f"  {describe_sample(sample)}")
-    if cap.branches is not None or cap.barriers is not None:
-        from visualizer.analysis import branches as lens
-
-        lines = lens.describe(info["branches"]) if cap.branches is not None else []
-        for text in lines + (lens.describe_barriers(info["barriers"]) if cap.barriers is not None else []):
-            print(f"  {text}")
-    if cap.runs is not None:
-        from visualizer.analysis.races import describe as describe_runs
-
-        for text in describe_runs(info["runs"]):
-            print(f"  {text}")
+    for text in lens_lines(cap, args.barriers):
+        print(text)
     print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
     if check.get("correct") is None:
         print("  no --reference given: the outputs were not checked")

@@ -66,6 +66,13 @@ def source_help() -> str:
 
 
 def cmd_capture(argv: list[str]) -> int:
+    from visualizer.tools.capture_report import (
+        flag_problem,
+        launch_lines,
+        lens_lines,
+        lens_options,
+        save_bundle,
+    )
     from visualizer.tools.capture_source import cmd_capture_source, wants_source  # your own kernel: --source
 
     if wants_source(argv):
@@ -129,11 +136,9 @@ def cmd_capture(argv: list[str]) -> int:
         "(barriers.parquet, launch.json barriers)",
     )
     args = p.parse_args(argv)
-    if args.delays and (args.runs is None or args.seed is None):
-        print(
-            "error: --delays needs --runs N and --seed S (the delays are drawn from the seed)",
-            file=sys.stderr,
-        )
+    problem = flag_problem(args, args.backend)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     problem = writable_dir(args.out)
     if problem:  # before the kernel runs, so no work is lost
@@ -142,30 +147,16 @@ def cmd_capture(argv: list[str]) -> int:
 
     from visualizer.engine.runner import KernelError, Runner
     from visualizer.specs.catalog import KERNELS, LaunchError
-    from visualizer.tools.bundle import save
 
     try:
         params = parse_params(args.param)
-        if args.sample_blocks is not None and not args.accesses:
-            raise CliError("--sample-blocks chooses which warps record accesses: add --accesses")
-        if args.barriers and args.backend == "sim":
-            raise CliError("--barriers reads the GPU's clock: the simulator has none (use --backend gpu)")
         with Runner(args.backend) as runner:
             if args.sample_blocks is not None and runner.backend == "sim":
                 raise CliError(
                     "--sample-blocks chooses the warps that record on a GPU; the simulator records every thread"
                 )
             cap = runner.capture(
-                args.kernel,
-                params,
-                repeats=args.repeats,
-                seed=args.seed or 0,
-                **({"accesses": True} if args.accesses else {}),
-                **({"sample_blocks": args.sample_blocks} if args.sample_blocks is not None else {}),
-                **({"branches": True} if args.branches else {}),
-                **({"barriers": True} if args.barriers else {}),
-                **({"runs": args.runs, "schedule_seed": args.seed} if args.runs is not None else {}),
-                **({"delays": True} if args.delays else {}),
+                args.kernel, params, repeats=args.repeats, seed=args.seed or 0, **lens_options(args)
             )
     except (LaunchError, CliError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -173,48 +164,20 @@ def cmd_capture(argv: list[str]) -> int:
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    try:
-        written = save(cap, args.out)
-    except OSError as exc:  # a full disk: the previous bundle (if any) is left as it was
-        print(save_error(args.out, exc), file=sys.stderr)
+    written = save_bundle(cap, args.out)
+    if written is None:
         return 1
-    launch, timing, check = cap.launch, cap.timing, cap.check
+    launch, check = cap.launch, cap.check
     print(f"{launch['kernel']} on {launch['device_name']} ({launch['source']})")
-    print(f"  grid {tuple(launch['grid'])} x block {tuple(launch['block'])} = {launch['threads']} threads")
-    sms = cap.threads["sm"].nunique()
-    print(f"  SMs used: {sms} ({'measured' if cap.measured else 'modelled'})")
-    clock = timing["clock"]
-    line = f"  kernel: instrumented {timing['instrumented_ms']:.4f} ms"
-    if "clean_ms" in timing:
-        line += (
-            f", clean {timing['clean_ms']:.4f} ms, overhead x{timing.get('overhead_ratio', float('nan')):.2f}"
-        )
-    print(f"{line}  [{clock}]")
+    print("\n".join(launch_lines(cap)))
     for name, res in check["outputs"].items():
         nonfinite = f", {res['nonfinite']} of them inf/NaN" if res.get("nonfinite") else ""
         print(
             f"  {name}: {res['mismatches']} of {res['elements']} wrong "
             f"(max abs error {res['max_abs_error']:.3g}{nonfinite})"
         )
-    if cap.accesses is not None:
-        from visualizer.analysis.memory import describe
-
-        for text in describe(launch["accesses"]):
-            print(f"  {text}")
-    if cap.branches is not None or cap.barriers is not None:
-        from visualizer.analysis import branches as lens
-
-        lines = lens.describe(launch["branches"]) if cap.branches is not None else []
-        lines += lens.describe_barriers(launch["barriers"]) if cap.barriers is not None else []
-        for text in lines:
-            print(f"  {text}")
-    if args.barriers and cap.barriers is None:
-        print("  barriers: not recorded (this capture ran on the simulator, which has no clock)")
-    if cap.runs is not None:
-        from visualizer.analysis.races import describe as describe_runs
-
-        for text in describe_runs(cap.launch["runs"]):
-            print(f"  {text}")
+    for text in lens_lines(cap, args.barriers):
+        print(text)
     print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
     if check["correct"]:
         print("  output matches the numpy reference")
