@@ -12,7 +12,6 @@ import race_cases  # noqa: E402  (the visitors' sources)
 from race_cases import source  # noqa: E402
 
 from visualizer.analysis import races
-from visualizer.engine.runner import Runner
 from visualizer.engine.user_runner import UserRunner
 from visualizer.specs.catalog import KERNELS, LaunchError, admit_capture
 from visualizer.specs.source import plan_source_launch
@@ -28,9 +27,9 @@ def launch_plan(name: str, racy: bool):
 
 
 @pytest.fixture(scope="module")
-def runner():
-    with Runner("sim") as r:
-        yield r
+def runner(sim_runner):
+    """conftest's session simulator runner (one worker for the whole suite), by this file's name."""
+    return sim_runner
 
 
 @pytest.fixture(scope="module")
