@@ -92,10 +92,12 @@ def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Fig
         ),
         xaxis={"title": "lane", "dtick": 4, "range": [-0.5, 31.5]},
         yaxis={"autorange": "reversed", "automargin": True},
-        height=max(270, 104 + 26 * len(labels)),  # the 4-entry legend needs ~150 px beside few lines
+        height=max(200, 104 + 26 * len(labels)),  # the strip and its controls fit a 720-px screen
         margin={"t": 64, "l": 10, "r": 10, "b": 50},
-        legend={"orientation": "v", "y": 1, "yanchor": "top", "x": 1.01, "xanchor": "left"},
-    )
+        # compact, so its four entries fit beside two branch lines without a scroll bar
+        legend={"orientation": "v", "y": 1.08, "yanchor": "top", "x": 1.01, "xanchor": "left",
+                "font": {"size": 11}, "tracegroupgap": 0, "itemwidth": 30},
+    )  # fmt: skip
     if n_frames > 1:
         menus, sliders = animation_controls(
             [str(k) for k in range(n_frames)], [str(k) for k in range(n_frames)], "visit ", -0.25, 600
