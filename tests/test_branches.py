@@ -3,9 +3,6 @@ efficiency, on the simulator against independent models (tests/branch_cases.py) 
 against the same models."""
 
 import ast
-import os
-import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,20 +23,11 @@ from visualizer.engine.instrument_branches import (
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import branch_cases  # noqa: E402  (sources and models; the kernels run in subprocesses)
+from case_scripts import run_case_script  # noqa: E402
 
 
 def run_cases(tmp_path, engine: str) -> dict:
-    out = tmp_path / f"{engine}.pkl"
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1" if engine == "sim" else "0"}
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "branch_cases.py"), engine, str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return pickle.loads(out.read_bytes())
+    return run_case_script(HERE / "branch_cases.py", tmp_path, engine)
 
 
 def visits(rows: pd.DataFrame) -> dict:

@@ -4,8 +4,6 @@ the GPU-recording build run on the simulator gives, for its sampled warps, the v
 simulator's recorder gives for the same launch. Marked gpu: the same build on the H200."""
 
 import ast
-import os
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +19,8 @@ from visualizer.engine import instrument_accesses as ia
 
 HERE = Path(__file__).resolve().parent
 CASES_PY = HERE / "gpu_access_cases.py"
+sys.path.insert(0, str(HERE))
+from case_scripts import run_case_script  # noqa: E402
 
 
 def rewrite(src: str, kernel: str = "k"):
@@ -131,17 +131,7 @@ def test_plan_samples_first_middle_last_and_parses_blocks():
 
 
 def run_cases(tmp_path, engine: str) -> dict:
-    out = tmp_path / f"{engine}.pkl"
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0" if engine == "gpu" else "1"}
-    proc = subprocess.run(
-        [sys.executable, str(CASES_PY), engine, str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return pickle.loads(out.read_bytes())
+    return run_case_script(CASES_PY, tmp_path, engine)
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,6 @@ examples: the simulator (visualizer.engine.fastsim) against numpy models of what
 (marked gpu) a GPU against the same models. The kernels and models are in tests/warp_cases.py; each
 engine runs them in its own process (fastsim is installed by monkeypatching)."""
 
-import os
-import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,22 +13,11 @@ HERE = Path(__file__).resolve().parent
 CASES_PY = HERE / "warp_cases.py"
 sys.path.insert(0, str(HERE))
 import warp_cases  # noqa: E402  (models and names; the kernels run in subprocesses)
+from case_scripts import run_case_script  # noqa: E402
 
 
 def run_cases(tmp_path, engine: str) -> dict:
-    out = tmp_path / f"{engine}.pkl"
-    env = {**os.environ}
-    if engine == "gpu":
-        env["NUMBA_ENABLE_CUDASIM"] = "0"
-    proc = subprocess.run(
-        [sys.executable, str(CASES_PY), engine, str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return pickle.loads(out.read_bytes())
+    return run_case_script(CASES_PY, tmp_path, engine)
 
 
 @pytest.fixture(scope="module")
