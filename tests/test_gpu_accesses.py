@@ -273,18 +273,12 @@ def test_a_visitors_kernel_recorded_by_the_pass_equals_the_recorder():
     same_capture_tables(plain, passed)
 
 
+CAPTURE_SMALL_MATMUL = [sys.executable, "-m", "visualizer", "capture", "matmul_tiled", "--param", "n=32",
+                        "--backend", "sim"]  # fmt: skip
+
+
 def test_cli_sample_blocks_needs_accesses_and_a_bad_one_exits_2(tmp_path):
-    base = [
-        sys.executable,
-        "-m",
-        "visualizer",
-        "capture",
-        "matmul_tiled",
-        "--param",
-        "n=32",
-        "--backend",
-        "sim",
-    ]
+    base = CAPTURE_SMALL_MATMUL
     res = subprocess.run(
         [*base, "--sample-blocks", "0", "--out", str(tmp_path)], capture_output=True, text=True
     )
@@ -405,17 +399,7 @@ def k(a, out, n):
 
 
 def test_sampling_on_the_simulator_and_too_many_blocks_are_refused_in_one_line(tmp_path):
-    base = [
-        sys.executable,
-        "-m",
-        "visualizer",
-        "capture",
-        "matmul_tiled",
-        "--param",
-        "n=32",
-        "--backend",
-        "sim",
-    ]
+    base = CAPTURE_SMALL_MATMUL
     res = subprocess.run([*base, "--accesses", "--sample-blocks", "0", "--out", str(tmp_path)],
                          capture_output=True, text=True)  # fmt: skip
     assert res.returncode == 2 and "records every thread" in res.stderr and res.stderr.count("\n") == 1
