@@ -42,6 +42,7 @@ import inspect
 import textwrap
 from typing import Any, Protocol
 
+from visualizer.engine.instrument_ast import BeforeReturns, located
 from visualizer.engine.instrument_delays import DelayPass
 
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
@@ -77,29 +78,7 @@ def _end_call(at: ast.AST, did_work: ast.expr | None = None) -> ast.Expr:
             keywords=[],
         )
     )
-    return _located(call, at)
-
-
-def _located(node: ast.AST, at: ast.AST) -> ast.AST:
-    """``node`` and all its children placed on ``at``'s line (the user's line)."""
-    for child in ast.walk(node):
-        ast.copy_location(child, at)
-        if hasattr(at, "end_lineno"):
-            child.end_lineno = at.lineno
-            child.end_col_offset = at.col_offset
-    return node
-
-
-class _Exits(ast.NodeTransformer):
-    """``return X`` -> ``trace_end(...); return X`` in the kernel's own body."""
-
-    def visit_FunctionDef(self, node):  # nested functions keep their returns
-        return node
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
-    def visit_Return(self, node):
-        return [_end_call(node), node]
+    return located(call, at)
 
 
 def _traced_decorators(fn: ast.FunctionDef) -> list[ast.expr]:
@@ -185,7 +164,7 @@ def instrument(
         p.apply(traced, infos[p.name])
     # which threads did work: the spec's expression; else those past a guard return did not; under a
     # whole-body guard, those whose condition held; everyone else did
-    declared = _located(ast.parse(did_work, mode="eval").body, fn) if did_work else None
+    declared = located(ast.parse(did_work, mode="eval").body, fn) if did_work else None
     did_work = declared
     source_body = list(traced.body)
     prefix: list[ast.stmt] = []
@@ -193,23 +172,23 @@ def instrument(
         guard = source_body[-1]
         keep = ast.Assign(targets=[ast.Name(WORK, ast.Store())], value=guard.test)
         prefix = [ast.copy_location(keep, guard)]
-        guard.test = _located(ast.Name(WORK, ast.Load()), guard)
+        guard.test = located(ast.Name(WORK, ast.Load()), guard)
         did_work = ast.Name(WORK, ast.Load())
     body: list[ast.stmt] = []
     for stmt in source_body:
         if _is_guard_return(stmt):
             ret = stmt.body[0]
-            stmt.body = [_end_call(ret, _located(ast.Constant(False), ret)), ret]
+            stmt.body = [_end_call(ret, located(ast.Constant(False), ret)), ret]
             body.append(stmt)
             continue
         if prefix and stmt is source_body[-1]:
             body.extend(prefix)
-        body.extend(_as_list(_Exits().visit(stmt)))
+        body.extend(_as_list(BeforeReturns(_end_call).visit(stmt)))
     begin = ast.Assign(
         targets=[ast.Name(T0, ast.Store())],
         value=ast.Call(func=ast.Name(BEGIN, ast.Load()), args=[ast.Name(TRACE, ast.Load())], keywords=[]),
     )
-    _located(begin, fn.body[0])
+    located(begin, fn.body[0])
     last = fn.body[-1]
     if not isinstance(body[-1], ast.Return):
         end = _end_call(last, copy.deepcopy(did_work) if did_work is not None else None)

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import ast
 
+from visualizer.engine.instrument_ast import BeforeReturns, located
+
 ACC, HDR, CNT, SEL = "_vz_acc", "_vz_acc_hdr", "_vz_acc_cnt", "_vz_acc_sel"
 SLOT, EPOCH, SLOT_FN = "_vz_slot", "_vz_ep", "_vz_slot_of"
 CTR, ST, START_FN, END_FN = "_vz_ctr", "_vz_st", "_vz_acc_start", "_vz_acc_end"
@@ -50,13 +52,6 @@ LOAD, STORE, ATOMIC = "load", "store", "atomic"
 PROBE_CALLS = frozenset({"trace_begin", "trace_end", "trace_tile", "trace_row_state"})
 ATOMIC_INDEXED = frozenset({"add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min",
                             "nanmax", "nanmin", "cas"})  # fmt: skip
-
-
-def _located(node: ast.AST, at: ast.AST) -> ast.AST:
-    for child in ast.walk(node):
-        ast.copy_location(child, at)
-        child.end_lineno, child.end_col_offset = at.lineno, at.col_offset
-    return node
 
 
 def _name(n: str, ctx=None) -> ast.Name:
@@ -126,7 +121,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def _call(self, array: str, idx: list[ast.expr], site: int, at: ast.AST) -> ast.Call:
         args = [_name(n) for n in (ACC, HDR, CTR, ST, SLOT, EPOCH)] + [_name(array), *idx, ast.Constant(site)]
-        return _located(ast.Call(func=_name(f"{AT}{len(idx)}"), args=args, keywords=[]), at)
+        return located(ast.Call(func=_name(f"{AT}{len(idx)}"), args=args, keywords=[]), at)
 
     def _recorded(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
@@ -165,14 +160,14 @@ class _Rewriter(ast.NodeTransformer):
                 continue
             tmp = f"{TMP}{self.temps}"
             self.temps += 1
-            binds.append(_located(ast.Assign(targets=[_name(tmp, ast.Store())], value=i), node))
+            binds.append(located(ast.Assign(targets=[_name(tmp, ast.Store())], value=i), node))
             names.append(_name(tmp))
-        load = self._call(array, [_located(ast.Name(n.id, ast.Load()), node) if isinstance(n, ast.Name)
+        load = self._call(array, [located(ast.Name(n.id, ast.Load()), node) if isinstance(n, ast.Name)
                                   else n for n in names], self._site(node, array, LOAD), node)  # fmt: skip
         target.slice = load
-        store = self._call(array, [_located(ast.Name(n.id, ast.Load()), node) if isinstance(n, ast.Name)
+        store = self._call(array, [located(ast.Name(n.id, ast.Load()), node) if isinstance(n, ast.Name)
                                    else n for n in names], self._site(node, array, STORE), node)  # fmt: skip
-        return [*binds, node, _located(ast.Expr(store), node)]
+        return [*binds, node, located(ast.Expr(store), node)]
 
     def visit_Call(self, node: ast.Call):
         f = node.func
@@ -218,7 +213,7 @@ def _epochs(body: list[ast.stmt]) -> list[ast.stmt]:
         out.append(stmt)
         if not nested and _calls_barrier(stmt):
             bump = ast.AugAssign(target=_name(EPOCH, ast.Store()), op=ast.Add(), value=ast.Constant(1))
-            out.append(_located(bump, stmt))
+            out.append(located(bump, stmt))
     return out
 
 
@@ -241,7 +236,7 @@ def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list) -> list[as
                 continue
             test = ast.Compare(left=_name(SLOT), ops=[ast.Lt()], comparators=[ast.Constant(0)])
             branch = ast.If(
-                test=_located(test, stmt), body=[original], orelse=new if isinstance(new, list) else [new]
+                test=located(test, stmt), body=[original], orelse=new if isinstance(new, list) else [new]
             )
             out.append(ast.copy_location(branch, stmt))
         elif isinstance(stmt, ast.If):
@@ -257,19 +252,7 @@ def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list) -> list[as
 
 def _end_call(at: ast.AST) -> ast.Expr:
     call = ast.Call(func=_name(END_FN), args=[_name(CNT), _name(ST), _name(SLOT)], keywords=[])
-    return _located(ast.Expr(call), at)
-
-
-class _Exits(ast.NodeTransformer):
-    """``return X`` -> ``_vz_acc_end(...); return X`` in the kernel's own body (a thread's last word)."""
-
-    def visit_FunctionDef(self, node):
-        return node
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
-    def visit_Return(self, node):
-        return [_end_call(node), node]
+    return located(ast.Expr(call), at)
 
 
 class AccessPass:
@@ -302,7 +285,7 @@ class AccessPass:
         body = _epochs(body)
         exits = []
         for stmt in body:
-            new = _Exits().visit(stmt)
+            new = BeforeReturns(_end_call).visit(stmt)
             exits.extend(new if isinstance(new, list) else [new])
         body = exits
         if not body or not isinstance(body[-1], ast.Return):
@@ -327,7 +310,7 @@ class AccessPass:
             ast.Assign(targets=[_name(EPOCH, ast.Store())], value=ast.Constant(0)),
         ]  # fmt: skip
         for s in setup:
-            _located(s, first)
+            located(s, first)
         # the simulator tells shared arrays apart by their (file, line): the counters' own line is the
         # def's, where no shared array of the kernel's can be
         for child in ast.walk(setup[1]):

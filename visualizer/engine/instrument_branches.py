@@ -38,6 +38,7 @@ import copy
 import numpy as np
 
 from visualizer.engine.instrument import _traced_decorators, find_kernel
+from visualizer.engine.instrument_ast import located
 
 BRANCH_FN = "_vz_branch"
 BRANCH_LOG, BRANCH_COUNT = "_vz_br", "_vz_brn"
@@ -47,14 +48,6 @@ BAR_LOG, BAR_COUNT, BAR_T = "_vz_bar", "_vz_barn", "_vz_bar_t"
 # how many records each warp (GPU) or thread (simulator) keeps; the counts say how many it made
 BRANCH_RECORDS = 256
 BARRIER_RECORDS = 64
-
-
-def _located(node: ast.AST, at: ast.AST) -> ast.AST:
-    for child in ast.walk(node):
-        ast.copy_location(child, at)
-        child.end_lineno = at.lineno
-        child.end_col_offset = at.col_offset
-    return node
 
 
 def _name(id_: str, store: bool = False) -> ast.Name:
@@ -148,9 +141,9 @@ class BranchPass:
             args=[_name(BRANCH_LOG), _name(BRANCH_COUNT), ast.Constant(site), test],
             keywords=[],
         )
-        _located(call.func, at)
+        located(call.func, at)
         for arg in call.args[:3]:
-            _located(arg, at)
+            located(arg, at)
         return ast.copy_location(call, test)
 
     def _body(self, body: list[ast.stmt]) -> list[ast.stmt]:
@@ -179,7 +172,7 @@ class BranchPass:
                 self.skipped.append({"line": stmt.lineno, "kind": "for", "why": "not a for over range()"})
                 self.loops.append(site)
                 enter = ast.Expr(self._probe(site, ast.Constant(True), stmt))
-                stmt.body = [_located(enter, stmt), *self._body(stmt.body)]
+                stmt.body = [located(enter, stmt), *self._body(stmt.body)]
                 self.loops.pop()
                 stmt.orelse = self._body(stmt.orelse)
                 return [stmt]
@@ -220,7 +213,7 @@ class BranchPass:
             targets=[ast.Tuple([_name(lo, True), _name(hi, True), _name(st, True)], ast.Store())],
             value=ast.Tuple([start, stop, step_expr], ast.Load()),
         )
-        _located(setup, node)
+        located(setup, node)
         less = ast.Compare(_name(lo), [ast.Lt()], [_name(hi)])
         more = ast.Compare(_name(lo), [ast.Gt()], [_name(hi)])
         if sign > 0:
@@ -236,7 +229,7 @@ class BranchPass:
                     ast.BoolOp(ast.And(), [ast.UnaryOp(ast.Not(), up), more]),
                 ],
             )
-        _located(test, node)
+        located(test, node)
         site = self._site(node, "for")
         self.loops.append(site)
         body = self._body(node.body)
@@ -246,7 +239,7 @@ class BranchPass:
             ast.AugAssign(target=_name(lo, True), op=ast.Add(), value=_name(st)),
         ]
         for h in head:
-            _located(h, node)
+            located(h, node)
         loop = ast.While(test=self._probe(site, test, node), body=head + body, orelse=[])
         ast.copy_location(loop, node)
         loop.end_lineno, loop.end_col_offset = node.end_lineno, node.end_col_offset
@@ -300,7 +293,7 @@ class BarrierPass:
                         keywords=[],
                     )
                 )
-                out += [_located(arrive, stmt), stmt, _located(release, stmt)]
+                out += [located(arrive, stmt), stmt, located(release, stmt)]
                 continue
             for field in ("body", "orelse", "finalbody"):
                 if isinstance(getattr(stmt, field, None), list):

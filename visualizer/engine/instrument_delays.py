@@ -31,21 +31,14 @@ import ast
 
 import numpy as np
 
+from visualizer.engine.instrument_ast import located
+
 DELAY, DELAY_FN = "_vz_delay", "_vz_race_delay"
 KINDS = ("load", "store", "atomic", "barrier")
 DELAY_SLOTS = 256  # waits per site: warps share a slot every 256 warps
 DELAY_P = (0.25, 0.5, 0.75)  # share of the warps that wait at a delayed site (one per run)
 DELAY_MAX_NS = (1_000, 4_000, 16_000)  # the longest wait (one per run)
 DELAY_MIN_NS = 32  # %globaltimer's step on the H200
-
-
-def _located(node: ast.AST, at: ast.AST) -> ast.AST:
-    for child in ast.walk(node):
-        ast.copy_location(child, at)
-        if hasattr(at, "end_lineno"):
-            child.end_lineno = at.lineno
-            child.end_col_offset = at.col_offset
-    return node
 
 
 def _is_call_to(node: ast.AST, attr_prefix: str) -> bool:
@@ -129,7 +122,7 @@ def add_delays(body: list[ast.stmt], arrays: set[str], sites: list) -> list[ast.
                 )
             )
             sites.append((stmt.lineno, "+".join(kinds)))
-            out.append(_located(call, stmt))
+            out.append(located(call, stmt))
         out.append(stmt)
     return out
 
