@@ -214,6 +214,15 @@ def probe_globals(passes: tuple = (), delays: bool = False) -> dict[str, Any]:
     return out
 
 
+def function_namespace(py_fn) -> dict[str, Any]:
+    """A function's module globals plus its closure's constants (a tile size a factory closed over):
+    every name its body can see, as one dict (where a traced copy runs; where shapes are looked up)."""
+    namespace = dict(py_fn.__globals__)
+    for name, cell in zip(py_fn.__code__.co_freevars, py_fn.__closure__ or (), strict=True):
+        namespace[name] = cell.cell_contents
+    return namespace
+
+
 def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (), delays: bool = False):
     """A built-in kernel's plain Python function (kernels/), instrumented like a visitor's kernel:
     returns ``(traced_python_function, tree)``. The source comes from the kernel's file, so every
@@ -226,9 +235,7 @@ def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (
     fn = tree.body[0]
     fn.decorator_list = []
     tree = instrument(tree, fn.name, delays, did_work=did_work, passes=passes)
-    namespace = dict(py_fn.__globals__)
-    for name, cell in zip(py_fn.__code__.co_freevars, py_fn.__closure__ or (), strict=True):
-        namespace[name] = cell.cell_contents
+    namespace = function_namespace(py_fn)
     namespace.update(probe_globals(passes, delays))
     exec(compile(tree, py_fn.__code__.co_filename, "exec"), namespace)
     traced = namespace[traced_name(fn.name)]

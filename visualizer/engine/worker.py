@@ -256,6 +256,8 @@ def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = Fal
 
 def prepare_builtin(backend: Backend, request: dict):
     """A built-in kernel's Job (engine/pipeline.py): its spec's launch, inputs, probe buffers, builds."""
+    from visualizer.engine.builds import builds
+    from visualizer.engine.instrument import function_namespace
     from visualizer.engine.lenses import Lenses
     from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
@@ -268,7 +270,8 @@ def prepare_builtin(backend: Backend, request: dict):
     # the lenses asked for (engine/lenses.py): the SIMT lens, accesses the kernel records itself, delays
     lenses = Lenses.of(backend, request, launch.blocks, launch.threads_per_block)
     buffers.update(lenses.buffers)
-    built = build_kernels(spec, values, lenses.build_passes(builtin_access_pass(spec, values)), lenses.delays)
+    fn = kernel_function(spec, values)
+    built = builds(fn, spec.active_when, lenses.build_passes(builtin_access_pass(spec, fn)), lenses.delays)
     layout = [
         ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
         for a in spec.args
@@ -282,12 +285,11 @@ def prepare_builtin(backend: Backend, request: dict):
         buffers=buffers, traced_args=layout + added, clean_args=layout, dynamic_smem=launch.dynamic_smem,
         nbytes=nbytes, flops=flops, compile_started_ns=started, lens=lenses.info(built.info),
     )  # fmt: skip
-    fn = kernel_function(spec, values)
     host = {**inputs, **buffers}
     named = {
         name: host[role] for role, name in zip(spec.args, _param_names(fn), strict=False) if role in host
     }
-    lenses.attach(job, backend, request, built.info, named, _namespace(fn))
+    lenses.attach(job, backend, request, built.info, named, function_namespace(fn))
     if request.get("accesses") and not lenses.record_accesses:  # the simulator's exact recorder
         from visualizer.specs.catalog import LaunchError
 
@@ -305,20 +307,12 @@ def _param_names(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
-def _namespace(fn) -> dict:
-    """A kernel function's globals and closure constants (where its shared arrays' shapes are named)."""
-    ns = dict(fn.__globals__)
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
-        ns[name] = cell.cell_contents
-    return ns
-
-
-def builtin_access_pass(spec, values):
+def builtin_access_pass(spec, fn):
     """The access pass for a built-in kernel: its probe-buffer parameters are not its data."""
     from visualizer.engine.access_record import PROBE_BUFFERS
     from visualizer.engine.instrument_accesses import AccessPass
 
-    names = _param_names(kernel_function(spec, values))
+    names = _param_names(fn)
     return AccessPass(exclude=[n for role, n in zip(spec.args, names, strict=False) if role in PROBE_BUFFERS])
 
 

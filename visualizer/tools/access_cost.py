@@ -48,7 +48,7 @@ def measure(cases=CASES, repeats: int = 10) -> list[dict]:
         bufs = worker.probe_buffers(spec, launch)
         fn = worker.kernel_function(spec, values)
         plain = builds(fn, spec.active_when)
-        rec = builds(fn, spec.active_when, (worker.builtin_access_pass(spec, values),))
+        rec = builds(fn, spec.active_when, (worker.builtin_access_pass(spec, fn),))
         dev = {k: cuda.to_device(v) for k, v in {**inputs, **bufs}.items()}
         own = [dev[a] if a in dev else launch.scalars[a] for a in spec.args]
         config = (launch.grid, launch.block, 0, launch.dynamic_smem) if launch.dynamic_smem else (
