@@ -171,17 +171,7 @@ def race_delay(delays, site):
             pass
 
 
-# --- clean builds: the same kernels with every probe replaced by a no-op ---------------------
-
-
-@cuda.jit(device=True)
-def _begin_off(trace):
-    return uint64(0)
-
-
-@cuda.jit(device=True)
-def _end_off(trace, active, t0, did_work):
-    pass
+# --- clean builds: the same kernels with every domain probe replaced by a no-op --------------
 
 
 @cuda.jit(device=True)
@@ -195,15 +185,14 @@ def _row_state_off(state, step, row, m, l):  # noqa: E741
 
 
 _CLEAN = {
-    trace_begin: _begin_off,
-    trace_end: _end_off,
     trace_tile: _tile_off,
     trace_row_state: _row_state_off,
 }
 
 
 def without_probes(fn):
-    """The same Python function, with its probe globals bound to no-ops."""
+    """The same Python function, with its domain probe globals bound to no-ops (the trace probes are
+    never in a kernel's source: only the instrumenter adds them, to the traced copy)."""
     g = dict(fn.__globals__)
     for name, value in fn.__globals__.items():
         try:
