@@ -72,7 +72,7 @@ def build(name, racy, delays, fn=None):
     if fn is not None:
         module.__dict__[D.DELAY_FN] = fn
     traced, _ = kernel_pair(cuda, module, kname)
-    return traced, module.__dict__["_vz_delay_sites"]
+    return traced, module.__dict__["_vz_info"]["delays"]["sites"]
 
 
 def runs(name, traced, tables, n=8):

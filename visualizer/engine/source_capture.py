@@ -96,7 +96,6 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False, p
     module = types.ModuleType(name)
     module.__file__ = filename
     module.__dict__.update(probe_globals(passes, delays=delays))
-    module.__dict__["_vz_delay_sites"] = instrumented.delay_sites
     module.__dict__["_vz_info"] = instrumented.vz_info
     module.__dict__["_vz_params"] = instrumented.vz_params
     sys.modules[name] = module  # numba and inspect look modules up by name
