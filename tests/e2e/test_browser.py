@@ -186,6 +186,10 @@ def test_link_copied_after_page_switches_reproduces_the_view(page, app_url, brow
         wait_for_app(fresh)
         assert main(fresh).locator("h1").first.inner_text() == "Warp & SM scheduling"
         assert "T4" in main(fresh).get_by_role("combobox", name="GPU model (modelled)").input_value()
+        for _ in range(40):  # on a loaded machine the metrics row can still be drawing: let it settle
+            if shown_metrics(fresh) == metrics:
+                break
+            fresh.wait_for_timeout(250)
         assert shown_metrics(fresh) == metrics
         sidebar_page(fresh, "Grid layout")  # and the grid page remembers its colouring from the link
         checked = main(fresh).locator("[data-testid=stRadio] input:checked")
