@@ -248,7 +248,10 @@ def query(kernel: str, params: dict) -> str:
 
 
 def heavy_params(i: int) -> dict:
-    return {"n": 40 + i, "tile": 8}  # matmul_naive: 25-81 blocks, long enough to leave mid-run
+    # matmul_naive n=80-109: 100-196 blocks, about 0.5-1.2 s simulated (2026-12-01, 2-core machine). A
+    # visitor can only leave mid-run if the run outlasts a progress report reaching it (a cluster replica
+    # looks every 0.25 s); n=41 takes 0.09 s, too short to be caught reliably.
+    return {"n": 80 + i, "tile": 8}
 
 
 def visit(port: int, i: int, behaviour: str, started: list[threading.Event]) -> Outcome:
