@@ -453,7 +453,7 @@ def show_run_problems() -> None:
         st.error(st.session_state.url_error, icon=":material/link_off:")
 
 
-def require_capture() -> Capture:
+def require_capture(source=None) -> Capture:
     """The capture to draw, or stop the page with the reason in the main area, where the chart would be.
 
     A failed Run never leaves the previous chart under the new configuration: the page shows the error
@@ -468,7 +468,8 @@ def require_capture() -> Capture:
         st.info("Pick a kernel in the sidebar and press **Run**.")
         st.stop()
     show_unrun_notice(cap)
-    st.caption(kernel_named(cap))
+    # ``source``: the page's data-source line, joined to the kernel's (one caption, not two, above the chart)
+    st.caption(kernel_named(cap) + (f" · Data source: {source(cap)}" if source is not None else ""))
     return cap
 
 

@@ -84,7 +84,7 @@ def loop_section(cap: Capture) -> None:
     gx, gy, gz = cap.launch["grid"]
     shape = f"tile {bq}" if not fast else f"S tiles {bq} × {bk} (block_q × block_k)"
     blocks = f" in {gx} × {gy} blocks (pairs of Q tiles)" if fast and causal else ""
-    # a one-line heading (the launch's shape goes in the caption under the inputs): the loop's chart
+    # a one-line heading (the launch's shape goes in the caption under the chart): the loop's chart
     # then starts above the fold of a 720-px projector
     st.subheader("One block's K/V loop")
     launch_shape = (
@@ -121,7 +121,6 @@ def loop_section(cap: Capture) -> None:
             f"query row q0 + row; this tile holds queries {q0}–{q0 + rows_here - 1}",
         )
     block = fast_block(q_tile, n_q, head, batch, heads, causal) if fast else (q_tile, head, batch)
-    st.caption(launch_shape + " " + _block_caption(cap, q_tile, head, batch, block))
     try:
         loop_fig = flash_loop_figure(
             cap.tiles,
@@ -140,6 +139,8 @@ def loop_section(cap: Capture) -> None:
         st.error(str(exc))
     else:
         chart(loop_fig, key="fa_loop_chart")
+    # under the chart, not above it: three lines above would push the chart below a 720-px fold
+    st.caption(launch_shape + " " + _block_caption(cap, q_tile, head, batch, block))
 
     left, right = st.columns([3, 2])
     try:

@@ -28,22 +28,17 @@ st.title("FlashAttention")
 
 
 st.markdown(
-    "FlashAttention computes softmax(QKᵀ/√d)·V one tile at a time: each block keeps its Q tile in shared "
-    "memory and streams K and V tiles past it, so the seq_len × seq_len score matrix S never goes to global "
-    "memory. An *online* softmax keeps a running row max m and sum l, and rescales the output O whenever m "
-    "grows. "
+    "FlashAttention computes softmax(QKᵀ/√d)·V a tile at a time: a block keeps its Q tile in shared memory "
+    "and streams K/V tiles past it, so the seq_len² score matrix never reaches global memory; an *online* "
+    "softmax keeps a running row max m and sum l and rescales O when m grows. "
     + TRY.get(
         BROKEN.get(shown.launch["kernel"] if shown else ""),
-        "**Try:** set `causal=1` and watch the skipped tiles right of the diagonal; pick a row and watch "
-        "m and l change from step to step; then turn on *Break it* below the loop.",
+        "**Try:** `causal=1` (tiles right of the diagonal are skipped), another row, then *Break it*.",
     )
 )
 
 
-capture = require_capture()
-
-
-st.caption(f"Data source: {capture.source}")
+capture = require_capture(source=lambda cap: cap.source)
 
 
 if capture.launch["kernel"] == "flash_attention":
@@ -55,12 +50,12 @@ elif capture.launch["kernel"] in BROKEN:
     broken_view(capture)
     numerical_check(capture)
 elif capture.launch["kernel"] == FAST:
+    loop_section(capture)
     st.markdown(
         "**The fast kernel** (`flash_attention_fast`) runs the same loop with S tiles of block_q query rows × "
         "block_k keys: Q stays in registers as tensor-core fragments, only K and V go through shared memory, "
         "and both products run on tensor cores (3xTF32) on the GPU — emulated, and slow, on the simulator."
-    )
-    loop_section(capture)
+    )  # under the loop's chart, so that the chart starts above a 720-px fold as the teaching kernel's does
     numerical_check(capture)
     fast_smem_section(capture)
 else:
