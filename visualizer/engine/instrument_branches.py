@@ -45,8 +45,10 @@ BRANCH_LOG, BRANCH_COUNT = "_vz_br", "_vz_brn"
 ARRIVE_FN, RELEASE_FN = "_vz_bar_arrive", "_vz_bar_release"
 BAR_LOG, BAR_COUNT, BAR_T = "_vz_bar", "_vz_barn", "_vz_bar_t"
 
-# how many records each warp (GPU) or thread (simulator) keeps; the counts say how many it made
-BRANCH_RECORDS = 256
+# how many records each warp (GPU) or thread (simulator) keeps at most (fewer where a launch's log
+# would pass its bytes below); the counts say how many it made. The reply carries only the columns
+# some row used (trim_logs)
+BRANCH_RECORDS = 1 << 14
 BARRIER_RECORDS = 64
 
 
@@ -303,6 +305,9 @@ class BarrierPass:
 
 
 BUFFER_BYTES = 64 << 20  # a launch's branch (or barrier) log at most: fewer records per row above it
+# a GPU's branch log (12-byte records) may take more: it then holds the SIMT lesson's pair at its
+# largest (2^20 threads, 2 x (128 + 1) + 2 visits per warp: 102 MB) uncut
+GPU_BRANCH_BYTES = 128 << 20
 
 
 def branch_buffers(
@@ -322,8 +327,20 @@ def branch_buffers(
         threads = n_blocks * threads_per_block
         rec = max(1, min(records or BRANCH_RECORDS, BUFFER_BYTES // (4 * threads)))
         return {BRANCH_LOG: np.zeros((threads, rec), np.int32), BRANCH_COUNT: np.zeros(threads, np.int32)}
-    rec = max(1, min(records or BRANCH_RECORDS, BUFFER_BYTES // (24 * warps)))
-    return {BRANCH_LOG: np.zeros((warps, rec, 3), np.int64), BRANCH_COUNT: np.zeros(warps, np.int32)}
+    rec = max(1, min(records or BRANCH_RECORDS, GPU_BRANCH_BYTES // (12 * warps)))
+    return {BRANCH_LOG: np.zeros((warps, rec, 3), np.int32), BRANCH_COUNT: np.zeros(warps, np.int32)}
+
+
+def trim_logs(buffers: dict) -> dict:
+    """The lens's logs cut to the records the fullest row made (a row's count may be past its end:
+    then the log keeps its width, and the host says it was cut); other buffers as they are. For the
+    reply: a log sized for thousands of records per row travels with the few a kernel made."""
+    out = dict(buffers)
+    for log, count in ((BRANCH_LOG, BRANCH_COUNT), (BAR_LOG, BAR_COUNT)):
+        if log in out and count in out and out[log].ndim >= 2 and len(out[count]):
+            used = int(min(max(int(np.max(out[count])), 1), out[log].shape[1]))
+            out[log] = np.ascontiguousarray(out[log][:, :used])
+    return out
 
 
 def lens(
