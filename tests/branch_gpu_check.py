@@ -139,11 +139,14 @@ def _kernels(source, kernel, passes):
 
 
 def clean(names=None):
+    """Each case's clean kernel launched once, in case_list's order or in the order of ``names``
+    (ncu's n-th profiled kernel is the n-th launched)."""
     from numba import cuda
 
-    for name, src, kernel, grid, block, args, _ in case_list():
-        if names and name not in names:
-            continue
+    cases = case_list()
+    if names:
+        cases = [next(c for c in cases if c[0] == name) for name in names]
+    for name, src, kernel, grid, block, args, _ in cases:
         mod = {}
         exec(compile(src, name + ".py", "exec"), mod)
         dev = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
