@@ -344,3 +344,23 @@ def test_sass_jumps_per_line_leave_out_the_trailing_self_loop():
     ]
     pl = branches.per_line(branches._frame(recs, sites, "measured (GPU)"), jumps)
     assert pl["sass_jumps"].tolist() == [0, 2]
+
+
+def test_the_lessons_answer_says_when_its_log_was_cut():
+    from visualizer.analysis.lesson_answers import Answer
+    from visualizer.web import lessons
+
+    facts = {
+        "divergent_visits": 1,
+        "visits": 2,
+        "mean_active": 16.0,
+        "truncated": 4,
+        "recorded": 8,
+        "made": 12,
+    }
+    question = lessons.DIVERGENCE.questions[0]
+    cut = question.explain(Answer(50.0, {**facts, "of": "warp visits"}, "measured (GPU)"), {})
+    whole = question.explain(Answer(50.0, {**facts, "truncated": 0}, "measured (GPU)"), {})
+    assert (
+        "Careful: the log was cut for 4 warps" in cut and "8 recorded of 12" in cut and "Careful" not in whole
+    )
