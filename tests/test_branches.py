@@ -59,7 +59,7 @@ def test_the_simulators_own_activemask_is_not_a_gpus_reconvergence(sim):
 
 
 @pytest.mark.parametrize(
-    "name", ["odd_even", "mandel", "collatz", "classify", "partial_sums", "reduction_example"]
+    "name", ["odd_even", "mandel", "collatz", "classify", "partial_sums", "const_loop", "reduction_example"]
 )
 def test_simulated_visits_are_exact(sim, name):
     assert_matches_model(sim[name], name)
@@ -364,3 +364,22 @@ def test_the_lessons_answer_says_when_its_log_was_cut():
     assert (
         "Careful: the log was cut for 4 warps" in cut and "8 recorded of 12" in cut and "Careful" not in whole
     )
+
+
+def test_a_constant_loop_is_no_branch_and_a_gpu_does_not_probe_it(sim):
+    """`for j in range(REPS)` (a module constant): on the simulator its tests keep the inner branches'
+    iterations apart, and its own visits are not in the table; on a GPU the loop is left as written
+    (unrolled by the compiler), with the inner tests still probed; the site table is the same."""
+    case = sim["const_loop"]
+    assert not (case["rows"]["kind"] == "for-const").any() and set(case["rows"]["site"]) == {1, 2}
+    assert (case["out"] == case["want"]).all()
+    tree = ast.parse(branch_cases.CONST_LOOP)
+    gpu = apply_passes(tree, "const_loop", [BranchPass(probe_constant_loops=False)])
+    simulated = apply_passes(tree, "const_loop", [BranchPass()])
+    assert gpu.vz_info["branches"]["sites"] == simulated.vz_info["branches"]["sites"]
+    assert [s["kind"] for s in gpu.vz_info["branches"]["sites"]] == ["for-const", "if", "if"]
+    traced = next(f for f in gpu.body if isinstance(f, ast.FunctionDef) and f.name.endswith("__traced"))
+    loops = [n for n in ast.walk(traced) if isinstance(n, (ast.For, ast.While))]
+    assert [type(n).__name__ for n in loops] == ["For"]  # not rewritten into a probed while
+    assert ast.unparse(traced).count("_vz_branch(") == 2
+    assert "constant trip count" in gpu.vz_info["branches"]["not_recorded"][0]["why"]

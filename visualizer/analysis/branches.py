@@ -4,7 +4,8 @@ how long each warp waited at each barrier. Pure pandas/numpy.
 A **branch** is a site of the kernel's source the instrumenter records (engine/instrument_branches.py):
 the test of an ``if``/``elif``, of a ``while``, of a ``for`` over ``range()`` (once per iteration, the
 last failing test included), or the top of the body of another ``for`` (kind ``for-body``: its
-iterations only). A **visit** is one evaluation of that test by a warp: ``active`` lanes evaluated it
+iterations only). A ``for`` over a constant ``range()`` (kind ``for-const``) is no branch of the
+table: every lane runs it the same number of times, so it cannot diverge. A **visit** is one evaluation of that test by a warp: ``active`` lanes evaluated it
 together, ``taken`` of them went into the body (the others to the ``else``, or out of the loop).
 
 Where the visits come from:
@@ -46,8 +47,12 @@ ROW_COLUMNS = [
     "taken_mask",
 ]
 SIM_SOURCE = modelled("structured SIMT reconvergence over simulated lane decisions")
-LOOP_KINDS = ("while", "for", "for-body")
+LOOP_KINDS = ("while", "for", "for-body", "for-const")
 UNCOUNTED = ("for-body",)  # no exit test recorded: left out of the efficiency
+# a loop over a constant range: the same trip count in every lane (it cannot diverge), unrolled by the
+# compiler; the simulator records it to tell the inner branches' iterations apart, a GPU does not probe
+# it; its visits are dropped from the table on both
+NOT_SHOWN = ("for-const",)
 
 
 def sites_table(sites: list[dict], source_lines: list[str] | None = None) -> pd.DataFrame:
@@ -75,6 +80,7 @@ def _frame(records: list[tuple], sites: list[dict], source: str) -> pd.DataFrame
     df["kind"] = df["site"].map(lambda s: by_site[s]["kind"]).astype(str)
     df["active"] = _popcount(df["active_mask"].to_numpy()) if len(df) else np.zeros(0, np.int64)
     df["taken"] = _popcount(df["taken_mask"].to_numpy()) if len(df) else np.zeros(0, np.int64)
+    df = df[~df["kind"].isin(NOT_SHOWN)]
     df = df[ROW_COLUMNS].sort_values(["block", "warp", "site", "visit"], kind="stable").reset_index(drop=True)
     return labelled(df, source)
 

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from visualizer.analysis.branches import NOT_SHOWN
 from visualizer.figures.common import animation_controls, place_controls, source_of, titled
 
 NO_VISIT, NOT_REACHED, NOT_TAKEN, TAKEN = 0, 1, 2, 3
@@ -38,6 +39,7 @@ def lane_strip_frames(
     labels = {
         int(s.site): _label(int(s.line), str(s.kind), str(getattr(s, "text", "")))
         for s in sites.itertuples(index=False)
+        if s.kind not in NOT_SHOWN
     }
     order = sorted(labels)
     n_frames = int(min(MAX_FRAMES, w["visit"].max() + 1)) if len(w) else 1

@@ -188,10 +188,17 @@ with tab_b:
                 "mean_active": st.column_config.NumberColumn("lanes on per visit", format="%.1f"),
             },
         )
-    if summary.get("not_recorded"):
-        lines = ", ".join(str(x["line"]) for x in summary["not_recorded"])
+    skipped = summary.get("not_recorded") or []
+    other = ", ".join(str(x["line"]) for x in skipped if "constant" not in x.get("why", ""))
+    const = ", ".join(str(x["line"]) for x in skipped if "constant" in x.get("why", ""))
+    if other:
         st.caption(
-            f"Loops at line(s) {lines} are not over range(): their iterations are shown, not their exit test."
+            f"Loops at line(s) {other} are not over range(): their iterations are shown, not their exit test."
+        )
+    if const:
+        st.caption(
+            f"Loops at line(s) {const} run a constant number of times, every lane alike: they cannot "
+            "diverge, so they are not among the branches."
         )
 with tab_w:
     if bars is None:
