@@ -145,8 +145,8 @@ with tab_b:
                 else "no branch**: no branch line compiled to a conditional jump"
             )
             + (
-                f"; line {', '.join(map(str, ncu_like['left_out']))} compiled to none (predicated), ncu "
-                "counts no branch there"
+                f"; line {', '.join(map(str, ncu_like['left_out']))} compiled to no conditional jump "
+                "(predicated, or decided by the compiler), and ncu counts no branch there"
                 if ncu_like["left_out"] and ncu_like["efficiency"] is not None
                 else ""
             )
