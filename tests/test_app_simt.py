@@ -132,7 +132,10 @@ def test_a_visitors_kernel_gets_the_lens_from_the_page(monkeypatch):
     # the SASS beside the visitor's kernel too (compiled in its sandbox): the tree's test jumps
     table = next(d for d in at.dataframe if "jumps" in d.value.columns).value
     assert table.loc[table["branch"] == "if tid < s:", "jumps"].iloc[0] > 0
-    assert any(c.value.startswith("As Nsight Compute counts it (SASS branches)") for c in at.caption)
+    assert any(
+        c.value.startswith("As Nsight Compute counts it (SASS branches; from the modelled visits")
+        for c in at.caption
+    )
     # warp 0 of each block at strides 16..1, and warp 6 of block 7 at `if i < x.shape[0]` (2000 elements)
     assert "**9 of 64** warps diverged" in _numbers(at)
     at.switch_page("web/pages/simt.py").run()  # the lens's capture is kept: no second run, no button

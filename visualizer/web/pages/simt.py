@@ -137,7 +137,8 @@ with tab_b:
     ncu_like = branches.as_ncu_counts(rows, cond) if cond is not None else None
     if ncu_like is not None:
         st.caption(
-            "As Nsight Compute counts it (SASS branches): **"
+            f"As Nsight Compute counts it (SASS branches; from the {kind} visits and the clean build's "
+            "sm_90 SASS): **"
             + (
                 f"{ncu_like['efficiency']:.1f}%**, over the {ncu_like['visits']:,} visits of the lines that "
                 f"compiled to a conditional jump (line {', '.join(map(str, ncu_like['lines']))})"
@@ -151,7 +152,7 @@ with tab_b:
                 else ""
             )
             + ". It matches ncu where each such test is one jump per visit; an unrolled loop runs fewer. "
-            "The lesson's number is the source's: every test a warp evaluated."
+            "The number the lesson teaches is the source's: every test on which a warp's lanes could disagree."
         )
     left, right = st.columns(2)
     with left:
