@@ -8,8 +8,9 @@ GPU (numba-cuda):
   over ``range`` rewritten as a ``while``) and returns ``cond`` unchanged. The lanes evaluating the
   test together are ``activemask()``; those for which it holds are ``ballot_sync(mask, cond)``. The
   lowest active lane (the warp's leader at that moment) appends one record ``(site, mask, taken)`` to
-  its warp's row of ``log`` (int64, shape (warps, records, 3)); ``count[warp]`` (int32) counts the
-  records the warp made, also those past the end of the row (the host says the log was cut).
+  its warp's row of ``log`` (int32, shape (warps, records, 3): the masks' 32 bits as they are);
+  ``count[warp]`` (int32) counts the records the warp made, also those past the end of the row (the
+  host says the log was cut).
 * ``barrier_arrive()`` / ``barrier_release(bars, count, site, t_arrive)`` go around a
   ``cuda.syncthreads()``: the leader reads ``%globaltimer`` before and after the barrier and appends
   ``(site, t_arrive, t_release)`` to its warp's row of ``bars`` (int64, (warps, records, 3)).

@@ -116,6 +116,27 @@ def partial_sums(x, out):
     out[i] = acc
 """
 
+# a loop over a constant range (unrolled on a GPU, so not probed there) whose body skips lanes with
+# `continue` and branches on the data: the inner tests' visits are told apart by its iterations
+CONST_LOOP = """\
+from numba import cuda
+
+REPS = 3
+
+
+@cuda.jit
+def const_loop(x, out):
+    i = cuda.grid(1)
+    acc = 0
+    for j in range(REPS):
+        if (i + j) % 3 == 0:
+            continue
+        acc += 1
+        if x[i] > j:
+            acc += 2
+    out[i] = acc
+"""
+
 REDUCTION_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                  "kernels", "examples", "reduction.py")  # fmt: skip
 
@@ -272,6 +293,24 @@ def model_partial_sums(nblocks, tpb, x):
     return exp
 
 
+def model_const_loop(nblocks, tpb, x):
+    """Sites: 0 the constant loop (no row), 1 `(i + j) % 3 == 0`, 2 `x[i] > j`; iteration j is visit j
+    of each inner test, among the lanes that reach it."""
+    exp = {}
+    for block, warp, threads in _warps(nblocks, tpb):
+        lanes = {t - warp * 32: block * tpb + t for t in threads}
+        skip, data = [], []
+        for j in range(3):
+            skip.append((_bits(lanes), _bits([lane for lane, i in lanes.items() if (i + j) % 3 == 0])))
+            stay = [lane for lane, i in lanes.items() if (i + j) % 3 != 0]
+            if stay:
+                data.append((_bits(stay), _bits([lane for lane in stay if x[lanes[lane]] > j])))
+        exp[(block, warp, 1)] = skip
+        if data:
+            exp[(block, warp, 2)] = data
+    return exp
+
+
 def model_reduction(nblocks, tpb, n):
     exp = {}
     for block, warp, threads in _warps(nblocks, tpb):
@@ -370,6 +409,13 @@ def cases(simulator: bool) -> dict:
     r = run_case(PARTIAL_SUMS, "partial_sums", 2, 40, (xs, np.zeros_like(xs)), simulator)
     r["expected"] = model_partial_sums(2, 40, xs)
     res["partial_sums"] = r
+
+    xc = rng.integers(-1, 4, 2 * 48).astype(np.int32)
+    r = run_case(CONST_LOOP, "const_loop", 2, 48, (xc, np.zeros(2 * 48, np.int32)), simulator)
+    r["expected"] = model_const_loop(2, 48, xc)
+    r["out"] = r["args"][1]
+    r["want"] = np.array([sum(1 + 2 * (v > j) for j in range(3) if (i + j) % 3) for i, v in enumerate(xc)])
+    res["const_loop"] = r
 
     n = 1000
     xr = rng.standard_normal(n).astype(np.float32)

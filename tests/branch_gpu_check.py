@@ -3,6 +3,10 @@ branch counters, what recording costs, and the barrier waits of the tiled matmul
 
     python tests/branch_gpu_check.py ours OUT_DIR      # instrumented runs: visits, summaries, barriers, timing
     ncu --clock-control none --metrics ... python tests/branch_gpu_check.py clean   # each clean kernel once
+    ncu ... python tests/branch_gpu_check.py clean collatz classify   # those cases' clean kernels alone
+
+``lens_rows(name)`` and ``sass_lines(name)`` give a case's visits on the GPU and its clean build's
+jumps per line (tests/test_branches_sass_gpu.py sets them against ncu).
 
 The cases are launched in the same order with the same inputs in both modes, so ncu's n-th kernel is
 the n-th case.
@@ -134,10 +138,15 @@ def _kernels(source, kernel, passes):
     return traced, getattr(mod, kernel), info, cuda
 
 
-def clean():
+def clean(names=None):
+    """Each case's clean kernel launched once, in case_list's order or in the order of ``names``
+    (ncu's n-th profiled kernel is the n-th launched)."""
     from numba import cuda
 
-    for name, src, kernel, grid, block, args, _ in case_list():
+    cases = case_list()
+    if names:
+        cases = [next(c for c in cases if c[0] == name) for name in names]
+    for name, src, kernel, grid, block, args, _ in cases:
         mod = {}
         exec(compile(src, name + ".py", "exec"), mod)
         dev = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
@@ -225,8 +234,60 @@ def ours(out_dir):
         json.dump(report, f, indent=1)
 
 
+def _by_name(name):
+    return next(c for c in case_list() if c[0] == name)
+
+
+def lens_rows(name, records=1024):
+    """A case's warp visits on the GPU (the branch probes alone) and its branch sites."""
+    from numba import cuda
+
+    from visualizer.analysis import branches
+    from visualizer.engine.instrument_branches import BranchPass, branch_buffers
+
+    _, src, kernel, grid, block, args, _ = _by_name(name)
+    g = grid if isinstance(grid, tuple) else (grid,)
+    b = block if isinstance(block, tuple) else (block,)
+    nb, tpb = int(np.prod(g)), int(np.prod(b))
+    traced, info = bc.load(src, kernel, [BranchPass()])
+    dev = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
+    bb = [cuda.to_device(a) for a in branch_buffers(False, nb, tpb, records=records).values()]
+    traced[g, b](*dev, *bb)
+    cuda.synchronize()
+    log, cnt = (a.copy_to_host() for a in bb)
+    sites = info["branches"]["sites"]
+    return branches.rows(False, log, cnt, sites, tpb), sites
+
+
+def sass_lines(name, arch="sm_90"):
+    """(jumps, conditional jumps) per source line of a case's clean build, compiled here for ``arch``
+    with line info (numba -> PTX, ptxas, nvdisasm; no GPU needed), typed as a launch on the case's own
+    arguments types them."""
+    import types
+
+    from numba import cuda, typeof
+
+    from visualizer.analysis import asm, branches
+    from visualizer.engine.ptx import assemble
+
+    if not cuda.is_available():  # numba-cuda asks the device for its compute capability
+        from visualizer.engine.ptx_compile import _compile_for
+
+        _compile_for((9, 0))
+    _, src, kernel, _, _, args, _ = _by_name(name)
+    mod = types.ModuleType("clean_" + name)
+    exec(compile(src, name + ".py", "exec"), mod.__dict__)
+    sig = tuple(typeof(a) for a in args)
+    ptx, _ = cuda.compile_ptx(mod.__dict__[kernel].py_func, sig, cc=(9, 0), lineinfo=True)
+    sass = asm.sass_table(assemble(ptx, arch)["sass"])
+    same = asm.same_file(sass["file"], name + ".py")
+    return branches.sass_branches(sass, same), branches.sass_branches(sass, same, conditional=True)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "clean":
+    if sys.argv[1] == "clean" and len(sys.argv) > 2:
+        clean(sys.argv[2:])
+    elif sys.argv[1] == "clean":
         clean()
         builtin_clean()
     elif sys.argv[1] == "builtin":

@@ -27,6 +27,17 @@ def _numbers(at: AppTest) -> str:
     return next(m.value for m in at.markdown if m.value.startswith("Branch efficiency"))
 
 
+def _strip(spec: dict) -> np.ndarray:
+    """The lane strip's states, one row per branch line."""
+    z = spec["data"][0]["z"]
+    return np.frombuffer(base64.b64decode(z["bdata"]), np.int8).reshape(-1, 32)
+
+
+def _link(at: AppTest, key: str) -> str:
+    value = at.query_params[key]
+    return value[0] if isinstance(value, list) else value
+
+
 @pytest.fixture(scope="module")
 def lanes_page() -> AppTest:
     return open_app(
@@ -41,18 +52,39 @@ def test_lanes_page_shows_the_divergent_warp_and_says_it_is_modelled(lanes_page)
     assert f"Branch efficiency **{100 * (1 - 1 / 12):.1f}%** (modelled)" in _numbers(at)
     assert "**16 of 16** warps diverged" in _numbers(at)
     ((title, spec),) = _charts(at).items()
-    assert title.startswith("Block 0, warp 2, which lanes took each branch (5 visits)")
+    assert title.startswith("Block 0, warp 2, which lanes took each branch (visit 0 of visits 0-4)")
     assert "modelled (structured SIMT reconvergence" in title
-    z = spec["data"][0]["z"]  # visit 0: the guard, the parity test, side A's loop, side B's loop
-    z0 = np.frombuffer(base64.b64decode(z["bdata"]), np.int8).reshape(4, 32)
+    z0 = _strip(spec)  # visit 0: the guard, the parity test, side A's loop, side B's loop
     taken, not_taken, not_reached = bfigs.TAKEN, bfigs.NOT_TAKEN, bfigs.NOT_REACHED
     assert (z0[0] == taken).all()
     assert z0[1].tolist() == [taken, not_taken] * 16
     assert z0[2].tolist() == [taken, not_reached] * 16 and z0[3].tolist() == [not_reached, taken] * 16
-    assert len(spec["frames"]) == 5  # each loop: 4 tests true, the last false
-    assert at.query_params["simt_warp"] == ["2"] or at.query_params["simt_warp"] == "2"
+    assert at.slider(key="simt_visit").max == 4  # each loop: 4 tests true, the last false
+    assert _link(at, "simt_warp") == "2" and _link(at, "simt_visit") == "0"
     # the barrier tab says why there is no timeline here
     assert any("Not offered on the simulator" in i.value for i in at.info)
+
+
+def test_a_link_reproduces_the_chosen_block_warp_visit_and_tab():
+    """A copied link opens the same strip: block, warp, the visit on the slider, the open tab."""
+    at = open_app(
+        "simt", kernel="branch_lanes", backend="sim", n="512", reps="4", block="128",
+        simt_block="2", simt_warp="1", simt_visit="3", simt_view="barriers",
+    )  # fmt: skip
+    assert not at.exception
+    ((title, spec),) = _charts(at).items()
+    assert title.startswith("Block 2, warp 1, which lanes took each branch (visit 3 of visits 0-4)")
+    z = _strip(spec)  # visit 3: the guard and the parity test have only a visit 0; each loop its 4th test
+    taken, not_reached, none = bfigs.TAKEN, bfigs.NOT_REACHED, bfigs.NO_VISIT
+    assert (z[0] == none).all() and (z[1] == none).all()
+    assert z[2].tolist() == [taken, not_reached] * 16 and z[3].tolist() == [not_reached, taken] * 16
+    assert at.slider(key="simt_visit").value == 3
+    assert at.session_state["_simt_tab"] == "Barriers: who waited"  # the tab the link named is open
+    assert [_link(at, k) for k in ("simt_block", "simt_warp", "simt_visit", "simt_view")] == [
+        "2", "1", "3", "barriers"
+    ]  # fmt: skip
+    at.slider(key="simt_visit").set_value(4).run()  # moving the slider moves the link
+    assert _link(at, "simt_visit") == "4" and "(visit 4 of visits 0-4)" in next(iter(_charts(at)))
 
 
 def test_a_bad_link_value_is_a_notice_not_a_crash():
@@ -92,8 +124,18 @@ def test_a_visitors_kernel_gets_the_lens_from_the_page(monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     _button(at, "Record which lanes take each branch of your kernel").click().run()
     assert not at.exception, [e.value for e in at.exception]
+    assert not [b for b in at.button if b.label.startswith("Record which lanes")]  # it recorded: no offer
     ((title, spec),) = _charts(at).items()
-    assert title.startswith("Block 0, warp 0, which lanes took each branch (9 visits)")  # the tree's 9 tests
+    assert title.startswith(
+        "Block 0, warp 0, which lanes took each branch (visit 0 of visits 0-8)"
+    )  # 9 tests
+    # the SASS beside the visitor's kernel too (compiled in its sandbox): the tree's test jumps
+    table = next(d for d in at.dataframe if "jumps" in d.value.columns).value
+    assert table.loc[table["branch"] == "if tid < s:", "jumps"].iloc[0] > 0
+    assert any(
+        c.value.startswith("As Nsight Compute counts it (SASS branches; from the modelled visits")
+        for c in at.caption
+    )
     # warp 0 of each block at strides 16..1, and warp 6 of block 7 at `if i < x.shape[0]` (2000 elements)
     assert "**9 of 64** warps diverged" in _numbers(at)
     at.switch_page("web/pages/simt.py").run()  # the lens's capture is kept: no second run, no button

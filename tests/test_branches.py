@@ -59,7 +59,7 @@ def test_the_simulators_own_activemask_is_not_a_gpus_reconvergence(sim):
 
 
 @pytest.mark.parametrize(
-    "name", ["odd_even", "mandel", "collatz", "classify", "partial_sums", "reduction_example"]
+    "name", ["odd_even", "mandel", "collatz", "classify", "partial_sums", "const_loop", "reduction_example"]
 )
 def test_simulated_visits_are_exact(sim, name):
     assert_matches_model(sim[name], name)
@@ -207,8 +207,38 @@ def test_the_analysis_reads_the_buffers_the_passes_add():
 def test_buffers_are_bounded():
     sim = branch_buffers(True, 4096, 256)
     gpu = branch_buffers(False, 1 << 16, 1024)
-    assert sum(a.nbytes for a in sim.values()) < 80 << 20 and sum(a.nbytes for a in gpu.values()) < 80 << 20
-    assert gpu["_vz_br"].shape[1] >= 1 and branch_buffers(False, 64, 256)["_vz_br"].shape[1] == 256
+    assert sum(a.nbytes for a in sim.values()) < 80 << 20 and sum(a.nbytes for a in gpu.values()) < 140 << 20
+    assert gpu["_vz_br"].shape[1] >= 1 and branch_buffers(False, 64, 256)["_vz_br"].shape[1] == 1 << 14
+
+
+def test_the_gpu_log_holds_the_divergence_pair_at_the_lessons_largest_size():
+    """2^20 threads, reps 128: 2 x (128 + 1) loop tests, the guard and the parity test per warp (the
+    benchmark's first run cut this pair at 85 of 132 visits)."""
+    from visualizer.specs import catalog
+
+    spec, _, launch = catalog.plan_launch("branch_lanes", {"n": 1 << 20, "reps": 128, "block": 256}, "gpu")
+    log = branch_buffers(False, launch.blocks, launch.threads_per_block)["_vz_br"]
+    assert log.shape == (launch.blocks * 8, log.shape[1], 3) and log.shape[1] >= 2 * (128 + 1) + 2
+
+
+def test_a_cut_log_says_so_wherever_its_efficiency_is_shown():
+    """Warp 0 made 3 visits, the row kept 2: the summary, the CLI's words and the page's say how many."""
+    log = np.zeros((1, 2, 3), np.int32)
+    log[0, 0] = (0, -1, -1)  # all 32 lanes (0xFFFFFFFF as int32), all taken
+    log[0, 1] = (0, -1, 0x0000FFFF)  # divergent
+    rows = branches.rows(
+        False, log, np.array([3], np.int32), [{"site": 0, "line": 4, "kind": "while", "loops": []}], 32
+    )
+    assert rows["active"].tolist() == [32, 32] and rows["taken"].tolist() == [32, 16]
+    s = branches.summary(rows)
+    assert s["truncated"] == 1 and (s["recorded"], s["made"], s["of"]) == (2, 3, "warp visits")
+    words = branches.cut_words(s)
+    assert "2 recorded of 3 warp visits" in words and "not the whole launch" in words
+    assert any("2 recorded of 3 warp visits" in line for line in branches.describe(s))
+    whole = branches.rows(
+        False, log, np.array([2], np.int32), [{"site": 0, "line": 4, "kind": "while", "loops": []}], 32
+    )
+    assert branches.cut_words(branches.summary(whole)) == "" and "made" not in branches.summary(whole)
 
 
 def test_barrier_rows_find_the_last_warp_and_the_waits():
@@ -314,3 +344,42 @@ def test_sass_jumps_per_line_leave_out_the_trailing_self_loop():
     ]
     pl = branches.per_line(branches._frame(recs, sites, "measured (GPU)"), jumps)
     assert pl["sass_jumps"].tolist() == [0, 2]
+
+
+def test_the_lessons_answer_says_when_its_log_was_cut():
+    from visualizer.analysis.lesson_answers import Answer
+    from visualizer.web import lessons
+
+    facts = {
+        "divergent_visits": 1,
+        "visits": 2,
+        "mean_active": 16.0,
+        "truncated": 4,
+        "recorded": 8,
+        "made": 12,
+    }
+    question = lessons.DIVERGENCE.questions[0]
+    cut = question.explain(Answer(50.0, {**facts, "of": "warp visits"}, "measured (GPU)"), {})
+    whole = question.explain(Answer(50.0, {**facts, "truncated": 0}, "measured (GPU)"), {})
+    assert (
+        "Careful: the log was cut for 4 warps" in cut and "8 recorded of 12" in cut and "Careful" not in whole
+    )
+
+
+def test_a_constant_loop_is_no_branch_and_a_gpu_does_not_probe_it(sim):
+    """`for j in range(REPS)` (a module constant): on the simulator its tests keep the inner branches'
+    iterations apart, and its own visits are not in the table; on a GPU the loop is left as written
+    (unrolled by the compiler), with the inner tests still probed; the site table is the same."""
+    case = sim["const_loop"]
+    assert not (case["rows"]["kind"] == "for-const").any() and set(case["rows"]["site"]) == {1, 2}
+    assert (case["out"] == case["want"]).all()
+    tree = ast.parse(branch_cases.CONST_LOOP)
+    gpu = apply_passes(tree, "const_loop", [BranchPass(probe_constant_loops=False)])
+    simulated = apply_passes(tree, "const_loop", [BranchPass()])
+    assert gpu.vz_info["branches"]["sites"] == simulated.vz_info["branches"]["sites"]
+    assert [s["kind"] for s in gpu.vz_info["branches"]["sites"]] == ["for-const", "if", "if"]
+    traced = next(f for f in gpu.body if isinstance(f, ast.FunctionDef) and f.name.endswith("__traced"))
+    loops = [n for n in ast.walk(traced) if isinstance(n, (ast.For, ast.While))]
+    assert [type(n).__name__ for n in loops] == ["For"]  # not rewritten into a probed while
+    assert ast.unparse(traced).count("_vz_branch(") == 2
+    assert "constant trip count" in gpu.vz_info["branches"]["not_recorded"][0]["why"]

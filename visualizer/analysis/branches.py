@@ -4,7 +4,8 @@ how long each warp waited at each barrier. Pure pandas/numpy.
 A **branch** is a site of the kernel's source the instrumenter records (engine/instrument_branches.py):
 the test of an ``if``/``elif``, of a ``while``, of a ``for`` over ``range()`` (once per iteration, the
 last failing test included), or the top of the body of another ``for`` (kind ``for-body``: its
-iterations only). A **visit** is one evaluation of that test by a warp: ``active`` lanes evaluated it
+iterations only). A ``for`` over a constant ``range()`` (kind ``for-const``) is no branch of the
+table: every lane runs it the same number of times, so it cannot diverge. A **visit** is one evaluation of that test by a warp: ``active`` lanes evaluated it
 together, ``taken`` of them went into the body (the others to the ``else``, or out of the loop).
 
 Where the visits come from:
@@ -46,8 +47,12 @@ ROW_COLUMNS = [
     "taken_mask",
 ]
 SIM_SOURCE = modelled("structured SIMT reconvergence over simulated lane decisions")
-LOOP_KINDS = ("while", "for", "for-body")
+LOOP_KINDS = ("while", "for", "for-body", "for-const")
 UNCOUNTED = ("for-body",)  # no exit test recorded: left out of the efficiency
+# a loop over a constant range: the same trip count in every lane (it cannot diverge), unrolled by the
+# compiler; the simulator records it to tell the inner branches' iterations apart, a GPU does not probe
+# it; its visits are dropped from the table on both
+NOT_SHOWN = ("for-const",)
 
 
 def sites_table(sites: list[dict], source_lines: list[str] | None = None) -> pd.DataFrame:
@@ -75,6 +80,7 @@ def _frame(records: list[tuple], sites: list[dict], source: str) -> pd.DataFrame
     df["kind"] = df["site"].map(lambda s: by_site[s]["kind"]).astype(str)
     df["active"] = _popcount(df["active_mask"].to_numpy()) if len(df) else np.zeros(0, np.int64)
     df["taken"] = _popcount(df["taken_mask"].to_numpy()) if len(df) else np.zeros(0, np.int64)
+    df = df[~df["kind"].isin(NOT_SHOWN)]
     df = df[ROW_COLUMNS].sort_values(["block", "warp", "site", "visit"], kind="stable").reset_index(drop=True)
     return labelled(df, source)
 
@@ -120,6 +126,7 @@ def rows_from_lanes(
         records.append((b, w, s, v, *visits[key]))
     df = _frame(records, sites, SIM_SOURCE)
     df.attrs["truncated"] = int((np.asarray(count) > log.shape[1]).sum())
+    df.attrs["decisions_made"] = int(np.asarray(count, np.int64).sum())  # lane decisions, also those cut
     return df
 
 
@@ -131,7 +138,7 @@ def rows_from_warps(
     n = np.minimum(np.asarray(count, np.int64), log.shape[1])
     keep = np.arange(log.shape[1])[None, :] < n[:, None]
     w, _ = np.nonzero(keep)
-    rec = log[keep].reshape(-1, 3)
+    rec = log[keep].reshape(-1, 3).astype(np.int64)  # int32 records: the masks as unsigned below
     known = {int(s["site"]) for s in sites}
     ok = np.isin(rec[:, 0], list(known))  # a record of no site (a damaged buffer) is dropped
     w, rec = w[ok], rec[ok]
@@ -143,6 +150,7 @@ def rows_from_warps(
     )  # fmt: skip
     df = _frame(list(records), sites, MEASURED_GPU)
     df.attrs["truncated"] = int((np.asarray(count) > log.shape[1]).sum())
+    df.attrs["visits_made"] = int(np.asarray(count, np.int64).sum())  # every visit, also those past the row
     return df
 
 
@@ -194,9 +202,7 @@ def describe(summary_: dict) -> list[str]:
         f"[{summary_.get('source', '')}]"
     ]
     if summary_.get("truncated"):
-        lines.append(
-            f"branches: the log was cut for {summary_['truncated']:,} warps or threads (first visits kept)"
-        )
+        lines.append(f"branches: {cut_words(summary_)}")
     return lines
 
 
@@ -239,7 +245,35 @@ def summary(rows: pd.DataFrame) -> dict:
         "sites": int(rows["site"].nunique()),
         "truncated": int(rows.attrs.get("truncated", 0)),
         "source": rows.attrs.get("source", ""),
+        **cut_log(rows),
     }
+
+
+def cut_log(rows: pd.DataFrame) -> dict:
+    """Where the log was cut, how much of it the numbers stand on: ``recorded`` of ``made`` (warp visits
+    on a GPU, lane decisions on the simulator); {} when nothing was cut. The efficiency of a cut log is
+    that of the visits kept (each warp's first ones), which need not be the whole launch's."""
+    if not rows.attrs.get("truncated"):
+        return {}
+    if "visits_made" in rows.attrs:
+        return {"recorded": int(len(rows)), "made": int(rows.attrs["visits_made"]), "of": "warp visits"}
+    made = int(rows.attrs.get("decisions_made", 0))
+    return {"recorded": None, "made": made, "of": "lane decisions"}
+
+
+def cut_words(summary_: dict) -> str:
+    """The cut log in words, for every place an efficiency of it is shown ('' when not cut)."""
+    if not summary_.get("truncated"):
+        return ""
+    if summary_.get("recorded") is not None:  # a GPU: each warp's first visits
+        kept = (
+            f"the {summary_['recorded']:,} recorded of {summary_['made']:,} warp visits (each warp's first)"
+        )
+        who = "warps"
+    else:  # the simulator: each thread's first decisions, formed into visits
+        kept = f"each thread's first decisions ({summary_.get('made', 0):,} were made)"
+        who = "threads"
+    return f"the log was cut for {summary_['truncated']:,} {who}: these numbers are over {kept}, not the whole launch"
 
 
 def per_warp(rows: pd.DataFrame) -> pd.DataFrame:
@@ -261,15 +295,41 @@ def per_warp(rows: pd.DataFrame) -> pd.DataFrame:
 JUMPS = r"^(BRA|BRX|JMP|JMX)\b"  # SASS opcodes that jump (EXIT, RET and CALL are not what ncu counts here)
 
 
-def sass_branches(sass: pd.DataFrame, same_file: pd.Series) -> dict[int, int]:
+def sass_branches(sass: pd.DataFrame, same_file: pd.Series, conditional: bool = False) -> dict[int, int]:
     """Jump instructions per source line in a build's SASS (analysis/asm.sass_table, in address order;
     ``same_file``: its rows of the kernel's file), leaving out the jump-to-itself the compiler puts
-    after the last EXIT. A branch line with none was predicated or its loop unrolled: no lane jumps
+    after the last EXIT; ``conditional``: only the predicated ones (``@P0 BRA``: a jump some lanes may
+    take and others not). A branch line with none was predicated or its loop unrolled: no lane jumps
     there, and Nsight Compute counts no branch there."""
     jump = sass["opcode"].astype(str).str.match(JUMPS)
-    after_exit = sass["text"].shift(1).astype(str).str.strip().eq("EXIT") & ~sass["text"].str.startswith("@")
-    rows = sass[same_file & jump & ~after_exit]
+    text = sass["text"].astype(str).str.strip()
+    after_exit = text.shift(1).eq("EXIT") & ~text.str.startswith("@")
+    keep = same_file & jump & ~after_exit
+    if conditional:
+        keep &= text.str.startswith("@")
+    rows = sass[keep]
     return {int(k): int(v) for k, v in rows.groupby("line").size().items()}
+
+
+def as_ncu_counts(rows: pd.DataFrame, conditional_jumps: dict[int, int]) -> dict:
+    """Branch efficiency as Nsight Compute counts it, from the lens's visits and the clean build's SASS:
+    the visits of the source lines that compiled to a conditional jump (``sass_branches(...,
+    conditional=True)``), each counted once, uniform ones over all. A line whose test was predicated
+    (no jump) is left out, as ncu leaves it out. It is ncu's number where each such test is one jump
+    executed once per visit (a loop's entry test and its back edge, an ``if`` that jumps over its
+    body); a loop the compiler unrolled runs fewer jumps than the source has visits, and a loop exit
+    it folded into the trip count none, so there the two still part. ``efficiency`` None: no branch
+    line has a conditional jump (ncu counts no divergent branch there)."""
+    c = counted(rows)
+    mine = c[c["line"].isin(list(conditional_jumps))]
+    div = divergent(mine)
+    return {
+        "efficiency": float(100.0 * (~div).sum() / len(mine)) if len(mine) else None,
+        "visits": int(len(mine)),
+        "divergent_visits": int(div.sum()),
+        "lines": sorted(int(x) for x in mine["line"].unique()),
+        "left_out": sorted(int(x) for x in set(c["line"].unique()) - set(conditional_jumps)),
+    }
 
 
 def per_line(rows: pd.DataFrame, jumps: dict[int, int] | None = None) -> pd.DataFrame:

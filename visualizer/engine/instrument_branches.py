@@ -14,6 +14,14 @@
           _vz_lo_N += _vz_st_N                      # before the body, so `continue` still steps
           <body>
 
+  A ``for`` over ``range()`` of compile-time constants (``range(MICRO)``, ``range(D // 4)``: literals
+  and names the kernel never binds) runs the same number of times in every lane: its test is no
+  decision a lane makes and never diverges, and the compiler unrolls it (fully, or in part). Its site
+  (kind ``for-const``) keeps the inner branches' iterations apart; on a simulator it is recorded like
+  any loop (the host needs the iterations to form the warps' visits) and on a GPU not probed at all
+  (``probe_constant_loops=False``: a probe per test kept flash_attention's loops from being unrolled,
+  its register tiles went to a 320-byte local stack frame); analysis/branches.py drops its visits
+  either way, so both backends report the same table;
   Other ``for`` loops (over an array, ``zip``...) are left as written and listed as not recorded;
 * a test that is a name the kernel never assigns (a module or closure constant such as
   ``if BARRIER:``) is left alone: the compiler resolves it, no branch exists on the GPU.
@@ -45,8 +53,10 @@ BRANCH_LOG, BRANCH_COUNT = "_vz_br", "_vz_brn"
 ARRIVE_FN, RELEASE_FN = "_vz_bar_arrive", "_vz_bar_release"
 BAR_LOG, BAR_COUNT, BAR_T = "_vz_bar", "_vz_barn", "_vz_bar_t"
 
-# how many records each warp (GPU) or thread (simulator) keeps; the counts say how many it made
-BRANCH_RECORDS = 256
+# how many records each warp (GPU) or thread (simulator) keeps at most (fewer where a launch's log
+# would pass its bytes below); the counts say how many it made. The reply carries only the columns
+# some row used (trim_logs)
+BRANCH_RECORDS = 1 << 14
 BARRIER_RECORDS = 64
 
 
@@ -68,6 +78,19 @@ def _is_static(test: ast.expr, assigned: set[str]) -> bool:
     if isinstance(test, ast.Constant):
         return not isinstance(test.value, bool) or test.value is not True  # `while True` is recorded
     return isinstance(test, ast.Name) and test.id not in assigned
+
+
+def _is_constant(expr: ast.expr, assigned: set[str]) -> bool:
+    """An integer expression of literals and names the kernel never binds (compile-time constants)."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, int) and not isinstance(expr.value, bool)
+    if isinstance(expr, ast.Name):
+        return expr.id not in assigned
+    if isinstance(expr, ast.BinOp):
+        return _is_constant(expr.left, assigned) and _is_constant(expr.right, assigned)
+    if isinstance(expr, ast.UnaryOp):
+        return _is_constant(expr.operand, assigned)
+    return False
 
 
 def _range_args(node: ast.For) -> list[ast.expr] | None:
@@ -102,10 +125,14 @@ def _step_sign(step: ast.expr | None) -> int:
 
 
 class BranchPass:
-    """Record every branch of the kernel's source, per warp and visit."""
+    """Record every branch of the kernel's source, per warp and visit. ``probe_constant_loops``: probe
+    the tests of loops over a constant range too (the simulator needs them; a GPU does not)."""
 
     name = "branches"
     params = (BRANCH_LOG, BRANCH_COUNT)
+
+    def __init__(self, probe_constant_loops: bool = True):
+        self.probe_constant_loops = probe_constant_loops
 
     def globals(self) -> dict:
         from kernels.branch_probes import branch
@@ -176,6 +203,17 @@ class BranchPass:
                 self.loops.pop()
                 stmt.orelse = self._body(stmt.orelse)
                 return [stmt]
+            if all(_is_constant(a, self.assigned) for a in args):
+                why = "a constant trip count: every lane runs it alike (it cannot diverge)"
+                self.skipped.append({"line": stmt.lineno, "kind": "for", "why": why})
+                if self.probe_constant_loops:
+                    return self._for_range(stmt, args, "for-const")
+                site = self._site(stmt, "for-const")
+                self.loops.append(site)
+                stmt.body = self._body(stmt.body)
+                self.loops.pop()
+                stmt.orelse = self._body(stmt.orelse)
+                return [stmt]
             return self._for_range(stmt, args)
         if isinstance(stmt, (ast.With, ast.Try)):
             for field in ("body", "orelse", "finalbody"):
@@ -198,7 +236,7 @@ class BranchPass:
             node.orelse = self._body(orelse)
         return node
 
-    def _for_range(self, node: ast.For, args: list[ast.expr]) -> list[ast.stmt]:
+    def _for_range(self, node: ast.For, args: list[ast.expr], kind: str = "for") -> list[ast.stmt]:
         k = self.n_range
         self.n_range += 1
         lo, hi, st = f"_vz_lo_{k}", f"_vz_hi_{k}", f"_vz_st_{k}"
@@ -230,7 +268,7 @@ class BranchPass:
                 ],
             )
         located(test, node)
-        site = self._site(node, "for")
+        site = self._site(node, kind)
         self.loops.append(site)
         body = self._body(node.body)
         self.loops.pop()
@@ -303,6 +341,9 @@ class BarrierPass:
 
 
 BUFFER_BYTES = 64 << 20  # a launch's branch (or barrier) log at most: fewer records per row above it
+# a GPU's branch log (12-byte records) may take more: it then holds the SIMT lesson's pair at its
+# largest (2^20 threads, 2 x (128 + 1) + 2 visits per warp: 102 MB) uncut
+GPU_BRANCH_BYTES = 128 << 20
 
 
 def branch_buffers(
@@ -322,8 +363,20 @@ def branch_buffers(
         threads = n_blocks * threads_per_block
         rec = max(1, min(records or BRANCH_RECORDS, BUFFER_BYTES // (4 * threads)))
         return {BRANCH_LOG: np.zeros((threads, rec), np.int32), BRANCH_COUNT: np.zeros(threads, np.int32)}
-    rec = max(1, min(records or BRANCH_RECORDS, BUFFER_BYTES // (24 * warps)))
-    return {BRANCH_LOG: np.zeros((warps, rec, 3), np.int64), BRANCH_COUNT: np.zeros(warps, np.int32)}
+    rec = max(1, min(records or BRANCH_RECORDS, GPU_BRANCH_BYTES // (12 * warps)))
+    return {BRANCH_LOG: np.zeros((warps, rec, 3), np.int32), BRANCH_COUNT: np.zeros(warps, np.int32)}
+
+
+def trim_logs(buffers: dict) -> dict:
+    """The lens's logs cut to the records the fullest row made (a row's count may be past its end:
+    then the log keeps its width, and the host says it was cut); other buffers as they are. For the
+    reply: a log sized for thousands of records per row travels with the few a kernel made."""
+    out = dict(buffers)
+    for log, count in ((BRANCH_LOG, BRANCH_COUNT), (BAR_LOG, BAR_COUNT)):
+        if log in out and count in out and out[log].ndim >= 2 and len(out[count]):
+            used = int(min(max(int(np.max(out[count])), 1), out[log].shape[1]))
+            out[log] = np.ascontiguousarray(out[log][:, :used])
+    return out
 
 
 def lens(
@@ -336,7 +389,7 @@ def lens(
     passes: tuple = ()
     buffers: dict = {}
     if branches:
-        passes += (BranchPass(),)
+        passes += (BranchPass(probe_constant_loops=simulator),)
         buffers.update(branch_buffers(simulator, n_blocks, threads_per_block))
     if barriers and not simulator:
         passes += (BarrierPass(),)

@@ -452,10 +452,12 @@ def capture_source(backend, request: dict) -> dict:
         "reference": request.get("reference") or [],
         **({"lens": job.lens} if job.lens else {}),
     }
+    from visualizer.engine.instrument_branches import trim_logs as branch_logs_trimmed
+
     reply = {
         "launch": launch_info,
         "timing": ran.timing,
-        "buffers": ran.buffers,
+        "buffers": branch_logs_trimmed(ran.buffers),  # the SIMT lens's logs: the records made, not the room
         "outputs": {k: after[k] for k in changed},
         "inputs": {k: after[k] for k in job.arrays if k not in changed},
         "check": check,

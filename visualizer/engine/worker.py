@@ -349,10 +349,12 @@ def capture(backend: Backend, request: dict) -> dict:
     }
     if not backend.simulator and ran.instrumented.get("static_smem_bytes") is not None:
         launch_info["static_smem_bytes"] = ran.instrumented["static_smem_bytes"]
+    from visualizer.engine.instrument_branches import trim_logs as branch_logs_trimmed
+
     reply = {
         "launch": launch_info,
         "timing": timing,
-        "buffers": ran.buffers,
+        "buffers": branch_logs_trimmed(ran.buffers),  # the SIMT lens's logs: the records made, not the room
         "inputs": inputs,  # as copied in (the reference check needs every one)
         "outputs": {k: ran.after[k] for k in spec.outputs},
     }

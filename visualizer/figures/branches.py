@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from visualizer.analysis.branches import NOT_SHOWN
 from visualizer.figures.common import animation_controls, place_controls, source_of, titled
 
 NO_VISIT, NOT_REACHED, NOT_TAKEN, TAKEN = 0, 1, 2, 3
@@ -21,25 +22,40 @@ def _label(line: int, kind: str, text: str) -> str:
     return f"L{line} {text}" if text else f"L{line} {kind}"
 
 
-def lane_strip_frames(rows: pd.DataFrame, sites: pd.DataFrame, block: int, warp: int) -> pd.DataFrame:
+def warp_visits(rows: pd.DataFrame, block: int, warp: int) -> int:
+    """How many visits the warp made to its most visited branch (the frames of its lane strip)."""
+    w = rows.loc[(rows["block"] == block) & (rows["warp"] == warp), "visit"]
+    return int(w.max() + 1) if len(w) else 0
+
+
+def lane_strip_frames(
+    rows: pd.DataFrame, sites: pd.DataFrame, block: int, warp: int, visit: int | None = None
+) -> pd.DataFrame:
     """One warp's visits as frames: frame k holds each branch site's k-th visit, per lane the state
     taken / not taken / not reached (the lane was not among those evaluating it) / no visit (the warp
-    evaluated that site fewer than k+1 times). Columns: frame, site, label, lane, state."""
+    evaluated that site fewer than k+1 times). Columns: frame, site, label, lane, state. With ``visit``,
+    that visit's frame alone (a page that picks the visit itself, so that its link can say which)."""
     w = rows[(rows["block"] == block) & (rows["warp"] == warp)]
     labels = {
         int(s.site): _label(int(s.line), str(s.kind), str(getattr(s, "text", "")))
         for s in sites.itertuples(index=False)
+        if s.kind not in NOT_SHOWN
     }
     order = sorted(labels)
     n_frames = int(min(MAX_FRAMES, w["visit"].max() + 1)) if len(w) else 1
+    first = 0
+    if visit is not None:
+        first, n_frames = int(visit), 1
     lanes = np.arange(32, dtype=np.int64)
     state = np.full((n_frames, len(order), 32), NO_VISIT, np.int8)
     pos = {s: i for i, s in enumerate(order)}
-    for r in w[w["visit"] < n_frames].itertuples(index=False):
+    for r in w[(w["visit"] >= first) & (w["visit"] < first + n_frames)].itertuples(index=False):
         act = (int(r.active_mask) >> lanes) & 1
         tak = (int(r.taken_mask) >> lanes) & 1
-        state[r.visit, pos[r.site]] = np.where(tak == 1, TAKEN, np.where(act == 1, NOT_TAKEN, NOT_REACHED))
-    f, s, lane = np.meshgrid(np.arange(n_frames), np.arange(len(order)), lanes, indexing="ij")
+        state[r.visit - first, pos[r.site]] = np.where(
+            tak == 1, TAKEN, np.where(act == 1, NOT_TAKEN, NOT_REACHED)
+        )
+    f, s, lane = np.meshgrid(np.arange(first, first + n_frames), np.arange(len(order)), lanes, indexing="ij")
     out = pd.DataFrame(
         {
             "frame": f.ravel(),
@@ -50,15 +66,18 @@ def lane_strip_frames(rows: pd.DataFrame, sites: pd.DataFrame, block: int, warp:
     )
     out["label"] = out["site"].map(labels)
     out.attrs.update(
-        source=source_of(rows), block=block, warp=warp, visits=int(w["visit"].max() + 1) if len(w) else 0
-    )
+        source=source_of(rows), block=block, warp=warp, visits=int(w["visit"].max() + 1) if len(w) else 0,
+        visit=visit,
+    )  # fmt: skip
     return out
 
 
 def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Figure:
-    """A 32-lane strip per branch line, coloured by state, with a slider over the warp's visits."""
+    """A 32-lane strip per branch line, coloured by state, with a slider over the warp's visits (one
+    visit's strip, no slider, for frames of one ``visit``)."""
     labels = list(dict.fromkeys(frames.sort_values("site")["label"]))
-    n_frames = int(frames["frame"].max() + 1) if len(frames) else 1
+    names = sorted(frames["frame"].unique().tolist()) if len(frames) else [0]
+    n_frames = len(names)
     colorscale = []
     for i, c in enumerate(STATE_COLORS):
         colorscale += [[i / 4, c], [(i + 1) / 4, c]]
@@ -76,15 +95,19 @@ def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Fig
         )  # fmt: skip
 
     block, warp, visits = frames.attrs.get("block"), frames.attrs.get("warp"), frames.attrs.get("visits", 0)
-    fig = go.Figure(data=[heat(0)], frames=[go.Frame(data=[heat(k)], name=str(k)) for k in range(n_frames)])
+    one = frames.attrs.get("visit") is not None
+    fig = go.Figure(
+        data=[heat(names[0])], frames=[] if one else [go.Frame(data=[heat(k)], name=str(k)) for k in names]
+    )
     for state, color in zip(STATES.values(), STATE_COLORS, strict=True):  # the legend: one marker per state
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=state,
                                  marker={"size": 12, "symbol": "square", "color": color}))  # fmt: skip
-    shown = (
-        f"the first {n_frames} of {visits} visits"
-        if visits > n_frames
-        else f"{visits} visit" + ("" if visits == 1 else "s")
-    )
+    if one:
+        shown = f"visit {names[0]} of visits 0-{visits - 1}" if visits > 1 else "its one visit"
+    elif visits > n_frames:
+        shown = f"the first {n_frames} of {visits} visits"
+    else:
+        shown = f"{visits} visit" + ("" if visits == 1 else "s")
     fig.update_layout(
         title=titled(
             f"{kernel + ': b' if kernel else 'B'}lock {block}, warp {warp}, which lanes took each branch ({shown})",
@@ -98,9 +121,9 @@ def lane_strip_figure(frames: pd.DataFrame, kernel: str | None = None) -> go.Fig
         legend={"orientation": "v", "y": 1.08, "yanchor": "top", "x": 1.01, "xanchor": "left",
                 "font": {"size": 11}, "tracegroupgap": 0, "itemwidth": 30},
     )  # fmt: skip
-    if n_frames > 1:
+    if n_frames > 1 and not one:
         menus, sliders = animation_controls(
-            [str(k) for k in range(n_frames)], [str(k) for k in range(n_frames)], "visit ", -0.25, 600
+            [str(k) for k in names], [str(k) for k in names], "visit ", -0.25, 600
         )
         fig.update_layout(updatemenus=menus, sliders=sliders)
         place_controls(fig, gap_px=60)

@@ -680,6 +680,14 @@ def _divergence_charts(caps, v, answers):
     return out
 
 
+def _cut(a: A.Answer) -> str:
+    """A cut branch log in words (its efficiency is over the visits kept), '' when whole."""
+    from visualizer.analysis import branches
+
+    words = branches.cut_words(a.facts)
+    return f" Careful: {words}." if words else ""
+
+
 def _slowdown_words(a: A.Answer) -> str:
     f = a.facts
     if "lanes_us" in f:
@@ -719,7 +727,7 @@ DIVERGENCE = Lesson(
                 f"{a.value:g}%: {a.facts['divergent_visits']:,} of {a.facts['visits']:,} visits diverged, one "
                 f"per warp (the parity test); every loop test after it is uniform among the lanes on that "
                 f"side ({a.source}). A high efficiency and still half the lanes idle: on average "
-                f"{a.facts['mean_active']:.1f} of 32 lanes were on at a visit."
+                f"{a.facts['mean_active']:.1f} of 32 lanes were on at a visit.{_cut(a)}"
             ),
             tolerance=0.02,
             unit="%",
@@ -729,7 +737,7 @@ DIVERGENCE = Lesson(
             lambda caps, v: A.branch_efficiency(caps["warps"]),
             lambda a, v: (
                 f"{a.value:g}%: {a.facts['divergent_visits']:,} divergent visits; the lanes of a warp always "
-                f"agree, {a.facts['mean_active']:.1f} of 32 lanes on at a visit ({a.source})."
+                f"agree, {a.facts['mean_active']:.1f} of 32 lanes on at a visit ({a.source}).{_cut(a)}"
             ),
             tolerance=0.02,
             unit="%",

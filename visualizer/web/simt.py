@@ -70,21 +70,27 @@ def visitor_lens_capture(launch, backend: str, barriers: bool = False) -> tuple[
         return None, as_text(str(exc), limit=1000)
 
 
-def builtin_jumps(cap: Capture, arch: str = "sm_90") -> dict[int, int] | None:
-    """Jump instructions per source line of a built-in kernel's clean build (analysis/branches.py
-    sass_branches), or None where it cannot be compiled here (no NVVM, ptxas or nvdisasm)."""
+def sass_jumps(
+    cap: Capture, arch: str = "sm_90", conditional: bool = False
+) -> tuple[dict[int, int] | None, str | None]:
+    """(Jump instructions per source line of the kernel's clean build, analysis/branches.py
+    sass_branches (``conditional``: the predicated ones only), None) or (None, one line saying why there are none to show). A built-in kernel is
+    compiled here; a visitor's only in its sandbox (web/asm.visitor_compiled: compiling runs its code)."""
     from visualizer.analysis import asm, branches
     from visualizer.engine import ptx
-    from visualizer.web.asm import compiled
+    from visualizer.web.asm import compiled, visitor_compiled
 
     launch = cap.launch
-    if launch.get("user_kernel"):
-        return None
     try:
-        got = compiled(launch["kernel"], tuple(sorted(launch["params"].items())), arch)
-    except (ptx.AsmError, LaunchError):
-        return None
+        if launch.get("user_kernel"):
+            got, why = visitor_compiled(cap, arch)
+            if got is None:
+                return None, why
+        else:
+            got = compiled(launch["kernel"], tuple(sorted(launch["params"].items())), arch)
+    except (ptx.AsmError, LaunchError, KernelError) as exc:
+        return None, " ".join(str(exc).split())[:200]
     if not got.get("sass"):
-        return None
+        return None, "ptxas or nvdisasm is not installed here"
     sass = asm.sass_table(got["sass"])
-    return branches.sass_branches(sass, asm.same_file(sass["file"], got["filename"]))
+    return branches.sass_branches(sass, asm.same_file(sass["file"], got["filename"]), conditional), None

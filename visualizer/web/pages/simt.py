@@ -16,11 +16,13 @@ from visualizer.web.guard import visitor_has_key
 from visualizer.web.session import (
     as_text,
     from_link,
+    link_value,
     require_capture,
+    set_link,
     show_link_notices,
     to_link,
 )
-from visualizer.web.simt import builtin_jumps, lens_backend, lens_capture, visitor_lens_capture
+from visualizer.web.simt import lens_backend, lens_capture, sass_jumps, visitor_lens_capture
 
 st.title("SIMT lens: branches and barriers")
 INTRO = (
@@ -46,9 +48,11 @@ if lensed is None and launch.get("user_kernel"):
         )
         st.stop()
     key = ("simt_visitor", id(cap))
+    record = st.empty()  # the button goes once it has recorded: it would offer to record what is shown
     if st.session_state.get("_simt_visitor_key") == key:
         lensed, bar_cap = st.session_state["_simt_visitor_caps"]
-    elif st.button("Record which lanes take each branch of your kernel", type="primary"):
+    elif record.button("Record which lanes take each branch of your kernel", type="primary"):
+        record.empty()
         lensed, error = visitor_lens_capture(run_launch, launch["backend"])
         bar_cap = None
         if lensed is not None and lensed.measured:  # the barriers in a run of their own (a GPU's clock)
@@ -83,17 +87,21 @@ if summary["efficiency"] is None:
 
 st.caption(INTRO)
 if summary.get("truncated"):
-    st.warning(
-        f"The log was cut for {summary['truncated']:,} warps or threads: their first visits are shown."
-    )
+    st.warning(as_text(branches.cut_words(summary).capitalize() + "."))
 
+TABS = {"branches": "Branches: lanes per warp", "barriers": "Barriers: who waited"}  # link value: tab
 notices = [
     from_link("simt_block", 0, (0, max(0, n_blocks - 1))),
     from_link("simt_warp", 0, (0, warps_per_block - 1)),
     from_link("simt_bar_block", 0, (0, max(0, n_blocks - 1))),
 ]
+if "_simt_tab" not in st.session_state:  # the open tab, from the link's simt_view
+    view, notice = link_value("simt_view", "branches", list(TABS))
+    st.session_state["_simt_tab"] = TABS[view]
+    notices.append(notice)
 show_link_notices(*notices)
-tab_b, tab_w = st.tabs(["Branches: lanes per warp", "Barriers: who waited"])
+tab_b, tab_w = st.tabs(list(TABS.values()), key="_simt_tab", on_change="rerun")
+set_link("simt_view", next(k for k, v in TABS.items() if v == st.session_state["_simt_tab"]))
 with tab_b:
     numbers, c1, c2 = st.columns([3, 1, 1], vertical_alignment="bottom")
     ms = lensed.timing
@@ -104,18 +112,50 @@ with tab_b:
     else:  # the mean number of lanes evaluating a branch together (32: a full warp)
         third = f"**{branches.counted(rows)['active'].mean():.1f}** of 32 lanes on per visit"
     kind = "measured" if lensed.measured else "modelled"
+    cut = " over the visits kept (the log was cut)" if summary.get("truncated") else ""
     numbers.markdown(
-        f"Branch efficiency **{summary['efficiency']:.1f}%** ({kind}) · **{summary['divergent_warps']:,} of "
-        f"{summary['warps']:,}** warps diverged · {third}"
+        f"Branch efficiency **{summary['efficiency']:.1f}%** ({kind}{cut}) · **{summary['divergent_warps']:,} "
+        f"of {summary['warps']:,}** warps diverged · {third}"
     )
     block = int(c1.number_input("block", 0, max(0, n_blocks - 1), key="simt_block"))
     warp = int(c2.number_input("warp of the block", 0, warps_per_block - 1, key="simt_warp"))
     to_link("simt_block", "simt_warp")
-    frames = bfigs.lane_strip_frames(rows, sites, block, warp)
+    n_visits = bfigs.warp_visits(rows, block, warp)
+    show_link_notices(from_link("simt_visit", 0, (0, max(0, n_visits - 1))))
+    if st.session_state["simt_visit"] > max(0, n_visits - 1):  # another warp, fewer visits: its last
+        st.session_state["simt_visit"] = max(0, n_visits - 1)
+    if n_visits > 1:
+        st.slider(
+            "visit (the warp's n-th evaluation of each branch, from 0)", 0, n_visits - 1, key="simt_visit"
+        )
+    to_link("simt_visit")
+    visit = int(st.session_state["simt_visit"])
+    frames = bfigs.lane_strip_frames(rows, sites, block, warp, visit=visit)
     chart(bfigs.lane_strip_figure(frames), key="simt_lanes")
+    jumps, no_sass = sass_jumps(lensed)
+    cond = sass_jumps(lensed, conditional=True)[0] if jumps is not None else None
+    ncu_like = branches.as_ncu_counts(rows, cond) if cond is not None else None
+    if ncu_like is not None:
+        st.caption(
+            f"As Nsight Compute counts it (SASS branches; from the {kind} visits and the clean build's "
+            "sm_90 SASS): **"
+            + (
+                f"{ncu_like['efficiency']:.1f}%**, over the {ncu_like['visits']:,} visits of the lines that "
+                f"compiled to a conditional jump (line {', '.join(map(str, ncu_like['lines']))})"
+                if ncu_like["efficiency"] is not None
+                else "no branch**: no branch line compiled to a conditional jump"
+            )
+            + (
+                f"; line {', '.join(map(str, ncu_like['left_out']))} compiled to no conditional jump "
+                "(predicated, or decided by the compiler), and ncu counts no branch there"
+                if ncu_like["left_out"] and ncu_like["efficiency"] is not None
+                else ""
+            )
+            + ". It matches ncu where each such test is one jump per visit; an unrolled loop runs fewer. "
+            "The number the lesson teaches is the source's: every test on which a warp's lanes could disagree."
+        )
     left, right = st.columns(2)
     with left:
-        jumps = builtin_jumps(lensed)
         pl = branches.per_line(rows, jumps).merge(sites[["site", "text"]], on="site")
         st.markdown("**Each branch line, all warps**")
         st.caption(
@@ -126,7 +166,7 @@ with tab_b:
                 "predicated branch, an unrolled loop, or its jump placed on another line), and Nsight "
                 "Compute counts no branch for that line."
                 if jumps is not None
-                else ""
+                else f" No jumps column: no SASS for this kernel ({as_text(no_sass or '', limit=160)})."
             )
         )
         columns = ["line", "text", "visits", "divergent", "efficiency"] + (
@@ -149,10 +189,17 @@ with tab_b:
                 "mean_active": st.column_config.NumberColumn("lanes on per visit", format="%.1f"),
             },
         )
-    if summary.get("not_recorded"):
-        lines = ", ".join(str(x["line"]) for x in summary["not_recorded"])
+    skipped = summary.get("not_recorded") or []
+    other = ", ".join(str(x["line"]) for x in skipped if "constant" not in x.get("why", ""))
+    const = ", ".join(str(x["line"]) for x in skipped if "constant" in x.get("why", ""))
+    if other:
         st.caption(
-            f"Loops at line(s) {lines} are not over range(): their iterations are shown, not their exit test."
+            f"Loops at line(s) {other} are not over range(): their iterations are shown, not their exit test."
+        )
+    if const:
+        st.caption(
+            f"Loops at line(s) {const} run a constant number of times, every lane alike: they cannot "
+            "diverge, so they are not among the branches."
         )
 with tab_w:
     if bars is None:
