@@ -70,7 +70,7 @@ def slot_of(sel):
 def start(rec, cnt, st, slot):
     """At the kernel's start: no access yet; this lane's records start at ``base``."""
     st[0] = 0
-    cap = uint32(rec.shape[0] // (cnt.shape[0] * 64))
+    cap = uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64)  # 32-bit: no 64-bit division call
     st[1] = cap
     st[2] = uint32(max(slot, 0)) * cap * uint32(64) + uint32(cuda.laneid)
 
