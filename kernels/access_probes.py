@@ -13,37 +13,36 @@ Only *sampled warps* record: ``slot_of(sel)`` (once, at the kernel's start) is t
 buffers, or -1 for a warp that records nothing (``sel[block]`` is the block's first row or -1).
 
 **Per-lane streams.** Each recording lane writes its own accesses, in its own program order, with
-no word to any other lane: no shared counter, no atomic, no shuffle, no ballot. Its state is three
-registers (``st``, a local array the compiler promotes): its record count ``k``, the buffer's
-``cap`` records per lane, and ``base``, where its records start. Its k-th access goes to
-``rec[base + 64 k]`` and ``rec[base + 64 k + 32]`` (lane-contiguous: a converged warp's two stores
-coalesce into 256 bytes each, at constant steps the compiler folds):
+no word to any other lane: no shared counter, no atomic, no shuffle, no ballot, and no branch. Its
+state is three registers (``st``, a local array the compiler promotes): its access count ``k`` (64
+bits: it never wraps), the buffer's ``cap`` records per lane, and ``base``, where its records
+start. Its k-th access goes to ``rec[base + 64 min(k, cap)]`` and 32 words on (lane-contiguous: a
+converged warp's two stores coalesce into 256 bytes each); past ``cap`` that is the slot's scratch
+row, written over each time, so a full buffer costs what recording does and no branch:
 
 * the access word: ``byte offset + 1`` (bits 0-39), the element size in bytes (bits 40-47; 0 for
   one of 256 bytes or more: the host knows the dtype) and the site (bits 48-62: line, array, op,
   the pass's table);
 * the request word: the barrier epoch (``cuda.syncthreads()`` calls passed so far) in bits 32-62,
-  and ``cuda.activemask()`` in bits 0-31: the lanes that made this request together (taken by every
-  lane at the access, so a lane past its buffer still counts in its neighbours' masks).
+  and ``cuda.activemask()`` in bits 0-31: the lanes that made this request together.
 
-Past its ``cap`` records a lane only counts (a compare and an add; the count stops at 2**32 - 1).
-Where the thread exits, ``end`` writes its count of accesses (``cnt[slot, lane]``), recorded or
-not. The host rebuilds each warp's requests from its lanes' streams (analysis/lane_streams.py): a
-request is the lanes of one mask that each have it, with the same site and epoch, at the same place
-in their order.
+Where the thread exits, ``end`` writes its count of accesses (``cnt[slot, lane]``), recorded or not.
+The host rebuilds each warp's requests from its lanes' streams (analysis/lane_streams.py): a request
+is the lanes of one mask that each have it, with the same site and epoch, at the same place in their
+order.
 
 Buffers (the host allocates them, analysis/gpu_accesses.py decodes them):
 
-* ``rec`` int64 (slots * cap * 64,): slot s's records from ``s * cap * 64``, row k holding its
-  lanes' access words (columns 0-31) and request words (32-63);
-* ``cnt`` uint32 (slots, 32): each lane's accesses in all;
+* ``rec`` int64 (slots * (cap + 1) * 64,): slot s's rows from ``s * (cap + 1) * 64``, row k holding
+  its lanes' access words (columns 0-31) and request words (32-63), row ``cap`` the scratch row;
+* ``cnt`` uint64 (slots, 32): each lane's accesses in all;
 * ``sel`` int32 (blocks,): first slot of each sampled block, -1 elsewhere.
 
 The same source runs on the simulator (engine/fastsim.py gives activemask its warp semantics), which
 is how CI checks the GPU recording without a GPU.
 """
 
-from numba import cuda, int64, uint32
+from numba import cuda, int64, uint32, uint64
 
 OFFSET_BITS = 40  # byte offset + 1 (a 1 TiB array at most: a GPU's whole memory is less)
 SIZE_SHIFT, SITE_SHIFT = 40, 48
@@ -69,10 +68,10 @@ def slot_of(sel):
 @cuda.jit(device=True)
 def start(rec, cnt, st, slot):
     """At the kernel's start: no access yet; this lane's records start at ``base``."""
+    rows = uint64(uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64))  # cap + scratch row (a 32-bit division)
     st[0] = 0
-    cap = uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64)  # 32-bit: no 64-bit division call
-    st[1] = cap
-    st[2] = uint32(max(slot, 0)) * cap * uint32(64) + uint32(cuda.laneid)
+    st[1] = rows - uint64(1)
+    st[2] = uint64(max(slot, 0)) * rows * uint64(64) + uint64(cuda.laneid)
 
 
 @cuda.jit(device=True)
@@ -84,15 +83,14 @@ def end(cnt, st, slot):
 
 @cuda.jit(device=True)
 def note(rec, st, ep, word):
-    """Record this lane's next access (``word``: offset + 1, size, site) and who made it with it."""
+    """Record this lane's next access (``word``: offset + 1, size, site) and who made it with it.
+    No branch: past ``cap`` the two words go to the slot's scratch row, written over each time."""
     mask = cuda.activemask()
     k = st[0]
-    if k < st[1]:
-        i = st[2] + k * uint32(64)
-        rec[i] = word
-        rec[i + uint32(32)] = (ep << 32) | int64(mask)  # mask: uint32, zero-extended
-    if k < uint32(0xFFFFFFFF):
-        st[0] = k + uint32(1)
+    i = uint32(st[2]) + uint32(min(k, st[1])) * uint32(64)  # < 2**32: gpu_accesses.MAX_BUFFER_WORDS
+    rec[i] = word
+    rec[i + uint32(32)] = (ep << 32) | int64(mask)  # mask: uint32, zero-extended
+    st[0] = k + uint64(1)
 
 
 @cuda.jit(device=True)

@@ -36,7 +36,7 @@ def streams(per_lane: dict, cap=16, totals=None):
 
 def rebuilt(per_lane, cap=16, totals=None):
     bufs, _ = streams(per_lane, cap, totals)
-    return lane_streams.rebuild(bufs["_vz_acc"].reshape(2, cap, 64)[0], bufs["_vz_acc_cnt"][0])
+    return lane_streams.rebuild(bufs["_vz_acc"].reshape(2, cap + 1, 64)[0, :cap], bufs["_vz_acc_cnt"][0])
 
 
 def test_interleaved_paths_come_back_in_the_order_the_lanes_made_them():
@@ -101,7 +101,7 @@ def test_streams_that_do_not_fit_together_are_said_never_guessed(per_lane, total
         bufs, p = streams(per_lane, cap=4, totals=totals)
     else:
         bufs, p = streams(per_lane, totals=totals)
-    w = lane_streams.rebuild(bufs["_vz_acc"].reshape(2, -1, 64)[0], bufs["_vz_acc_cnt"][0])
+    w = lane_streams.rebuild(bufs["_vz_acc"].reshape(2, -1, 64)[0, :-1], bufs["_vz_acc_cnt"][0])
     assert why in w.inconsistent and len(w.lane) == 0
     rec = decode_hand(bufs, p, nsites=2)
     assert len(rec["records"]) == 0 and rec["sample"]["inconsistent_warps"] == 1

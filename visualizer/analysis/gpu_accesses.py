@@ -89,7 +89,7 @@ def plan(grid, block, blocks: list[int] | None = None, records: int = DEFAULT_RE
     warps = ceil_div(tpb, 32)
     slots = [(b, w) for b in blocks for w in range(warps)]
     cap = max(1, int(records) // (32 * max(len(slots), 1)))
-    cap = min(cap, MAX_BUFFER_WORDS // (64 * max(len(slots), 1)))  # the probes index it with 32 bits
+    cap = min(cap, MAX_BUFFER_WORDS // (64 * max(len(slots), 1)) - 1)  # the probes index it with 32 bits
     sel = np.full(linear_blocks(grid), -1, np.int32)
     for i, b in enumerate(blocks):
         sel[b] = i * warps
@@ -101,8 +101,9 @@ def host_buffers(p: dict) -> dict[str, np.ndarray]:
     each lane's access words and request words side by side (kernels/access_probes.py), its count."""
     n = len(p["slots"])
     return {
-        "_vz_acc": np.zeros(n * p["cap"] * 64, np.int64),  # slot s, row k, column c at (s*cap + k)*64 + c
-        "_vz_acc_cnt": np.zeros((n, 32), np.uint32),
+        # slot s, row k, column c at (s * (cap + 1) + k) * 64 + c; row cap: the slot's scratch row
+        "_vz_acc": np.zeros(n * (p["cap"] + 1) * 64, np.int64),
+        "_vz_acc_cnt": np.zeros((n, 32), np.uint64),
         "_vz_acc_sel": p["sel"].copy(),
     }
 
@@ -128,8 +129,9 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
     lane's ``cap``) is left out and ``sample`` says how much, per warp and in all; so are the records
     of a warp whose streams do not fit together (analysis/lane_streams.py), with the reason."""
     cnt = bufs["_vz_acc_cnt"].astype(np.int64)
-    cap = len(bufs["_vz_acc"]) // (64 * max(len(p["slots"]), 1))
-    rec = bufs["_vz_acc"].reshape(len(p["slots"]), cap, 64)
+    rows = len(bufs["_vz_acc"]) // (64 * max(len(p["slots"]), 1))
+    cap = rows - 1  # the last row of each slot is scratch (past cap, a lane's records go there)
+    rec = bufs["_vz_acc"].reshape(len(p["slots"]), rows, 64)[:, :cap]
     names = [a["name"] for a in arrays]
     site_array = np.array([names.index(s["array"]) for s in sites] or [0], np.int64)
     site_op = np.array([OPS.index(s["op"]) for s in sites] or [0], np.int64)

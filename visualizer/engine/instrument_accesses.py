@@ -265,11 +265,11 @@ class AccessPass:
         self.key = (self.name, tuple(sorted(self.exclude)))  # engine/builds.py caches builds by it
 
     def globals(self) -> dict:
-        from numba import cuda, uint32
+        from numba import cuda, uint64
 
         from kernels import access_probes as probes
 
-        return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, CUDA: cuda, U32: uint32,
+        return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, CUDA: cuda, U32: uint64,
                 **{f"{AT}{n}": fn for n, fn in probes.AT.items()}}  # fmt: skip
 
     def apply(self, fn: ast.FunctionDef, info: dict) -> None:
