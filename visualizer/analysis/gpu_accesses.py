@@ -88,8 +88,8 @@ def plan(grid, block, blocks: list[int] | None = None, records: int = DEFAULT_RE
     tpb = int(block[0]) * int(block[1]) * int(block[2])
     warps = ceil_div(tpb, 32)
     slots = [(b, w) for b in blocks for w in range(warps)]
-    cap = max(1, int(records) // (32 * max(len(slots), 1)))
-    cap = min(cap, MAX_BUFFER_WORDS // (64 * max(len(slots), 1)) - 1)  # the probes index it with 32 bits
+    cap = int(records) // (32 * max(len(slots), 1))
+    cap = max(1, min(cap, MAX_BUFFER_WORDS // (64 * max(len(slots), 1)) - 1))  # the probes index in 32 bits
     sel = np.full(linear_blocks(grid), -1, np.int32)
     for i, b in enumerate(blocks):
         sel[b] = i * warps
