@@ -165,3 +165,22 @@ def test_divergent_kernels_on_the_gpu_keep_every_lanes_stream(sim, tmp_path):
         req = memory.build(res["recorded"])[1]
         print(kernel, "GPU requests per line:", req.groupby("line")["lanes"].agg(list).to_dict())
     np.testing.assert_equal(gpu["interleaved"]["blocks"], [0, 1])
+
+
+def test_a_long_zigzag_of_shared_requests_still_gets_an_order():
+    """Lanes 0 and 1 meet 80 times, each time after solo accesses of one of them (alternately): more
+    passes than the fast order takes (lane_streams.RELAX_ROUNDS), so the exact sort decides."""
+    per_lane = {0: [], 1: []}
+    for meet in range(80):
+        solo = meet % 2
+        per_lane[solo] += [(8 * len(per_lane[solo]), 0, 0, 1 << solo)] * 3
+        for lane in (0, 1):
+            per_lane[lane].append((4 * meet, 1, 0, 0b11))
+    assert 80 > lane_streams.RELAX_ROUNDS
+    w = rebuilt(per_lane, cap=max(len(v) for v in per_lane.values()))
+    assert not w.inconsistent and w.requests == 80 + 3 * 80
+    for lane in (0, 1):  # the warp's order agrees with each lane's own
+        order = w.request[w.lane == lane][np.argsort(w.seq[w.lane == lane])]
+        assert (np.diff(order) > 0).all()
+    shared = w.site == 1
+    assert sorted(set(w.occurrence[shared].tolist())) == list(range(80))
