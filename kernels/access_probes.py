@@ -4,52 +4,49 @@ The instrumenter's access pass (visualizer/engine/instrument_accesses.py) rewrit
 access of a global array (a kernel parameter) or a shared array so that its index goes through one
 of these functions, which records the access and returns the same index::
 
-    A[row, col]            ->  A[at2(acc, hdr, ctr, st, slot, ep, A, row, col, SITE)]
-    cuda.atomic.add(h, i, 1) -> cuda.atomic.add(h, at1(acc, hdr, ctr, st, slot, ep, h, i, SITE), 1)
+    A[row, col]            ->  A[at2(rec, st, slot, ep, A, row, col, SITE)]
+    cuda.atomic.add(h, i, 1) -> cuda.atomic.add(h, at1(rec, st, slot, ep, h, i, SITE), 1)
 
 so the kernel computes exactly what it did, in the same order, conditional expressions included.
 
 Only *sampled warps* record: ``slot_of(sel)`` (once, at the kernel's start) is the warp's row in the
-buffers, or -1 for a warp that records nothing (``sel[block]`` is the block's first row or -1). A
-recording warp's lanes that reach one access together are one warp request: the lowest active lane
-takes the warp's next request number from its counter (an atomic) and shares it with
-``cuda.shfl_sync``, so lanes of one request share one number even when the warp has diverged.
+buffers, or -1 for a warp that records nothing (``sel[block]`` is the block's first row or -1).
+
+**Per-lane streams.** Each recording lane writes its own accesses, in its own program order, with
+no word to any other lane: no shared counter, no atomic, no shuffle, no ballot, and no branch. Its
+state is three registers (``st``, a local array the compiler promotes): its access count ``k`` (64
+bits: it never wraps), the buffer's ``cap`` records per lane, and ``base``, where its records
+start. Its k-th access goes to ``rec[base + 64 min(k, cap)]`` and 32 words on (lane-contiguous: a
+converged warp's two stores coalesce into 256 bytes each); past ``cap`` that is the slot's scratch
+row, written over each time, so a full buffer costs what recording does and no branch:
+
+* the access word: ``byte offset + 1`` (bits 0-39), the element size in bytes (bits 40-47; 0 for
+  one of 256 bytes or more: the host knows the dtype) and the site (bits 48-62: line, array, op,
+  the pass's table);
+* the request word: the barrier epoch (``cuda.syncthreads()`` calls passed so far) in bits 32-62,
+  and ``cuda.activemask()`` in bits 0-31: the lanes that made this request together.
+
+Where the thread exits, ``end`` writes its count of accesses (``cnt[slot, lane]``), recorded or not.
+The host rebuilds each warp's requests from its lanes' streams (analysis/lane_streams.py): a request
+is the lanes of one mask that each have it, with the same site and epoch, at the same place in their
+order.
+
 Buffers (the host allocates them, analysis/gpu_accesses.py decodes them):
 
-* ``acc`` int64 (slots, cap, 32): byte offset + 1 of lane ``l``'s access in request ``n`` (0: the
-  lane took no part);
-* ``hdr`` int32 (slots, cap, 3): the request's site (line, array, op: the pass's table), the warp's
-  barrier epoch (``cuda.syncthreads()`` calls passed so far) and the element size in bytes (never 0
-  in a row that was written);
-* ``cnt`` int32 (slots, 32): each lane's accesses past the warp's ``cap`` requests, written when the
-  thread exits: nothing of them is recorded, and the host says how many (never a wrong picture);
+* ``rec`` int64 (slots * (cap + 1) * 64,): slot s's rows from ``s * (cap + 1) * 64``, row k holding
+  its lanes' access words (columns 0-31) and request words (32-63), row ``cap`` the scratch row;
+* ``cnt`` uint64 (slots, 32): each lane's accesses in all;
 * ``sel`` int32 (blocks,): first slot of each sampled block, -1 elsewhere.
 
-The request counter is per warp in shared memory (``ctr``: 32 int32 the pass allocates, 128 bytes,
-so the kernel's own shared arrays keep their banks), taken with a shared atomic: no global memory
-round trip per request. A lane that has seen its warp's buffer full (``st[0]``) stops taking part
-(``ballot_sync`` names the lanes that still do) and only counts its accesses (``st[1]``, a register).
-
-The same source runs on the simulator (engine/fastsim.py gives activemask and shfl_sync their warp
-semantics), which is how CI checks the GPU recording without a GPU.
+The same source runs on the simulator (engine/fastsim.py gives activemask its warp semantics), which
+is how CI checks the GPU recording without a GPU.
 """
 
-import os
+from numba import cuda, int64, uint32, uint64
 
-from numba import cuda
-
-if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):  # the simulator: plain Python ints
-
-    def _lowest(mask):
-        """The lowest set lane of a 32-bit mask (numba types ballot_sync's result int32)."""
-        m = int(mask) & 0xFFFFFFFF
-        return (m & -m).bit_length() - 1
-
-else:
-
-    @cuda.jit(device=True)
-    def _lowest(mask):
-        return cuda.clz(cuda.brev(mask))  # trailing zeros: the lowest set lane
+OFFSET_BITS = 40  # byte offset + 1 (a 1 TiB array at most: a GPU's whole memory is less)
+SIZE_SHIFT, SITE_SHIFT = 40, 48
+MAX_SITES = 1 << 15  # sites one kernel may record (bits 48-62 of the access word)
 
 
 @cuda.jit(device=True)
@@ -69,46 +66,37 @@ def slot_of(sel):
 
 
 @cuda.jit(device=True)
-def start(ctr, st, slot):
-    """At the kernel's start: this lane takes part, has counted nothing; its warp's counter is 0."""
+def start(rec, cnt, st, slot):
+    """At the kernel's start: no access yet; this lane's records start at ``base``."""
+    rows = uint64(uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64))  # cap + scratch row (a 32-bit division)
     st[0] = 0
-    st[1] = 0
-    if slot >= 0:
-        if cuda.laneid == 0:
-            ctr[_warp()] = 0
-        cuda.syncwarp(cuda.activemask())
+    st[1] = rows - uint64(1)
+    st[2] = uint64(max(slot, 0)) * rows * uint64(64) + uint64(cuda.laneid)
 
 
 @cuda.jit(device=True)
 def end(cnt, st, slot):
-    """Where the thread exits: its accesses past the buffer, for the host to say."""
+    """Where the thread exits: how many accesses it made (the host says how many did not fit)."""
     if slot >= 0:
-        cnt[slot, cuda.laneid] = st[1]
+        cnt[slot, cuda.laneid] = st[0]
 
 
 @cuda.jit(device=True)
-def note(acc, hdr, ctr, st, slot, ep, offset, itemsize, site):
-    """Record one lane's access (byte ``offset``) as part of the request its active lanes make now."""
-    lane = cuda.laneid
+def note(rec, st, ep, word):
+    """Record this lane's next access (``word``: offset + 1, size, site) and who made it with it.
+    No branch: past ``cap`` the two words go to the slot's scratch row, written over each time."""
     mask = cuda.activemask()
-    part = cuda.ballot_sync(mask, st[0] == 0)  # the lanes that have not seen the buffer full
-    if st[0] != 0:
-        st[1] += 1
-        return
-    leader = _lowest(part)  # the lowest of them
-    n = 0
-    if lane == leader:
-        n = cuda.atomic.add(ctr, _warp(), 1)
-    n = cuda.shfl_sync(part, n, leader)
-    if n < acc.shape[1]:
-        acc[slot, n, lane] = offset + 1
-        if lane == leader:
-            hdr[slot, n, 0] = site
-            hdr[slot, n, 1] = ep
-            hdr[slot, n, 2] = itemsize
-    else:
-        st[0] = 1
-        st[1] += 1
+    k = st[0]
+    i = uint32(st[2]) + uint32(min(k, st[1])) * uint32(64)  # < 2**32: gpu_accesses.MAX_BUFFER_WORDS
+    rec[i] = word
+    rec[i + uint32(32)] = (ep << 32) | int64(mask)  # mask: uint32, zero-extended
+    st[0] = k + uint64(1)
+
+
+@cuda.jit(device=True)
+def _word(offset, itemsize, site):
+    size = itemsize if itemsize < 256 else 0
+    return (offset + 1) | (size << SIZE_SHIFT) | (site << SITE_SHIFT)
 
 
 @cuda.jit(device=True)
@@ -117,36 +105,36 @@ def _wrap(i, n):
 
 
 @cuda.jit(device=True)
-def at1(acc, hdr, ctr, st, slot, ep, a, i, site):
+def at1(rec, st, slot, ep, a, i, site):
     """``a[i]``'s index, recorded (a 1-d element access; a row of a wider array is not one)."""
     if slot >= 0 and a.ndim == 1:
-        note(acc, hdr, ctr, st, slot, ep, _wrap(i, a.shape[0]) * a.strides[0], a.itemsize, site)
+        note(rec, st, ep, _word(_wrap(i, a.shape[0]) * a.strides[0], a.itemsize, site))
     return i
 
 
 @cuda.jit(device=True)
-def at2(acc, hdr, ctr, st, slot, ep, a, i, j, site):
+def at2(rec, st, slot, ep, a, i, j, site):
     if slot >= 0 and a.ndim == 2:
         off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-        note(acc, hdr, ctr, st, slot, ep, off, a.itemsize, site)
+        note(rec, st, ep, _word(off, a.itemsize, site))
     return i, j
 
 
 @cuda.jit(device=True)
-def at3(acc, hdr, ctr, st, slot, ep, a, i, j, k, site):
+def at3(rec, st, slot, ep, a, i, j, k, site):
     if slot >= 0 and a.ndim == 3:
         off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
         off += _wrap(k, a.shape[2]) * a.strides[2]
-        note(acc, hdr, ctr, st, slot, ep, off, a.itemsize, site)
+        note(rec, st, ep, _word(off, a.itemsize, site))
     return i, j, k
 
 
 @cuda.jit(device=True)
-def at4(acc, hdr, ctr, st, slot, ep, a, i, j, k, m, site):
+def at4(rec, st, slot, ep, a, i, j, k, m, site):
     if slot >= 0 and a.ndim == 4:
         off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
         off += _wrap(k, a.shape[2]) * a.strides[2] + _wrap(m, a.shape[3]) * a.strides[3]
-        note(acc, hdr, ctr, st, slot, ep, off, a.itemsize, site)
+        note(rec, st, ep, _word(off, a.itemsize, site))
     return i, j, k, m
 
 

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import open_app
@@ -128,3 +129,56 @@ def test_deltas_compare_only_the_same_kernel_and_read_as_plain_numbers():
     assert not at.exception, [e.value for e in at.exception]
     assert not [m.proto.delta for m in at.metric if m.proto.delta]
     assert all("e+" not in m.value for m in at.metric)
+
+
+@pytest.fixture
+def operator_key(monkeypatch):
+    from tests.test_app_current_kernel import TOKEN
+
+    monkeypatch.setenv("VISUALIZER_TOKEN", TOKEN)
+    monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)
+
+
+def test_record_my_kernel_records_where_it_ran(operator_key):
+    """A visitor's kernel that ran on a GPU is recorded on the GPU again (its sampled warps, measured),
+    never silently on the simulator; one that ran on the simulator, on the simulator."""
+    from tests.test_app_current_kernel import _ran_yours, plain
+
+    at = _ran_yours()
+    at.switch_page(PAGE).run()
+    assert any("again on the CUDA simulator with every access recorded" in plain(i.value) for i in at.info)
+    import dataclasses
+
+    cap = at.session_state["capture"]  # as if it had run on a GPU
+    at.session_state["capture"] = dataclasses.replace(
+        cap, launch={**cap.launch, "backend": "gpu", "compute_capability": "9.0"}
+    )
+    at.run()
+    assert any("again on the GPU, where the warps of a few blocks" in plain(i.value) for i in at.info)
+    at.button(key="mem_record_yours").click().run()
+    assert at.session_state["uk_backend"] == "gpu" and at.session_state["uk_accesses"] is True
+    assert at.session_state["page"] == "your_kernel"  # this machine has no GPU: the run says so there
+    assert at.error and not at.exception
+
+
+@pytest.mark.gpu
+def test_record_my_kernel_on_the_gpu_draws_its_sampled_warps(operator_key):
+    from tests.test_app_current_kernel import _app, _button
+
+    at = _app({"backend": "gpu"})
+    at.switch_page("web/pages/your_kernel.py").run()
+    at.selectbox(key="uk_example").set_value("matmul_tiled").run()
+    at.radio(key="uk_backend").set_value("gpu")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    assert at.session_state["capture"].launch["backend"] == "gpu"
+    at.switch_page(PAGE).run()
+    at.button(key="mem_record_yours").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    cap = at.session_state["capture"]
+    assert at.session_state["page"] == "memory_access" and cap.launch["backend"] == "gpu"
+    assert cap.launch["accesses"]["source"] == "measured (GPU, sampled warps)"
+    captions = " ".join(c.value for c in at.caption)
+    assert "measured (GPU, sampled warps)" in captions and "sampled warps" in captions
+    titles = [json.dumps(c["layout"]["title"]) for c in charts(at)]
+    assert titles and all("measured (GPU, sampled warps)" in t for t in titles), titles

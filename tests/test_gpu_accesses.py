@@ -50,8 +50,10 @@ def k(a, h, out, n):
     code, info = rewrite(src)
     lines = [ln.strip() for ln in code.splitlines()]
     assert lines[2] == '"""doc"""'  # the docstring stays first, then the slot and the epoch
-    assert lines[3] == "_vz_slot = _vz_slot_of(_vz_acc_sel)" and lines[7] == "_vz_ep = 0"
-    assert lines[4] == "_vz_ctr = _vz_cuda.shared.array(32, _vz_i32)"  # the warps' request counters
+    assert lines[3] == "_vz_slot = _vz_slot_of(_vz_acc_sel)" and lines[6] == "_vz_ep = 0"
+    assert lines[4] == "_vz_st = _vz_cuda.local.array(3, _vz_u32)"  # the lane's own state
+    assert lines[5] == "_vz_acc_start(_vz_acc, _vz_acc_cnt, _vz_st, _vz_slot)"
+    assert code.count("shared.array") == 1  # the kernel's own: the pass takes no shared memory
     assert lines[-1] == "_vz_acc_end(_vz_acc_cnt, _vz_st, _vz_slot)"  # each thread's last word
     sites = sorted((s["line"], s["array"], s["space"], s["op"]) for s in info["sites"])
     assert sites == [
@@ -90,17 +92,32 @@ def test_resolve_arrays_reads_shapes_without_running_code():
     assert (got[2]["shape"], got[2]["dtype"], got[2]["itemsize"]) == ([3, 5], "int16", 2)
 
 
+def stream(bufs, slot, lane, records, total=None):
+    """Lane ``lane`` of ``slot`` recorded ``records`` [(byte offset, site, epoch, mask)] in its order
+    (kernels/access_probes.py's words, element size 4) and made ``total`` accesses in all."""
+    rec = bufs["_vz_acc"].reshape(len(bufs["_vz_acc_cnt"]), -1, 64)
+    for k, (offset, site, epoch, mask) in enumerate(records):
+        rec[slot, k, lane] = (offset + 1) | (4 << 40) | (site << 48)
+        rec[slot, k, 32 + lane] = (epoch << 32) | mask
+    bufs["_vz_acc_cnt"][slot, lane] = len(records) if total is None else total
+
+
+FULL = 0xFFFFFFFF
+
+
 def hand_recording(cap=4, made=(2, 6)):
     """Two slots (block 0 warps 0 and 1) of a 64-thread block: request r of slot s reads g[32*r + lane];
-    past ``cap`` requests each lane counts its accesses instead."""
+    past ``cap`` accesses each lane counts instead."""
     p = gpu_accesses.plan((2, 1, 1), (64, 1, 1), [0], records=32 * 2 * cap)
     bufs = gpu_accesses.host_buffers(p)
     for s, n in enumerate(made):
-        bufs["_vz_acc_cnt"][s, :] = max(n - cap, 0)
-        for r in range(min(n, cap)):
-            bufs["_vz_acc_hdr"][s, r] = (0, 0, 4)
-            bufs["_vz_acc"][s, r] = np.arange(32) * 4 + 128 * r + 1
-    sites = [{"line": 7, "array": "g", "space": "global", "op": "load"}]
+        for lane in range(32):
+            stream(bufs, s, lane, [(lane * 4 + 128 * r, 0, 0, FULL) for r in range(min(n, cap))], total=n)
+    return decode_hand(bufs, p)
+
+
+def decode_hand(bufs, p, nsites=1):
+    sites = [{"line": 7 + i, "array": "g", "space": "global", "op": "load"} for i in range(nsites)]
     arrays = [{"name": "g", "space": "global", "dtype": "float32", "itemsize": 4, "shape": [1024]}]
     return gpu_accesses.decode(bufs, p, sites, arrays, (2, 1, 1), (64, 1, 1))
 
@@ -114,7 +131,7 @@ def test_decode_gives_the_recorder_tables_and_says_what_overflowed():
     assert req[req["warp"] == 1]["occurrence"].tolist() == [0, 1, 2, 3]
     assert acc[(acc["thread"] == 33) & (acc["occurrence"] == 3)]["index"].tolist() == [3 * 32 + 1]
     sample = summ["sample"]
-    got = (sample["overflowed_warps"], sample["unrecorded_accesses"], sample["requests_per_warp"])
+    got = (sample["overflowed_warps"], sample["unrecorded_accesses"], sample["accesses_per_lane"])
     assert got == (1, 2 * 32, 4)
     text = gpu_accesses.describe_sample(sample)
     assert "64 lane accesses are not in these tables" in text and "block 0" in text
@@ -139,7 +156,7 @@ def sim(tmp_path_factory):
     return run_cases(tmp_path_factory.mktemp("gpu_acc_sim"), "sim")
 
 
-ACC = ["block", "thread", "array", "space", "op", "offset_bytes", "bytes", "epoch", "line", "index"]
+ACC = ["block", "thread", "tseq", "array", "space", "op", "offset_bytes", "bytes", "epoch", "line", "index"]
 REQ = ["block", "warp", "line", "array", "space", "op", "epoch", "lanes", "bytes", "addresses", "sectors",
        "ideal_sectors", "bank_ways", "wavefronts", "ideal_wavefronts", "extra_wavefronts"]  # fmt: skip
 HAZ = ["kind", "space", "array", "index", "block", "epoch", "thread_a", "thread_b", "line_a", "line_b"]
@@ -352,24 +369,32 @@ def test_a_full_buffer_is_counted_and_said_never_a_wrong_picture(tmp_path):
     for kernel, res in small.items():
         rec, sim = res["recorded"], res["simulator"]
         sample = rec["sample"]
-        cap = sample["requests_per_warp"]
+        cap = sample["accesses_per_lane"]
         g_acc, g_req, _, summ = memory.build(rec)
-        s_req = memory.build(sim)[1]
-        s_req = s_req[s_req["block"].isin(res["blocks"])]
-        made = s_req.groupby(["block", "warp"]).size()
-        # every warp recorded exactly its first `cap` requests; the lanes counted the accesses past them
-        assert (g_req.groupby(["block", "warp"]).size() == made.clip(upper=cap)).all(), kernel
-        s_acc = memory.build(sim)[0]
+        s_acc, s_req = memory.build(sim)[:2]
         sampled = s_acc[s_acc["block"].isin(res["blocks"])]
-        assert sample["unrecorded_accesses"] == len(sampled) - len(g_acc) > 0
-        assert sample["overflowed_warps"] == int((made > cap).sum())
-        assert "not in these tables" in " ".join(memory.describe(summ))
-        # and what was recorded is what the simulator recorded (no request is made up)
-        keys = ["block", "thread", "array", "op", "offset_bytes", "line", "epoch"]
-        merged = norm(g_acc, keys).merge(
-            norm(s_acc, keys, res["blocks"]).drop_duplicates(), how="left", indicator=True
-        )
+        s_req = s_req[s_req["block"].isin(res["blocks"])]
+        # each thread kept a first part of its own accesses, at most `cap` of them, exactly as the
+        # simulator recorded them (its n-th access is the simulator's n-th): no access is made up
+        kept = g_acc.groupby(["block", "thread"])["tseq"].agg(["size", "max"])
+        assert (kept["size"] == kept["max"] + 1).all() and (kept["size"] <= cap).all(), kernel
+        first = sampled.merge(kept["size"].rename("kept").reset_index(), on=["block", "thread"])
+        first = first[first["tseq"] < first["kept"]]
+        pd.testing.assert_frame_equal(norm(g_acc, ACC), norm(first, ACC))
+        # every kept request is one the simulator saw, with all its lanes (none is cut short)
+        keys = ["block", "warp", "line", "array", "space", "op", "epoch", "lanes", "addresses", "sectors",
+                "wavefronts"]  # fmt: skip
+        merged = norm(g_req, keys).merge(norm(s_req, keys).drop_duplicates(), how="left", indicator=True)
         assert (merged["_merge"] == "both").all(), kernel
+        # what did not fit is counted by the lanes themselves and said
+        per_thread = sampled.groupby(["block", "thread"]).size()
+        assert sample["unrecorded_accesses"] == len(sampled) - len(g_acc) > 0
+        over = per_thread[per_thread > cap].reset_index()
+        assert sample["overflowed_warps"] == len(set(zip(over["block"], over["thread"] // 32, strict=True)))
+        assert "not in these tables" in " ".join(memory.describe(summ))
+        if kernel == "matmul_tiled":  # converged warps: the first `cap` requests of each, all lanes
+            made = s_req.groupby(["block", "warp"]).size()
+            assert (g_req.groupby(["block", "warp"]).size() == made.clip(upper=cap)).all()
 
 
 def test_a_recording_loop_keeps_its_original_for_the_warps_that_record_nothing():

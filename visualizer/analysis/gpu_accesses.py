@@ -1,15 +1,17 @@
 """A GPU recording of sampled warps' accesses, decoded into the simulator recorder's buffers.
 
-Pure numpy. kernels/access_probes.py writes, for each sampled warp (a *slot*), one row per warp
-request: which site (line, array, op), the barrier epoch, the element size, and each lane's byte
-offset. ``decode`` turns that into the buffers ``engine/access_record.Recorder.buffers()`` gives
-(one int64 row per lane access, the same columns), so ``analysis/memory.build`` and every page,
-lesson and export read a GPU recording unchanged. The label is
-``provenance.MEASURED_GPU_SAMPLED``: only the sampled warps are in it.
+Pure numpy. kernels/access_probes.py has each lane of a sampled warp (a *slot*) write its own
+stream of accesses: site (line, array, op), barrier epoch, element size, byte offset and the mask of
+the lanes that made the request with it. analysis/lane_streams.py rebuilds the warp's requests from
+those streams; ``decode`` turns them into the buffers ``engine/access_record.Recorder.buffers()``
+gives (one int64 row per lane access, the same columns), so ``analysis/memory.build`` and every page,
+lesson and export read a GPU recording unchanged. The label is ``provenance.MEASURED_GPU_SAMPLED``:
+only the sampled warps are in it.
 
-What the columns mean here: ``tseq`` is the warp's request number (each lane's accesses in its own
-program order), ``pc`` the instrumented site (two accesses on one line are two sites, as two
-instructions are), ``occurrence`` the n-th request of this warp at this site, ``code`` 0.
+What the columns mean here: ``tseq`` is the lane's n-th access (its own program order, as the
+simulator's recorder numbers a thread's accesses), ``pc`` the instrumented site (two accesses on one
+line are two sites, as two instructions are), ``occurrence`` the n-th request of this warp at this
+site, ``code`` 0.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from visualizer.analysis import lane_streams
 from visualizer.analysis.provenance import MEASURED_GPU_SAMPLED
 from visualizer.specs.launch import ceil_div
 
@@ -39,6 +42,7 @@ COLUMNS = (
 OPS = ("load", "store", "atomic")
 SAMPLE_BLOCKS = 3  # default: the first, the middle and the last block
 MAX_SAMPLE_BLOCKS = 64  # blocks a request may name (each warp of each gets a row of the buffers)
+MAX_BUFFER_WORDS = (1 << 32) - 1  # int64 words of the record buffer (kernels/access_probes.py: uint32 index)
 DEFAULT_RECORDS = 2_000_000  # lane accesses the buffers hold at most (the simulator's RECORD_LIMIT)
 
 
@@ -75,15 +79,17 @@ def parse_blocks(text: str, grid) -> list[int]:
 
 
 def plan(grid, block, blocks: list[int] | None = None, records: int = DEFAULT_RECORDS) -> dict:
-    """Which warps record and how many requests each may record: the buffers' shapes.
+    """Which warps record and how many accesses each of their lanes may record: the buffers' shapes.
 
     Every warp of a sampled block records (shared-memory hazards need the whole block); ``cap``
-    requests per warp fit ``records`` lane accesses in all (a request is up to 32)."""
+    accesses per lane fit ``records`` lane accesses in all (a converged warp's lanes make one each
+    per request, so ``cap`` is also its requests)."""
     blocks = default_blocks(grid) if blocks is None else sorted(set(int(b) for b in blocks))
     tpb = int(block[0]) * int(block[1]) * int(block[2])
     warps = ceil_div(tpb, 32)
     slots = [(b, w) for b in blocks for w in range(warps)]
-    cap = max(1, int(records) // (32 * max(len(slots), 1)))
+    cap = int(records) // (32 * max(len(slots), 1))
+    cap = max(1, min(cap, MAX_BUFFER_WORDS // (64 * max(len(slots), 1)) - 1))  # the probes index in 32 bits
     sel = np.full(linear_blocks(grid), -1, np.int32)
     for i, b in enumerate(blocks):
         sel[b] = i * warps
@@ -91,12 +97,13 @@ def plan(grid, block, blocks: list[int] | None = None, records: int = DEFAULT_RE
 
 
 def host_buffers(p: dict) -> dict[str, np.ndarray]:
-    """Zeroed host copies of the four access buffers (names as the pass's parameters want them)."""
+    """Zeroed host copies of the three access buffers (names as the pass's parameters want them):
+    each lane's access words and request words side by side (kernels/access_probes.py), its count."""
     n = len(p["slots"])
     return {
-        "_vz_acc": np.zeros((n, p["cap"], 32), np.int64),
-        "_vz_acc_hdr": np.zeros((n, p["cap"], 3), np.int32),
-        "_vz_acc_cnt": np.zeros((n, 32), np.int32),
+        # slot s, row k, column c at (s * (cap + 1) + k) * 64 + c; row cap: the slot's scratch row
+        "_vz_acc": np.zeros(n * (p["cap"] + 1) * 64, np.int64),
+        "_vz_acc_cnt": np.zeros((n, 32), np.uint64),
         "_vz_acc_sel": p["sel"].copy(),
     }
 
@@ -118,10 +125,13 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
     """The recorder's buffers (analysis/memory.build reads them) from a GPU recording.
 
     ``sites``: the pass's table (line, array, op); ``arrays``: name, space, dtype, itemsize, shape
-    of each array a site names (the host knows them). Accesses past a warp's ``cap`` requests were
-    not recorded: ``sample`` says how many (the lanes counted them), per warp and in all."""
-    acc, hdr, cnt = bufs["_vz_acc"], bufs["_vz_acc_hdr"], bufs["_vz_acc_cnt"]
-    cap = acc.shape[1]
+    of each array a site names (the host knows them). What a warp's lanes could not record (past a
+    lane's ``cap``) is left out and ``sample`` says how much, per warp and in all; so are the records
+    of a warp whose streams do not fit together (analysis/lane_streams.py), with the reason."""
+    cnt = bufs["_vz_acc_cnt"].astype(np.int64)
+    rows = len(bufs["_vz_acc"]) // (64 * max(len(p["slots"]), 1))
+    cap = rows - 1  # the last row of each slot is scratch (past cap, a lane's records go there)
+    rec = bufs["_vz_acc"].reshape(len(p["slots"]), rows, 64)[:, :cap]
     names = [a["name"] for a in arrays]
     site_array = np.array([names.index(s["array"]) for s in sites] or [0], np.int64)
     site_op = np.array([OPS.index(s["op"]) for s in sites] or [0], np.int64)
@@ -129,46 +139,40 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
     arrays = [dict(a) for a in arrays]
     parts = []
     overflow = []
+    inconsistent = []
     for s, (blk, warp) in enumerate(p["slots"]):
-        written = hdr[s, :, 2] > 0  # a written row has its element size; rows fill from 0 up
-        n = int(np.argmin(written)) if not written.all() else cap
-        past = int(cnt[s].sum())  # lane accesses past the buffer, counted by the lanes themselves
-        if past:
-            overflow.append({"block": blk, "warp": warp, "recorded_requests": n, "unrecorded_accesses": past})
-        if n == 0:
+        w = lane_streams.rebuild(rec[s], cnt[s])
+        if w.inconsistent:
+            inconsistent.append({"block": blk, "warp": warp, "why": w.inconsistent, "accesses": w.made})
+        elif w.unrecorded:
+            overflow.append({"block": blk, "warp": warp, "recorded_requests": w.requests,
+                             "unrecorded_accesses": w.unrecorded})  # fmt: skip
+        if not len(w.lane):
             continue
-        h = hdr[s, :n].astype(np.int64)
-        a = acc[s, :n]
-        r, lane = np.nonzero(a)
-        site = h[r, 0]
-        # the n-th request of this warp at this site
-        first = np.zeros(n, np.int64)
-        order = np.lexsort((np.arange(n), h[:, 0]))
-        ranks = np.empty(n, np.int64)
-        sorted_sites = h[order, 0]
-        starts = np.r_[0, np.flatnonzero(np.diff(sorted_sites)) + 1]
-        run_start = np.repeat(starts, np.diff(np.r_[starts, n]))
-        ranks[order] = np.arange(n) - run_start
-        first[:] = ranks
-        aid = site_array[site]
-        size = np.maximum(h[r, 2], 1)  # the element size the device saw
-        off = (a[r, lane] - 1) // size
+        if (w.site >= len(sites)).any():
+            inconsistent.append({"block": blk, "warp": warp, "why": "a record names a site the kernel does not have",
+                                 "accesses": w.made})  # fmt: skip
+            continue
+        aid = site_array[w.site]
         for k in np.unique(aid):
             if not arrays[k].get("itemsize"):  # a shared array whose dtype the host could not read
-                arrays[k]["itemsize"] = int(size[aid == k][0])
-        rows = np.empty((len(r), len(COLUMNS)), np.int64)
+                seen = w.size[(aid == k) & (w.size > 0)]
+                arrays[k]["itemsize"] = int(seen[0]) if len(seen) else 0
+        size = np.array([max(int(a.get("itemsize") or 1), 1) for a in arrays], np.int64)[aid]
+        off = w.offset // size
+        rows = np.empty((len(w.lane), len(COLUMNS)), np.int64)
         rows[:, 0] = blk
-        rows[:, 1] = warp * 32 + lane
-        rows[:, 2] = r
+        rows[:, 1] = warp * 32 + w.lane
+        rows[:, 2] = w.seq
         rows[:, 3] = aid
-        rows[:, 4] = site_op[site]
+        rows[:, 4] = site_op[w.site]
         rows[:, 5] = off
-        rows[:, 6] = h[r, 1]
-        rows[:, 7] = site_line[site]
-        rows[:, 8] = site
+        rows[:, 6] = w.epoch
+        rows[:, 7] = site_line[w.site]
+        rows[:, 8] = w.site
         rows[:, 9] = 0
-        rows[:, 10] = first[r]
-        idx = np.zeros((len(r), 3), np.int64)
+        rows[:, 10] = w.occurrence
+        idx = np.zeros((len(w.lane), 3), np.int64)
         for k in np.unique(aid):
             m = aid == k
             idx[m] = _unravel(off[m], arrays[k].get("shape") or [])
@@ -191,10 +195,12 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
         "sample": {
             "blocks": [int(b) for b in p["blocks"]],
             "warps": len(p["slots"]),
-            "requests_per_warp": int(cap),
+            "accesses_per_lane": int(cap),
             "overflowed_warps": len(overflow),
             "unrecorded_accesses": int(unrecorded),
             "overflow": overflow[:64],
+            "inconsistent_warps": len(inconsistent),
+            "inconsistent": inconsistent[:64],
         },
     }
 
@@ -203,14 +209,21 @@ def describe_sample(sample: dict) -> str:
     """One sentence: which warps recorded, and what did not fit (never silently a partial picture)."""
     blocks = sample["blocks"]
     shown = ", ".join(str(b) for b in blocks[:8]) + (" …" if len(blocks) > 8 else "")
+    cap = sample.get("accesses_per_lane", sample.get("requests_per_warp", 0))  # (older bundles: per warp)
     text = (
         f"recorded on the GPU by {sample['warps']} sampled warps (every warp of block"
-        f"{'s' if len(blocks) > 1 else ''} {shown}), up to {sample['requests_per_warp']:,} requests each"
+        f"{'s' if len(blocks) > 1 else ''} {shown}), up to {cap:,} accesses per lane"
     )
     if sample["unrecorded_accesses"]:
         text += (
             f"; {sample['overflowed_warps']} warp(s) made more, and their last "
             f"{sample['unrecorded_accesses']:,} lane accesses are not in these tables (sample fewer blocks)"
+        )
+    if sample.get("inconsistent_warps"):
+        first = sample["inconsistent"][0]
+        text += (
+            f"; {sample['inconsistent_warps']} warp(s) recorded streams that do not fit together "
+            f"({first['why']}), and none of their accesses are in these tables"
         )
     return text + "."
 

@@ -6,7 +6,7 @@ and takes its four buffers among the instrumenter's added ones; ``attach`` plans
 (analysis/gpu_accesses.plan: the request's ``sample_blocks``, else the first, middle and last block),
 adds the zeroed buffers to the Job and sets ``job.finish_accesses``: the read-back buffers -> the
 recorder's buffers, which ``analysis/memory.build`` turns into the tables every page reads. Every
-launch starts its warps' counters from 0 itself (kernels/access_probes.py ``start``), so a timed
+launch starts its lanes' counts from 0 itself (kernels/access_probes.py ``start``), so a timed
 repeat records as much as the recorded launch did: the cost is measured, not skipped.
 """
 

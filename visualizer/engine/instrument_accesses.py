@@ -13,13 +13,13 @@ kernels/access_probes.py, which returns the same index::
 
 Python evaluates an index before the access it belongs to and a right-hand side before the store,
 so the records keep the kernel's own order; a conditional expression records only the branch that
-runs. ``<bufs>`` are the record buffers (``_vz_acc, _vz_acc_hdr``: two of the pass's ``params``,
-with ``_vz_acc_cnt`` and ``_vz_acc_sel``), the warps' request counters (``_vz_ctr``, 32 int32 of
-shared memory), this lane's state (``_vz_st``, a local array), this warp's slot
-(``_vz_slot = _vz_slot_of(_vz_acc_sel)``, -1 for a warp that records nothing) and the barrier epoch
-(``_vz_ep``, one more after each statement that calls ``cuda.syncthreads*``), all set first. Every
-exit (each ``return`` of the kernel's own, and its end) writes the lane's count of accesses past the
-buffer (``_vz_acc_end``). A loop that records is kept twice: ``if _vz_slot < 0:`` the loop as written
+runs. ``<bufs>`` are the record buffer (``_vz_acc``, one of the pass's ``params``, with
+``_vz_acc_cnt`` and ``_vz_acc_sel``), this lane's state (``_vz_st``: its record count, the buffer's
+records per lane and where its own start, a local array the compiler keeps in registers), this warp's slot (``_vz_slot = _vz_slot_of(_vz_acc_sel)``,
+-1 for a warp that records nothing) and the barrier epoch (``_vz_ep``, one more after each statement
+that calls ``cuda.syncthreads*``), all set first. No shared memory and no word between lanes: each
+lane records its own stream (kernels/access_probes.py). Every exit (each ``return`` of the kernel's
+own, and its end) writes the lane's count of accesses (``_vz_acc_end``). A loop that records is kept twice: ``if _vz_slot < 0:`` the loop as written
 (the warps of unsampled blocks run the kernel's own code), ``else:`` the loop recorded.
 
 ``info`` gets ``sites`` (one per recorded access: line, array, op) and ``arrays`` (name, space and,
@@ -37,16 +37,15 @@ import ast
 
 from visualizer.engine.instrument_ast import BeforeReturns, located
 
-ACC, HDR, CNT, SEL = "_vz_acc", "_vz_acc_hdr", "_vz_acc_cnt", "_vz_acc_sel"
+ACC, CNT, SEL = "_vz_acc", "_vz_acc_cnt", "_vz_acc_sel"
 SLOT, EPOCH, SLOT_FN = "_vz_slot", "_vz_ep", "_vz_slot_of"
-CTR, ST, START_FN, END_FN = "_vz_ctr", "_vz_st", "_vz_acc_start", "_vz_acc_end"
-CUDA, I32 = (
-    "_vz_cuda",
-    "_vz_i32",
-)  # the pass's own names for numba.cuda and int32 (whatever the module imports)
+ST, START_FN, END_FN = "_vz_st", "_vz_acc_start", "_vz_acc_end"
+# the pass's own names for numba.cuda and uint32 (whatever the module imports)
+CUDA, U32 = "_vz_cuda", "_vz_u32"
 AT = "_vz_at"  # + the number of indices: _vz_at1 ... _vz_at4
 TMP = "_vz_k"
 MAX_DIMS = 4
+MAX_SITES = 1 << 15  # kernels/access_probes.MAX_SITES: the site's bits in the access word
 LOAD, STORE, ATOMIC = "load", "store", "atomic"
 # the probes a clean build binds to no-ops: the accesses in their arguments are not the kernel's
 PROBE_CALLS = frozenset({"trace_begin", "trace_end", "trace_tile", "trace_row_state"})
@@ -120,7 +119,7 @@ class _Rewriter(ast.NodeTransformer):
         return idx
 
     def _call(self, array: str, idx: list[ast.expr], site: int, at: ast.AST) -> ast.Call:
-        args = [_name(n) for n in (ACC, HDR, CTR, ST, SLOT, EPOCH)] + [_name(array), *idx, ast.Constant(site)]
+        args = [_name(n) for n in (ACC, ST, SLOT, EPOCH)] + [_name(array), *idx, ast.Constant(site)]
         return located(ast.Call(func=_name(f"{AT}{len(idx)}"), args=args, keywords=[]), at)
 
     def _recorded(self, node: ast.AST) -> str | None:
@@ -259,18 +258,18 @@ class AccessPass:
     """The pass object the instrumenter runs (engine/instrument.py's ``passes=``)."""
 
     name = "accesses"
-    params = (ACC, HDR, CNT, SEL)
+    params = (ACC, CNT, SEL)
 
     def __init__(self, exclude=()):
         self.exclude = frozenset(exclude)  # parameters that are probe buffers, not the kernel's data
         self.key = (self.name, tuple(sorted(self.exclude)))  # engine/builds.py caches builds by it
 
     def globals(self) -> dict:
-        from numba import cuda, int32
+        from numba import cuda, uint64
 
         from kernels import access_probes as probes
 
-        return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, CUDA: cuda, I32: int32,
+        return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, CUDA: cuda, U32: uint64,
                 **{f"{AT}{n}": fn for n, fn in probes.AT.items()}}  # fmt: skip
 
     def apply(self, fn: ast.FunctionDef, info: dict) -> None:
@@ -301,22 +300,19 @@ class AccessPass:
         setup = [
             ast.Assign(targets=[_name(SLOT, ast.Store())],
                        value=ast.Call(func=_name(SLOT_FN), args=[_name(SEL)], keywords=[])),
-            # per-warp request counters of this block (32 int32: the kernel's own arrays keep their banks)
-            ast.Assign(targets=[_name(CTR, ast.Store())],
-                       value=cuda_call("shared", "array", args=[ast.Constant(32), _name(I32)])),
+            # this lane's state (count, records per lane, where its own start: registers once inlined)
             ast.Assign(targets=[_name(ST, ast.Store())],
-                       value=cuda_call("local", "array", args=[ast.Constant(2), _name(I32)])),
-            ast.Expr(ast.Call(func=_name(START_FN), args=[_name(CTR), _name(ST), _name(SLOT)], keywords=[])),
+                       value=cuda_call("local", "array", args=[ast.Constant(3), _name(U32)])),
+            ast.Expr(ast.Call(func=_name(START_FN), args=[_name(n) for n in (ACC, CNT, ST, SLOT)], keywords=[])),
             ast.Assign(targets=[_name(EPOCH, ast.Store())], value=ast.Constant(0)),
         ]  # fmt: skip
         for s in setup:
             located(s, first)
-        # the simulator tells shared arrays apart by their (file, line): the counters' own line is the
-        # def's, where no shared array of the kernel's can be
-        for child in ast.walk(setup[1]):
-            child.lineno = child.end_lineno = fn.lineno
         doc = 1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 0
         fn.body = body[:doc] + setup + body[doc:]
+        if len(sites) > MAX_SITES:
+            raise ValueError(f"the kernel has {len(sites):,} accesses to record, more than the {MAX_SITES:,} "
+                             "the GPU recording can tell apart")  # fmt: skip
         used = {s["array"] for s in sites}
         info["sites"] = sites
         info["arrays"] = [

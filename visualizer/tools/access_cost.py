@@ -8,16 +8,18 @@ repeats) of four builds of the same kernel on the same device arrays:
 * ``sampled``: traced plus the access pass, the default sample recording (first, middle and last
   block; analysis/gpu_accesses.plan);
 * ``every_warp``: the access pass with every block's warps recording, ``EVERY_WARP_RECORDS`` lane
-  accesses in all (a warp past its share counts its requests and writes nothing more).
+  accesses in all (a lane past its share counts its accesses and writes over its slot's scratch row).
 
-Every launch starts its warps' request counters from 0 itself, so every repeat records as much as
-the first.
+Every launch starts its lanes' counts from 0 itself, so every repeat records as much as the first.
+The recorded / unrecorded counts are the lanes' own (kernels/access_probes.py); the decoder may
+leave out a few more records of a lane whose later requests lack a lane that ran out.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 CASES = [
     ("matmul_tiled", {"n": 4096, "tile": 16}),
@@ -27,7 +29,16 @@ CASES = [
 EVERY_WARP_RECORDS = 1 << 27  # lane accesses when every warp records (1 GiB of offsets)
 
 
-def measure(cases=CASES, repeats: int = 10) -> list[dict]:
+def _regs(kern) -> int:
+    """Registers per thread of a dispatcher's compiled build (the most, if it has several)."""
+    got = kern.get_regs_per_thread()
+    return int(max(got.values()) if isinstance(got, dict) else got)
+
+
+def measure(cases=CASES, repeats: int = 10, variants: bool = False) -> list[dict]:
+    """The rows above; ``variants`` adds two what-ifs: ``sampled_first_wave`` (blocks 0, 1, 2, all in the
+    launch's first wave, so none starts last) and ``sampled_capped`` (the default sample with the
+    recording build held to the traced build's registers per thread, ``max_registers``)."""
     from visualizer.engine.worker import configure_backend
 
     configure_backend("gpu")
@@ -36,8 +47,10 @@ def measure(cases=CASES, repeats: int = 10) -> list[dict]:
 
     from visualizer.analysis import gpu_accesses
     from visualizer.engine import gpu_timing, worker
+    from visualizer.engine import instrument_accesses as ia
     from visualizer.engine.builds import builds
     from visualizer.engine.gpu_access_job import BUFFER_OF
+    from visualizer.engine.instrument import function_namespace
     from visualizer.specs import catalog
 
     ops = gpu_timing.NumbaOps(cuda)
@@ -55,6 +68,11 @@ def measure(cases=CASES, repeats: int = 10) -> list[dict]:
             launch.grid, launch.block)  # fmt: skip
         nbytes, flops = spec.work(values)
         flush = gpu_timing.wants_l2_flush(nbytes, flops)
+        host_in = {**inputs, **bufs}
+        named = {
+            n: host_in[r] for r, n in zip(spec.args, worker._param_names(fn), strict=False) if r in host_in
+        }
+        arrays = ia.resolve_arrays(rec.info["accesses"], named, function_namespace(fn))
 
         def timed(kern, args, config=config, flush=flush):
             k = kern[config]
@@ -65,30 +83,48 @@ def measure(cases=CASES, repeats: int = 10) -> list[dict]:
                "grid": list(launch.grid), "block": list(launch.block)}  # fmt: skip
         row["clean_ms"], ok_c = timed(plain.clean, own)
         row["traced_ms"], ok_t = timed(plain.traced, own + [dev["trace"], dev["active"]])
+        row["clean_regs"], row["traced_regs"] = _regs(plain.clean), _regs(plain.traced)
         covered = [ok_c, ok_t]
-        for name, blocks, records in (
-            ("sampled", None, gpu_accesses.DEFAULT_RECORDS),
-            ("every_warp", list(range(gpu_accesses.linear_blocks(launch.grid))), EVERY_WARP_RECORDS),
-        ):
+        runs = [
+            ("sampled", rec, None, gpu_accesses.DEFAULT_RECORDS),
+            ("every_warp", rec, list(range(gpu_accesses.linear_blocks(launch.grid))), EVERY_WARP_RECORDS),
+        ]
+        if variants:
+            capped = builds(fn, spec.active_when, (worker.builtin_access_pass(spec, fn),),
+                            max_registers=row["traced_regs"])  # fmt: skip
+            runs += [("sampled_first_wave", rec, [0, 1, 2], gpu_accesses.DEFAULT_RECORDS),
+                     ("sampled_capped", capped, None, gpu_accesses.DEFAULT_RECORDS)]  # fmt: skip
+        for name, build, blocks, records in runs:
             p = gpu_accesses.plan(launch.grid, launch.block, blocks, records)
             accd = {k: cuda.to_device(v) for k, v in gpu_accesses.host_buffers(p).items()}
             args = own + [
                 dev[BUFFER_OF[x]] if BUFFER_OF[x] in dev else accd[BUFFER_OF[x]] for x in rec.params
             ]
-            row[f"{name}_ms"], ok = timed(rec.traced, args)
+            row[f"{name}_ms"], ok = timed(build.traced, args)
+            row[f"{name}_regs"] = _regs(build.traced)
             covered.append(ok)
-            hdr = accd["_vz_acc_hdr"].copy_to_host()
-            past = accd["_vz_acc_cnt"].copy_to_host()
-            acc = accd["_vz_acc"].copy_to_host()
+            made = accd["_vz_acc_cnt"].copy_to_host().astype(np.int64)  # each lane's accesses in all
             row[f"{name}_warps"] = len(p["slots"])
-            row[f"{name}_requests_per_warp_cap"] = int(p["cap"])
-            row[f"{name}_requests_recorded"] = int((hdr[:, :, 2] > 0).sum())
-            row[f"{name}_accesses_recorded"] = int((acc > 0).sum())
-            row[f"{name}_accesses_unrecorded"] = int(past.sum())
+            row[f"{name}_accesses_per_lane_cap"] = int(p["cap"])
+            row[f"{name}_accesses_made"] = int(made.sum())
+            row[f"{name}_accesses_recorded"] = int(np.minimum(made, p["cap"]).sum())
+            row[f"{name}_accesses_unrecorded"] = int(np.maximum(made - p["cap"], 0).sum())
+            if name == "sampled":  # the tables at this size: rebuilt from the lanes' streams, on the host
+                host = {k: v.copy_to_host() for k, v in accd.items()}
+                t0 = time.perf_counter()
+                decoded = gpu_accesses.decode(host, p, rec.info["accesses"]["sites"], arrays, launch.grid,
+                                              launch.block)  # fmt: skip
+                row["sampled_decode_s"] = round(time.perf_counter() - t0, 3)
+                row["sampled_decoded"] = {
+                    k: decoded["sample"][k]
+                    for k in ("unrecorded_accesses", "overflowed_warps", "inconsistent_warps")
+                }
+                row["sampled_decoded"]["records"] = len(decoded["records"])
+                row["sampled_decoded"]["inconsistent"] = decoded["sample"]["inconsistent"][:2]
             del accd
             cuda.current_context().deallocations.clear()
         row["queue_covered"] = all(covered)
-        for name in ("traced", "sampled", "every_warp"):
+        for name in ("traced", *[r[0] for r in runs]):
             row[f"{name}_ratio"] = round(row[f"{name}_ms"] / row["clean_ms"], 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -103,8 +139,9 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m visualizer.tools.access_cost")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--variants", action="store_true", help="also: first-wave blocks; registers held down")
     args = p.parse_args(argv)
-    rows = measure(repeats=max(1, args.repeats))
+    rows = measure(repeats=max(1, args.repeats), variants=args.variants)
     if args.json:
         from visualizer.tools.atomic import write_text
 

@@ -409,14 +409,21 @@ def link_run_requested() -> bool:
     return bool(st.session_state.pop("uk_link_run", False))
 
 
+def recorded_on(cap: Capture) -> str:
+    """Where Memory access's "record" runs a visitor's kernel again: where it ran (on a GPU its
+    sampled warps record their own accesses; on the simulator every thread's are recorded)."""
+    return "gpu" if cap.launch.get("backend") == "gpu" else "sim"
+
+
 def record_accesses() -> None:
     """Button callback (Memory access): the current visitor kernel again, recording its accesses on
-    the simulator: on Your kernel, run there if this visitor may run code, then back here."""
+    the backend it ran on (``recorded_on``): on Your kernel, run there if this visitor may run code,
+    then back here."""
     cap = visitor_capture()
     if cap is None:
         return
     state = link_of(cap)
-    fill_form(KernelLink(**{**state.__dict__, "backend": "sim", "accesses": True}))
+    fill_form(KernelLink(**{**state.__dict__, "backend": recorded_on(cap), "accesses": True}))
     st.session_state._yk_go = YOUR_PAGE  # settle() goes there: a callback cannot switch pages
     st.session_state.uk_link_notice = None
     if user_code_allowed(visitor_has_key())[0]:

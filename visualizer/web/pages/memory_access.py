@@ -14,7 +14,7 @@ from visualizer.engine.user_runner import user_code_allowed
 from visualizer.figures.memory import bank_figure, requests_heatmap, sector_figure, source_html
 from visualizer.specs import catalog
 from visualizer.web.charts import chart
-from visualizer.web.current_kernel import record_accesses, visitor_capture, visitor_is_current
+from visualizer.web.current_kernel import record_accesses, recorded_on, visitor_capture, visitor_is_current
 from visualizer.web.guard import visitor_has_key
 from visualizer.web.memory import access_capture
 from visualizer.web.races import runs_panel
@@ -59,12 +59,17 @@ def visitor_launch(cap):
         return cap, name, dict(cap.launch["params"])
     allowed, why = user_code_allowed(visitor_has_key())
     c1, c2 = st.columns([2, 1], vertical_alignment="center")
+    how = (
+        "again on the GPU, where the warps of a few blocks (the first, middle and last) record their own "
+        "loads and stores (measured)"
+        if recorded_on(cap) == "gpu"
+        else "again on the CUDA simulator with every access recorded"
+    )
     c1.info(
         "The current kernel is yours ("
         + as_text(name)
-        + "), and its loads and stores were not recorded when it ran. **Record them:** your kernel runs "
-        "again on the CUDA simulator with every access recorded (*record memory accesses* on the Your "
-        "kernel page), then this page draws them.",
+        + f"), and its loads and stores were not recorded when it ran. **Record them:** your kernel runs "
+        f"{how} (*record memory accesses* on the Your kernel page), then this page draws them.",
         icon=":material/grid_view:",
     )
     c2.button(
