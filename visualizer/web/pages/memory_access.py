@@ -199,24 +199,59 @@ def counters(summ: dict) -> dict[str, float]:
     return out
 
 
+def show_counters(summ: dict, kernel: str, params: dict, visitor) -> None:
+    """The launch's counters, and how they moved since the last what-if of the same kernel on this page (a
+    delta between unrelated kernels, e.g. a transpose against a reduction, would mean nothing)."""
+    now = counters(summ)
+    before = st.session_state.get("mem_last_counters", {})
+    family = (
+        kernel if visitor is not None else st.session_state.get("mem_kernel", kernel)
+    )  # the kernel box: its what-ifs are comparable
+    comparable = before.get("family") == family and before.get("kernel") != (
+        kernel,
+        tuple(sorted(params.items())),
+    )
+    PER_ROW = 4  # eight counters in one row of a 1280-px screen cut their values short ("3,9...")
+    items = list(now.items())
+    cols = [c for i in range(0, max(len(items), 1), PER_ROW) for c in st.columns(PER_ROW)]
+    for col, (name, value) in zip(cols, items, strict=False):
+        prev = before.get("values", {}).get(name) if comparable else None
+        delta = (
+            None
+            if prev is None or prev == value
+            else f"{readable(value - prev, sign=True)} vs {before['label']}"
+        )
+        col.metric(name, readable(value), delta, delta_color="inverse")
+    st.session_state.mem_last_counters = {
+        "family": family,
+        "kernel": (kernel, tuple(sorted(params.items()))),
+        "values": now,
+        "label": f"{TRANSPOSES.get(kernel, kernel)}"
+        + (f" stride {params['stride']}" if "stride" in params else ""),
+    }
+
+
+def how_made() -> None:
+    with st.expander("How these charts are made, and what to try"):
+        st.markdown(
+            "Every chart here is drawn from recorded addresses grouped into warp requests: on the CUDA "
+            "simulator every thread's; on a GPU (the sidebar's backend) the kernel records its own loads and "
+            "stores, in every warp of a few blocks (the first, middle and last), at the real size. Shared "
+            "requests count **wavefronts** as the hardware does: 128 bytes each, so 8-byte accesses are served "
+            "by half-warps. **Try:** *Transpose (naive)*, then switch the layout to tiled and tiled + padding."
+        )
+
+
 st.title("Memory access")
 st.markdown(
     "A warp's 32 loads or stores are served together: global memory moves **32-byte sectors** (32 "
     "neighbouring floats: 4; 32 scattered: 32); two words in one of shared memory's **32 banks** take turns."
 )
-with st.expander("How these charts are made, and what to try"):
-    st.markdown(
-        "Every chart here is drawn from recorded addresses grouped into warp requests: on the CUDA "
-        "simulator every thread's; on a GPU (the sidebar's backend) the kernel records its own loads and "
-        "stores, in every warp of a few blocks (the first, middle and last), at the real size. Shared "
-        "requests count **wavefronts** as the hardware does: 128 bytes each, so 8-byte accesses are served "
-        "by half-warps. **Try:** *Transpose (naive)*, then switch the layout to tiled and tiled + padding."
-    )
-
 visitor = visitor_capture() if visitor_is_current() else None
 if visitor is not None:  # the visitor's kernel is current: its own recorded accesses, if any
     cap, kernel, params = visitor_launch(visitor)
     module, src_path = "your_kernel", visitor.launch.get("filename") or "your_kernel.py"
+    launch_line = ""  # visitor_launch named the kernel and its launch
     notices: list = []
 else:
     config = st.session_state.get("config")
@@ -263,11 +298,12 @@ else:
     to_link("mem_kernel")
     show_link_notices(*notices)
     notices = []
-    st.caption(
+    launch_line = (
         f"Launch: `{kernel}` with "
         + ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
         + (" (the sidebar's parameters)" if config is not None and config.kernel == kernel else " (defaults)")
-    )
+        + " · "
+    )  # one caption with the data source below
 
     on_gpu = config is not None and resolved_backend(config.backend) == "gpu"
     cap, error = access_capture(kernel, params, backend="gpu" if on_gpu else "sim")
@@ -278,46 +314,21 @@ else:
 summ = cap.launch["accesses"]
 if summ.get("sample"):  # recorded on the GPU by sampled warps: say which, and what did not fit
     st.caption(
-        f"Data source: {summ['source']} — {summ['accesses']:,} accesses, "
+        launch_line
+        + f"Data source: {summ['source']} — {summ['accesses']:,} accesses, "
         + as_text(describe_sample(summ["sample"]))
     )
 else:
     st.caption(
-        f"Data source: recorded addresses, simulator — {summ['accesses']:,} accesses of "
+        launch_line + f"Data source: recorded addresses, simulator — {summ['accesses']:,} accesses of "
         f"{cap.launch['threads']:,} threads"
     )
 
-# the counters, and how they moved since the last what-if of the same kernel on this page (a delta
-# between unrelated kernels, e.g. a transpose against a reduction, would mean nothing)
-now = counters(summ)
-before = st.session_state.get("mem_last_counters", {})
-family = (
-    kernel if visitor is not None else st.session_state.get("mem_kernel", kernel)
-)  # the kernel box: its what-ifs are comparable
-comparable = before.get("family") == family and before.get("kernel") != (
-    kernel,
-    tuple(sorted(params.items())),
-)
-PER_ROW = 4  # eight counters in one row of a 1280-px screen cut their values short ("3,9...")
-items = list(now.items())
-cols = [c for i in range(0, max(len(items), 1), PER_ROW) for c in st.columns(PER_ROW)]
-for col, (name, value) in zip(cols, items, strict=False):
-    prev = before.get("values", {}).get(name) if comparable else None
-    delta = (
-        None if prev is None or prev == value else f"{readable(value - prev, sign=True)} vs {before['label']}"
-    )
-    col.metric(name, readable(value), delta, delta_color="inverse")
-st.session_state.mem_last_counters = {
-    "family": family,
-    "kernel": (kernel, tuple(sorted(params.items()))),
-    "values": now,
-    "label": f"{TRANSPOSES.get(kernel, kernel)}"
-    + (f" stride {params['stride']}" if "stride" in params else ""),
-}
-
 req = cap.requests
 if req.empty:
+    show_counters(summ, kernel, params, visitor)
     st.info("This launch made no loads or stores outside its probes.")
+    how_made()
     st.stop()
 
 st.subheader("One warp request")
@@ -424,6 +435,11 @@ with right:
             f"{int(request['lanes'])} lanes, {int(request['bytes'])} bytes: {int(request['sectors'])} sectors moved, "
             f"{int(request['ideal_sectors'])} would do if the same bytes were contiguous."
         )
+
+# the launch's counters under the one-request chart, not above it: two rows of them above pushed the
+# page's first chart below a 720-px projector's fold
+show_counters(summ, kernel, params, visitor)
+how_made()
 
 st.subheader("Every warp, every access")
 space = st.radio("memory", ["global", "shared"], horizontal=True, key="mem_heat_space",
