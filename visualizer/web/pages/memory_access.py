@@ -49,13 +49,7 @@ def visitor_launch(cap):
     otherwise the page says so, offers to record them, and stops."""
     name = cap.launch["kernel"]
     st.caption(kernel_named(cap))
-    if cap.accesses is not None:
-        st.caption(
-            "Launch: "
-            + as_text(
-                f"{name}, your kernel as it ran on the Your kernel page with its memory accesses recorded"
-            )
-        )
+    if cap.accesses is not None:  # the launch goes in the data source's caption (one line, not two)
         return cap, name, dict(cap.launch["params"])
     allowed, why = user_code_allowed(visitor_has_key())
     c1, c2 = st.columns([2, 1], vertical_alignment="center")
@@ -251,7 +245,7 @@ visitor = visitor_capture() if visitor_is_current() else None
 if visitor is not None:  # the visitor's kernel is current: its own recorded accesses, if any
     cap, kernel, params = visitor_launch(visitor)
     module, src_path = "your_kernel", visitor.launch.get("filename") or "your_kernel.py"
-    launch_line = ""  # visitor_launch named the kernel and its launch
+    launch_line = "Launch: your kernel as it ran on the Your kernel page, its accesses recorded · "
     notices: list = []
 else:
     config = st.session_state.get("config")
