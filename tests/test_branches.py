@@ -144,11 +144,16 @@ def test_for_over_range_keeps_python_semantics_and_records_every_test():
 def test_static_tests_are_left_alone_and_elif_is_its_own_site():
     src = """\
 FLAG = True
+TILE = 16
 
 
 def k(x, out):
     if FLAG:
         out.append(1)
+    if not FLAG or TILE > 8 and not (TILE < 4):
+        out.append(5)
+    if FLAG and x > 3:
+        out.append(6)
     if x > 2:
         out.append(2)
     elif x > 1:
@@ -161,14 +166,15 @@ def k(x, out):
 """
     traced, info, log = _plain(src, "k")
     assert [(s["line"], s["kind"]) for s in info["sites"]] == [
-        (7, "if"),
-        (9, "elif"),
+        (10, "if"),  # FLAG and x > 3: x decides it at run time
         (12, "if"),
-        (14, "while"),
+        (14, "elif"),
+        (17, "if"),
+        (19, "while"),
     ]
     out: list = []
     traced(0.5, out, None, None)
-    assert out == [1, 4] and log == [(0, False), (1, False), (2, True), (3, True)]
+    assert out == [1, 5, 4] and log == [(0, False), (1, False), (2, False), (3, True), (4, True)]
 
 
 def test_the_traced_copy_keeps_the_kernel_lines_and_the_clean_kernel_is_untouched():

@@ -24,7 +24,8 @@
   either way, so both backends report the same table;
   Other ``for`` loops (over an array, ``zip``...) are left as written and listed as not recorded;
 * a test that is a name the kernel never assigns (a module or closure constant such as
-  ``if BARRIER:``) is left alone: the compiler resolves it, no branch exists on the GPU.
+  ``if BARRIER:``), ``not`` of one, ``and``/``or`` of them or a comparison of constants (``if TILE >
+  8:``) is left alone: the compiler resolves it, no branch exists on the GPU.
 
 An early ``return`` is a branch through its ``if`` (``if i >= n: return`` is an ``if`` site whose
 taken lanes leave). Nested functions are not entered.
@@ -74,10 +75,26 @@ def _assigned_names(fn: ast.FunctionDef) -> set[str]:
 
 
 def _is_static(test: ast.expr, assigned: set[str]) -> bool:
-    """A constant, or a name the kernel never binds (a compile-time constant of its module)."""
+    """A test the compiler decides: a constant, a name the kernel never binds (a compile-time constant
+    of its module), ``not`` of one, ``and``/``or`` of them, or a comparison of constant integer
+    expressions (``if not SUBTRACT_MAX``, ``if TILE > 8``). A test that mixes a constant with a run-time
+    value (``CAUSAL and j > i``) is recorded: where the constant lets the rest run, it is a branch."""
     if isinstance(test, ast.Constant):
         return not isinstance(test.value, bool) or test.value is not True  # `while True` is recorded
-    return isinstance(test, ast.Name) and test.id not in assigned
+    if isinstance(test, ast.Name):
+        return test.id not in assigned
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return isinstance(test.operand, ast.Name | ast.UnaryOp | ast.BoolOp | ast.Compare) and _is_static(
+            test.operand, assigned
+        )
+    if isinstance(test, ast.BoolOp):
+        return all(
+            isinstance(v, ast.Name | ast.UnaryOp | ast.BoolOp | ast.Compare) and _is_static(v, assigned)
+            for v in test.values
+        )
+    if isinstance(test, ast.Compare):
+        return all(_is_constant(e, assigned) for e in (test.left, *test.comparators))
+    return False
 
 
 def _is_constant(expr: ast.expr, assigned: set[str]) -> bool:
