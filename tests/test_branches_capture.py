@@ -14,6 +14,7 @@ sys.path.insert(0, str(HERE))
 import branch_cases  # noqa: E402
 from test_branches import visits  # noqa: E402
 
+from visualizer.engine import ptx  # noqa: E402
 from visualizer.engine.user_runner import UserRunner  # noqa: E402
 from visualizer.specs.source import plan_source_launch  # noqa: E402
 from visualizer.tools import bundle  # noqa: E402
@@ -74,6 +75,12 @@ def test_capture_cli_writes_branches(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "branch efficiency" in proc.stdout and (out / "branches.parquet").is_file()
+    if ptx.tool("ptxas") and ptx.tool("nvdisasm"):  # `if i < n:` is a predicated EXIT in the SASS
+        assert "as Nsight Compute counts it (sm_90 SASS): no branch line compiled to a conditional jump" in (
+            proc.stdout
+        )
+    else:
+        assert "as Nsight Compute counts it: not computed" in proc.stdout
     launch = json.loads((out / "launch.json").read_text())
     # `if i < n:` in 32 warps: all take it but warp 31's lanes 8..31 (1000 = 31 * 32 + 8)
     assert launch["branches"]["visits"] == 32 and launch["branches"]["divergent_warps"] == 1
@@ -140,5 +147,6 @@ def test_capture_source_cli_writes_a_visitors_branches(tmp_path):
     assert proc.returncode == 0, proc.stderr
     # 4 warps: the guard splits the last one (lanes 4-31 past 100), `threadIdx.x < 16` each block's first
     assert "branch efficiency 62.5% (3 of 8 warp visits divergent; 3 of 4 warps" in proc.stdout
+    assert "as Nsight Compute counts it" in proc.stdout  # compiled in the visitor's sandbox
     rows = bundle.load(out).branches
     assert sorted(rows["line"].unique().tolist()) == [7, 9]

@@ -116,6 +116,10 @@ class UserRunner(Runner):
                 pass
         super()._stop(kill=True)
 
+    def ptx_source(self, launch: SourceLaunch, arch: str = "sm_90", timeout: float | None = None) -> dict:
+        """The kernel's clean build as PTX and SASS, compiled in this runner's sandbox; KernelError."""
+        return _ptx_source(self, launch, arch, timeout)
+
     def capture_source(
         self,
         launch: SourceLaunch,

@@ -83,3 +83,32 @@ def lens_lines(cap, asked_barriers: bool = False) -> list[str]:
 
         out += describe_runs(info["runs"])
     return [f"  {text}" for text in out]
+
+
+def sass_counted_lines(cap, compiled: dict | None, why: str | None = None) -> list[str]:
+    """With --branches: the lens's efficiency as Nsight Compute counts it (analysis/branches.as_ncu_counts
+    over the conditional jumps of the clean build's sm_90 SASS, ``compiled``: engine/ptx's reply)."""
+    if cap.branches is None or not cap.launch.get("branches", {}).get("visits"):
+        return []
+    if compiled is None or not compiled.get("sass"):
+        return [
+            f"  as Nsight Compute counts it: not computed ({why or 'ptxas or nvdisasm is not installed here'})"
+        ]
+    from visualizer.analysis import asm, branches
+
+    sass = asm.sass_table(compiled["sass"])
+    cond = branches.sass_branches(sass, asm.same_file(sass["file"], compiled["filename"]), True)
+    got = branches.as_ncu_counts(cap.branches, cond)
+    if got["efficiency"] is None:
+        return ["  as Nsight Compute counts it (sm_90 SASS): no branch line compiled to a conditional jump"]
+    out = got["left_out"]
+    left = (
+        f"; line{'s' * (len(out) > 1)} {', '.join(map(str, out))} compiled to none (predicated)"
+        if out
+        else ""
+    )
+    return [
+        f"  as Nsight Compute counts it (sm_90 SASS branches): {got['efficiency']:.1f}% over the "
+        f"{got['visits']:,} visits of line{'s' * (len(got['lines']) > 1)} {', '.join(map(str, got['lines']))}, "
+        f"{got['divergent_visits']:,} divergent{left}"
+    ]

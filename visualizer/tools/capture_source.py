@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 
 from visualizer.tools.args import count, writable_dir
-from visualizer.tools.capture_report import flag_problem, launch_lines, lens_lines, lens_options, save_bundle
+from visualizer.tools.capture_report import (
+    flag_problem,
+    launch_lines,
+    lens_lines,
+    lens_options,
+    sass_counted_lines,
+    save_bundle,
+)
 
 
 def _positive_seconds(text: str) -> float:
@@ -157,10 +164,16 @@ def cmd_capture_source(argv: list[str]) -> int:
         )
         if args.barriers and backend == "sim":  # "auto" resolved to the simulator
             raise LaunchError(flag_problem(args, backend))
+        compiled, why = None, None
         with UserRunner(backend) as runner:
             cap = runner.capture_source(
                 launch, seed=args.seed or 0, repeats=args.repeats, timeout=args.timeout, **lens_options(args)
             )
+            if cap.branches is not None:  # the SASS-counted number needs the clean build's SASS
+                try:
+                    compiled = runner.ptx_source(launch, "sm_90", args.timeout)
+                except KernelError as exc:
+                    why = " ".join(str(exc).split())[:200]
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -184,6 +197,8 @@ def cmd_capture_source(argv: list[str]) -> int:
         f"  arrays after the launch: {', '.join(arrays_after(cap))} (written: {', '.join(info['written']) or 'none'})"
     )
     for text in lens_lines(cap, args.barriers):
+        print(text)
+    for text in sass_counted_lines(cap, compiled, why):
         print(text)
     print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
     if check.get("correct") is None:

@@ -71,6 +71,7 @@ def cmd_capture(argv: list[str]) -> int:
         launch_lines,
         lens_lines,
         lens_options,
+        sass_counted_lines,
         save_bundle,
     )
     from visualizer.tools.capture_source import cmd_capture_source, wants_source  # your own kernel: --source
@@ -178,6 +179,16 @@ def cmd_capture(argv: list[str]) -> int:
         )
     for text in lens_lines(cap, args.barriers):
         print(text)
+    if cap.branches is not None:
+        from visualizer.engine import ptx
+
+        compiled, why = None, None
+        try:
+            compiled = ptx.builtin_asm(launch["kernel"], launch["params"], arch="sm_90")
+        except (ptx.AsmError, LaunchError) as exc:
+            why = " ".join(str(exc).split())[:200]
+        for text in sass_counted_lines(cap, compiled, why):
+            print(text)
     print(f"  wrote {', '.join(p.name for p in written)} to {args.out}")
     if check["correct"]:
         print("  output matches the numpy reference")
