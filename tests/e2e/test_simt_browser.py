@@ -2,6 +2,8 @@
 
 import pytest
 
+from .conftest import wait_for_app
+
 pytestmark = pytest.mark.e2e
 
 # every plot title's text box against its plot's box: a title running past the right edge is clipped
@@ -29,6 +31,9 @@ def test_simt_page_lane_strip_above_the_fold(open_app, tmp_path):
         page.screenshot(path=__import__("os").environ["SIMT_SHOT"])
     # the barrier tab says why the simulator has no timeline
     page.get_by_role("tab", name="Barriers: who waited").click()
+    # the tab's choice goes into the link: the script runs again, and its text is what it drew after that
+    page.wait_for_timeout(300)
+    wait_for_app(page)
     assert page.get_by_text("Not offered on the simulator").first.is_visible()
 
 
