@@ -267,7 +267,7 @@ def sass_lines(name, arch="sm_90"):
 
     from numba import cuda, typeof
 
-    from visualizer.analysis import asm, branches
+    from visualizer.analysis import branches
     from visualizer.engine.ptx import assemble
 
     if not cuda.is_available():  # numba-cuda asks the device for its compute capability
@@ -279,9 +279,7 @@ def sass_lines(name, arch="sm_90"):
     exec(compile(src, name + ".py", "exec"), mod.__dict__)
     sig = tuple(typeof(a) for a in args)
     ptx, _ = cuda.compile_ptx(mod.__dict__[kernel].py_func, sig, cc=(9, 0), lineinfo=True)
-    sass = asm.sass_table(assemble(ptx, arch)["sass"])
-    same = asm.same_file(sass["file"], name + ".py")
-    return branches.sass_branches(sass, same), branches.sass_branches(sass, same, conditional=True)
+    return branches.jumps_of({"sass": assemble(ptx, arch)["sass"], "filename": name + ".py"})
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import branch_cases  # noqa: E402
 
-from visualizer.analysis import asm, branches  # noqa: E402
+from visualizer.analysis import branches  # noqa: E402
 from visualizer.engine import ptx  # noqa: E402
 from visualizer.specs.source import plan_source_launch  # noqa: E402
 
@@ -43,9 +43,7 @@ def _sass(source: str, kernel: str, args: dict, grid, block) -> tuple[dict, dict
         pytest.skip("ptxas / nvdisasm not installed here")
     launch = plan_source_launch(source, kernel, grid=grid, block=block, args=args, filename=f"{kernel}.py")
     got = ptx.source_asm(launch.request("sim"))
-    table = asm.sass_table(got["sass"])
-    same = asm.same_file(table["file"], got["filename"])
-    return branches.sass_branches(table, same), branches.sass_branches(table, same, conditional=True)
+    return branches.jumps_of(got)
 
 
 def _rows(model: dict, sites: list[dict]):

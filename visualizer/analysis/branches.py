@@ -311,6 +311,16 @@ def sass_branches(sass: pd.DataFrame, same_file: pd.Series, conditional: bool = 
     return {int(k): int(v) for k, v in rows.groupby("line").size().items()}
 
 
+def jumps_of(compiled: dict) -> tuple[dict[int, int], dict[int, int]]:
+    """(Every jump, the conditional ones) per source line of a compile reply (engine/ptx: its ``sass``
+    text and the kernel's ``filename``): ``sass_branches`` over one parse of the SASS."""
+    from visualizer.analysis import asm
+
+    sass = asm.sass_table(compiled["sass"])
+    same = asm.same_file(sass["file"], compiled["filename"])
+    return sass_branches(sass, same), sass_branches(sass, same, conditional=True)
+
+
 def as_ncu_counts(rows: pd.DataFrame, conditional_jumps: dict[int, int]) -> dict:
     """Branch efficiency as Nsight Compute counts it, from the lens's visits and the clean build's SASS:
     the visits of the source lines that compiled to a conditional jump (``sass_branches(...,

@@ -94,10 +94,9 @@ def sass_counted_lines(cap, compiled: dict | None, why: str | None = None) -> li
         return [
             f"  as Nsight Compute counts it: not computed ({why or 'ptxas or nvdisasm is not installed here'})"
         ]
-    from visualizer.analysis import asm, branches
+    from visualizer.analysis import branches
 
-    sass = asm.sass_table(compiled["sass"])
-    cond = branches.sass_branches(sass, asm.same_file(sass["file"], compiled["filename"]), True)
+    _, cond = branches.jumps_of(compiled)
     got = branches.as_ncu_counts(cap.branches, cond)
     if got["efficiency"] is None:
         return ["  as Nsight Compute counts it (sm_90 SASS): no branch line compiled to a conditional jump"]

@@ -41,18 +41,24 @@ def visitor_compiled(cap, arch: str) -> tuple[dict | None, str | None]:
     return done[key], None
 
 
+def capture_compiled(cap, arch: str) -> tuple[dict | None, str | None]:
+    """(The capture's clean build compiled for ``arch``: engine/ptx's reply, None) or (None, one-line
+    reason). A built-in kernel is compiled here (cached); a visitor's only in its sandbox. Compile
+    errors of a built-in raise (ptx.AsmError, LaunchError): each caller words them."""
+    launch = cap.launch
+    if launch.get("user_kernel"):
+        return visitor_compiled(cap, arch)
+    return compiled(launch["kernel"], tuple(sorted(launch["params"].items())), arch), None
+
+
 def ptxas_registers(cap, arch: str = "sm_90") -> tuple[dict | None, str | None]:
     """(ptxas -v's resources of the capture's clean build, None) or (None, one-line reason)."""
-    launch = cap.launch
     try:
-        if launch.get("user_kernel"):
-            got, why = visitor_compiled(cap, arch)
-            if got is None:
-                return None, why
-        else:
-            got = compiled(launch["kernel"], tuple(sorted(launch["params"].items())), arch)
+        got, why = capture_compiled(cap, arch)
     except ptx.AsmError as exc:
         return None, str(exc)
+    if got is None:
+        return None, why
     if not got.get("ptxas_log"):
         return None, "ptxas is not installed here (pip install nvidia-cuda-nvcc)"
     return asm.ptxas_resources(got["ptxas_log"]), None

@@ -71,26 +71,22 @@ def visitor_lens_capture(launch, backend: str, barriers: bool = False) -> tuple[
 
 
 def sass_jumps(
-    cap: Capture, arch: str = "sm_90", conditional: bool = False
-) -> tuple[dict[int, int] | None, str | None]:
-    """(Jump instructions per source line of the kernel's clean build, analysis/branches.py
-    sass_branches (``conditional``: the predicated ones only), None) or (None, one line saying why there are none to show). A built-in kernel is
-    compiled here; a visitor's only in its sandbox (web/asm.visitor_compiled: compiling runs its code)."""
-    from visualizer.analysis import asm, branches
+    cap: Capture, arch: str = "sm_90"
+) -> tuple[dict[int, int] | None, dict[int, int] | None, str | None]:
+    """(Jump instructions per source line of the kernel's clean build, the conditional ones among them,
+    None), analysis/branches.jumps_of, or (None, None, one line saying why there are none to show). A
+    built-in kernel is compiled here; a visitor's only in its sandbox (web/asm.capture_compiled:
+    compiling runs its code)."""
+    from visualizer.analysis import branches
     from visualizer.engine import ptx
-    from visualizer.web.asm import compiled, visitor_compiled
+    from visualizer.web.asm import capture_compiled
 
-    launch = cap.launch
     try:
-        if launch.get("user_kernel"):
-            got, why = visitor_compiled(cap, arch)
-            if got is None:
-                return None, why
-        else:
-            got = compiled(launch["kernel"], tuple(sorted(launch["params"].items())), arch)
+        got, why = capture_compiled(cap, arch)
     except (ptx.AsmError, LaunchError, KernelError) as exc:
-        return None, " ".join(str(exc).split())[:200]
+        return None, None, " ".join(str(exc).split())[:200]
+    if got is None:
+        return None, None, why
     if not got.get("sass"):
-        return None, "ptxas or nvdisasm is not installed here"
-    sass = asm.sass_table(got["sass"])
-    return branches.sass_branches(sass, asm.same_file(sass["file"], got["filename"]), conditional), None
+        return None, None, "ptxas or nvdisasm is not installed here"
+    return (*branches.jumps_of(got), None)

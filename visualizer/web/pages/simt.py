@@ -132,8 +132,7 @@ with tab_b:
     visit = int(st.session_state["simt_visit"])
     frames = bfigs.lane_strip_frames(rows, sites, block, warp, visit=visit)
     chart(bfigs.lane_strip_figure(frames), key="simt_lanes")
-    jumps, no_sass = sass_jumps(lensed)
-    cond = sass_jumps(lensed, conditional=True)[0] if jumps is not None else None
+    jumps, cond, no_sass = sass_jumps(lensed)
     ncu_like = branches.as_ncu_counts(rows, cond) if cond is not None else None
     if ncu_like is not None:
         st.caption(
