@@ -283,6 +283,8 @@ def sass_lines(name, arch="sm_90"):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] in ("ours", "builtin"):
+        os.makedirs(sys.argv[2], exist_ok=True)
     if sys.argv[1] == "clean" and len(sys.argv) > 2:
         clean(sys.argv[2:])
     elif sys.argv[1] == "clean":

@@ -300,8 +300,11 @@ def model_totals(expected: dict) -> dict:
 
 # on the H200 the compiler does not reconverge a warp's lanes at the loop test after a `continue`:
 # the lanes that continued evaluate the remaining tests as a group of their own (measured; the
-# simulator's structured model merges the groups), so that kernel is compared lane by lane
-GPU_SPLITS = {"partial_sums"}
+# simulator's structured model merges the groups), so those kernels are compared lane by lane. In
+# const_loop (REPS unrolled: no loop test left) the lanes that continued at j run j + 1's tests
+# apart from the rest: 6 visits of `(i + j) % 3 == 0` per warp where the model has 3 (H200,
+# 2026-12-01; the lane totals equal the model's)
+GPU_SPLITS = {"partial_sums", "const_loop"}
 
 
 @pytest.mark.gpu
@@ -314,6 +317,9 @@ def test_gpu_visits_match_the_same_models(tmp_path):
             assert_matches_model(case, name)
     split = visits(gpu["partial_sums"]["rows"])[(0, 0, 0)]
     assert len(split) > len(gpu["partial_sums"]["expected"][(0, 0, 0)])  # more groups than the model's visits
+    split = visits(gpu["const_loop"]["rows"])[(0, 0, 1)]
+    assert len(split) > len(gpu["const_loop"]["expected"][(0, 0, 1)])
+    assert all(t & ~a == 0 for a, t in split)  # each group's taken lanes are lanes it had
     bars = gpu["reduction_example"]["bars"]
     assert len(bars) == 4 * 8 * 9 and (bars["wait_ns"] >= 0).all()  # a barrier before the tree, one per level
     assert (bars.groupby(["block", "instance"])["last"].sum() >= 1).all()
