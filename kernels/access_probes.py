@@ -13,12 +13,15 @@ Only *sampled warps* record: ``slot_of(sel)`` (once, at the kernel's start) is t
 buffers, or -1 for a warp that records nothing (``sel[block]`` is the block's first row or -1).
 
 **Per-lane streams.** Each recording lane writes its own accesses, in its own program order, with
-no word to any other lane: no shared counter, no atomic, no shuffle, no ballot, and no branch. Its
-state is three registers (``st``, a local array the compiler promotes): its access count ``k`` (64
-bits: it never wraps), the buffer's ``cap`` records per lane, and ``base``, where its records
-start. Its k-th access goes to ``rec[base + 64 min(k, cap)]`` and 32 words on (lane-contiguous: a
-converged warp's two stores coalesce into 256 bytes each); past ``cap`` that is the slot's scratch
-row, written over each time, so a full buffer costs what recording does and no branch:
+no word to any other lane: no shared counter, no atomic, no shuffle, no ballot. Its state is three
+32-bit registers (``st``, a local array the compiler promotes): its access count ``k`` (it stops at
+2**32 - 1, read "at least"), the buffer's ``cap`` records per lane, and ``base``, where its records
+start. Its k-th access, while ``k < cap``, goes to ``rec[base + 64 k]`` and 32 words on
+(lane-contiguous: a converged warp's two stores coalesce into 256 bytes each); past ``cap`` it is only
+counted: one compare, and the address and the word are not computed. (H200, flash_attention seq
+4096: a sampled lane makes 137,248 accesses, 20,833 of them fit. Writing every one, those past
+``cap`` over a scratch row, the sampled warps took the kernel from 0.82 ms traced to 3.9 ms with
+32-bit state, 5.2 ms with 64-bit; the version that skips them has not yet run on the H200.)
 
 * the access word: ``byte offset + 1`` (bits 0-39), the element size in bytes (bits 40-47; 0 for
   one of 256 bytes or more: the host knows the dtype) and the site (bits 48-62: line, array, op,
@@ -34,7 +37,10 @@ order.
 Buffers (the host allocates them, analysis/gpu_accesses.py decodes them):
 
 * ``rec`` int64 (slots * (cap + 1) * 64,): slot s's rows from ``s * (cap + 1) * 64``, row k holding
-  its lanes' access words (columns 0-31) and request words (32-63), row ``cap`` the scratch row;
+  its lanes' access words (columns 0-31) and request words (32-63); row ``cap`` is spare, never
+  written (it was the scratch row past ``cap``). It stays because of registers: with ``cap`` taken
+  as rows - 1, ptxas 13.0 gives transpose_tiled's recording build 32 registers. With ``cap`` taken
+  as rows (no spare row) it gives 34, and that halves the build's blocks per SM;
 * ``cnt`` uint64 (slots, 32): each lane's accesses in all;
 * ``sel`` int32 (blocks,): first slot of each sampled block, -1 elsewhere.
 
@@ -47,6 +53,7 @@ from numba import cuda, int64, uint32, uint64
 OFFSET_BITS = 40  # byte offset + 1 (a 1 TiB array at most: a GPU's whole memory is less)
 SIZE_SHIFT, SITE_SHIFT = 40, 48
 MAX_SITES = 1 << 15  # sites one kernel may record (bits 48-62 of the access word)
+COUNT_MAX = (1 << 32) - 1  # a lane's count stops here
 
 
 @cuda.jit(device=True)
@@ -68,29 +75,31 @@ def slot_of(sel):
 @cuda.jit(device=True)
 def start(rec, cnt, st, slot):
     """At the kernel's start: no access yet; this lane's records start at ``base``."""
-    rows = uint64(uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64))  # cap + scratch row (a 32-bit division)
-    st[0] = 0
-    st[1] = rows - uint64(1)
-    st[2] = uint64(max(slot, 0)) * rows * uint64(64) + uint64(cuda.laneid)
+    rows = uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64)  # cap + the spare row (a 32-bit division)
+    st[0] = uint32(0)
+    st[1] = rows - uint32(1)
+    st[2] = uint32(max(slot, 0)) * rows * uint32(64) + uint32(cuda.laneid)
 
 
 @cuda.jit(device=True)
 def end(cnt, st, slot):
     """Where the thread exits: how many accesses it made (the host says how many did not fit)."""
     if slot >= 0:
-        cnt[slot, cuda.laneid] = st[0]
+        cnt[slot, cuda.laneid] = uint64(st[0])
 
 
 @cuda.jit(device=True)
-def note(rec, st, ep, word):
-    """Record this lane's next access (``word``: offset + 1, size, site) and who made it with it.
-    No branch: past ``cap`` the two words go to the slot's scratch row, written over each time."""
+def _next(st, k):
+    st[0] = k + uint32(k != uint32(COUNT_MAX))
+
+
+@cuda.jit(device=True)
+def note(rec, st, ep, k, word):
+    """Record this lane's k-th access (``word``: offset + 1, size, site) and who made it with it."""
     mask = cuda.activemask()
-    k = st[0]
-    i = uint32(st[2]) + uint32(min(k, st[1])) * uint32(64)  # < 2**32: gpu_accesses.MAX_BUFFER_WORDS
+    i = st[2] + k * uint32(64)  # < 2**32: gpu_accesses.MAX_BUFFER_WORDS
     rec[i] = word
     rec[i + uint32(32)] = (ep << 32) | int64(mask)  # mask: uint32, zero-extended
-    st[0] = k + uint64(1)
 
 
 @cuda.jit(device=True)
@@ -108,34 +117,46 @@ def _wrap(i, n):
 def at1(rec, st, slot, ep, a, i, site):
     """``a[i]``'s index, recorded (a 1-d element access; a row of a wider array is not one)."""
     if slot >= 0 and a.ndim == 1:
-        note(rec, st, ep, _word(_wrap(i, a.shape[0]) * a.strides[0], a.itemsize, site))
+        k = st[0]
+        if k < st[1]:
+            note(rec, st, ep, k, _word(_wrap(i, a.shape[0]) * a.strides[0], a.itemsize, site))
+        _next(st, k)
     return i
 
 
 @cuda.jit(device=True)
 def at2(rec, st, slot, ep, a, i, j, site):
     if slot >= 0 and a.ndim == 2:
-        off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-        note(rec, st, ep, _word(off, a.itemsize, site))
+        k = st[0]
+        if k < st[1]:
+            off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
+            note(rec, st, ep, k, _word(off, a.itemsize, site))
+        _next(st, k)
     return i, j
 
 
 @cuda.jit(device=True)
-def at3(rec, st, slot, ep, a, i, j, k, site):
+def at3(rec, st, slot, ep, a, i, j, m, site):
     if slot >= 0 and a.ndim == 3:
-        off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-        off += _wrap(k, a.shape[2]) * a.strides[2]
-        note(rec, st, ep, _word(off, a.itemsize, site))
-    return i, j, k
+        k = st[0]
+        if k < st[1]:
+            off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
+            off += _wrap(m, a.shape[2]) * a.strides[2]
+            note(rec, st, ep, k, _word(off, a.itemsize, site))
+        _next(st, k)
+    return i, j, m
 
 
 @cuda.jit(device=True)
-def at4(rec, st, slot, ep, a, i, j, k, m, site):
+def at4(rec, st, slot, ep, a, i, j, m, n, site):
     if slot >= 0 and a.ndim == 4:
-        off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-        off += _wrap(k, a.shape[2]) * a.strides[2] + _wrap(m, a.shape[3]) * a.strides[3]
-        note(rec, st, ep, _word(off, a.itemsize, site))
-    return i, j, k, m
+        k = st[0]
+        if k < st[1]:
+            off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
+            off += _wrap(m, a.shape[2]) * a.strides[2] + _wrap(n, a.shape[3]) * a.strides[3]
+            note(rec, st, ep, k, _word(off, a.itemsize, site))
+        _next(st, k)
+    return i, j, m, n
 
 
 AT = {1: at1, 2: at2, 3: at3, 4: at4}  # the recording index function for an access of n indices

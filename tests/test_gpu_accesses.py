@@ -423,6 +423,87 @@ def k(a, out, n):
     assert len(info["sites"]) == 4
 
 
+UNROLL_SRC = """
+from numba import cuda, float32
+N = 4
+HALF = N // 2
+@cuda.jit
+def k(a, out, n):
+    buf = cuda.local.array(N, float32)
+    t = cuda.threadIdx.x
+    for u in range(N):
+        buf[u] = a[t * N + u]
+    for u in range(HALF, N):
+        buf[u] += a[u]
+    acc = 0.0
+    for u in range(N):
+        acc += a[u]
+    for u in range(N):
+        if a[u] > 0:
+            break
+        buf[u] = a[u]
+    for u in range(n):
+        buf[u % N] = a[u]
+    out[t] = acc + buf[0]
+"""
+
+
+def test_recorded_loops_over_a_constant_range_that_index_a_local_array_are_unrolled():
+    """Their recorded copy is unrolled (the compiler would have unrolled the loop as written, keeping
+    ``buf`` in registers; with a record call per access it does not, and ``buf`` goes to local memory
+    for every warp); a loop that indexes no local array, one with a ``break`` and one of a run-time
+    trip count stay loops; the copies share their sites."""
+    code, info = rewrite(UNROLL_SRC)
+    lines = [ln.strip() for ln in code.splitlines()]
+    assert lines.count("for u in range(N):") == 1 + 2 + 2  # the first loop's original copy; the others'
+    assert lines.count("for u in range(HALF, N):") == 1 and lines.count("for u in range(n):") == 2
+    for k in range(4):
+        assert f"u = {k}" in lines
+    assert lines.count("u = 2") == 2 and lines.count("u = 0") == 1  # range(HALF, N) runs 2 and 3
+    assert len(info["sites"]) == 7  # a, a (the +=), a, a and a (the break loop), a, out: once each
+    consts = ia.module_constants(
+        ast.parse("A = 4\nB = A * 2 - 1\nC = 1\nC = 2\nD = 'x'\nE = f(3)\nF = True\n")
+    )
+    assert consts == {"A": 4, "B": 7}  # bound twice, not an int, or a call: not a constant
+
+
+def test_flash_attentions_unrolled_recording_equals_the_recorder_on_its_own_accesses(sim_runner_local):
+    """flash_attention's staging loop (``for u in range(NU)`` over the local ``buf``) is unrolled in its
+    recording build, and what that build records on the simulator is the recorder's table for the same
+    accesses (the recorder also counts local arrays and the device functions' accesses)."""
+    from visualizer.engine import worker
+    from visualizer.engine.instrument import instrument_function
+    from visualizer.specs import catalog
+
+    spec, values, _ = catalog.plan_launch("flash_attention", {"seq_len": 40}, "sim")
+    fn = worker.kernel_function(spec, values)
+    p = worker.builtin_access_pass(spec, fn)
+    _, tree = instrument_function(fn, passes=(p,))
+    lines = [ln.strip() for ln in ast.unparse(tree).splitlines()]
+    nu, nw = p.constants["NU"], p.constants["NW"]
+    staged = [
+        ln for ln in lines if ln.startswith("sV[_vz_at4(") and ln.endswith("= buf[(u * NW + w) * 4 + e]")
+    ]
+    assert len(staged) == nu * nw * 4 and lines.count(f"u = {nu - 1}") == 1  # one per (u, w, e)
+    plain, passed = capture_both(sim_runner_local, "flash_attention", {"seq_len": 40})
+    assert passed.check["correct"] and passed.launch["accesses"]["sample"]["unrecorded_accesses"] == 0
+    blocks = passed.launch["accesses"]["sample"]["blocks"]
+    lines = set(passed.accesses["line"])
+
+    def own(df):
+        d = df[
+            df["block"].isin(blocks)
+            & df["space"].astype(str).isin(["global", "shared"])
+            & df["line"].isin(lines)
+        ]
+        d = d.sort_values(["block", "thread", "tseq"]).copy()
+        d["tseq"] = d.groupby(["block", "thread"]).cumcount()  # each thread's order among these accesses
+        return norm(d, ACC)
+
+    assert len(passed.accesses) > 10_000
+    pd.testing.assert_frame_equal(own(passed.accesses), own(plain.accesses))
+
+
 def test_sampling_on_the_simulator_and_too_many_blocks_are_refused_in_one_line(tmp_path):
     base = CAPTURE_SMALL_MATMUL
     res = subprocess.run([*base, "--accesses", "--sample-blocks", "0", "--out", str(tmp_path)],

@@ -373,10 +373,18 @@ def prepare_source(backend, request: dict):
     lenses = Lenses.of(backend, request, launch.blocks, tpb)
     buffers.update(lenses.buffers)
     started = time.perf_counter_ns()
-    from visualizer.engine.instrument_accesses import AccessPass
+    from visualizer.engine.instrument_accesses import AccessPass, module_constants
 
+    try:
+        constants = module_constants(ast.parse(request["source"]))  # TILE = 16: constant loops unrolled
+    except SyntaxError:
+        constants = {}  # load_module says what is wrong
     module = load_module(
-        request["source"], filename, kernel, lenses.delays, lenses.build_passes(AccessPass())
+        request["source"],
+        filename,
+        kernel,
+        lenses.delays,
+        lenses.build_passes(AccessPass(constants=constants)),
     )
     traced, clean = kernel_pair(backend.cuda, module, kernel)
     added = module.__dict__["_vz_params"][2:]  # after trace and active: the delay table, the lenses'

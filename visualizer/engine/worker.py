@@ -310,10 +310,14 @@ def _param_names(fn) -> list[str]:
 def builtin_access_pass(spec, fn):
     """The access pass for a built-in kernel: its probe-buffer parameters are not its data."""
     from visualizer.engine.access_record import PROBE_BUFFERS
+    from visualizer.engine.instrument import function_namespace
     from visualizer.engine.instrument_accesses import AccessPass
 
     names = _param_names(fn)
-    return AccessPass(exclude=[n for role, n in zip(spec.args, names, strict=False) if role in PROBE_BUFFERS])
+    return AccessPass(
+        exclude=[n for role, n in zip(spec.args, names, strict=False) if role in PROBE_BUFFERS],
+        constants=function_namespace(fn),  # the closure's tile sizes: constant loops are unrolled
+    )
 
 
 def capture(backend: Backend, request: dict) -> dict:

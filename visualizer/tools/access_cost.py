@@ -8,7 +8,7 @@ repeats) of four builds of the same kernel on the same device arrays:
 * ``sampled``: traced plus the access pass, the default sample recording (first, middle and last
   block; analysis/gpu_accesses.plan);
 * ``every_warp``: the access pass with every block's warps recording, ``EVERY_WARP_RECORDS`` lane
-  accesses in all (a lane past its share counts its accesses and writes over its slot's scratch row).
+  accesses in all (a lane past its share only counts its accesses).
 
 Every launch starts its lanes' counts from 0 itself, so every repeat records as much as the first.
 The recorded / unrecorded counts are the lanes' own (kernels/access_probes.py); the decoder may
