@@ -290,6 +290,79 @@ def test_a_visitors_kernel_recorded_by_the_pass_equals_the_recorder():
     same_capture_tables(plain, passed)
 
 
+DEVICE_FN_SRC = """
+from numba import cuda, float32
+
+TILE = 32
+STEPS = 4
+
+
+@cuda.jit(device=True)
+def stage(src, tile, i, t):
+    for u in range(STEPS):
+        tile[u, t] = src[(i * STEPS + u) % src.shape[0]]
+
+
+@cuda.jit(device=True)
+def scale_into(dst, tile, t, f):
+    acc = 0.0
+    for u in range(STEPS):
+        acc += tile[u, (t + u) % TILE]
+    dst[cuda.grid(1)] = acc * f
+
+
+@cuda.jit
+def kern(x, y):
+    tile = cuda.shared.array((STEPS, TILE), float32)
+    t = cuda.threadIdx.x
+    stage(x, tile, cuda.grid(1), t)
+    cuda.syncthreads()
+    scale_into(y, tile, t, 0.5)
+"""
+
+
+def test_a_visitors_device_functions_are_recorded_and_equal_the_recorder():
+    """Accesses in a visitor's device functions (a global load and shared stores in one, shared loads
+    and a global store in another) are recorded through the functions' recording copies, at the
+    functions' own lines, and equal the simulator recorder's."""
+    from visualizer.engine.user_runner import UserRunner
+    from visualizer.specs.source import plan_source_launch
+
+    launch = plan_source_launch(DEVICE_FN_SRC, "kern", grid="4", block="32",
+                                args={"x": "rand:float32:512", "y": "zeros:float32:128"}, filename="dev.py")  # fmt: skip
+    with UserRunner("sim") as runner:
+        plain = runner.capture_source(launch, accesses=True, time_clean=False)
+        passed = runner.capture_source(launch, accesses=True, time_clean=False, access_engine="pass")
+    assert passed.launch["accesses"]["source"] == MEASURED_GPU_SAMPLED
+    got = passed.accesses.groupby(["line", "array", "op"]).size().to_dict()
+    assert {(k[0], k[1], str(k[2])) for k in got} == {(11, "x", "load"), (11, "tile", "store"),
+                                                     (18, "tile", "load"), (19, "y", "store")}  # fmt: skip
+    same_capture_tables(plain, passed)
+
+
+def test_a_device_function_with_a_barrier_or_no_array_is_left_alone_and_said():
+    src = """
+from numba import cuda, float32
+@cuda.jit(device=True)
+def synced(s, t):
+    s[t] = 1.0
+    cuda.syncthreads()
+@cuda.jit(device=True)
+def twice(v):
+    return v * 2
+@cuda.jit
+def k(a):
+    s = cuda.shared.array(32, float32)
+    t = cuda.threadIdx.x
+    synced(s, t)
+    a[t] = twice(s[t])
+"""
+    code, info = rewrite(src)
+    assert "synced(s, t)" in code and "__vz_rec" not in code
+    assert any("synced, a device function that calls a barrier" in x["why"] for x in info["skipped"])
+    assert sorted((x["array"], x["op"]) for x in info["sites"]) == [("a", "store"), ("s", "load")]
+
+
 CAPTURE_SMALL_MATMUL = [sys.executable, "-m", "visualizer", "capture", "matmul_tiled", "--param", "n=32",
                         "--backend", "sim"]  # fmt: skip
 
@@ -467,10 +540,15 @@ def test_recorded_loops_over_a_constant_range_that_index_a_local_array_are_unrol
     assert consts == {"A": 4, "B": 7}  # bound twice, not an int, or a call: not a constant
 
 
+def p_info(tree) -> dict:
+    return tree.vz_info["accesses"]
+
+
 def test_flash_attentions_unrolled_recording_equals_the_recorder_on_its_own_accesses(sim_runner_local):
     """flash_attention's staging loop (``for u in range(NU)`` over the local ``buf``) is unrolled in its
-    recording build, and what that build records on the simulator is the recorder's table for the same
-    accesses (the recorder also counts local arrays and the device functions' accesses)."""
+    recording build, its device function ``store_tile`` (shared stores) is recorded through a copy per
+    array, and what that build records on the simulator is the recorder's table for the same accesses
+    (the recorder also counts local arrays)."""
     from visualizer.engine import worker
     from visualizer.engine.instrument import instrument_function
     from visualizer.specs import catalog
@@ -484,7 +562,16 @@ def test_flash_attentions_unrolled_recording_equals_the_recorder_on_its_own_acce
     staged = [
         ln for ln in lines if ln.startswith("sV[_vz_at4(") and ln.endswith("= buf[(u * NW + w) * 4 + e]")
     ]
-    assert len(staged) == nu * nw * 4 and lines.count(f"u = {nu - 1}") == 1  # one per (u, w, e)
+    assert len(staged) == nu * nw * 4  # one per (u, w, e)
+    # the kernel's loop and store_tile's, in its two recording copies (sQ; sKP): unrolled all three
+    assert lines.count(f"u = {nu - 1}") == 3
+    assert "store_tile__vz_rec0(buf, sQ, rb, cg, scale, _vz_acc, _vz_st, _vz_slot, _vz_ep)" in lines
+    tile_lines = {
+        s["line"] for s in p_info(tree)["sites"] if s["array"] in ("sQ", "sKP") and s["op"] == "store"
+    }
+    assert any(
+        line < fn.__code__.co_firstlineno for line in tile_lines
+    )  # store_tile's own line, above the kernel
     plain, passed = capture_both(sim_runner_local, "flash_attention", {"seq_len": 40})
     assert passed.check["correct"] and passed.launch["accesses"]["sample"]["unrecorded_accesses"] == 0
     blocks = passed.launch["accesses"]["sample"]["blocks"]

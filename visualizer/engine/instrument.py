@@ -162,6 +162,10 @@ def instrument(
     for p in passes:
         infos[p.name] = {}
         p.apply(traced, infos[p.name])
+    for p in passes:  # a pass's module-level helpers (the access pass's recording device functions)
+        for d in getattr(p, "module_defs", []):
+            tree.body.insert(index + 1, d)
+            index += 1
     # which threads did work: the spec's expression; else those past a guard return did not; under a
     # whole-body guard, those whose condition held; everyone else did
     declared = located(ast.parse(did_work, mode="eval").body, fn) if did_work else None
@@ -236,6 +240,10 @@ def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (
     fn.decorator_list = []
     tree = instrument(tree, fn.name, delays, did_work=did_work, passes=passes)
     namespace = function_namespace(py_fn)
+    for p in passes:  # what a pass's module-level helpers name (a device function's closure)
+        for ns in getattr(p, "namespaces", lambda: [])():
+            for k, v in ns.items():
+                namespace.setdefault(k, v)
     namespace.update(probe_globals(passes, delays))
     exec(compile(tree, py_fn.__code__.co_filename, "exec"), namespace)
     traced = namespace[traced_name(fn.name)]

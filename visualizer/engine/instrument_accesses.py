@@ -98,8 +98,12 @@ def _calls_barrier(stmt: ast.stmt) -> bool:
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, arrays: dict[str, str], sites: list, skipped: list):
+    def __init__(self, arrays: dict[str, str], sites: list, skipped: list, names=None, devices=None,
+                 locals_=frozenset()):  # fmt: skip
         self.arrays = arrays  # name -> space
+        self.names = names or {}  # a device function's parameter -> the kernel's array it is
+        self.devices = devices  # _Devices: the kernel's device functions, recorded where they get arrays
+        self.locals = locals_  # local arrays (a device function's copies unroll loops over them too)
         self.sites = sites
         self.skipped = skipped
         self.temps = 0
@@ -111,7 +115,8 @@ class _Rewriter(ast.NodeTransformer):
     visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
 
     def _site(self, node: ast.AST, array: str, op: str) -> int:
-        self.sites.append({"line": node.lineno, "array": array, "space": self.arrays[array], "op": op})
+        self.sites.append({"line": node.lineno, "array": self.names.get(array, array),
+                           "space": self.arrays[array], "op": op})  # fmt: skip
         return len(self.sites) - 1
 
     def _indices(self, node: ast.Subscript) -> list[ast.expr] | None:
@@ -177,6 +182,8 @@ class _Rewriter(ast.NodeTransformer):
         if isinstance(f, ast.Name) and f.id in PROBE_CALLS:
             return node  # a probe's arguments: the clean build makes none of these accesses
         self.generic_visit(node)
+        if isinstance(f, ast.Name) and self.devices is not None and f.id in self.devices.defs:
+            return self.devices.call(node, self)
         if (
             isinstance(f, ast.Attribute)
             and _is_cuda_attr(f, "atomic", f.attr)
@@ -252,6 +259,126 @@ def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=Non
         else:
             new = rw.visit(stmt)
             out.extend(new if isinstance(new, list) else [new])
+    return out
+
+
+# --- device functions: a recording copy per way the kernel calls one -----------------------------
+
+MAX_DEVICE_DEPTH = 4  # device functions calling device functions: recorded this deep
+
+
+class _Devices:
+    """The kernel's device functions (``defs``: name -> (its ``def``, with its file's line numbers; the
+    integer constants of its namespace)). A call that passes a recorded array (a global or shared
+    array, by name, as a positional argument) is redirected to a copy of the function recorded as the
+    kernel is, the parameter standing for the caller's array (the sites name the kernel's array, at
+    the device function's lines), the recording state passed on as four more parameters::
+
+        store_tile(buf, sQ, rb, cg, scale)  ->  store_tile__vz_rec0(buf, sQ, rb, cg, scale, <bufs>)
+
+    One copy per device function and arrangement of arrays (``module_defs``, defined before the
+    kernel). A device function that calls a barrier is left as it is and said in ``skipped`` (the
+    barrier epoch is the kernel's count, not passed back), so is one more than MAX_DEVICE_DEPTH calls
+    deep."""
+
+    def __init__(self, defs: dict, sites: list, skipped: list):
+        self.defs = defs
+        self.sites = sites
+        self.skipped = skipped
+        self.copies: dict[tuple, str] = {}
+        self.module_defs: list[ast.FunctionDef] = []
+        self.depth = 0
+
+    def call(self, node: ast.Call, caller: _Rewriter) -> ast.Call:
+        import copy
+
+        name = node.func.id
+        fdef, constants = self.defs[name]
+        params = [a.arg for a in fdef.args.args]
+        arrays, locals_ = {}, set()
+        indexed = {
+            n.value.id
+            for n in ast.walk(fdef)
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+        }
+        indexed |= {n.args[0].id for n in ast.walk(fdef) if isinstance(n, ast.Call) and n.args
+                    and isinstance(n.args[0], ast.Name)}  # an atomic's array, or an array passed on  # fmt: skip
+        for param, arg in zip(params, node.args, strict=False):
+            if isinstance(arg, ast.Name) and arg.id in caller.arrays and param in indexed:
+                arrays[param] = (caller.names.get(arg.id, arg.id), caller.arrays[arg.id])
+            elif isinstance(arg, ast.Name) and arg.id in caller.locals:
+                locals_.add(param)
+        if not arrays or fdef.args.vararg or fdef.args.kwonlyargs:
+            return node
+        if _calls_barrier(fdef):
+            self.skipped.append({"line": node.lineno, "array": next(iter(arrays.values()))[0],
+                                 "why": f"in {name}, a device function that calls a barrier"})  # fmt: skip
+            return node
+        if self.depth >= MAX_DEVICE_DEPTH:
+            self.skipped.append({"line": node.lineno, "array": next(iter(arrays.values()))[0],
+                                 "why": f"in {name}, device functions nested too deep"})  # fmt: skip
+            return node
+        key = (name, tuple(sorted(arrays.items())), tuple(sorted(locals_)))
+        if key not in self.copies:
+            copy_name = f"{name}__vz_rec{len(self.copies)}"
+            self.copies[key] = copy_name
+            body_def = copy.deepcopy(fdef)
+            own_locals = frozenset(locals_) | frozenset(local_arrays(body_def))
+            rw = _Rewriter({p: sp for p, (_, sp) in arrays.items()}, self.sites, self.skipped,
+                           names={p: a for p, (a, _) in arrays.items()}, devices=self, locals_=own_locals)  # fmt: skip
+            self.depth += 1
+            try:
+                unroll = _Unroller(constants, _assigned(body_def), set(own_locals))
+                body_def.body = _rewrite_block(body_def.body, rw, self.sites, unroll)
+            finally:
+                self.depth -= 1
+            body_def.name = copy_name
+            for extra in (ACC, ST, SLOT, EPOCH):
+                body_def.args.args.append(ast.copy_location(ast.arg(arg=extra), fdef))
+            self.module_defs.append(ast.fix_missing_locations(body_def))
+        node.func = located(_name(self.copies[key]), node)
+        node.args = [*node.args, *(located(_name(n), node) for n in (ACC, ST, SLOT, EPOCH))]
+        return node
+
+
+def _is_device_decorator(d: ast.expr) -> bool:
+    return isinstance(d, ast.Call) and any(
+        k.arg == "device" and isinstance(k.value, ast.Constant) and k.value.value is True for k in d.keywords
+    )
+
+
+def module_device_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """A visitor's module's top-level device functions (``@cuda.jit(device=True)``), by name."""
+    return {
+        n.name: n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef) and any(_is_device_decorator(d) for d in n.decorator_list)
+    }
+
+
+def namespace_device_functions(namespace: dict) -> dict[str, tuple[ast.FunctionDef, dict]]:
+    """The device functions a built-in kernel's namespace names (a factory's closure: flash_attention's
+    ``load_tile``, ``store_tile``): name -> (their ``def`` from their file, their own namespace)."""
+    import inspect
+    import textwrap
+
+    from visualizer.engine.instrument import function_namespace
+
+    out = {}
+    for name, obj in namespace.items():
+        py = getattr(obj, "py_func", None) or getattr(obj, "fn", None)
+        device = (getattr(obj, "targetoptions", None) or {}).get("device") or getattr(obj, "_device", False)
+        if not (device and callable(py)) or name.startswith("_vz_"):
+            continue
+        try:
+            lines, first = inspect.getsourcelines(py)
+        except (OSError, TypeError):
+            continue
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        ast.increment_lineno(tree, first - 1)
+        fdef = tree.body[0]
+        if isinstance(fdef, ast.FunctionDef) and fdef.name == name:
+            out[name] = (fdef, function_namespace(py))
     return out
 
 
@@ -394,6 +521,13 @@ def _assigned(fn: ast.FunctionDef) -> set[str]:
     return names
 
 
+def visitor_pass(tree: ast.Module) -> AccessPass:
+    """The access pass for a visitor's module: its top-level constants and device functions."""
+    constants = module_constants(tree)
+    devices = {name: (fdef, constants) for name, fdef in module_device_functions(tree).items()}
+    return AccessPass(constants=constants, device_functions=devices)
+
+
 def module_constants(tree: ast.Module) -> dict[str, int]:
     """A visitor's module-level integer constants (``TILE = 16``, ``HALF = TILE // 2``), each bound once
     at the top level; evaluated from the source text, no code run."""
@@ -426,12 +560,19 @@ class AccessPass:
     name = "accesses"
     params = (ACC, CNT, SEL)
 
-    def __init__(self, exclude=(), constants: dict | None = None):
+    def __init__(self, exclude=(), constants: dict | None = None, device_functions: dict | None = None):
         self.exclude = frozenset(exclude)  # parameters that are probe buffers, not the kernel's data
         # compile-time integer constants of the kernel's namespace (a closure's tile size, a module's
         # TILE): the recorded copies of loops over a constant range are unrolled (_Unroller)
         self.constants = dict(constants or {})
+        # the kernel's device functions: name -> (def, its namespace's constants) (_Devices)
+        self.device_functions = dict(device_functions or {})
+        self.module_defs: list[ast.FunctionDef] = []  # their recording copies, after apply
         self.key = (self.name, tuple(sorted(self.exclude)))  # engine/builds.py caches builds by it
+
+    def namespaces(self) -> list[dict]:
+        """The device functions' own namespaces: their recording copies run in the kernel's."""
+        return [ns for _, ns in self.device_functions.values()]
 
     def globals(self) -> dict:
         from numba import cuda, uint32
@@ -448,8 +589,10 @@ class AccessPass:
         arrays.update({n: "shared" for n in shared})
         sites: list = []
         skipped: list = []
-        rw = _Rewriter(arrays, sites, skipped)
+        devices = _Devices(self.device_functions, sites, skipped)
+        rw = _Rewriter(arrays, sites, skipped, devices=devices, locals_=frozenset(local_arrays(fn)))
         body = _rewrite_block(fn.body, rw, sites, _Unroller(self.constants, _assigned(fn), local_arrays(fn)))
+        self.module_defs = devices.module_defs
         body = _epochs(body)
         exits = []
         for stmt in body:
@@ -512,12 +655,15 @@ def standalone(tree: ast.Module, kernel: str, exclude=()) -> tuple[ast.Module, d
     traced = copy.deepcopy(fn)
     traced.name = traced_name(kernel)
     traced.decorator_list = _traced_decorators(fn)
-    p = AccessPass(exclude, constants=module_constants(tree))  # as a visitor's module gets it
+    p = visitor_pass(tree)  # as a visitor's module gets it
+    p.exclude = frozenset(exclude)
     for name in p.params:
         traced.args.args.append(ast.copy_location(ast.arg(arg=name), fn))
     info: dict = {}
     p.apply(traced, info)
     tree.body.insert(index + 1, traced)
+    for d in p.module_defs:
+        tree.body.insert(index + 1, d)
     return ast.fix_missing_locations(tree), info
 
 

@@ -373,19 +373,13 @@ def prepare_source(backend, request: dict):
     lenses = Lenses.of(backend, request, launch.blocks, tpb)
     buffers.update(lenses.buffers)
     started = time.perf_counter_ns()
-    from visualizer.engine.instrument_accesses import AccessPass, module_constants
+    from visualizer.engine.instrument_accesses import AccessPass, visitor_pass
 
-    try:
-        constants = module_constants(ast.parse(request["source"]))  # TILE = 16: constant loops unrolled
+    try:  # its TILE = 16 (constant loops unrolled) and its device functions (recorded too)
+        access_pass = visitor_pass(ast.parse(request["source"]))
     except SyntaxError:
-        constants = {}  # load_module says what is wrong
-    module = load_module(
-        request["source"],
-        filename,
-        kernel,
-        lenses.delays,
-        lenses.build_passes(AccessPass(constants=constants)),
-    )
+        access_pass = AccessPass()  # load_module says what is wrong
+    module = load_module(request["source"], filename, kernel, lenses.delays, lenses.build_passes(access_pass))
     traced, clean = kernel_pair(backend.cuda, module, kernel)
     added = module.__dict__["_vz_params"][2:]  # after trace and active: the delay table, the lenses'
     infos = module.__dict__["_vz_info"]

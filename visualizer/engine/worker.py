@@ -311,12 +311,14 @@ def builtin_access_pass(spec, fn):
     """The access pass for a built-in kernel: its probe-buffer parameters are not its data."""
     from visualizer.engine.access_record import PROBE_BUFFERS
     from visualizer.engine.instrument import function_namespace
-    from visualizer.engine.instrument_accesses import AccessPass
+    from visualizer.engine.instrument_accesses import AccessPass, namespace_device_functions
 
     names = _param_names(fn)
+    namespace = function_namespace(fn)
     return AccessPass(
         exclude=[n for role, n in zip(spec.args, names, strict=False) if role in PROBE_BUFFERS],
-        constants=function_namespace(fn),  # the closure's tile sizes: constant loops are unrolled
+        constants=namespace,  # the closure's tile sizes: constant loops are unrolled
+        device_functions=namespace_device_functions(namespace),  # flash_attention's store_tile
     )
 
 
