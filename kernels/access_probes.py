@@ -160,3 +160,62 @@ def at4(rec, st, slot, ep, a, i, j, m, n, site):
 
 
 AT = {1: at1, 2: at2, 3: at3, 4: at4}  # the recording index function for an access of n indices
+
+
+# Views the kernel makes (``qh = q[b, h]``): ``view_offN`` is the view's byte offset in its array (0 for
+# an element: then there is no view), and ``atvN`` records an element of the view as that array's.
+
+
+@cuda.jit(device=True)
+def view_off1(a, i):
+    return _wrap(i, a.shape[0]) * a.strides[0] if a.ndim > 1 else 0
+
+
+@cuda.jit(device=True)
+def view_off2(a, i, j):
+    return _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1] if a.ndim > 2 else 0
+
+
+@cuda.jit(device=True)
+def view_off3(a, i, j, m):
+    if a.ndim > 3:
+        return (_wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
+                + _wrap(m, a.shape[2]) * a.strides[2])  # fmt: skip
+    return 0
+
+
+@cuda.jit(device=True)
+def atv1(rec, st, slot, ep, a, base, i, site):
+    if slot >= 0 and a.ndim == 1:
+        k = st[0]
+        if k < st[1]:
+            note(rec, st, ep, k, _word(base + _wrap(i, a.shape[0]) * a.strides[0], a.itemsize, site))
+        _next(st, k)
+    return i
+
+
+@cuda.jit(device=True)
+def atv2(rec, st, slot, ep, a, base, i, j, site):
+    if slot >= 0 and a.ndim == 2:
+        k = st[0]
+        if k < st[1]:
+            off = base + _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
+            note(rec, st, ep, k, _word(off, a.itemsize, site))
+        _next(st, k)
+    return i, j
+
+
+@cuda.jit(device=True)
+def atv3(rec, st, slot, ep, a, base, i, j, m, site):
+    if slot >= 0 and a.ndim == 3:
+        k = st[0]
+        if k < st[1]:
+            off = base + _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
+            off += _wrap(m, a.shape[2]) * a.strides[2]
+            note(rec, st, ep, k, _word(off, a.itemsize, site))
+        _next(st, k)
+    return i, j, m
+
+
+ATV = {1: atv1, 2: atv2, 3: atv3}  # through a view (a view has fewer dimensions than its array: 3 at most)
+VIEW_OFF = {1: view_off1, 2: view_off2, 3: view_off3}

@@ -340,6 +340,49 @@ def test_a_visitors_device_functions_are_recorded_and_equal_the_recorder():
     same_capture_tables(plain, passed)
 
 
+VIEW_SRC = """
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def total(row, n):
+    acc = 0.0
+    for j in range(n):
+        acc += row[j]
+    return acc
+
+
+@cuda.jit
+def kern(a, out):
+    i = cuda.grid(1)
+    plane = a[i % 2]
+    row = plane[i // 2]
+    out[i] = total(row, a.shape[2]) + row[0]
+"""
+
+
+def test_views_made_in_the_kernel_are_recorded_as_the_arrays_own_elements_on_both_backends():
+    """``plane = a[i % 2]``, ``row = plane[i // 2]``: each ``row[j]`` is element (i % 2, i // 2, j) of
+    ``a``, on the simulator recorder and in the kernel's own recording, through a device function too."""
+    from visualizer.engine.user_runner import UserRunner
+    from visualizer.specs.source import plan_source_launch
+
+    launch = plan_source_launch(VIEW_SRC, "kern", grid="2", block="32",
+                                args={"a": "rand:float32:2x32x8", "out": "zeros:float32:64"}, filename="views.py")  # fmt: skip
+    with UserRunner("sim") as runner:
+        plain = runner.capture_source(launch, accesses=True, time_clean=False)
+        passed = runner.capture_source(launch, accesses=True, time_clean=False, access_engine="pass")
+    for cap in (plain, passed):
+        acc = cap.accesses
+        loads = acc[(acc["array"].astype(str) == "a") & (acc["op"].astype(str) == "load")]
+        assert len(loads) == 64 * 9  # 8 in total() and row[0], per thread
+        t = loads["block"] * 32 + loads["thread"]
+        want = ((t % 2) * 32 + t // 2) * 8 * 4  # the row's first byte in a
+        assert ((loads["offset_bytes"] - want) // 4).between(0, 7).all()
+        assert set(loads["line"]) == {9, 18}
+    same_capture_tables(plain, passed)
+
+
 def test_a_device_function_with_a_barrier_or_no_array_is_left_alone_and_said():
     src = """
 from numba import cuda, float32
@@ -563,9 +606,13 @@ def test_flash_attentions_unrolled_recording_equals_the_recorder_on_its_own_acce
         ln for ln in lines if ln.startswith("sV[_vz_at4(") and ln.endswith("= buf[(u * NW + w) * 4 + e]")
     ]
     assert len(staged) == nu * nw * 4  # one per (u, w, e)
-    # the kernel's loop and store_tile's, in its two recording copies (sQ; sKP): unrolled all three
-    assert lines.count(f"u = {nu - 1}") == 3
-    assert "store_tile__vz_rec0(buf, sQ, rb, cg, scale, _vz_acc, _vz_st, _vz_slot, _vz_ep)" in lines
+    # the kernel's loop, store_tile's in its two recording copies (sQ; sKP) and load_tile's in its
+    # three (the views of q, k, v): unrolled all six
+    assert lines.count(f"u = {nu - 1}") == 6
+    assert any(
+        ln.startswith("store_tile__vz_rec") and "(buf, sQ, rb, cg, scale, _vz_acc, _vz_st" in ln
+        for ln in lines
+    )
     tile_lines = {
         s["line"] for s in p_info(tree)["sites"] if s["array"] in ("sQ", "sKP") and s["op"] == "store"
     }
@@ -588,6 +635,9 @@ def test_flash_attentions_unrolled_recording_equals_the_recorder_on_its_own_acce
         return norm(d, ACC)
 
     assert len(passed.accesses) > 10_000
+    loads = passed.accesses[passed.accesses["space"].astype(str) == "global"]
+    # q, k and v through the views qh = q[b, h] ... in load_tile: both record them, as q's own elements
+    assert set(loads["array"].astype(str)) == {"q", "k", "v", "o"}
     pd.testing.assert_frame_equal(own(passed.accesses), own(plain.accesses))
 
 

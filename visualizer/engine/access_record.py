@@ -4,7 +4,9 @@ Installed in the simulator worker only (``install()``), and active for one launc
 (``start()`` ... ``stop()``). It patches the simulator's fake arrays:
 
 * kernel arguments: ``FakeWithinKernelCUDAArray.__getitem__/__setitem__``, named by the kernel's
-  parameter names (probe buffers such as ``trace`` are registered as excluded);
+  parameter names (probe buffers such as ``trace`` are registered as excluded); a view the kernel
+  makes of one with integer indices (``qh = q[b, h]``) records its accesses as the array's own
+  elements (``ArrayInfo.view``);
 * ``cuda.shared.array`` / ``cuda.local.array``: returned wrapped, named by the variable they are
   assigned to (parsed from the kernel source);
 * ``cuda.atomic.*``: one ``atomic`` record instead of the load and store inside the simulator;
@@ -60,7 +62,8 @@ def thread_lookup():
 
 
 class ArrayInfo:
-    __slots__ = ("id", "name", "space", "itemsize", "shape", "elem_strides", "ndim", "excluded", "dtype")
+    __slots__ = ("id", "name", "space", "itemsize", "shape", "elem_strides", "ndim", "excluded", "dtype",
+                 "offset0", "prefix")  # fmt: skip
 
     def __init__(self, aid, name, space, ary, excluded=False):
         self.id = aid
@@ -72,6 +75,28 @@ class ArrayInfo:
         self.elem_strides = tuple(int(s) // max(self.itemsize, 1) for s in ary.strides)
         self.ndim = ary.ndim
         self.excluded = excluded
+        self.offset0 = 0  # a view's first element, in elements of the array it is a view of
+        self.prefix = ()  # ... and the indices that made it (``qh = q[b, h]``: (b, h))
+
+    def view(self, idx: tuple) -> ArrayInfo | None:
+        """The info of ``array[idx]`` for a partial index of integers (a view of the same array, its
+        accesses recorded as the array's own elements), or None for anything else."""
+        if not 0 < len(idx) < self.ndim:
+            return None
+        prefix = []
+        for k, i in enumerate(idx):
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                return None
+            i = int(i)
+            prefix.append(i + self.shape[k] if i < 0 else i)
+        v = object.__new__(ArrayInfo)
+        for name in ("id", "name", "space", "itemsize", "dtype", "excluded"):
+            setattr(v, name, getattr(self, name))
+        n = len(prefix)
+        v.shape, v.elem_strides, v.ndim = self.shape[n:], self.elem_strides[n:], self.ndim - n
+        v.offset0 = self.offset0 + sum(i * st for i, st in zip(prefix, self.elem_strides, strict=False))
+        v.prefix = self.prefix + tuple(prefix)
+        return v
 
     def meta(self) -> dict:
         return {
@@ -199,8 +224,9 @@ class Recorder:
             idx = (idx,)
         if len(idx) != info.ndim:
             return  # a partial index (a row view) or slices: not an element access
-        dims = [0, 0, 0]
-        offset = 0
+        pre = info.prefix  # a view's indices come first: the record is of the array's own element
+        dims = [pre[k] if k < len(pre) else 0 for k in range(3)]
+        offset = info.offset0
         for k, i in enumerate(idx):
             if type(i) is not int:
                 if not isinstance(i, (np.integer, bool, np.bool_)):
@@ -208,8 +234,8 @@ class Recorder:
                 i = int(i)
             if i < 0:
                 i += info.shape[k]
-            if k < 3:
-                dims[k] = i
+            if k + len(pre) < 3:
+                dims[k + len(pre)] = i
             offset += i * info.elem_strides[k]
         code = self.code_info(frame.f_code)
         line = frame.f_lineno
@@ -324,20 +350,31 @@ def install() -> None:
         f = sys._getframe(2)
         return f.f_back if f.f_code in SWITCH_CODES else f
 
+    def info_of(rec, ary):
+        view = ary.__dict__.get("_vz_view")  # (recorder, info) of a view made in the kernel
+        if view is not None:
+            return view[1] if view[0] is rec else None
+        return rec.by_object.get(id(ary.__dict__["_item"]))
+
     def getitem(self, idx):
         val = orig_get(self, idx)
         rec = _ACTIVE
         if rec is not None:
-            info = rec.by_object.get(id(self.__dict__["_item"]))
+            info = info_of(rec, self)
             if info is not None and not info.excluded:
-                rec.record(info, idx, LOAD, caller())
+                if type(val) is FakeWithinKernelCUDAArray:  # qh = q[b, h]: a view, not an access
+                    view = info.view(idx if type(idx) is tuple else (idx,))
+                    if view is not None:
+                        val.__dict__["_vz_view"] = (rec, view)
+                else:
+                    rec.record(info, idx, LOAD, caller())
         return val
 
     def setitem(self, idx, val):
         orig_set(self, idx, val)
         rec = _ACTIVE
         if rec is not None:
-            info = rec.by_object.get(id(self.__dict__["_item"]))
+            info = info_of(rec, self)
             if info is not None and not info.excluded:
                 rec.record(info, idx, STORE, caller())
 
@@ -428,7 +465,7 @@ def install() -> None:
                 raw, info = array._ary, array._info
             elif isinstance(array, FakeWithinKernelCUDAArray):
                 raw = array.__dict__["_item"]
-                info = rec.by_object.get(id(raw))
+                info = info_of(rec, array)
             out = orig(self, raw, *args)
             if info is not None and not info.excluded:
                 rec.record(info, args[0] if index_arg else 0, ATOMIC, sys._getframe(1))

@@ -47,6 +47,9 @@ ST, START_FN, END_FN = "_vz_st", "_vz_acc_start", "_vz_acc_end"
 # the pass's own names for numba.cuda and uint32 (whatever the module imports)
 CUDA, U32 = "_vz_cuda", "_vz_u32"
 AT = "_vz_at"  # + the number of indices: _vz_at1 ... _vz_at4
+ATV = "_vz_atv"  # the same through a view: _vz_atv1 ... _vz_atv4 (one more argument, the view's offset)
+VIEW_OFF = "_vz_view_off"  # + the number of indices: a view's byte offset in its array
+VO = "_vz_vo_"  # + a view's name: the variable holding that offset
 TMP = "_vz_k"
 MAX_DIMS = 4
 MAX_SITES = 1 << 15  # kernels/access_probes.MAX_SITES: the site's bits in the access word
@@ -99,9 +102,10 @@ def _calls_barrier(stmt: ast.stmt) -> bool:
 
 class _Rewriter(ast.NodeTransformer):
     def __init__(self, arrays: dict[str, str], sites: list, skipped: list, names=None, devices=None,
-                 locals_=frozenset()):  # fmt: skip
+                 locals_=frozenset(), views=None):  # fmt: skip
         self.arrays = arrays  # name -> space
-        self.names = names or {}  # a device function's parameter -> the kernel's array it is
+        self.names = names or {}  # a device function's parameter or a view -> the kernel's array it is
+        self.views = views or {}  # a view's name -> the name of its byte offset in that array (_Views)
         self.devices = devices  # _Devices: the kernel's device functions, recorded where they get arrays
         self.locals = locals_  # local arrays (a device function's copies unroll loops over them too)
         self.sites = sites
@@ -129,7 +133,17 @@ class _Rewriter(ast.NodeTransformer):
 
     def _call(self, array: str, idx: list[ast.expr], site: int, at: ast.AST) -> ast.Call:
         args = [_name(n) for n in (ACC, ST, SLOT, EPOCH)] + [_name(array), *idx, ast.Constant(site)]
+        if array in self.views:  # an element of a view: its offset in the array it is a view of, first
+            args.insert(5, _name(self.views[array]))
+            return located(ast.Call(func=_name(f"{ATV}{len(idx)}"), args=args, keywords=[]), at)
         return located(ast.Call(func=_name(f"{AT}{len(idx)}"), args=args, keywords=[]), at)
+
+    def visit_Assign(self, node: ast.Assign):
+        origin = self.views_made.get(id(node)) if hasattr(self, "views_made") else None
+        self.generic_visit(node)
+        if origin is None:
+            return node
+        return [node, origin]  # the view's offset, right after the view
 
     def _recorded(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
@@ -227,6 +241,46 @@ def _epochs(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
+def _register_views(body: list[ast.stmt], rw: _Rewriter, params: set[str]) -> None:
+    """Views made at the top level of ``body`` of a recorded array with integer indices, each bound
+    once: ``qh = q[b, h]``. Their accesses are recorded as the array's own elements, through
+    ``_vz_atv*`` with the view's byte offset, set right after the view (``_vz_vo_qh =
+    _vz_view_off2(q, b, h)``, plus the offset of ``q`` itself if that is a view too). Which
+    subscript is a view and which an element is the array's ``ndim``, known when the kernel
+    compiles: for an element both the offset and the view's records are compiled away."""
+    import copy
+
+    bound: dict[str, int] = {}
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                bound[n.id] = bound.get(n.id, 0) + 1
+    rw.views_made = getattr(rw, "views_made", {})
+    for stmt in body:
+        if not (
+            isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+        ):
+            continue
+        x, v = stmt.targets[0].id, stmt.value
+        if not (isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id in rw.arrays):
+            continue
+        sl = v.slice
+        idx = list(sl.elts) if isinstance(sl, ast.Tuple) else [sl]
+        if (bound.get(x) != 1 or x in params or x in rw.arrays or not 1 <= len(idx) < MAX_DIMS
+                or any(isinstance(i, (ast.Slice, ast.Starred)) or any(isinstance(n, ast.Call) for n in ast.walk(i))
+                       for i in idx)):  # fmt: skip
+            continue
+        a = v.value.id
+        off: ast.expr = ast.Call(func=_name(f"{VIEW_OFF}{len(idx)}"), args=[_name(a), *copy.deepcopy(idx)],
+                                 keywords=[])  # fmt: skip
+        if a in rw.views:
+            off = ast.BinOp(left=_name(rw.views[a]), op=ast.Add(), right=off)
+        rw.views[x] = VO + x
+        rw.arrays[x] = rw.arrays[a]
+        rw.names[x] = rw.names.get(a, a)
+        rw.views_made[id(stmt)] = located(ast.Assign(targets=[_name(VO + x, ast.Store())], value=off), stmt)
+
+
 def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=None) -> list[ast.stmt]:
     """The statements with their accesses recorded; a loop that records any becomes
     ``if _vz_slot < 0: <the loop as written> else: <the loop recorded>``, so the warps that record
@@ -303,9 +357,12 @@ class _Devices:
         }
         indexed |= {n.args[0].id for n in ast.walk(fdef) if isinstance(n, ast.Call) and n.args
                     and isinstance(n.args[0], ast.Name)}  # an atomic's array, or an array passed on  # fmt: skip
+        offsets = {}  # a parameter given a view -> the caller's name of that view's offset
         for param, arg in zip(params, node.args, strict=False):
             if isinstance(arg, ast.Name) and arg.id in caller.arrays and param in indexed:
                 arrays[param] = (caller.names.get(arg.id, arg.id), caller.arrays[arg.id])
+                if arg.id in caller.views:
+                    offsets[param] = caller.views[arg.id]
             elif isinstance(arg, ast.Name) and arg.id in caller.locals:
                 locals_.add(param)
         if not arrays or fdef.args.vararg or fdef.args.kwonlyargs:
@@ -318,14 +375,16 @@ class _Devices:
             self.skipped.append({"line": node.lineno, "array": next(iter(arrays.values()))[0],
                                  "why": f"in {name}, device functions nested too deep"})  # fmt: skip
             return node
-        key = (name, tuple(sorted(arrays.items())), tuple(sorted(locals_)))
+        key = (name, tuple(sorted(arrays.items())), tuple(sorted(locals_)), tuple(sorted(offsets)))
         if key not in self.copies:
             copy_name = f"{name}__vz_rec{len(self.copies)}"
             self.copies[key] = copy_name
             body_def = copy.deepcopy(fdef)
             own_locals = frozenset(locals_) | frozenset(local_arrays(body_def))
             rw = _Rewriter({p: sp for p, (_, sp) in arrays.items()}, self.sites, self.skipped,
-                           names={p: a for p, (a, _) in arrays.items()}, devices=self, locals_=own_locals)  # fmt: skip
+                           names={p: a for p, (a, _) in arrays.items()}, devices=self, locals_=own_locals,
+                           views={p: VO + p for p in offsets})  # fmt: skip
+            _register_views(body_def.body, rw, set())
             self.depth += 1
             try:
                 unroll = _Unroller(constants, _assigned(body_def), set(own_locals))
@@ -333,11 +392,12 @@ class _Devices:
             finally:
                 self.depth -= 1
             body_def.name = copy_name
-            for extra in (ACC, ST, SLOT, EPOCH):
+            for extra in (ACC, ST, SLOT, EPOCH, *(VO + p for p in sorted(offsets))):
                 body_def.args.args.append(ast.copy_location(ast.arg(arg=extra), fdef))
             self.module_defs.append(ast.fix_missing_locations(body_def))
         node.func = located(_name(self.copies[key]), node)
-        node.args = [*node.args, *(located(_name(n), node) for n in (ACC, ST, SLOT, EPOCH))]
+        extra = (ACC, ST, SLOT, EPOCH, *(offsets[p] for p in sorted(offsets)))
+        node.args = [*node.args, *(located(_name(n), node) for n in extra)]
         return node
 
 
@@ -580,7 +640,9 @@ class AccessPass:
         from kernels import access_probes as probes
 
         return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, CUDA: cuda, U32: uint32,
-                **{f"{AT}{n}": fn for n, fn in probes.AT.items()}}  # fmt: skip
+                **{f"{AT}{n}": fn for n, fn in probes.AT.items()},
+                **{f"{ATV}{n}": fn for n, fn in probes.ATV.items()},
+                **{f"{VIEW_OFF}{n}": fn for n, fn in probes.VIEW_OFF.items()}}  # fmt: skip
 
     def apply(self, fn: ast.FunctionDef, info: dict) -> None:
         own = [a.arg for a in fn.args.args if not a.arg.startswith("_vz_")]
@@ -591,6 +653,7 @@ class AccessPass:
         skipped: list = []
         devices = _Devices(self.device_functions, sites, skipped)
         rw = _Rewriter(arrays, sites, skipped, devices=devices, locals_=frozenset(local_arrays(fn)))
+        _register_views(fn.body, rw, set(own))
         body = _rewrite_block(fn.body, rw, sites, _Unroller(self.constants, _assigned(fn), local_arrays(fn)))
         self.module_defs = devices.module_defs
         body = _epochs(body)
