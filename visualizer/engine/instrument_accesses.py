@@ -47,7 +47,7 @@ ST, START_FN, END_FN = "_vz_st", "_vz_acc_start", "_vz_acc_end"
 # the pass's own names for numba.cuda and uint32 (whatever the module imports)
 CUDA, U32 = "_vz_cuda", "_vz_u32"
 AT = "_vz_at"  # + the number of indices: _vz_at1 ... _vz_at4
-ATV = "_vz_atv"  # the same through a view: _vz_atv1 ... _vz_atv4 (one more argument, the view's offset)
+ATV = "_vz_atv"  # the same through a view: _vz_atv1 ... _vz_atv3 (one more argument, the view's offset)
 VIEW_OFF = "_vz_view_off"  # + the number of indices: a view's byte offset in its array
 VO = "_vz_vo_"  # + a view's name: the variable holding that offset
 TMP = "_vz_k"
@@ -105,7 +105,10 @@ class _Rewriter(ast.NodeTransformer):
                  locals_=frozenset(), views=None):  # fmt: skip
         self.arrays = arrays  # name -> space
         self.names = names or {}  # a device function's parameter or a view -> the kernel's array it is
-        self.views = views or {}  # a view's name -> the name of its byte offset in that array (_Views)
+        self.views = (
+            views or {}
+        )  # a view's name -> the name of its byte offset in that array (_register_views)
+        self.views_made: dict[int, ast.stmt] = {}  # id of a view's assignment -> the offset's assignment
         self.devices = devices  # _Devices: the kernel's device functions, recorded where they get arrays
         self.locals = locals_  # local arrays (a device function's copies unroll loops over them too)
         self.sites = sites
@@ -139,7 +142,7 @@ class _Rewriter(ast.NodeTransformer):
         return located(ast.Call(func=_name(f"{AT}{len(idx)}"), args=args, keywords=[]), at)
 
     def visit_Assign(self, node: ast.Assign):
-        origin = self.views_made.get(id(node)) if hasattr(self, "views_made") else None
+        origin = self.views_made.get(id(node))
         self.generic_visit(node)
         if origin is None:
             return node
@@ -255,7 +258,6 @@ def _register_views(body: list[ast.stmt], rw: _Rewriter, params: set[str]) -> No
         for n in ast.walk(stmt):
             if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
                 bound[n.id] = bound.get(n.id, 0) + 1
-    rw.views_made = getattr(rw, "views_made", {})
     for stmt in body:
         if not (
             isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
