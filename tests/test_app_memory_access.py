@@ -182,3 +182,17 @@ def test_record_my_kernel_on_the_gpu_draws_its_sampled_warps(operator_key):
     assert "measured (GPU, sampled warps)" in captions and "sampled warps" in captions
     titles = [json.dumps(c["layout"]["title"]) for c in charts(at)]
     assert titles and all("measured (GPU, sampled warps)" in t for t in titles), titles
+
+
+def test_flash_attention_shows_its_view_loads_and_the_first_request_is_the_charts():
+    """q, k and v are loaded through views (``qh = q[b, h]``) in a device function: their loads are in
+    the table; and on a line two arrays share (store_tile's sQ and sKP stores) the execution box
+    starts at the request the chart draws, not at an execution that array never had."""
+    at = open_page("flash_attention", seq_len=40)
+    assert not at.exception and not at.error
+    assert float(metric(at, "global load sectors / request")) > 0
+    choices = at.selectbox(key="mem_line_kernels.attention").options
+    assert {"q", "k", "v"} <= {c.split()[-2] for c in choices if "load" in c and "(global)" in c}
+    assert not [i for i in at.info if "did not execute this access" in i.value]
+    occ = next(n for n in at.number_input if n.label == "execution").value
+    assert f"(execution {occ})" in charts(at)[0]["layout"]["title"]["text"]

@@ -79,6 +79,20 @@ def test_wrong_kernel_is_reported_wrong_and_reference_function_works(user_runner
     assert cap.check["correct"] is False and cap.check["outputs"]["out"]["mismatches"] == 1
 
 
+def test_a_reference_may_use_array_methods_and_builtins_but_not_import(user_runner):
+    """``m.sum(axis=1)`` makes numpy import a part of itself through the caller's ``__import__``: it
+    failed as "KeyError: '__import__'"; an import of anything else is refused in one line."""
+    src = "from numba import cuda\n\n@cuda.jit\ndef k(m, out):\n    i = cuda.grid(1)\n    if i < out.size:\n" \
+          "        acc = 0.0\n        for j in range(m.shape[1]):\n            acc += m[i, j]\n        out[i] = acc\n"  # fmt: skip
+    args = {"m": "rand:float32:64x8", "out": "zeros:float32:64"}
+    for ref in ("out = m.sum(axis=1)", "out = np.array([sum(r) for r in m])"):
+        sl = plan_source_launch(src, "k", grid="2", block="32", args=args, reference=ref)
+        assert user_runner.capture_source(sl).check["correct"] is True, ref
+    sl = plan_source_launch(src, "k", grid="2", block="32", args=args, reference="out = __import__('os').getcwd()")
+    with pytest.raises(Exception, match="may use np and math, not import os"):
+        user_runner.capture_source(sl)
+
+
 BAD = {
     "oob": ("from numba import cuda\n\n@cuda.jit\ndef k(a):\n    i = cuda.grid(1)\n    a[i] = i\n", None),
     "module": ("from numba import cuda\nimport not_a_module_here\n\ndef k(a):\n    pass\n", None),

@@ -377,7 +377,13 @@ with p4:
     execs = warps[warps["warp"] == warp]
     omax = int(execs["occurrence"].max()) if len(execs) else 0
     occ_key = f"mem_occ_{kernel}_{pick}"
-    seed_number(occ_key, "mem_exec", 0, omax, notices)
+    # first visit: the worst request's own execution (the n-th run of a line counts every access on
+    # it, so a line with two arrays, as flash_attention's store_tile, has no execution 0 of the second)
+    if (block, warp) == (int(worst["block"]), int(worst["warp"])):
+        first = int(worst["occurrence"])
+    else:
+        first = int(execs["occurrence"].min()) if len(execs) else 0
+    seed_number(occ_key, "mem_exec", first, omax, notices)
     occ = int(
         st.number_input("execution", 0, omax, key=occ_key, help="the n-th time these lanes ran this line")
     )
