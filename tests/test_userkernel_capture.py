@@ -88,7 +88,9 @@ def test_a_reference_may_use_array_methods_and_builtins_but_not_import(user_runn
     for ref in ("out = m.sum(axis=1)", "out = np.array([sum(r) for r in m])"):
         sl = plan_source_launch(src, "k", grid="2", block="32", args=args, reference=ref)
         assert user_runner.capture_source(sl).check["correct"] is True, ref
-    sl = plan_source_launch(src, "k", grid="2", block="32", args=args, reference="out = __import__('os').getcwd()")
+    sl = plan_source_launch(
+        src, "k", grid="2", block="32", args=args, reference="out = __import__('os').getcwd()"
+    )
     with pytest.raises(Exception, match="may use np and math, not import os"):
         user_runner.capture_source(sl)
 
