@@ -2,7 +2,8 @@
 
 Each one makes one kind of request the tables must count as the hardware does: 8- and 16-byte
 shared accesses (served by half- and quarter-warps), a conflict that only the per-phase count gets
-right, a divergent reduction, atomics, a guard return, a conditional expression. ``CASES`` gives
+right, a divergent reduction, atomics, a guard return, a conditional expression, a view read in a
+device function. ``CASES`` gives
 each kernel its launch and inputs (numpy only); tools/crosscheck.py profiles them with ncu, and
 tests/test_gpu_accesses.py records them on both backends.
 """
@@ -116,6 +117,23 @@ def histogram(x, bins):
         cuda.atomic.add(bins, b, 1)
 
 
+@cuda.jit(device=True)
+def _dot_row(row, w):
+    acc = float32(0.0)
+    for j in range(w.shape[0]):  # a run-time trip count: no unrolling, no fused vector loads
+        acc += row[j] * w[j]
+    return acc
+
+
+@cuda.jit
+def view_rows(x, w, out):
+    """A view of one row per thread (``row = x[i]``) read in a device function: the lanes' rows are 32
+    bytes apart, so each request of ``row[j]`` touches 32 sectors; ``w[j]`` is one broadcast sector."""
+    i = cuda.grid(1)
+    row = x[i]
+    out[i] = _dot_row(row, w)
+
+
 def _f32(n):
     return lambda rng: {"x": rng.random(n).astype(np.float32)}
 
@@ -130,7 +148,10 @@ CASES = [
     ("tree_sum", (4, 1, 1), (N, 1, 1), _f32(4 * N), {"out": ((4,), np.float32)}),
     ("tree_sum_race", (2, 1, 1), (N, 1, 1), _f32(2 * N), {"out": ((2,), np.float32)}),
     ("histogram", (4, 1, 1), (128, 1, 1), _f32(500), {"bins": ((16,), np.int32)}),
-]
+    ("view_rows", (2, 1, 1), (64, 1, 1),
+     lambda r: {"x": r.random((128, 8)).astype(np.float32), "w": r.random(8).astype(np.float32)},
+     {"out": ((128,), np.float32)}),
+]  # fmt: skip
 
 
 def reference(kernel: str, arrays: dict) -> dict:
@@ -152,6 +173,8 @@ def reference(kernel: str, arrays: dict) -> dict:
         return {"out": x.reshape(4, N).sum(axis=1)}
     if kernel == "tree_sum_race":  # raced: any value; only the recorded accesses are compared
         return {}
+    if kernel == "view_rows":
+        return {"out": (x.astype(np.float64) @ arrays["w"]).astype(np.float32)}
     if kernel == "histogram":
         b = np.where(x < 1.0, (x * 16).astype(np.int64), 15)
         return {"bins": np.bincount(b, minlength=16).astype(np.int32)}

@@ -185,7 +185,7 @@ def same_tables(recorded: dict, simulator: dict, blocks) -> None:
 
 
 CASE_NAMES = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "f32_column", "tree_sum", "tree_sum_race",
-              "histogram", "matmul_tiled"]  # fmt: skip
+              "histogram", "view_rows", "matmul_tiled"]  # fmt: skip
 
 
 @pytest.mark.parametrize("kernel", CASE_NAMES)
@@ -211,6 +211,10 @@ def test_recorded_wavefronts_of_the_fresh_cases(sim):
     assert (shared_loads("f32_column")["extra_wavefronts"] == 31).all()
     sampled = sim["matmul_tiled"]["recorded"]["sample"]
     assert sampled["blocks"] == [0, 5, 15] and sampled["warps"] == 3 * 8
+    req = memory.build(sim["view_rows"]["recorded"])[1]  # the view's row[j], in the device function
+    rows = req[(req["array"].astype(str) == "x") & (req["op"].astype(str) == "load")]
+    assert len(rows) > 0 and (rows["sectors"] == 32).all()
+    assert (req[req["array"].astype(str) == "w"]["sectors"] == 1).all()
 
 
 @pytest.mark.gpu

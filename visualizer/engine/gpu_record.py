@@ -32,8 +32,9 @@ def recording_build(module: types.ModuleType, kernel: str, exclude=()):
     filename = inspect.getsourcefile(module) or f"<{module.__name__}>"
     tree, info = ia.standalone(ast.parse(source, filename), kernel, exclude)
     traced_name = kernel + "__traced"
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == traced_name)
-    only = ast.Module(body=[fn], type_ignores=[])
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+            and (n.name == traced_name or "__vz_rec" in n.name)]  # the kernel and its device functions' recording copies  # fmt: skip
+    only = ast.Module(body=defs, type_ignores=[])
     ns = dict(vars(module))
     ns.update(AccessGlobals.get())
     exec(compile(only, filename, "exec"), ns)  # our own kernel modules' source (never a visitor's here)

@@ -48,7 +48,7 @@ RACECHECK = ["reduction_race", "reduction", "matmul_tiled", "transpose_tiled", "
 # kernels written for the check (kernels/access_cases.py; tools/crosscheck_fresh.py runs them): profiled
 # after CASES, and recorded by the access pass on the GPU (every block) and on the simulator
 FRESH = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "f32_column", "tree_sum", "tree_sum_race",
-         "histogram", "matmul_tiled"]  # fmt: skip
+         "histogram", "view_rows", "matmul_tiled"]  # fmt: skip
 
 # (Nsight Compute metric, the engine's summary key)
 METRICS = [
