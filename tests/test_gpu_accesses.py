@@ -387,6 +387,28 @@ def test_views_made_in_the_kernel_are_recorded_as_the_arrays_own_elements_on_bot
     same_capture_tables(plain, passed)
 
 
+def test_a_device_functions_recording_copy_drops_its_explicit_signature():
+    """``@cuda.jit("float32(float32[:], int32)", device=True)``: the copy takes four more parameters."""
+    src = """
+from numba import cuda, float32
+@cuda.jit("float32(float32[:], int32)", device=True)
+def get(a, i):
+    return a[i]
+@cuda.jit
+def k(a, out):
+    t = cuda.threadIdx.x
+    out[t] = get(a, t)
+"""
+    tree, info = ia.standalone(ast.parse(src), "k")
+    copy = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get__vz_rec0")
+    assert ast.unparse(copy.decorator_list[0]) == "cuda.jit(device=True)"
+    assert [a.arg for a in copy.args.args] == ["a", "i", "_vz_acc", "_vz_st", "_vz_slot", "_vz_ep"]
+    assert {(x["line"], x["array"], x["op"]) for x in info["sites"]} == {
+        (5, "a", "load"),
+        (9, "out", "store"),
+    }
+
+
 def test_a_device_function_with_a_barrier_or_no_array_is_left_alone_and_said():
     src = """
 from numba import cuda, float32

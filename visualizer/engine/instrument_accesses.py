@@ -394,6 +394,11 @@ class _Devices:
             finally:
                 self.depth -= 1
             body_def.name = copy_name
+            for d in (
+                body_def.decorator_list
+            ):  # an explicit signature no longer fits: the copy has more parameters
+                if isinstance(d, ast.Call):
+                    d.args = []
             for extra in (ACC, ST, SLOT, EPOCH, *(VO + p for p in sorted(offsets))):
                 body_def.args.args.append(ast.copy_location(ast.arg(arg=extra), fdef))
             self.module_defs.append(ast.fix_missing_locations(body_def))
