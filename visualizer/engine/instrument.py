@@ -38,11 +38,9 @@ from __future__ import annotations
 
 import ast
 import copy
-import inspect
-import textwrap
 from typing import Any, Protocol
 
-from visualizer.engine.instrument_ast import BeforeReturns, located
+from visualizer.engine.instrument_ast import BeforeReturns, function_source_tree, located
 from visualizer.engine.instrument_delays import DelayPass
 
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
@@ -233,9 +231,7 @@ def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (
     line number (per-line access records, tracebacks) is the file's own; globals are the function's
     module globals plus its closure's constants (a tile size a factory closed over), so numba
     freezes them the same way."""
-    lines, first = inspect.getsourcelines(py_fn)
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    ast.increment_lineno(tree, first - 1)
+    tree = function_source_tree(py_fn)
     fn = tree.body[0]
     fn.decorator_list = []
     tree = instrument(tree, fn.name, delays, did_work=did_work, passes=passes)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import ast
 
-from visualizer.engine.instrument_ast import BeforeReturns, located
+from visualizer.engine.instrument_ast import BeforeReturns, assigned_names, function_source_tree, located
 
 ACC, CNT, SEL = "_vz_acc", "_vz_acc_cnt", "_vz_acc_sel"
 SLOT, EPOCH, SLOT_FN = "_vz_slot", "_vz_ep", "_vz_slot_of"
@@ -389,7 +389,7 @@ class _Devices:
             _register_views(body_def.body, rw, set())
             self.depth += 1
             try:
-                unroll = _Unroller(constants, _assigned(body_def), set(own_locals))
+                unroll = _Unroller(constants, assigned_names(body_def), set(own_locals))
                 body_def.body = _rewrite_block(body_def.body, rw, self.sites, unroll)
             finally:
                 self.depth -= 1
@@ -426,9 +426,6 @@ def module_device_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
 def namespace_device_functions(namespace: dict) -> dict[str, tuple[ast.FunctionDef, dict]]:
     """The device functions a built-in kernel's namespace names (a factory's closure: flash_attention's
     ``load_tile``, ``store_tile``): name -> (their ``def`` from their file, their own namespace)."""
-    import inspect
-    import textwrap
-
     from visualizer.engine.instrument import function_namespace
 
     out = {}
@@ -438,12 +435,9 @@ def namespace_device_functions(namespace: dict) -> dict[str, tuple[ast.FunctionD
         if not (device and callable(py)) or name.startswith("_vz_"):
             continue
         try:
-            lines, first = inspect.getsourcelines(py)
+            fdef = function_source_tree(py).body[0]
         except (OSError, TypeError):
             continue
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-        ast.increment_lineno(tree, first - 1)
-        fdef = tree.body[0]
         if isinstance(fdef, ast.FunctionDef) and fdef.name == name:
             out[name] = (fdef, function_namespace(py))
     return out
@@ -579,15 +573,6 @@ def local_arrays(fn: ast.FunctionDef) -> set[str]:
     }
 
 
-def _assigned(fn: ast.FunctionDef) -> set[str]:
-    """Every name the kernel binds (arguments, assignments, loop targets, ...)."""
-    names = {a.arg for a in fn.args.args}
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            names.add(n.id)
-    return names
-
-
 def visitor_pass(tree: ast.Module) -> AccessPass:
     """The access pass for a visitor's module: its top-level constants and device functions."""
     constants = module_constants(tree)
@@ -661,7 +646,9 @@ class AccessPass:
         devices = _Devices(self.device_functions, sites, skipped)
         rw = _Rewriter(arrays, sites, skipped, devices=devices, locals_=frozenset(local_arrays(fn)))
         _register_views(fn.body, rw, set(own))
-        body = _rewrite_block(fn.body, rw, sites, _Unroller(self.constants, _assigned(fn), local_arrays(fn)))
+        body = _rewrite_block(
+            fn.body, rw, sites, _Unroller(self.constants, assigned_names(fn), local_arrays(fn))
+        )
         self.module_defs = devices.module_defs
         body = _epochs(body)
         exits = []

@@ -6,6 +6,27 @@ import ast
 from collections.abc import Callable
 
 
+def assigned_names(fn: ast.FunctionDef) -> set[str]:
+    """Every name a function binds: its parameters, assignment and loop targets (what is not a
+    module's or a closure's constant)."""
+    names = {a.arg for a in fn.args.args}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+    return names
+
+
+def function_source_tree(py_fn) -> ast.Module:
+    """A function's own source, parsed, with its file's line numbers (the def is ``body[0]``)."""
+    import inspect
+    import textwrap
+
+    lines, first = inspect.getsourcelines(py_fn)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first - 1)
+    return tree
+
+
 def located(node: ast.AST, at: ast.AST) -> ast.AST:
     """``node`` and all its children placed on ``at``'s line (the user's line), so tracebacks, Numba's
     messages and per-line records of inserted code point at the statement it belongs to."""

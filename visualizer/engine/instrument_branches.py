@@ -47,7 +47,7 @@ import copy
 import numpy as np
 
 from visualizer.engine.instrument import _traced_decorators, find_kernel
-from visualizer.engine.instrument_ast import located
+from visualizer.engine.instrument_ast import assigned_names, located
 
 BRANCH_FN = "_vz_branch"
 BRANCH_LOG, BRANCH_COUNT = "_vz_br", "_vz_brn"
@@ -63,15 +63,6 @@ BARRIER_RECORDS = 64
 
 def _name(id_: str, store: bool = False) -> ast.Name:
     return ast.Name(id_, ast.Store() if store else ast.Load())
-
-
-def _assigned_names(fn: ast.FunctionDef) -> set[str]:
-    """Every name the kernel binds: parameters, assignment and loop targets."""
-    names = {a.arg for a in fn.args.args}
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-    return names
 
 
 def _is_static(test: ast.expr, assigned: set[str]) -> bool:
@@ -159,7 +150,7 @@ class BranchPass:
     def apply(self, fn: ast.FunctionDef, info: dict) -> None:
         self.sites: list[dict] = []
         self.skipped: list[dict] = []
-        self.assigned = _assigned_names(fn)
+        self.assigned = assigned_names(fn)
         self.loops: list[int] = []
         self.n_range = 0
         fn.body = self._body(fn.body)
