@@ -114,49 +114,88 @@ def _wrap(i, n):
 
 
 @cuda.jit(device=True)
-def at1(rec, st, slot, ep, a, i, site):
-    """``a[i]``'s index, recorded (a 1-d element access; a row of a wider array is not one)."""
+def _off1(a, i):
+    return _wrap(i, a.shape[0]) * a.strides[0]
+
+
+@cuda.jit(device=True)
+def _off2(a, i, j):
+    return _off1(a, i) + _wrap(j, a.shape[1]) * a.strides[1]
+
+
+@cuda.jit(device=True)
+def _off3(a, i, j, m):
+    return _off2(a, i, j) + _wrap(m, a.shape[2]) * a.strides[2]
+
+
+@cuda.jit(device=True)
+def _off4(a, i, j, m, n):
+    return _off3(a, i, j, m) + _wrap(n, a.shape[3]) * a.strides[3]
+
+
+# ``atvN``: an element access of N indices, recorded, ``base`` bytes into its array (a view's offset;
+# 0 for the array itself). The offset is computed only for a lane that still has room to record it.
+
+
+@cuda.jit(device=True)
+def atv1(rec, st, slot, ep, a, base, i, site):
     if slot >= 0 and a.ndim == 1:
         k = st[0]
         if k < st[1]:
-            note(rec, st, ep, k, _word(_wrap(i, a.shape[0]) * a.strides[0], a.itemsize, site))
+            note(rec, st, ep, k, _word(base + _off1(a, i), a.itemsize, site))
         _next(st, k)
     return i
 
 
 @cuda.jit(device=True)
-def at2(rec, st, slot, ep, a, i, j, site):
+def atv2(rec, st, slot, ep, a, base, i, j, site):
     if slot >= 0 and a.ndim == 2:
         k = st[0]
         if k < st[1]:
-            off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-            note(rec, st, ep, k, _word(off, a.itemsize, site))
+            note(rec, st, ep, k, _word(base + _off2(a, i, j), a.itemsize, site))
         _next(st, k)
     return i, j
 
 
 @cuda.jit(device=True)
-def at3(rec, st, slot, ep, a, i, j, m, site):
+def atv3(rec, st, slot, ep, a, base, i, j, m, site):
     if slot >= 0 and a.ndim == 3:
         k = st[0]
         if k < st[1]:
-            off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-            off += _wrap(m, a.shape[2]) * a.strides[2]
-            note(rec, st, ep, k, _word(off, a.itemsize, site))
+            note(rec, st, ep, k, _word(base + _off3(a, i, j, m), a.itemsize, site))
         _next(st, k)
     return i, j, m
 
 
 @cuda.jit(device=True)
-def at4(rec, st, slot, ep, a, i, j, m, n, site):
+def atv4(rec, st, slot, ep, a, base, i, j, m, n, site):
     if slot >= 0 and a.ndim == 4:
         k = st[0]
         if k < st[1]:
-            off = _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-            off += _wrap(m, a.shape[2]) * a.strides[2] + _wrap(n, a.shape[3]) * a.strides[3]
-            note(rec, st, ep, k, _word(off, a.itemsize, site))
+            note(rec, st, ep, k, _word(base + _off4(a, i, j, m, n), a.itemsize, site))
         _next(st, k)
     return i, j, m, n
+
+
+@cuda.jit(device=True)
+def at1(rec, st, slot, ep, a, i, site):
+    """``a[i]``'s index, recorded (a 1-d element access; a row of a wider array is not one)."""
+    return atv1(rec, st, slot, ep, a, 0, i, site)
+
+
+@cuda.jit(device=True)
+def at2(rec, st, slot, ep, a, i, j, site):
+    return atv2(rec, st, slot, ep, a, 0, i, j, site)
+
+
+@cuda.jit(device=True)
+def at3(rec, st, slot, ep, a, i, j, m, site):
+    return atv3(rec, st, slot, ep, a, 0, i, j, m, site)
+
+
+@cuda.jit(device=True)
+def at4(rec, st, slot, ep, a, i, j, m, n, site):
+    return atv4(rec, st, slot, ep, a, 0, i, j, m, n, site)
 
 
 AT = {1: at1, 2: at2, 3: at3, 4: at4}  # the recording index function for an access of n indices
@@ -168,53 +207,17 @@ AT = {1: at1, 2: at2, 3: at3, 4: at4}  # the recording index function for an acc
 
 @cuda.jit(device=True)
 def view_off1(a, i):
-    return _wrap(i, a.shape[0]) * a.strides[0] if a.ndim > 1 else 0
+    return _off1(a, i) if a.ndim > 1 else 0
 
 
 @cuda.jit(device=True)
 def view_off2(a, i, j):
-    return _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1] if a.ndim > 2 else 0
+    return _off2(a, i, j) if a.ndim > 2 else 0
 
 
 @cuda.jit(device=True)
 def view_off3(a, i, j, m):
-    if a.ndim > 3:
-        return (_wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-                + _wrap(m, a.shape[2]) * a.strides[2])  # fmt: skip
-    return 0
-
-
-@cuda.jit(device=True)
-def atv1(rec, st, slot, ep, a, base, i, site):
-    if slot >= 0 and a.ndim == 1:
-        k = st[0]
-        if k < st[1]:
-            note(rec, st, ep, k, _word(base + _wrap(i, a.shape[0]) * a.strides[0], a.itemsize, site))
-        _next(st, k)
-    return i
-
-
-@cuda.jit(device=True)
-def atv2(rec, st, slot, ep, a, base, i, j, site):
-    if slot >= 0 and a.ndim == 2:
-        k = st[0]
-        if k < st[1]:
-            off = base + _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-            note(rec, st, ep, k, _word(off, a.itemsize, site))
-        _next(st, k)
-    return i, j
-
-
-@cuda.jit(device=True)
-def atv3(rec, st, slot, ep, a, base, i, j, m, site):
-    if slot >= 0 and a.ndim == 3:
-        k = st[0]
-        if k < st[1]:
-            off = base + _wrap(i, a.shape[0]) * a.strides[0] + _wrap(j, a.shape[1]) * a.strides[1]
-            off += _wrap(m, a.shape[2]) * a.strides[2]
-            note(rec, st, ep, k, _word(off, a.itemsize, site))
-        _next(st, k)
-    return i, j, m
+    return _off3(a, i, j, m) if a.ndim > 3 else 0
 
 
 ATV = {1: atv1, 2: atv2, 3: atv3}  # through a view (a view has fewer dimensions than its array: 3 at most)
