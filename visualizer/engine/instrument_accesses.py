@@ -73,23 +73,33 @@ def _is_cuda_attr(node: ast.AST, *path: str) -> bool:
     return isinstance(node, ast.Name) and node.id == "cuda"
 
 
+def _declared(fn: ast.FunctionDef, kind: str) -> dict[str, ast.Call]:
+    """Names bound to ``cuda.<kind>.array(...)`` (kind: shared, local) -> that call."""
+    out: dict[str, ast.Call] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if _is_cuda_attr(node.value.func, kind, "array"):
+                out.update({t.id: node.value for t in node.targets if isinstance(t, ast.Name)})
+    return out
+
+
 def shared_arrays(fn: ast.FunctionDef) -> dict[str, tuple[str, str]]:
     """Names bound to ``cuda.shared.array(shape, dtype)`` -> (shape source, dtype source)."""
     out: dict[str, tuple[str, str]] = {}
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            if _is_cuda_attr(node.value.func, "shared", "array"):
-                call = node.value
-                kw = {k.arg: k.value for k in call.keywords}
-                shape = call.args[0] if call.args else kw.get("shape")
-                dtype = call.args[1] if len(call.args) > 1 else kw.get("dtype")
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        out[t.id] = (
-                            ast.unparse(shape) if shape is not None else "",
-                            ast.unparse(dtype) if dtype is not None else "",
-                        )
+    for name, call in _declared(fn, "shared").items():
+        kw = {k.arg: k.value for k in call.keywords}
+        shape = call.args[0] if call.args else kw.get("shape")
+        dtype = call.args[1] if len(call.args) > 1 else kw.get("dtype")
+        out[name] = (
+            ast.unparse(shape) if shape is not None else "",
+            ast.unparse(dtype) if dtype is not None else "",
+        )
     return out
+
+
+def local_arrays(fn: ast.FunctionDef) -> set[str]:
+    """Names bound to ``cuda.local.array(...)``."""
+    return set(_declared(fn, "local"))
 
 
 def _calls_barrier(stmt: ast.stmt) -> bool:
@@ -560,19 +570,6 @@ def _indexes_local(loop: ast.For, local_arrays: set[str]) -> bool:
     )  # fmt: skip
 
 
-def local_arrays(fn: ast.FunctionDef) -> set[str]:
-    """Names bound to ``cuda.local.array(...)``."""
-    return {
-        t.id
-        for n in ast.walk(fn)
-        if isinstance(n, ast.Assign)
-        and isinstance(n.value, ast.Call)
-        and _is_cuda_attr(n.value.func, "local", "array")
-        for t in n.targets
-        if isinstance(t, ast.Name)
-    }
-
-
 def visitor_pass(tree: ast.Module) -> AccessPass:
     """The access pass for a visitor's module: its top-level constants and device functions."""
     constants = module_constants(tree)
@@ -644,11 +641,10 @@ class AccessPass:
         sites: list = []
         skipped: list = []
         devices = _Devices(self.device_functions, sites, skipped)
-        rw = _Rewriter(arrays, sites, skipped, devices=devices, locals_=frozenset(local_arrays(fn)))
+        locals_ = local_arrays(fn)
+        rw = _Rewriter(arrays, sites, skipped, devices=devices, locals_=frozenset(locals_))
         _register_views(fn.body, rw, set(own))
-        body = _rewrite_block(
-            fn.body, rw, sites, _Unroller(self.constants, assigned_names(fn), local_arrays(fn))
-        )
+        body = _rewrite_block(fn.body, rw, sites, _Unroller(self.constants, assigned_names(fn), locals_))
         self.module_defs = devices.module_defs
         body = _epochs(body)
         exits = []
