@@ -39,13 +39,13 @@ def _button(at, label):
     return next(b for b in at.button if b.label == label)
 
 
-def _ran_yours(example: str = "vector_add", accesses: bool = False) -> AppTest:
-    """A session that ran an example on the Your kernel page (the simulator)."""
-    at = _app()
+def _ran_yours(example: str = "vector_add", accesses: bool = False, backend: str = "sim") -> AppTest:
+    """A session that ran an example on the Your kernel page (the simulator, or ``backend``)."""
+    at = _app({"backend": backend})
     at.switch_page("web/pages/your_kernel.py").run()
     if example != "vector_add":
         at.selectbox(key="uk_example").set_value(example).run()
-    at.radio(key="uk_backend").set_value("sim")
+    at.radio(key="uk_backend").set_value(backend)
     if accesses:
         at.checkbox(key="uk_accesses").check()
     _button(at, "Run your kernel").click().run()
@@ -323,12 +323,7 @@ def test_back_on_your_kernel_the_form_holds_the_current_kernel():
 
 @pytest.mark.gpu
 def test_on_the_gpu_your_kernel_is_current_and_its_link_runs_it_there_again():
-    at = _app({"backend": "gpu"})
-    at.switch_page("web/pages/your_kernel.py").run()
-    at.selectbox(key="uk_example").set_value("matmul_tiled").run()
-    at.radio(key="uk_backend").set_value("gpu")
-    _button(at, "Run your kernel").click().run()
-    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    at = _ran_yours("matmul_tiled", backend="gpu")
     cap = at.session_state["capture"]
     assert cap.measured and cap.launch["user_kernel"] and cap.check["correct"]
     for page in ("grid", "scheduling", "occupancy"):

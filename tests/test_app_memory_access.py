@@ -163,14 +163,9 @@ def test_record_my_kernel_records_where_it_ran(operator_key):
 
 @pytest.mark.gpu
 def test_record_my_kernel_on_the_gpu_draws_its_sampled_warps(operator_key):
-    from tests.test_app_current_kernel import _app, _button
+    from tests.test_app_current_kernel import _ran_yours
 
-    at = _app({"backend": "gpu"})
-    at.switch_page("web/pages/your_kernel.py").run()
-    at.selectbox(key="uk_example").set_value("matmul_tiled").run()
-    at.radio(key="uk_backend").set_value("gpu")
-    _button(at, "Run your kernel").click().run()
-    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    at = _ran_yours("matmul_tiled", backend="gpu")
     assert at.session_state["capture"].launch["backend"] == "gpu"
     at.switch_page(PAGE).run()
     at.button(key="mem_record_yours").click().run()
