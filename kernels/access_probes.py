@@ -48,7 +48,7 @@ The same source runs on the simulator (engine/fastsim.py gives activemask its wa
 is how CI checks the GPU recording without a GPU.
 """
 
-from numba import cuda, int64, uint32, uint64
+from numba import cuda, int32, int64, uint32, uint64
 
 OFFSET_BITS = 40  # byte offset + 1 (a 1 TiB array at most: a GPU's whole memory is less)
 SIZE_SHIFT, SITE_SHIFT = 40, 48
@@ -72,20 +72,63 @@ def slot_of(sel):
     return base + _warp()
 
 
+DONE = uint64(1) << uint64(63)  # n's top bit: every lane of the warp is done (room's answer, kept)
+
+
 @cuda.jit(device=True)
-def start(rec, cnt, st, slot):
-    """At the kernel's start: no access yet; this lane's records start at ``base``."""
+def _done_at(st):
+    """Where this warp's lanes say they are done recording (a bit each): word 0 of its spare row."""
+    return st[2] - uint32(cuda.laneid) + st[1] * uint32(64)
+
+
+@cuda.jit(device=True)
+def _done(rec, st):
+    """This lane is done (past its ``cap``, or exiting); whether every lane of its warp is."""
+    lane = int64(1) << cuda.laneid
+    return cuda.atomic.or_(rec, _done_at(st), lane) | lane == -1
+
+
+@cuda.jit(device=True)
+def start(rec, cnt, st, n, slot):
+    """At the kernel's start: no access yet; this lane's records start at ``base``; no lane of the
+    warp is done: its done word has a bit set for each lane the warp lacks (not in ``activemask()`` at
+    the start: a block's last warp may have fewer than 32) and for none it has. Each lane writes it
+    itself, before its own first access: a warp starts converged, and having one lane write it while
+    the others wait cost transpose_tiled 4 registers (34 halve its blocks per SM)."""
     rows = uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64)  # cap + the spare row (a 32-bit division)
+    n[0] = uint64(0)
     st[0] = uint32(0)
     st[1] = rows - uint32(1)
     st[2] = uint32(max(slot, 0)) * rows * uint32(64) + uint32(cuda.laneid)
+    if slot >= 0:
+        rec[_done_at(st)] = ~int64(cuda.activemask())
 
 
 @cuda.jit(device=True)
-def end(cnt, st, slot):
-    """Where the thread exits: how many accesses it made (the host says how many did not fit)."""
+def end(cnt, st, n, slot, rec):
+    """Where the thread exits: how many accesses it made (the host says how many did not fit); the
+    lane is done."""
     if slot >= 0:
-        cnt[slot, cuda.laneid] = uint64(st[0])
+        cnt[slot, cuda.laneid] = uint64(st[0]) + (n[0] & ~DONE)
+        if not n[0] & DONE:
+            _done(rec, st)
+
+
+@cuda.jit(device=True)
+def room(rec, st, n):
+    """Whether this warp may still record: the warp runs a loop's next iteration recorded if so, and
+    the kernel's own body with a count per access (``atcN``) once every lane of the warp is done (past
+    its ``cap``, where it only counts, or exited). Nothing is recorded after that either way, so which
+    copy a lane runs changes no record. n's top bit keeps the answer. An ``int32``: what
+    ``cuda.syncthreads_or`` takes."""
+    if st[0] < st[1]:
+        return int32(1)
+    if n[0] & DONE:
+        return int32(0)
+    if _done(rec, st):
+        n[0] |= DONE
+        return int32(0)
+    return int32(1)
 
 
 @cuda.jit(device=True)
@@ -199,6 +242,42 @@ def at4(rec, st, slot, ep, a, i, j, m, n, site):
 
 
 AT = {1: at1, 2: at2, 3: at3, 4: at4}  # the recording index function for an access of n indices
+
+
+# ``atcN``: the same access only counted, in ``n`` (64 bits: a plain add per access, which the compiler
+# sums over an unrolled body or a loop). A warp whose lanes are all past ``cap`` runs its loops' next
+# iterations through these (``room``): the kernel's own code plus a count.
+
+
+@cuda.jit(device=True)
+def atc1(n, a, i):
+    if a.ndim == 1:
+        n[0] += uint64(1)
+    return i
+
+
+@cuda.jit(device=True)
+def atc2(n, a, i, j):
+    if a.ndim == 2:
+        n[0] += uint64(1)
+    return i, j
+
+
+@cuda.jit(device=True)
+def atc3(n, a, i, j, m):
+    if a.ndim == 3:
+        n[0] += uint64(1)
+    return i, j, m
+
+
+@cuda.jit(device=True)
+def atc4(n, a, i, j, m, n4):
+    if a.ndim == 4:
+        n[0] += uint64(1)
+    return i, j, m, n4
+
+
+ATC = {1: atc1, 2: atc2, 3: atc3, 4: atc4}
 
 
 # Views the kernel makes (``qh = q[b, h]``): ``view_offN`` is the view's byte offset in its array (0 for

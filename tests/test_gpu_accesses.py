@@ -50,11 +50,13 @@ def k(a, h, out, n):
     code, info = rewrite(src)
     lines = [ln.strip() for ln in code.splitlines()]
     assert lines[2] == '"""doc"""'  # the docstring stays first, then the slot and the epoch
-    assert lines[3] == "_vz_slot = _vz_slot_of(_vz_acc_sel)" and lines[6] == "_vz_ep = 0"
+    assert lines[3] == "_vz_slot = _vz_slot_of(_vz_acc_sel)" and lines[7] == "_vz_ep = 0"
     assert lines[4] == "_vz_st = _vz_cuda.local.array(3, _vz_u32)"  # the lane's own state
-    assert lines[5] == "_vz_acc_start(_vz_acc, _vz_acc_cnt, _vz_st, _vz_slot)"
+    assert lines[6] == "_vz_acc_start(_vz_acc, _vz_acc_cnt, _vz_st, _vz_n, _vz_slot)"
     assert code.count("shared.array") == 1  # the kernel's own: the pass takes no shared memory
-    assert lines[-1] == "_vz_acc_end(_vz_acc_cnt, _vz_st, _vz_slot)"  # each thread's last word
+    assert (
+        lines[-1] == "_vz_acc_end(_vz_acc_cnt, _vz_st, _vz_n, _vz_slot, _vz_acc)"
+    )  # each thread's last word
     sites = sorted((s["line"], s["array"], s["space"], s["op"]) for s in info["sites"])
     assert sites == [
         (8, "a", "global", "load"),
@@ -402,7 +404,7 @@ def k(a, out):
     tree, info = ia.standalone(ast.parse(src), "k")
     copy = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get__vz_rec0")
     assert ast.unparse(copy.decorator_list[0]) == "cuda.jit(device=True)"
-    assert [a.arg for a in copy.args.args] == ["a", "i", "_vz_acc", "_vz_st", "_vz_slot", "_vz_ep"]
+    assert [a.arg for a in copy.args.args] == ["a", "i", "_vz_acc", "_vz_st", "_vz_n", "_vz_slot", "_vz_ep"]
     assert {(x["line"], x["array"], x["op"]) for x in info["sites"]} == {
         (5, "a", "load"),
         (9, "out", "store"),
@@ -632,9 +634,11 @@ def test_flash_attentions_unrolled_recording_equals_the_recorder_on_its_own_acce
         ln for ln in lines if ln.startswith("sV[_vz_at4(") and ln.endswith("= buf[(u * NW + w) * 4 + e]")
     ]
     assert len(staged) == nu * nw * 4  # one per (u, w, e)
-    # the kernel's loop, store_tile's in its two recording copies (sQ; sKP) and load_tile's in its
-    # three (the views of q, k, v): unrolled all six
-    assert lines.count(f"u = {nu - 1}") == 6
+    # the kernel's loop (in its recorded copy and in its counted copy, for a warp with no room left),
+    # store_tile's in its two recording copies (sQ; sKP) and load_tile's in its three (the views of q,
+    # k, v): unrolled all seven
+    assert lines.count(f"u = {nu - 1}") == 7
+    assert sum(ln == "if _vz_cuda.syncthreads_or(_vz_room(_vz_acc, _vz_st, _vz_n)):" for ln in lines) == 1
     assert any(
         ln.startswith("store_tile__vz_rec") and "(buf, sQ, rb, cg, scale, _vz_acc, _vz_st" in ln
         for ln in lines
@@ -737,3 +741,39 @@ def test_crosscheck_record_on_the_simulator_writes_both_recordings(tmp_path):
             "shared_st_wavefronts",
         ):
             assert passed[kernel][key] == recorder[kernel][key], (kernel, key)
+
+
+ROOM_PY = HERE / "access_room_cases.py"
+
+
+def check_room_case(res: dict) -> None:
+    """Every sampled warp's lanes said they were done (the done word of each slot's spare row has all
+    64 bits set: the lanes a short warp lacks count as done), so its loops ran their counted copies;
+    each lane's count is still exact, the records are each lane's first ``cap`` accesses, and the
+    kernel's output is right."""
+    cap, slots = res["cap"], res["slots"]
+    assert cap == 4 and slots == 4 and res["rooms"] == 2
+    rec = res["buffers"]["_vz_acc"].reshape(slots, cap + 1, 64)
+    assert (rec[:, cap, 0] == -1).all()  # every warp done
+    assert (rec[:, cap, 1:] == 0).all()  # the rest of the spare row untouched
+    counts = res["buffers"]["_vz_acc_cnt"].astype(np.int64)
+    made = np.asarray(res["made"], np.int64)
+    for s in range(slots):
+        lanes = 32 if s % 2 == 0 else 16
+        assert counts[s, :lanes].tolist() == made[(s % 2) * 32 :][:lanes].tolist()
+        assert (counts[s, lanes:] == 0).all()
+        assert (rec[s, :cap, :lanes] > 0).all() and (rec[s, :cap, lanes:32] == 0).all()
+    np.testing.assert_allclose(res["out"], res["want"], rtol=1e-5)
+    if res["counted"] is not None:  # the simulator: accesses made through the counted copies
+        trips = int((np.arange(48) % 3 + 5).sum()) * 2
+        # the barrier loop's steps 3-9 at least (each lane is past cap after step 1), the whole while loop
+        assert res["counted"] >= 7 * 3 * 96 + trips
+
+
+def test_a_warp_with_a_full_buffer_runs_its_loops_counted_and_counts_exactly(tmp_path):
+    check_room_case(run_case_script(ROOM_PY, tmp_path, "sim"))
+
+
+@pytest.mark.gpu
+def test_a_warp_with_a_full_buffer_runs_its_loops_counted_on_the_gpu(tmp_path):
+    check_room_case(run_case_script(ROOM_PY, tmp_path, "gpu"))

@@ -44,9 +44,11 @@ from visualizer.engine.instrument_ast import BeforeReturns, assigned_names, func
 ACC, CNT, SEL = "_vz_acc", "_vz_acc_cnt", "_vz_acc_sel"
 SLOT, EPOCH, SLOT_FN = "_vz_slot", "_vz_ep", "_vz_slot_of"
 ST, START_FN, END_FN = "_vz_st", "_vz_acc_start", "_vz_acc_end"
-# the pass's own names for numba.cuda and uint32 (whatever the module imports)
-CUDA, U32 = "_vz_cuda", "_vz_u32"
+COUNT, ROOM_FN = "_vz_n", "_vz_room"  # accesses counted in the loops' counted copies; the warp's vote
+# the pass's own names for numba.cuda, uint32 and uint64 (whatever the module imports)
+CUDA, U32, U64 = "_vz_cuda", "_vz_u32", "_vz_u64"
 AT = "_vz_at"  # + the number of indices: _vz_at1 ... _vz_at4
+ATC = "_vz_atc"  # the same access only counted: _vz_atc1 ... _vz_atc4
 ATV = "_vz_atv"  # the same through a view: _vz_atv1 ... _vz_atv3 (one more argument, the view's offset)
 VIEW_OFF = "_vz_view_off"  # + the number of indices: a view's byte offset in its array
 VO = "_vz_vo_"  # + a view's name: the variable holding that offset
@@ -112,7 +114,8 @@ def _calls_barrier(stmt: ast.stmt) -> bool:
 
 class _Rewriter(ast.NodeTransformer):
     def __init__(self, arrays: dict[str, str], sites: list, skipped: list, names=None, devices=None,
-                 locals_=frozenset(), views=None):  # fmt: skip
+                 locals_=frozenset(), views=None, count=False):  # fmt: skip
+        self.count = count  # the counted copy of a loop: each access only counted (``counting``)
         self.arrays = arrays  # name -> space
         self.names = names or {}  # a device function's parameter or a view -> the kernel's array it is
         self.views = (
@@ -144,7 +147,18 @@ class _Rewriter(ast.NodeTransformer):
             return None
         return idx
 
+    def counting(self) -> _Rewriter:
+        """A rewriter for the counted copy of a loop: the same arrays, views and device functions, each
+        access ``_vz_atcN(_vz_n, a, *idx)`` (no site: nothing is recorded there)."""
+        rw = _Rewriter(self.arrays, [], [], names=self.names, devices=self.devices, locals_=self.locals,
+                       views=self.views, count=True)  # fmt: skip
+        rw.temps = self.temps + 1_000_000  # its own temporaries
+        return rw
+
     def _call(self, array: str, idx: list[ast.expr], site: int, at: ast.AST) -> ast.Call:
+        if self.count:
+            args = [_name(COUNT), _name(array), *idx]
+            return located(ast.Call(func=_name(f"{ATC}{len(idx)}"), args=args, keywords=[]), at)
         args = [_name(n) for n in (ACC, ST, SLOT, EPOCH)] + [_name(array), *idx, ast.Constant(site)]
         if array in self.views:  # an element of a view: its offset in the array it is a view of, first
             args.insert(5, _name(self.views[array]))
@@ -293,13 +307,39 @@ def _register_views(body: list[ast.stmt], rw: _Rewriter, params: set[str]) -> No
         rw.views_made[id(stmt)] = located(ast.Assign(targets=[_name(VO + x, ast.Store())], value=off), stmt)
 
 
+def _reaches_barrier(stmt: ast.stmt, devices) -> bool:
+    """The statement calls ``cuda.syncthreads*``, itself or through the kernel's device functions."""
+    seen: set[str] = set()
+    todo = [stmt]
+    while todo:
+        node = todo.pop()
+        if _calls_barrier(node):
+            return True
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and devices is not None:
+                name = n.func.id
+                if name in devices.defs and name not in seen:
+                    seen.add(name)
+                    todo.append(devices.defs[name][0])
+    return False
+
+
 def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=None) -> list[ast.stmt]:
     """The statements with their accesses recorded; a loop that records any becomes
     ``if _vz_slot < 0: <the loop as written> else: <the loop recorded>``, so the warps that record
     nothing run the kernel's own loop (unrolled and fused as the compiler likes: the cost stays with the
     sampled warps). Sampling is per block, so both sides of that ``if`` are uniform in a block and its
     barriers are reached by every thread of the block, or by none. ``unroll``: an ``_Unroller`` for the
-    recorded copies."""
+    recorded copies.
+
+    Each iteration of the recorded loop is itself ``if _vz_room(...): <the body recorded> else: <the
+    body counted>``: once every lane of the warp is done recording (past its ``cap`` a lane only counts
+    anyway), the warp runs the kernel's own body with a plain count per access, so a long kernel's
+    sampled warps cost their buffer's worth of recording, not their whole run's. Nothing is recorded
+    after that in either copy, so the records are the same. A loop that reaches a barrier asks with
+    ``cuda.syncthreads_or(_vz_room(...))`` instead: the whole block then takes one copy, and every
+    thread meets the same barriers (a warp whose lanes took different copies hung on the H200). That
+    extra barrier is met where the loop's own are, by the same threads, and only in sampled blocks."""
     import copy
 
     out: list[ast.stmt] = []
@@ -314,6 +354,15 @@ def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=Non
             new = new if isinstance(new, list) else [new]
             if unroll is not None:
                 new = unroll.block(new)
+            if len(new) == 1 and isinstance(new[0], (ast.For, ast.While)):
+                counted = rw.counting().visit(copy.deepcopy(original))
+                body = counted.body if unroll is None else unroll.block(counted.body)
+                room: ast.expr = ast.Call(func=_name(ROOM_FN), args=[_name(ACC), _name(ST), _name(COUNT)],
+                                          keywords=[])  # fmt: skip
+                if _reaches_barrier(original, rw.devices):  # the block's threads take one copy together
+                    room = ast.Call(func=ast.Attribute(value=_name(CUDA), attr="syncthreads_or", ctx=ast.Load()),
+                                    args=[room], keywords=[])  # fmt: skip
+                new[0].body = [located(ast.If(test=located(room, stmt), body=new[0].body, orelse=body), stmt)]
             test = ast.Compare(left=_name(SLOT), ops=[ast.Lt()], comparators=[ast.Constant(0)])
             branch = ast.If(test=located(test, stmt), body=[original], orelse=new)
             out.append(ast.copy_location(branch, stmt))
@@ -409,11 +458,11 @@ class _Devices:
             ):  # an explicit signature no longer fits: the copy has more parameters
                 if isinstance(d, ast.Call):
                     d.args = []
-            for extra in (ACC, ST, SLOT, EPOCH, *(VO + p for p in sorted(offsets))):
+            for extra in (ACC, ST, COUNT, SLOT, EPOCH, *(VO + p for p in sorted(offsets))):
                 body_def.args.args.append(ast.copy_location(ast.arg(arg=extra), fdef))
             self.module_defs.append(ast.fix_missing_locations(body_def))
         node.func = located(_name(self.copies[key]), node)
-        extra = (ACC, ST, SLOT, EPOCH, *(offsets[p] for p in sorted(offsets)))
+        extra = (ACC, ST, COUNT, SLOT, EPOCH, *(offsets[p] for p in sorted(offsets)))
         node.args = [*node.args, *(located(_name(n), node) for n in extra)]
         return node
 
@@ -599,7 +648,7 @@ def module_constants(tree: ast.Module) -> dict[str, int]:
 
 
 def _end_call(at: ast.AST) -> ast.Expr:
-    call = ast.Call(func=_name(END_FN), args=[_name(CNT), _name(ST), _name(SLOT)], keywords=[])
+    call = ast.Call(func=_name(END_FN), args=[_name(n) for n in (CNT, ST, COUNT, SLOT, ACC)], keywords=[])
     return located(ast.Expr(call), at)
 
 
@@ -624,12 +673,14 @@ class AccessPass:
         return [ns for _, ns in self.device_functions.values()]
 
     def globals(self) -> dict:
-        from numba import cuda, uint32
+        from numba import cuda, uint32, uint64
 
         from kernels import access_probes as probes
 
-        return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, CUDA: cuda, U32: uint32,
+        return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, ROOM_FN: probes.room,
+                CUDA: cuda, U32: uint32, U64: uint64,
                 **{f"{AT}{n}": fn for n, fn in probes.AT.items()},
+                **{f"{ATC}{n}": fn for n, fn in probes.ATC.items()},
                 **{f"{ATV}{n}": fn for n, fn in probes.ATV.items()},
                 **{f"{VIEW_OFF}{n}": fn for n, fn in probes.VIEW_OFF.items()}}  # fmt: skip
 
@@ -668,7 +719,10 @@ class AccessPass:
             # this lane's state (count, records per lane, where its own start: registers once inlined)
             ast.Assign(targets=[_name(ST, ast.Store())],
                        value=cuda_call("local", "array", args=[ast.Constant(3), _name(U32)])),
-            ast.Expr(ast.Call(func=_name(START_FN), args=[_name(n) for n in (ACC, CNT, ST, SLOT)], keywords=[])),
+            ast.Assign(targets=[_name(COUNT, ast.Store())],
+                       value=cuda_call("local", "array", args=[ast.Constant(1), _name(U64)])),
+            ast.Expr(ast.Call(func=_name(START_FN), args=[_name(n) for n in (ACC, CNT, ST, COUNT, SLOT)],
+                              keywords=[])),
             ast.Assign(targets=[_name(EPOCH, ast.Store())], value=ast.Constant(0)),
         ]  # fmt: skip
         for s in setup:

@@ -35,10 +35,12 @@ def _regs(kern) -> int:
     return int(max(got.values()) if isinstance(got, dict) else got)
 
 
-def measure(cases=CASES, repeats: int = 10, variants: bool = False) -> list[dict]:
+def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records: tuple = ()) -> list[dict]:
     """The rows above; ``variants`` adds two what-ifs: ``sampled_first_wave`` (blocks 0, 1, 2, all in the
     launch's first wave, so none starts last) and ``sampled_capped`` (the default sample with the
-    recording build held to the traced build's registers per thread, ``max_registers``)."""
+    recording build held to the traced build's registers per thread, ``max_registers``). ``more_records``:
+    more runs of the default sample, ``sampled_<n>`` with buffers for n lane accesses in all (what a
+    recorded access costs, against what a counted one does)."""
     from visualizer.engine.worker import configure_backend
 
     configure_backend("gpu")
@@ -94,6 +96,7 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False) -> list[dict
                             max_registers=row["traced_regs"])  # fmt: skip
             runs += [("sampled_first_wave", rec, [0, 1, 2], gpu_accesses.DEFAULT_RECORDS),
                      ("sampled_capped", capped, None, gpu_accesses.DEFAULT_RECORDS)]  # fmt: skip
+        runs += [(f"sampled_{n}", rec, None, n) for n in more_records]
         for name, build, blocks, records in runs:
             p = gpu_accesses.plan(launch.grid, launch.block, blocks, records)
             accd = {k: cuda.to_device(v) for k, v in gpu_accesses.host_buffers(p).items()}
@@ -140,8 +143,25 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--variants", action="store_true", help="also: first-wave blocks; registers held down")
+    p.add_argument("--only", action="append", help="this kernel's case only (again for more)")
+    p.add_argument(
+        "--records",
+        type=int,
+        action="append",
+        default=[],
+        help="also the default sample with buffers for this many lane accesses (again for more)",
+    )
     args = p.parse_args(argv)
-    rows = measure(repeats=max(1, args.repeats), variants=args.variants)
+    cases = [c for c in CASES if not args.only or c[0] in args.only]
+    if not cases:
+        print(
+            f"access_cost: no case named {args.only}; the cases: {', '.join(c[0] for c in CASES)}",
+            file=sys.stderr,
+        )
+        return 2
+    rows = measure(
+        cases, repeats=max(1, args.repeats), variants=args.variants, more_records=tuple(args.records)
+    )
     if args.json:
         from visualizer.tools.atomic import write_text
 

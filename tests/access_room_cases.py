@@ -1,0 +1,105 @@
+"""A kernel whose sampled warps fill their buffers early, recorded by the access pass: after that
+every lane of a warp is done, and the warp runs its loops' counted copies (``_vz_room``), one loop
+with barriers (the block takes one copy together) and one without, whose trip count depends on the
+lane, in a block whose second warp has 16 lanes. ENGINE: ``sim`` (fastsim) or ``gpu``. Writes the raw
+buffers, the counts each lane should have made and the output, pickled, to OUT."""
+
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+N_STEPS, BLOCK, GRID, CAP = 10, 48, 2, 4
+SOURCE = """
+from numba import cuda, float32
+
+
+@cuda.jit
+def k(a, out, n):
+    s = cuda.shared.array(48, float32)
+    t = cuda.threadIdx.x
+    acc = 0.0
+    for i in range(n):
+        s[t] = a[(i * 48 + t) % 256]
+        cuda.syncthreads()
+        acc += s[47 - t]
+        cuda.syncthreads()
+    j = 0
+    while j < t % 3 + 5:
+        acc += a[j]
+        j += 1
+    out[cuda.blockIdx.x * 48 + t] = acc
+"""
+
+
+def expected(a: np.ndarray):
+    t = np.arange(BLOCK)
+    out = np.zeros(GRID * BLOCK, np.float32)
+    for b in range(GRID):
+        acc = np.zeros(BLOCK, np.float64)
+        for i in range(N_STEPS):
+            s = a[(i * 48 + t) % 256]
+            acc += s[47 - t]
+        for lane in t:
+            acc[lane] += a[: lane % 3 + 5].sum()
+        out[b * BLOCK :][:BLOCK] = acc
+    made = 3 * N_STEPS + (t % 3 + 5) + 1  # per thread: a, s, s per step; a per trip; out
+    return out, made
+
+
+def _tallied(cuda, probe, tally: list):
+    py = probe.py_func
+
+    def tallied(*args):
+        tally.append(1)
+        return py(*args)
+
+    return cuda.jit(device=True)(tallied)
+
+
+def main(engine: str, out_path: str) -> int:
+    import ast
+    import types
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from visualizer.analysis import gpu_accesses
+    from visualizer.engine import gpu_record
+    from visualizer.engine import instrument_accesses as ia
+
+    cuda = gpu_record.backend_cuda(engine)
+    mod = types.ModuleType("room_case")
+    exec(compile(SOURCE, "room_case.py", "exec"), mod.__dict__)
+    tree, info = ia.standalone(ast.parse(SOURCE, "room_case.py"), "k")
+    ns = dict(mod.__dict__)
+    ns.update(gpu_record.AccessGlobals.get())
+    counted = []
+    if engine == "sim":  # the simulator runs device functions as Python: count the counted copies' calls
+        for name in [n for n in ns if n.startswith(ia.ATC)]:
+            ns[name] = _tallied(cuda, ns[name], counted)
+    exec(compile(tree, "room_case.py", "exec"), ns)
+    traced = ns["k__traced"]
+    a = np.random.default_rng(0).random(256).astype(np.float32)
+    p = gpu_accesses.plan((GRID, 1, 1), (BLOCK, 1, 1), list(range(GRID)), records=32 * 4 * CAP)
+    host = gpu_accesses.host_buffers(p)
+    bufs = {k: cuda.to_device(v) for k, v in host.items()}
+    da, dout = cuda.to_device(a), cuda.to_device(np.zeros(GRID * BLOCK, np.float32))
+    traced[GRID, BLOCK](da, dout, N_STEPS, *[bufs[k] for k in ia.AccessPass.params])
+    cuda.synchronize()
+    want, made = expected(a)
+    res = {
+        "cap": p["cap"],
+        "slots": len(p["slots"]),
+        "buffers": {k: v.copy_to_host() for k, v in bufs.items()},
+        "out": dout.copy_to_host(),
+        "want": want,
+        "made": made,
+        "counted": len(counted) if engine == "sim" else None,
+        "rooms": sum("_vz_room(" in ln for ln in ast.unparse(tree).splitlines()),
+    }
+    Path(out_path).write_bytes(pickle.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
