@@ -13,15 +13,19 @@ Only *sampled warps* record: ``slot_of(sel)`` (once, at the kernel's start) is t
 buffers, or -1 for a warp that records nothing (``sel[block]`` is the block's first row or -1).
 
 **Per-lane streams.** Each recording lane writes its own accesses, in its own program order, with
-no word to any other lane: no shared counter, no atomic, no shuffle, no ballot. Its state is three
+no word to any other lane: no shared counter, no shuffle, no ballot. Its state is three
 32-bit registers (``st``, a local array the compiler promotes): its access count ``k`` (it stops at
 2**32 - 1, read "at least"), the buffer's ``cap`` records per lane, and ``base``, where its records
 start. Its k-th access, while ``k < cap``, goes to ``rec[base + 64 k]`` and 32 words on
 (lane-contiguous: a converged warp's two stores coalesce into 256 bytes each); past ``cap`` it is only
-counted: one compare, and the address and the word are not computed. (H200, flash_attention seq
-4096: a sampled lane makes 137,248 accesses, 20,833 of them fit. Writing every one, those past
-``cap`` over a scratch row, the sampled warps took the kernel from 0.82 ms traced to 3.9 ms with
-32-bit state, 5.2 ms with 64-bit; the version that skips them has not yet run on the H200.)
+counted: one compare, and the address and the word are not computed.
+
+**Done.** A lane past its ``cap``, or exiting, sets its bit in its warp's done word (word 0 of the
+slot's spare row; ``room``). Once all are set, the warp's loops run their counted copies: the
+kernel's own body and ``atcN``, one add per access into ``n`` (a 64-bit local). The thread's count
+is ``st[0] + n``. (H200, flash_attention seq 4096, 2026-12-02: a sampled lane makes 161,888
+accesses, 20,833 of them fit; with the counted copies the kernel takes 5.6 ms, 13.7 ms without.)
+The only atomics are these ORs; the records themselves still go word by word, lane by lane.
 
 * the access word: ``byte offset + 1`` (bits 0-39), the element size in bytes (bits 40-47; 0 for
   one of 256 bytes or more: the host knows the dtype) and the site (bits 48-62: line, array, op,
@@ -37,10 +41,10 @@ order.
 Buffers (the host allocates them, analysis/gpu_accesses.py decodes them):
 
 * ``rec`` int64 (slots * (cap + 1) * 64,): slot s's rows from ``s * (cap + 1) * 64``, row k holding
-  its lanes' access words (columns 0-31) and request words (32-63); row ``cap`` is spare, never
-  written (it was the scratch row past ``cap``). It stays because of registers: with ``cap`` taken
-  as rows - 1, ptxas 13.0 gives transpose_tiled's recording build 32 registers. With ``cap`` taken
-  as rows (no spare row) it gives 34, and that halves the build's blocks per SM;
+  its lanes' access words (columns 0-31) and request words (32-63); row ``cap`` is spare: its
+  word 0 is the warp's done word, the rest is never written (it stays because of registers too:
+  with ``cap`` taken as rows - 1, ptxas 13.0 gives transpose_tiled's recording build 32 registers;
+  with ``cap`` taken as rows it gives 34, and that halves the build's blocks per SM);
 * ``cnt`` uint64 (slots, 32): each lane's accesses in all;
 * ``sel`` int32 (blocks,): first slot of each sampled block, -1 elsewhere.
 

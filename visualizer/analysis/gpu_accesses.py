@@ -101,7 +101,7 @@ def host_buffers(p: dict) -> dict[str, np.ndarray]:
     each lane's access words and request words side by side (kernels/access_probes.py), its count."""
     n = len(p["slots"])
     return {
-        # slot s, row k, column c at (s * (cap + 1) + k) * 64 + c; row cap: spare (kernels/access_probes.py)
+        # slot s, row k, column c at (s * (cap + 1) + k) * 64 + c; row cap: spare, the done word (kernels/access_probes.py)
         "_vz_acc": np.zeros(n * (p["cap"] + 1) * 64, np.int64),
         "_vz_acc_cnt": np.zeros((n, 32), np.uint64),
         "_vz_acc_sel": p["sel"].copy(),
@@ -130,7 +130,7 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
     of a warp whose streams do not fit together (analysis/lane_streams.py), with the reason."""
     cnt = bufs["_vz_acc_cnt"].astype(np.int64)
     rows = len(bufs["_vz_acc"]) // (64 * max(len(p["slots"]), 1))
-    cap = rows - 1  # the last row of each slot is spare, never written
+    cap = rows - 1  # the last row of each slot is spare (its word 0: the done word)
     rec = bufs["_vz_acc"].reshape(len(p["slots"]), rows, 64)[:, :cap]
     names = [a["name"] for a in arrays]
     site_array = np.array([names.index(s["array"]) for s in sites] or [0], np.int64)

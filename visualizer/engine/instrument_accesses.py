@@ -24,7 +24,10 @@ own, and its end) writes the lane's count of accesses (``_vz_acc_end``). A loop 
 over a constant range that indexes a local array is unrolled (``_Unroller``: so that the array stays
 in registers, as in the kernel's own build). The constants come from the kernel's namespace (a
 built-in's closure) or, for a visitor's module, from its top-level integer assignments
-(``module_constants``).
+(``module_constants``). Each iteration of a recorded loop first asks ``_vz_room``: once every lane of
+the warp is done recording (its buffer full, or exited), the iteration runs the loop as written plus
+one count per access (``_vz_atcN``), with the whole block together if the loop reaches a barrier
+(``_rewrite_block``).
 
 ``info`` gets ``sites`` (one per recorded access: line, array, op) and ``arrays`` (name, space and,
 for shared arrays, the source text of their shape and dtype): what the host needs to decode the
@@ -338,8 +341,9 @@ def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=Non
     sampled warps cost their buffer's worth of recording, not their whole run's. Nothing is recorded
     after that in either copy, so the records are the same. A loop that reaches a barrier asks with
     ``cuda.syncthreads_or(_vz_room(...))`` instead: the whole block then takes one copy, and every
-    thread meets the same barriers (a warp whose lanes took different copies hung on the H200). That
-    extra barrier is met where the loop's own are, by the same threads, and only in sampled blocks."""
+    thread meets the same barriers (with each lane answering for itself, matmul_tiled's recording on the
+    H200 never finished: lanes of one warp can see the done bits at different moments). That extra
+    barrier is met where the loop's own are, by the same threads, and only in sampled blocks."""
     import copy
 
     out: list[ast.stmt] = []
