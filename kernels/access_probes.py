@@ -98,7 +98,7 @@ def start(rec, cnt, st, n, slot):
     warp is done: its done word has a bit set for each lane the warp lacks (not in ``activemask()`` at
     the start: a block's last warp may have fewer than 32) and for none it has. Each lane writes it
     itself, before its own first access: a warp starts converged, and having one lane write it while
-    the others wait cost transpose_tiled 4 registers (34 halve its blocks per SM)."""
+    the others wait cost transpose_tiled 4 registers (at 34 it has half the blocks per SM)."""
     rows = uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64)  # cap + the spare row (a 32-bit division)
     n[0] = uint64(0)
     st[0] = uint32(0)

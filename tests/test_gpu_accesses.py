@@ -422,16 +422,22 @@ def synced(s, t):
 def twice(v):
     return v * 2
 @cuda.jit
-def k(a):
+def k(a, n):
     s = cuda.shared.array(32, float32)
     t = cuda.threadIdx.x
-    synced(s, t)
-    a[t] = twice(s[t])
+    for r in range(n):
+        synced(s, t)
+        a[t] = twice(s[t])
 """
     code, info = rewrite(src)
     assert "synced(s, t)" in code and "__vz_rec" not in code
-    assert any("synced, a device function that calls a barrier" in x["why"] for x in info["skipped"])
+    # said once (not again for the loop's counted copy)
+    assert sum("synced, a device function that calls a barrier" in x["why"] for x in info["skipped"]) == 1
     assert sorted((x["array"], x["op"]) for x in info["sites"]) == [("a", "store"), ("s", "load")]
+    # its barrier is the loop's: the block takes the recorded or the counted copy together
+    assert "if _vz_cuda.syncthreads_or(_vz_room(_vz_acc, _vz_st, _vz_n)):" in [
+        ln.strip() for ln in code.splitlines()
+    ]
 
 
 CAPTURE_SMALL_MATMUL = [sys.executable, "-m", "visualizer", "capture", "matmul_tiled", "--param", "n=32",

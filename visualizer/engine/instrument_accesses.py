@@ -47,7 +47,7 @@ from visualizer.engine.instrument_ast import BeforeReturns, assigned_names, func
 ACC, CNT, SEL = "_vz_acc", "_vz_acc_cnt", "_vz_acc_sel"
 SLOT, EPOCH, SLOT_FN = "_vz_slot", "_vz_ep", "_vz_slot_of"
 ST, START_FN, END_FN = "_vz_st", "_vz_acc_start", "_vz_acc_end"
-COUNT, ROOM_FN = "_vz_n", "_vz_room"  # accesses counted in the loops' counted copies; the warp's vote
+COUNT, ROOM_FN = "_vz_n", "_vz_room"  # accesses counted in the loops' counted copies; may the warp record
 # the pass's own names for numba.cuda, uint32 and uint64 (whatever the module imports)
 CUDA, U32, U64 = "_vz_cuda", "_vz_u32", "_vz_u64"
 AT = "_vz_at"  # + the number of indices: _vz_at1 ... _vz_at4
@@ -432,13 +432,14 @@ class _Devices:
                 locals_.add(param)
         if not arrays or fdef.args.vararg or fdef.args.kwonlyargs:
             return node
+        skipped = [] if caller.count else self.skipped  # (a loop's recorded copy says it, once)
         if _calls_barrier(fdef):
-            self.skipped.append({"line": node.lineno, "array": next(iter(arrays.values()))[0],
-                                 "why": f"in {name}, a device function that calls a barrier"})  # fmt: skip
+            skipped.append({"line": node.lineno, "array": next(iter(arrays.values()))[0],
+                            "why": f"in {name}, a device function that calls a barrier"})  # fmt: skip
             return node
         if self.depth >= MAX_DEVICE_DEPTH:
-            self.skipped.append({"line": node.lineno, "array": next(iter(arrays.values()))[0],
-                                 "why": f"in {name}, device functions nested too deep"})  # fmt: skip
+            skipped.append({"line": node.lineno, "array": next(iter(arrays.values()))[0],
+                            "why": f"in {name}, device functions nested too deep"})  # fmt: skip
             return node
         key = (name, tuple(sorted(arrays.items())), tuple(sorted(locals_)), tuple(sorted(offsets)))
         if key not in self.copies:
