@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from numba import cuda, float32
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 N_STEPS, BLOCK, GRID, CAP = 10, 48, 2, 4
-SOURCE = """
-from numba import cuda, float32
 
 
 @cuda.jit
@@ -30,7 +32,6 @@ def k(a, out, n):
         acc += a[j]
         j += 1
     out[cuda.blockIdx.x * 48 + t] = acc
-"""
 
 
 def expected(a: np.ndarray):
@@ -48,54 +49,44 @@ def expected(a: np.ndarray):
     return out, made
 
 
-def _tallied(cuda, probe, tally: list):
+def _tallied(backend, probe, tally: list):
     py = probe.py_func
 
     def tallied(*args):
         tally.append(1)
         return py(*args)
 
-    return cuda.jit(device=True)(tallied)
+    return backend.jit(device=True)(tallied)
 
 
 def main(engine: str, out_path: str) -> int:
-    import ast
-    import types
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from visualizer.analysis import gpu_accesses
     from visualizer.engine import gpu_record
     from visualizer.engine import instrument_accesses as ia
 
-    cuda = gpu_record.backend_cuda(engine)
-    mod = types.ModuleType("room_case")
-    exec(compile(SOURCE, "room_case.py", "exec"), mod.__dict__)
-    tree, info = ia.standalone(ast.parse(SOURCE, "room_case.py"), "k")
-    ns = dict(mod.__dict__)
-    ns.update(gpu_record.AccessGlobals.get())
+    backend = gpu_record.backend_cuda(engine)
+    mod = gpu_record.module_of("access_room_cases")  # (not __main__: a module of its own)
+    traced, info, ns = gpu_record.recording_build(mod, "k")
     counted = []
     if engine == "sim":  # the simulator runs device functions as Python: count the counted copies' calls
         for name in [n for n in ns if n.startswith(ia.ATC)]:
-            ns[name] = _tallied(cuda, ns[name], counted)
-    exec(compile(tree, "room_case.py", "exec"), ns)
-    traced = ns["k__traced"]
+            ns[name] = _tallied(backend, ns[name], counted)
     a = np.random.default_rng(0).random(256).astype(np.float32)
     p = gpu_accesses.plan((GRID, 1, 1), (BLOCK, 1, 1), list(range(GRID)), records=32 * 4 * CAP)
     host = gpu_accesses.host_buffers(p)
-    bufs = {k: cuda.to_device(v) for k, v in host.items()}
-    da, dout = cuda.to_device(a), cuda.to_device(np.zeros(GRID * BLOCK, np.float32))
-    traced[GRID, BLOCK](da, dout, N_STEPS, *[bufs[k] for k in ia.AccessPass.params])
-    cuda.synchronize()
+    bufs = {name: backend.to_device(v) for name, v in host.items()}
+    da, dout = backend.to_device(a), backend.to_device(np.zeros(GRID * BLOCK, np.float32))
+    traced[GRID, BLOCK](da, dout, N_STEPS, *[bufs[name] for name in ia.AccessPass.params])
+    backend.synchronize()
     want, made = expected(a)
     res = {
         "cap": p["cap"],
         "slots": len(p["slots"]),
-        "buffers": {k: v.copy_to_host() for k, v in bufs.items()},
+        "buffers": {name: v.copy_to_host() for name, v in bufs.items()},
         "out": dout.copy_to_host(),
         "want": want,
         "made": made,
         "counted": len(counted) if engine == "sim" else None,
-        "rooms": sum("_vz_room(" in ln for ln in ast.unparse(tree).splitlines()),
     }
     Path(out_path).write_bytes(pickle.dumps(res))
     return 0
