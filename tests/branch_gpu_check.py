@@ -70,6 +70,9 @@ BUILTINS = [  # built-in kernels through the capture path (runner, lens on) and,
     ("builtin_reduction", "reduction", {"n": 1 << 20, "block": 256}),
     ("builtin_matmul_tiled", "matmul_tiled", {"n": 512, "tile": 16}),
     ("builtin_vector_add", "vector_add", {"n": 1000003, "block": 256}),
+    # the attention kernels at the sidebar's defaults: what their branch probes cost (for-const loops unprobed)
+    ("builtin_flash_attention", "flash_attention", {}),
+    ("builtin_flash_attention_fast", "flash_attention_fast", {}),
 ]
 
 
@@ -147,6 +150,8 @@ def clean(names=None):
     if names:
         cases = [next(c for c in cases if c[0] == name) for name in names]
     for name, src, kernel, grid, block, args, _ in cases:
+        if os.environ.get("BRANCH_LINEINFO"):  # for ncu's per-line SourceCounters (same code, line table)
+            src = src.replace("@cuda.jit\n", "@cuda.jit(lineinfo=True)\n")
         mod = {}
         exec(compile(src, name + ".py", "exec"), mod)
         dev = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args]

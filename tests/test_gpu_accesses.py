@@ -434,8 +434,8 @@ def k(a, n):
     # said once (not again for the loop's counted copy)
     assert sum("synced, a device function that calls a barrier" in x["why"] for x in info["skipped"]) == 1
     assert sorted((x["array"], x["op"]) for x in info["sites"]) == [("a", "store"), ("s", "load")]
-    # its barrier is the loop's: the block takes the recorded or the counted copy together
-    assert "if _vz_cuda.syncthreads_or(_vz_room(_vz_acc, _vz_st, _vz_n)):" in [
+    # its barrier is the loop's: the block leaves the recorded loop for the counted one together
+    assert "if not _vz_cuda.syncthreads_or(_vz_room(_vz_acc, _vz_st, _vz_n)):" in [
         ln.strip() for ln in code.splitlines()
     ]
 
@@ -568,7 +568,10 @@ def k(a, out, n):
     lines = [ln.strip() for ln in code.splitlines()]
     i = lines.index("if _vz_slot < 0:")
     assert lines[i + 1] == "for i in range(n):" and lines[i + 2] == "s[t] = a[i * 64 + t]"  # as written
-    assert lines.count("for i in range(n):") == 2 and "else:" in lines[i:]
+    assert lines.count("for i in range(n):") == 1 and "else:" in lines[i:]
+    # the recorded copy: the recorded steps, left together for the rest counted
+    assert lines.count("for i in range(_vz_r0_lo, _vz_r0_hi, _vz_r0_st):") == 1
+    assert lines.count("for i in range(_vz_r0_nx, _vz_r0_hi, _vz_r0_st):") == 1
     assert lines.count("for j in range(3):") == 1  # a loop that records nothing is left alone
     assert len(info["sites"]) == 4
 
@@ -605,8 +608,12 @@ def test_recorded_loops_over_a_constant_range_that_index_a_local_array_are_unrol
     trip count stay loops; the copies share their sites."""
     code, info = rewrite(UNROLL_SRC)
     lines = [ln.strip() for ln in code.splitlines()]
-    assert lines.count("for u in range(N):") == 1 + 2 + 2  # the first loop's original copy; the others'
-    assert lines.count("for u in range(HALF, N):") == 1 and lines.count("for u in range(n):") == 2
+    # the first loop's original copy, the third's (its recorded copy split in two, below), the break loop's
+    # two (a break: it asks for room at each iteration instead)
+    assert lines.count("for u in range(N):") == 1 + 1 + 2
+    assert lines.count("for u in range(HALF, N):") == 1 and lines.count("for u in range(n):") == 1
+    assert lines.count("for u in range(_vz_r0_nx, _vz_r0_hi, _vz_r0_st):") == 1  # range(N), counted
+    assert lines.count("for u in range(_vz_r1_nx, _vz_r1_hi, _vz_r1_st):") == 1  # range(n), counted
     for k in range(4):
         assert f"u = {k}" in lines
     assert lines.count("u = 2") == 2 and lines.count("u = 0") == 1  # range(HALF, N) runs 2 and 3
@@ -642,9 +649,15 @@ def test_flash_attentions_unrolled_recording_equals_the_recorder_on_its_own_acce
     assert len(staged) == nu * nw * 4  # one per (u, w, e)
     # the kernel's loop (in its recorded copy and in its counted copy, for a warp with no room left),
     # store_tile's in its two recording copies (sQ; sKP) and load_tile's in its three (the views of q,
-    # k, v): unrolled all seven
-    assert lines.count(f"u = {nu - 1}") == 7
-    assert sum(ln == "if _vz_cuda.syncthreads_or(_vz_room(_vz_acc, _vz_st, _vz_n)):" for ln in lines) == 1
+    # k, v), and each one's counting copy: unrolled all nine
+    assert lines.count(f"u = {nu - 1}") == 9
+    assert sum(ln == "if not _vz_cuda.syncthreads_or(_vz_room(_vz_acc, _vz_st, _vz_n)):" for ln in lines) == 1
+    # the K/V loop split in two: recorded steps, then the rest counted, through counting copies of the
+    # device functions (one per function: a count is a count, whichever array it is of)
+    assert "for step in range(_vz_r0_lo, _vz_r0_hi, _vz_r0_st):" in lines
+    assert "for step in range(_vz_r0_nx, _vz_r0_hi, _vz_r0_st):" in lines
+    assert {ln.split("(")[0] for ln in lines if "__vz_cnt" in ln and not ln.startswith("def ")} == {
+        "load_tile__vz_cnt5", "store_tile__vz_cnt6"}  # fmt: skip
     assert any(
         ln.startswith("store_tile__vz_rec") and "(buf, sQ, rb, cg, scale, _vz_acc, _vz_st" in ln
         for ln in lines

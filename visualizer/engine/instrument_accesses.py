@@ -41,6 +41,7 @@ one dimension is recorded only if it is written out (``a[i, j]``); ``compare_and
 from __future__ import annotations
 
 import ast
+import copy
 
 from visualizer.engine.instrument_ast import BeforeReturns, assigned_names, function_source_tree, located
 
@@ -278,8 +279,6 @@ def _register_views(body: list[ast.stmt], rw: _Rewriter, params: set[str]) -> No
     _vz_view_off2(q, b, h)``, plus the offset of ``q`` itself if that is a view too). Which
     subscript is a view and which an element is the array's ``ndim``, known when the kernel
     compiles: for an element both the offset and the view's records are compiled away."""
-    import copy
-
     bound: dict[str, int] = {}
     for stmt in body:
         for n in ast.walk(stmt):
@@ -307,7 +306,10 @@ def _register_views(body: list[ast.stmt], rw: _Rewriter, params: set[str]) -> No
         rw.views[x] = VO + x
         rw.arrays[x] = rw.arrays[a]
         rw.names[x] = rw.names.get(a, a)
-        rw.views_made[id(stmt)] = located(ast.Assign(targets=[_name(VO + x, ast.Store())], value=off), stmt)
+        if not rw.count:  # (a counted access needs no offset)
+            rw.views_made[id(stmt)] = located(
+                ast.Assign(targets=[_name(VO + x, ast.Store())], value=off), stmt
+            )
 
 
 def _reaches_barrier(stmt: ast.stmt, devices) -> bool:
@@ -327,6 +329,74 @@ def _reaches_barrier(stmt: ast.stmt, devices) -> bool:
     return False
 
 
+def _range_args(loop: ast.For) -> list[ast.expr] | None:
+    """``for v in range(...)`` with a plain name: its (start, stop, step) expressions, else None."""
+    it = loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+            and not it.keywords and 1 <= len(it.args) <= 3 and isinstance(loop.target, ast.Name)
+            and not any(isinstance(a, ast.Starred) for a in it.args)):  # fmt: skip
+        return None
+    args = list(it.args)
+    if len(args) == 1:
+        args.insert(0, ast.Constant(0))
+    if len(args) == 2:
+        args.append(ast.Constant(1))
+    return args
+
+
+def _room_test(rw: _Rewriter, original: ast.stmt) -> ast.expr:
+    """``_vz_room(...)``, asked by the whole block (``cuda.syncthreads_or``) if the loop reaches a barrier."""
+    room: ast.expr = ast.Call(func=_name(ROOM_FN), args=[_name(ACC), _name(ST), _name(COUNT)], keywords=[])
+    if _reaches_barrier(original, rw.devices):
+        room = ast.Call(func=ast.Attribute(value=_name(CUDA), attr="syncthreads_or", ctx=ast.Load()),
+                        args=[room], keywords=[])  # fmt: skip
+    return located(room, original)
+
+
+def _split(original: ast.For, recorded: ast.For, rw: _Rewriter, unroll) -> list[ast.stmt] | None:
+    """A recorded ``for v in range(a, b, s)`` (no ``break`` or ``else`` of its own) as two loops::
+
+        _vz_r0_lo, _vz_r0_hi, _vz_r0_st = a, b, s      (recorded once, as range() evaluates them)
+        _vz_r0_nx = _vz_r0_lo
+        for v in range(_vz_r0_lo, _vz_r0_hi, _vz_r0_st):
+            if not <room>: break
+            _vz_r0_nx = v + _vz_r0_st
+            <the body recorded>
+        for v in range(_vz_r0_nx, _vz_r0_hi, _vz_r0_st):
+            <the body counted>
+
+    A warp (or, when the loop reaches a barrier, its block together) leaves the recorded loop at the
+    first iteration it has no room for, and runs the rest in a loop of its own: the kernel's body with
+    one add per access, which the compiler allocates registers for apart from the recorded body's (in
+    one loop holding both, flash_attention's counted iterations ran in a 13,512-instruction loop with
+    170 spill loads; alone, 1,569 and 23). ``continue`` is fine: the next start is set first."""
+    bounds = _range_args(recorded)
+    if bounds is None or _jumps_out(original, ast.Break):
+        return None
+    tag = f"_vz_r{rw.temps}_"
+    rw.temps += 1
+    lo, hi, step, nxt = (tag + x for x in ("lo", "hi", "st", "nx"))
+    var = recorded.target.id
+    counted = rw.counting().visit(copy.deepcopy(original))
+    body = counted.body if unroll is None else unroll.block(counted.body)
+
+    def rng(start: str) -> ast.Call:
+        return ast.Call(func=_name("range"), args=[_name(start), _name(hi), _name(step)], keywords=[])
+
+    out = [
+        ast.Assign(targets=[ast.Tuple([_name(n, ast.Store()) for n in (lo, hi, step)], ast.Store())],
+                   value=ast.Tuple(bounds, ast.Load())),
+        ast.Assign(targets=[_name(nxt, ast.Store())], value=_name(lo)),
+        ast.For(target=_name(var, ast.Store()), iter=rng(lo), orelse=[], body=[
+            ast.If(test=ast.UnaryOp(op=ast.Not(), operand=_room_test(rw, original)), body=[ast.Break()], orelse=[]),
+            ast.Assign(targets=[_name(nxt, ast.Store())],
+                       value=ast.BinOp(left=_name(var), op=ast.Add(), right=_name(step))),
+            *recorded.body]),
+        ast.For(target=_name(var, ast.Store()), iter=rng(nxt), body=body, orelse=[]),
+    ]  # fmt: skip
+    return [located(s, original) for s in out]
+
+
 def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=None) -> list[ast.stmt]:
     """The statements with their accesses recorded; a loop that records any becomes
     ``if _vz_slot < 0: <the loop as written> else: <the loop recorded>``, so the warps that record
@@ -335,20 +405,21 @@ def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=Non
     barriers are reached by every thread of the block, or by none. ``unroll``: an ``_Unroller`` for the
     recorded copies.
 
-    Each iteration of the recorded loop is itself ``if _vz_room(...): <the body recorded> else: <the
-    body counted>``: once every lane of the warp is done recording (past its ``cap`` a lane only counts
-    anyway), the warp runs the kernel's own body with a plain count per access, so a long kernel's
-    sampled warps cost their buffer's worth of recording, not their whole run's. Nothing is recorded
-    after that in either copy, so the records are the same. A loop that reaches a barrier asks with
-    ``cuda.syncthreads_or(_vz_room(...))`` instead: the whole block then takes one copy, and every
+    Once every lane of a warp is done recording (past its ``cap`` a lane only counts anyway), the warp
+    runs the kernel's own body with a plain count per access, so a long kernel's sampled warps cost
+    their buffer's worth of recording, not their whole run's. Nothing is recorded after that in either
+    copy, so the records are the same. A range loop is split in two (``_split``: the recorded loop,
+    left when there is no room, then the counted loop); any other loop asks at each iteration, ``if
+    _vz_room(...): <the body recorded> else: <the body counted>``. A loop that reaches a barrier asks
+    with ``cuda.syncthreads_or(_vz_room(...))`` instead: the whole block then takes one copy, and every
     thread meets the same barriers (with each lane answering for itself, matmul_tiled's recording on the
     H200 never finished: lanes of one warp can see the done bits at different moments). That extra
-    barrier is met where the loop's own are, by the same threads, and only in sampled blocks."""
-    import copy
+    barrier is met where the loop's own are, by the same threads, and only in sampled blocks.
 
+    In a counted copy (a device function's counting copy) accesses are only counted: no copies."""
     out: list[ast.stmt] = []
     for stmt in stmts:
-        if isinstance(stmt, (ast.For, ast.While)):
+        if isinstance(stmt, (ast.For, ast.While)) and not rw.count:
             original = copy.deepcopy(stmt)
             before = len(sites)
             new = rw.visit(stmt)
@@ -359,14 +430,14 @@ def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=Non
             if unroll is not None:
                 new = unroll.block(new)
             if len(new) == 1 and isinstance(new[0], (ast.For, ast.While)):
-                counted = rw.counting().visit(copy.deepcopy(original))
-                body = counted.body if unroll is None else unroll.block(counted.body)
-                room: ast.expr = ast.Call(func=_name(ROOM_FN), args=[_name(ACC), _name(ST), _name(COUNT)],
-                                          keywords=[])  # fmt: skip
-                if _reaches_barrier(original, rw.devices):  # the block's threads take one copy together
-                    room = ast.Call(func=ast.Attribute(value=_name(CUDA), attr="syncthreads_or", ctx=ast.Load()),
-                                    args=[room], keywords=[])  # fmt: skip
-                new[0].body = [located(ast.If(test=located(room, stmt), body=new[0].body, orelse=body), stmt)]
+                split = _split(original, new[0], rw, unroll) if isinstance(new[0], ast.For) else None
+                if split is not None:
+                    new = split
+                else:
+                    counted = rw.counting().visit(copy.deepcopy(original))
+                    body = counted.body if unroll is None else unroll.block(counted.body)
+                    new[0].body = [located(ast.If(test=_room_test(rw, original), body=new[0].body, orelse=body),
+                                           stmt)]  # fmt: skip
             test = ast.Compare(left=_name(SLOT), ops=[ast.Lt()], comparators=[ast.Constant(0)])
             branch = ast.If(test=located(test, stmt), body=[original], orelse=new)
             out.append(ast.copy_location(branch, stmt))
@@ -409,8 +480,6 @@ class _Devices:
         self.depth = 0
 
     def call(self, node: ast.Call, caller: _Rewriter) -> ast.Call:
-        import copy
-
         name = node.func.id
         fdef, constants = self.defs[name]
         params = [a.arg for a in fdef.args.args]
@@ -441,20 +510,30 @@ class _Devices:
             skipped.append({"line": node.lineno, "array": next(iter(arrays.values()))[0],
                             "why": f"in {name}, device functions nested too deep"})  # fmt: skip
             return node
-        key = (name, tuple(sorted(arrays.items())), tuple(sorted(locals_)), tuple(sorted(offsets)))
+        count = caller.count  # a loop's counted copy calls a counting copy: each access one add
+        key = (
+            name,
+            tuple(sorted(arrays if count else arrays.items())),
+            tuple(sorted(locals_)),
+            tuple(sorted(offsets)) if not count else (),
+            count,
+        )  # (a count is a count, whose array it is)
         if key not in self.copies:
-            copy_name = f"{name}__vz_rec{len(self.copies)}"
+            copy_name = f"{name}__vz_{'cnt' if count else 'rec'}{len(self.copies)}"
             self.copies[key] = copy_name
             body_def = copy.deepcopy(fdef)
             own_locals = frozenset(locals_) | frozenset(local_arrays(body_def))
-            rw = _Rewriter({p: sp for p, (_, sp) in arrays.items()}, self.sites, self.skipped,
-                           names={p: a for p, (a, _) in arrays.items()}, devices=self, locals_=own_locals,
-                           views={p: VO + p for p in offsets})  # fmt: skip
+            rw = _Rewriter({p: sp for p, (_, sp) in arrays.items()}, [] if count else self.sites, [] if count
+                           else self.skipped, names={p: a for p, (a, _) in arrays.items()}, devices=self,
+                           locals_=own_locals, views={} if count else {p: VO + p for p in offsets},
+                           count=count)  # fmt: skip
             _register_views(body_def.body, rw, set())
             self.depth += 1
             try:
                 unroll = _Unroller(constants, assigned_names(body_def), set(own_locals))
-                body_def.body = _rewrite_block(body_def.body, rw, self.sites, unroll)
+                body_def.body = _rewrite_block(body_def.body, rw, rw.sites, unroll)
+                if count:  # nothing else unrolls a counting copy's loops
+                    body_def.body = unroll.block(body_def.body)
             finally:
                 self.depth -= 1
             body_def.name = copy_name
@@ -463,13 +542,20 @@ class _Devices:
             ):  # an explicit signature no longer fits: the copy has more parameters
                 if isinstance(d, ast.Call):
                     d.args = []
-            for extra in (ACC, ST, COUNT, SLOT, EPOCH, *(VO + p for p in sorted(offsets))):
+            for extra in self._extra(offsets, count, own=True):
                 body_def.args.args.append(ast.copy_location(ast.arg(arg=extra), fdef))
             self.module_defs.append(ast.fix_missing_locations(body_def))
         node.func = located(_name(self.copies[key]), node)
-        extra = (ACC, ST, COUNT, SLOT, EPOCH, *(offsets[p] for p in sorted(offsets)))
-        node.args = [*node.args, *(located(_name(n), node) for n in extra)]
+        node.args = [*node.args, *(located(_name(n), node) for n in self._extra(offsets, count, own=False))]
         return node
+
+    @staticmethod
+    def _extra(offsets: dict, count: bool, own: bool) -> tuple[str, ...]:
+        """The parameters a copy takes after the function's own: the count alone for a counting copy;
+        the recording state and each view parameter's offset (its own name, or the caller's)."""
+        if count:
+            return (COUNT,)
+        return (ACC, ST, COUNT, SLOT, EPOCH, *(VO + p if own else offsets[p] for p in sorted(offsets)))
 
 
 def _is_device_decorator(d: ast.expr) -> bool:
@@ -518,14 +604,15 @@ def _records(node: ast.AST) -> bool:
                for n in ast.walk(node))  # fmt: skip
 
 
-def _jumps_out(loop: ast.For) -> bool:
-    """A ``break`` or ``continue`` of this loop itself (not of a loop inside it), or an ``else:``."""
+def _jumps_out(loop: ast.For | ast.While, jumps=(ast.Break, ast.Continue)) -> bool:
+    """A ``break`` or ``continue`` (``jumps``) of this loop itself (not of a loop inside it), or an
+    ``else:``."""
     if loop.orelse:
         return True
     todo = list(loop.body)
     while todo:
         n = todo.pop()
-        if isinstance(n, (ast.Break, ast.Continue)):
+        if isinstance(n, jumps):
             return True
         if isinstance(
             n, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -581,8 +668,6 @@ class _Unroller:
         return out
 
     def stmt(self, stmt: ast.stmt) -> list[ast.stmt]:
-        import copy
-
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return [stmt]
         for field in ("body", "orelse", "finalbody"):
@@ -758,8 +843,6 @@ class AccessPass:
 def standalone(tree: ast.Module, kernel: str, exclude=()) -> tuple[ast.Module, dict]:
     """The module plus ``<kernel>__traced``: the kernel with only the access pass (its parameters
     appended), and the pass's info. engine/instrument.py's ``passes=`` does the same with the probes."""
-    import copy
-
     from visualizer.engine.instrument import _traced_decorators, find_kernel, traced_name
 
     tree = copy.deepcopy(tree)

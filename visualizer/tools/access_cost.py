@@ -25,6 +25,7 @@ CASES = [
     ("matmul_tiled", {"n": 4096, "tile": 16}),
     ("transpose_tiled", {"rows": 8192, "cols": 8192, "tile": 32}),
     ("flash_attention", {"seq_len": 4096}),
+    ("flash_attention_fast", {"seq_len": 4096}),
 ]
 EVERY_WARP_RECORDS = 1 << 27  # lane accesses when every warp records (1 GiB of offsets)
 
