@@ -18,13 +18,17 @@ no word to any other lane: no shared counter, no shuffle, no ballot. Its state i
 2**32 - 1, read "at least"), the buffer's ``cap`` records per lane, and ``base``, where its records
 start. Its k-th access, while ``k < cap``, goes to ``rec[base + 64 k]`` and 32 words on
 (lane-contiguous: a converged warp's two stores coalesce into 256 bytes each); past ``cap`` it is only
-counted: one compare, and the address and the word are not computed.
+counted: one compare, and no word is made. The byte offset is the element's address less the array's
+data pointer, which on a GPU the compiler shares with the kernel's own access (``_offN``).
 
 **Done.** A lane past its ``cap``, or exiting, sets its bit in its warp's done word (word 0 of the
 slot's spare row; ``room``). Once all are set, the warp's loops run their counted copies: the
 kernel's own body and ``atcN``, one add per access into ``n`` (a 64-bit local). The thread's count
-is ``st[0] + n``. (H200, flash_attention seq 4096, 2026-12-02: a sampled lane makes 161,888
-accesses, 20,833 of them fit; with the counted copies the kernel takes 5.6 ms, 13.7 ms without.)
+is ``st[0] + n``. A range loop's counted iterations run in a loop of their own (the access pass's
+``_split``). (H200, flash_attention seq 4096, 2026-12-02: a sampled lane makes 161,888 accesses; with
+20,833 of them recorded the kernel took 13.7 ms with no counted copies, 5.6 ms with them in the
+recorded loop, 3.4 ms in a loop of their own, 2.7 ms with the shared address; with 2,048 recorded,
+the default, 1.2 ms against the clean kernel's 0.67.)
 The only atomics are these ORs; the records themselves still go word by word, lane by lane.
 
 * the access word: ``byte offset + 1`` (bits 0-39), the element size in bytes (bits 40-47; 0 for
@@ -53,6 +57,8 @@ is how CI checks the GPU recording without a GPU.
 """
 
 from numba import cuda, int32, int64, uint32, uint64
+
+from kernels.probes import SIMULATOR
 
 OFFSET_BITS = 40  # byte offset + 1 (a 1 TiB array at most: a GPU's whole memory is less)
 SIZE_SHIFT, SITE_SHIFT = 40, 48
@@ -161,65 +167,128 @@ def _wrap(i, n):
 
 
 @cuda.jit(device=True)
-def _off1(a, i):
+def _stride_off1(a, i):
     return _wrap(i, a.shape[0]) * a.strides[0]
 
 
 @cuda.jit(device=True)
-def _off2(a, i, j):
-    return _off1(a, i) + _wrap(j, a.shape[1]) * a.strides[1]
+def _stride_off2(a, i, j):
+    return _stride_off1(a, i) + _wrap(j, a.shape[1]) * a.strides[1]
 
 
 @cuda.jit(device=True)
-def _off3(a, i, j, m):
-    return _off2(a, i, j) + _wrap(m, a.shape[2]) * a.strides[2]
+def _stride_off3(a, i, j, m):
+    return _stride_off2(a, i, j) + _wrap(m, a.shape[2]) * a.strides[2]
 
 
 @cuda.jit(device=True)
-def _off4(a, i, j, m, n):
-    return _off3(a, i, j, m) + _wrap(n, a.shape[3]) * a.strides[3]
+def _stride_off4(a, i, j, m, n):
+    return _stride_off3(a, i, j, m) + _wrap(n, a.shape[3]) * a.strides[3]
+
+
+# ``_offN(a, *idx)``: the byte offset of ``a[idx]`` in ``a``'s data (a negative index counts from the end,
+# as the kernel's own indexing does). On the simulator, from the shape and strides above. On a GPU, from
+# the element's own address (``_elem_offset``): the same instructions the kernel's access runs next
+# (numba's basic indexing: each index fixed, then the item pointer), so the compiler computes the
+# address once for both, and the offset costs one subtraction from the loop-invariant data pointer.
+# (H200, flash_attention: the sums of strides took about 25 of the 37 instructions of a recorded access.)
+if SIMULATOR:
+    _off1, _off2, _off3, _off4 = _stride_off1, _stride_off2, _stride_off3, _stride_off4
+else:
+    from numba.cuda import cgutils
+    from numba.cuda import types as nbtypes
+    from numba.cuda.extending import intrinsic
+    from numba.cuda.np.arrayobj import fix_integer_index, make_array
+
+    @intrinsic
+    def _elem_offset(typingctx, a, idx):
+        """Byte offset of ``a[idx]`` (a UniTuple of integers, one per dimension) in ``a``'s data: the item
+        pointer built as numba's basic indexing builds it, minus the data pointer; 0 where ``idx`` does
+        not name one element (a view's partial index: the callers record only whole elements)."""
+        if not (isinstance(a, nbtypes.Array) and isinstance(idx, nbtypes.BaseTuple)):
+            return None
+        itypes = list(idx.types) if hasattr(idx, "types") else [idx.dtype] * idx.count
+        if not all(isinstance(t, nbtypes.Integer) for t in itypes):
+            return None
+
+        def codegen(context, builder, sig, args):
+            aryty, tupty = sig.args
+            intp = context.get_value_type(nbtypes.intp)
+            if aryty.ndim != len(itypes):
+                return intp(0)
+            ary = make_array(aryty)(context, builder, args[0])
+            shapes = cgutils.unpack_tuple(builder, ary.shape, aryty.ndim)
+            raw = cgutils.unpack_tuple(builder, args[1], len(itypes))
+            inds = [
+                fix_integer_index(context, builder, t, v, n)
+                for t, v, n in zip(itypes, raw, shapes, strict=True)
+            ]
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, inds, wraparound=False)
+            return builder.sub(builder.ptrtoint(ptr, intp), builder.ptrtoint(ary.data, intp))
+
+        return nbtypes.intp(a, idx), codegen
+
+    @cuda.jit(device=True, inline="always")
+    def _off1(a, i):
+        return _elem_offset(a, (i,))
+
+    @cuda.jit(device=True, inline="always")
+    def _off2(a, i, j):
+        return _elem_offset(a, (i, j))
+
+    @cuda.jit(device=True, inline="always")
+    def _off3(a, i, j, m):
+        return _elem_offset(a, (i, j, m))
+
+    @cuda.jit(device=True, inline="always")
+    def _off4(a, i, j, m, n):
+        return _elem_offset(a, (i, j, m, n))
 
 
 # ``atvN``: an element access of N indices, recorded, ``base`` bytes into its array (a view's offset;
-# 0 for the array itself). The offset is computed only for a lane that still has room to record it.
+# 0 for the array itself). The offset is taken first, where the kernel's own access shares it (_offN).
 
 
 @cuda.jit(device=True)
 def atv1(rec, st, slot, ep, a, base, i, site):
+    off = _off1(a, i)  # first: the kernel's own access, next, shares its address (_offN)
     if slot >= 0 and a.ndim == 1:
         k = st[0]
         if k < st[1]:
-            note(rec, st, ep, k, _word(base + _off1(a, i), a.itemsize, site))
+            note(rec, st, ep, k, _word(base + off, a.itemsize, site))
         _next(st, k)
     return i
 
 
 @cuda.jit(device=True)
 def atv2(rec, st, slot, ep, a, base, i, j, site):
+    off = _off2(a, i, j)  # first: the kernel's own access, next, shares its address (_offN)
     if slot >= 0 and a.ndim == 2:
         k = st[0]
         if k < st[1]:
-            note(rec, st, ep, k, _word(base + _off2(a, i, j), a.itemsize, site))
+            note(rec, st, ep, k, _word(base + off, a.itemsize, site))
         _next(st, k)
     return i, j
 
 
 @cuda.jit(device=True)
 def atv3(rec, st, slot, ep, a, base, i, j, m, site):
+    off = _off3(a, i, j, m)  # first: the kernel's own access, next, shares its address (_offN)
     if slot >= 0 and a.ndim == 3:
         k = st[0]
         if k < st[1]:
-            note(rec, st, ep, k, _word(base + _off3(a, i, j, m), a.itemsize, site))
+            note(rec, st, ep, k, _word(base + off, a.itemsize, site))
         _next(st, k)
     return i, j, m
 
 
 @cuda.jit(device=True)
 def atv4(rec, st, slot, ep, a, base, i, j, m, n, site):
+    off = _off4(a, i, j, m, n)  # first: the kernel's own access, next, shares its address (_offN)
     if slot >= 0 and a.ndim == 4:
         k = st[0]
         if k < st[1]:
-            note(rec, st, ep, k, _word(base + _off4(a, i, j, m, n), a.itemsize, site))
+            note(rec, st, ep, k, _word(base + off, a.itemsize, site))
         _next(st, k)
     return i, j, m, n
 
@@ -290,17 +359,17 @@ ATC = {1: atc1, 2: atc2, 3: atc3, 4: atc4}
 
 @cuda.jit(device=True)
 def view_off1(a, i):
-    return _off1(a, i) if a.ndim > 1 else 0
+    return _stride_off1(a, i) if a.ndim > 1 else 0
 
 
 @cuda.jit(device=True)
 def view_off2(a, i, j):
-    return _off2(a, i, j) if a.ndim > 2 else 0
+    return _stride_off2(a, i, j) if a.ndim > 2 else 0
 
 
 @cuda.jit(device=True)
 def view_off3(a, i, j, m):
-    return _off3(a, i, j, m) if a.ndim > 3 else 0
+    return _stride_off3(a, i, j, m) if a.ndim > 3 else 0
 
 
 ATV = {1: atv1, 2: atv2, 3: atv3}  # through a view (a view has fewer dimensions than its array: 3 at most)

@@ -144,6 +144,13 @@ def test_plan_samples_first_middle_last_and_parses_blocks():
     assert p["blocks"] == [0, 4, 7] and len(p["slots"]) == 3 * 8
     assert p["sel"].tolist() == [0, -1, -1, -1, 8, -1, -1, 16]
     assert gpu_accesses.parse_blocks("7, 0,0", (4, 2, 1)) == [0, 7]
+    # each lane's share: the buffer's lane accesses over the lanes, and LANE_RECORDS at most (what the
+    # sampled warps' run costs is per lane: flash_attention's three warps would get 20,833 each)
+    assert p["cap"] == min(gpu_accesses.DEFAULT_RECORDS // (32 * 24), gpu_accesses.LANE_RECORDS) == 2048
+    assert gpu_accesses.plan((64, 1, 1), (1024, 1, 1))["cap"] == gpu_accesses.DEFAULT_RECORDS // (32 * 96)
+    few = gpu_accesses.plan((512, 1, 1), (16, 1, 1))
+    assert len(few["slots"]) == 3 and few["cap"] == gpu_accesses.LANE_RECORDS
+    assert gpu_accesses.plan((512, 1, 1), (16, 1, 1), lane_records=10**9)["cap"] == 2_000_000 // 96
     for bad in ("8", "x", "-1", ""):
         with pytest.raises(ValueError, match="blocks to sample"):
             gpu_accesses.parse_blocks(bad, (4, 2, 1))

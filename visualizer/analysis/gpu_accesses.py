@@ -44,6 +44,10 @@ SAMPLE_BLOCKS = 3  # default: the first, the middle and the last block
 MAX_SAMPLE_BLOCKS = 64  # blocks a request may name (each warp of each gets a row of the buffers)
 MAX_BUFFER_WORDS = (1 << 32) - 1  # int64 words of the record buffer (kernels/access_probes.py: uint32 index)
 DEFAULT_RECORDS = 2_000_000  # lane accesses the buffers hold at most (the simulator's RECORD_LIMIT)
+# ... and each lane's own share at most. What recording costs is per lane: a sampled warp records its
+# accesses one after another (H200, 2026-12-02, flash_attention seq 4096, whose 3 sampled warps are
+# the kernel's last: 2,048 per lane 1.79x the clean kernel, 4,096 2.02x, 20,833 4.08x; docs/benchmarks.md)
+LANE_RECORDS = 2048
 
 
 def linear_blocks(grid) -> int:
@@ -78,17 +82,18 @@ def parse_blocks(text: str, grid) -> list[int]:
     return out
 
 
-def plan(grid, block, blocks: list[int] | None = None, records: int = DEFAULT_RECORDS) -> dict:
+def plan(grid, block, blocks: list[int] | None = None, records: int = DEFAULT_RECORDS,
+         lane_records: int = LANE_RECORDS) -> dict:  # fmt: skip
     """Which warps record and how many accesses each of their lanes may record: the buffers' shapes.
 
     Every warp of a sampled block records (shared-memory hazards need the whole block); ``cap``
-    accesses per lane fit ``records`` lane accesses in all (a converged warp's lanes make one each
-    per request, so ``cap`` is also its requests)."""
+    accesses per lane fit ``records`` lane accesses in all, and ``lane_records`` at most (a converged
+    warp's lanes make one each per request, so ``cap`` is also its requests)."""
     blocks = default_blocks(grid) if blocks is None else sorted(set(int(b) for b in blocks))
     tpb = int(block[0]) * int(block[1]) * int(block[2])
     warps = ceil_div(tpb, 32)
     slots = [(b, w) for b in blocks for w in range(warps)]
-    cap = int(records) // (32 * max(len(slots), 1))
+    cap = min(int(records) // (32 * max(len(slots), 1)), int(lane_records))
     cap = max(1, min(cap, MAX_BUFFER_WORDS // (64 * max(len(slots), 1)) - 1))  # the probes index in 32 bits
     sel = np.full(linear_blocks(grid), -1, np.int32)
     for i, b in enumerate(blocks):

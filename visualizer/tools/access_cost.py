@@ -6,7 +6,7 @@ repeats) of four builds of the same kernel on the same device arrays:
 * ``clean``: the kernel as written (every probe a no-op);
 * ``traced``: the instrumenter's probes (the trace of every thread), what every capture runs;
 * ``sampled``: traced plus the access pass, the default sample recording (first, middle and last
-  block; analysis/gpu_accesses.plan);
+  block, each lane's first ``LANE_RECORDS`` accesses at most; analysis/gpu_accesses.plan);
 * ``every_warp``: the access pass with every block's warps recording, ``EVERY_WARP_RECORDS`` lane
   accesses in all (a lane past its share only counts its accesses).
 
@@ -99,7 +99,10 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
                      ("sampled_capped", capped, None, gpu_accesses.DEFAULT_RECORDS)]  # fmt: skip
         runs += [(f"sampled_{n}", rec, None, n) for n in more_records]
         for name, build, blocks, records in runs:
-            p = gpu_accesses.plan(launch.grid, launch.block, blocks, records)
+            # as the app plans them (each lane's share capped, LANE_RECORDS); ``sampled_<n>``: n in all,
+            # however many that makes per lane
+            lane = records if name.removeprefix("sampled_").isdigit() else gpu_accesses.LANE_RECORDS
+            p = gpu_accesses.plan(launch.grid, launch.block, blocks, records, lane_records=lane)
             accd = {k: cuda.to_device(v) for k, v in gpu_accesses.host_buffers(p).items()}
             args = own + [
                 dev[BUFFER_OF[x]] if BUFFER_OF[x] in dev else accd[BUFFER_OF[x]] for x in rec.params
