@@ -24,17 +24,17 @@ own, and its end) writes the lane's count of accesses (``_vz_acc_end``). A loop 
 over a constant range that indexes a local array is unrolled (``_Unroller``: so that the array stays
 in registers, as in the kernel's own build). The constants come from the kernel's namespace (a
 built-in's closure) or, for a visitor's module, from its top-level integer assignments
-(``module_constants``). Each iteration of a recorded loop first asks ``_vz_room``: once every lane of
-the warp is done recording (its buffer full, or exited), the iteration runs the loop as written plus
-one count per access (``_vz_atcN``), with the whole block together if the loop reaches a barrier
-(``_rewrite_block``).
+(``module_constants``). Once every lane of the warp is done recording (its buffer full, or exited),
+the warp runs the loop as written plus one count per access (``_vz_atcN``), with the whole block
+together if the loop reaches a barrier: a range loop leaves its recorded steps for a counted loop of
+its own (``_split``), any other loop asks ``_vz_room`` at each iteration (``_rewrite_block``).
 
 ``info`` gets ``sites`` (one per recorded access: line, array, op) and ``arrays`` (name, space and,
 for shared arrays, the source text of their shape and dtype): what the host needs to decode the
 buffers into the access table (analysis/gpu_accesses.py).
 
 Not recorded (said in ``info["skipped"]``): slices and partial indices (views, not accesses);
-accesses inside the kernel's device functions; an index given as one tuple variable with more than
+accesses inside device functions that call a barrier; an index given as one tuple variable with more than
 one dimension is recorded only if it is written out (``a[i, j]``); ``compare_and_swap`` (no index).
 """
 
