@@ -81,11 +81,13 @@ def test_wrong_kernel_is_reported_wrong_and_reference_function_works(user_runner
 
 def test_a_reference_may_use_array_methods_and_builtins_but_not_import(user_runner):
     """``m.sum(axis=1)`` makes numpy import a part of itself through the caller's ``__import__``: it
-    failed as "KeyError: '__import__'"; an import of anything else is refused in one line."""
+    failed as "KeyError: '__import__'"; an import of anything else is refused in one line. A
+    comprehension's body sees the arguments (it failed: "name 'm' is not defined")."""
     src = "from numba import cuda\n\n@cuda.jit\ndef k(m, out):\n    i = cuda.grid(1)\n    if i < out.size:\n" \
           "        acc = 0.0\n        for j in range(m.shape[1]):\n            acc += m[i, j]\n        out[i] = acc\n"  # fmt: skip
     args = {"m": "rand:float32:64x8", "out": "zeros:float32:64"}
-    for ref in ("out = m.sum(axis=1)", "out = np.array([sum(r) for r in m])"):
+    for ref in ("out = m.sum(axis=1)", "out = np.array([sum(r) for r in m])",
+                "out = np.array([m[i].sum() for i in range(out.size)])"):  # fmt: skip
         sl = plan_source_launch(src, "k", grid="2", block="32", args=args, reference=ref)
         assert user_runner.capture_source(sl).check["correct"] is True, ref
     sl = plan_source_launch(

@@ -269,11 +269,12 @@ def check_reference(request: dict, module, before: dict, after: dict, filename: 
                 expected.update({k: v for k, v in copies.items() if isinstance(v, np.ndarray)})
             continue
         name, _, expr = ref.partition("=")
-        scope = {**_numbers(module), **copies}
+        # one namespace, as globals: a comprehension's body sees the arguments only through globals
+        # (with them as eval's locals, ``[x[i] for i in range(n)]`` failed: name 'x' is not defined)
+        scope = {**_numbers(module), **copies, "np": np, "numpy": np, "math": math,
+                 "__builtins__": REFERENCE_BUILTINS}  # fmt: skip
         try:
-            value = eval(
-                expr, {"np": np, "numpy": np, "math": math, "__builtins__": REFERENCE_BUILTINS}, scope
-            )  # noqa: S307 - worker only
+            value = eval(expr, scope)  # noqa: S307 - worker only
         except Exception as exc:
             raise UserCodeError(
                 f"reference {name}={expr} failed: {type(exc).__name__}: {_short(exc)}"
