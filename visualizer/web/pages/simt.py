@@ -153,7 +153,8 @@ with tab_b:
             + ". It matches ncu where each such test is one jump per visit; an unrolled loop runs fewer. "
             "The number the lesson teaches is the source's: every test on which a warp's lanes could disagree."
         )
-    left, right = st.columns(2)
+    # one above the other, each the page's width: side by side their numbers were cut off at 1280 px
+    left, right = st.container(), st.container()
     with left:
         pl = branches.per_line(rows, jumps).merge(sites[["site", "text"]], on="site")
         st.markdown("**Each branch line, all warps**")
@@ -171,10 +172,16 @@ with tab_b:
         columns = ["line", "text", "visits", "divergent", "efficiency"] + (
             ["sass_jumps"] if jumps is not None else []
         )
-        st.dataframe(
+        small = {
+            c: st.column_config.NumberColumn(width="small") for c in ("line", "visits", "divergent", "jumps")
+        }
+        st.dataframe(  # narrow number columns: the table fits its half of a 1280-px projector
             pl[columns].rename(columns={"text": "branch", "sass_jumps": "jumps"}),
             hide_index=True,
-            column_config={"efficiency": st.column_config.NumberColumn("efficiency %", format="%.1f")},
+            column_config={
+                **small,
+                "efficiency": st.column_config.NumberColumn("efficiency %", format="%.1f", width="small"),
+            },
         )
     with right:
         pw = branches.per_warp(rows)
@@ -184,8 +191,9 @@ with tab_b:
             mine[["warp", "visits", "divergent", "efficiency", "mean_active"]],
             hide_index=True,
             column_config={
-                "efficiency": st.column_config.NumberColumn("efficiency %", format="%.1f"),
-                "mean_active": st.column_config.NumberColumn("lanes on per visit", format="%.1f"),
+                **{c: st.column_config.NumberColumn(width="small") for c in ("warp", "visits", "divergent")},
+                "efficiency": st.column_config.NumberColumn("efficiency %", format="%.1f", width="small"),
+                "mean_active": st.column_config.NumberColumn("lanes on", format="%.1f", width="small"),
             },
         )
     skipped = summary.get("not_recorded") or []
