@@ -1,7 +1,8 @@
 """A kernel whose sampled warps fill their buffers early, recorded by the access pass: after that
 every lane of a warp is done, and the warp runs its loops' counted copies (``_vz_room``), one loop
-with barriers (the block takes one copy together) and one without, whose trip count depends on the
-lane, in a block whose second warp has 16 lanes. ENGINE: ``sim`` (fastsim) or ``gpu``. Writes the raw
+with barriers (the block takes one copy together), a while loop whose trip count depends on the lane
+and a range loop stepping down with a ``continue`` (both split in two), in a block whose second warp
+has 16 lanes. ENGINE: ``sim`` (fastsim) or ``gpu``. Writes the raw
 buffers, the counts each lane should have made and the output, pickled, to OUT."""
 
 import pickle
@@ -31,6 +32,10 @@ def k(a, out, n):
     while j < t % 3 + 5:
         acc += a[j]
         j += 1
+    for m in range(t % 4 + 6, 0, -2):  # split in two: a step down, a trip count by lane, a continue
+        if m == 4:
+            continue
+        acc += a[m]
     out[cuda.blockIdx.x * 48 + t] = acc
 
 
@@ -44,8 +49,10 @@ def expected(a: np.ndarray):
             acc += s[47 - t]
         for lane in t:
             acc[lane] += a[: lane % 3 + 5].sum()
+            acc[lane] += sum(a[m] for m in range(lane % 4 + 6, 0, -2) if m != 4)
         out[b * BLOCK :][:BLOCK] = acc
-    made = 3 * N_STEPS + (t % 3 + 5) + 1  # per thread: a, s, s per step; a per trip; out
+    down = np.array([sum(1 for m in range(lane % 4 + 6, 0, -2) if m != 4) for lane in t])
+    made = 3 * N_STEPS + (t % 3 + 5) + down + 1  # per thread: a, s, s per step; a per trip (twice); out
     return out, made
 
 

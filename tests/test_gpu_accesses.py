@@ -780,7 +780,10 @@ def check_room_case(res: dict) -> None:
     cap, slots = res["cap"], res["slots"]
     assert cap == 4 and slots == 4
     code, _ = rewrite(ROOM_PY.read_text())
-    assert code.count("_vz_room(") == 2  # both loops: the one with barriers and the while loop
+    assert code.count("_vz_room(") == 3  # each loop: the one with barriers, the while loop, the one down
+    # the two range loops split: recorded steps, then a loop of their own for the rest
+    assert "for i in range(_vz_r0_nx, _vz_r0_hi, _vz_r0_st):" in code
+    assert "for m in range(_vz_r1_nx, _vz_r1_hi, _vz_r1_st):" in code
     rec = res["buffers"]["_vz_acc"].reshape(slots, cap + 1, 64)
     assert (rec[:, cap, 0] == -1).all()  # every warp done
     assert (rec[:, cap, 1:] == 0).all()  # the rest of the spare row untouched
