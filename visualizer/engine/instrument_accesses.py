@@ -648,15 +648,14 @@ class _Unroller:
         self.local_arrays = local_arrays
 
     def trips(self, loop: ast.For) -> list[int] | None:
-        it = loop.iter
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-                and not it.keywords and 1 <= len(it.args) <= 3 and isinstance(loop.target, ast.Name)):  # fmt: skip
+        bounds = _range_args(loop)
+        if bounds is None:
             return None
         try:
-            args = [_value(a, self.constants) for a in it.args]
+            args = [_value(a, self.constants) for a in bounds]
         except (ValueError, AttributeError, ZeroDivisionError):
             return None
-        if not all(isinstance(a, int) for a in args) or (len(args) == 3 and args[2] == 0):
+        if not all(isinstance(a, int) for a in args) or args[2] == 0:
             return None
         r = range(*args)
         return list(r) if len(r) <= MAX_UNROLL_TRIPS else None
