@@ -68,13 +68,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path, tree: ast.AST | None = None) -> list[tuple[str, int]]:
+def imports_of(path: Path, tree: ast.AST | None = None, type_only: bool = False) -> list[tuple[str, int]]:
     """(imported module, line) for every import in the file; `from pkg import mod` names pkg.mod
-    where pkg.mod is a module of this tree."""
+    where pkg.mod is a module of this tree. ``type_only``: the imports under ``if TYPE_CHECKING:`` too."""
     tree = tree or ast.parse(path.read_text(), str(path))
     here = module_name(path)
     found = []
-    for node in _walk_runtime(tree):
+    for node in ast.walk(tree) if type_only else _walk_runtime(tree):
         if isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -129,12 +129,14 @@ def violations(files: list[Path]) -> list[str]:
     return bad
 
 
-def cycles(files: list[Path]) -> list[list[str]]:
+def cycles(files: list[Path], type_only: bool = False) -> list[list[str]]:
+    """The import circles among ``files``; ``type_only``: counting the imports made for annotations only
+    (``if TYPE_CHECKING:``), which are a circle of the design even where Python never runs them."""
     graph: dict[str, set[str]] = {}
     for path in files:
         me = module_name(path)
         deps = set()
-        for mod, _ in imports_of(path):
+        for mod, _ in imports_of(path, type_only=type_only):
             while mod and mod not in MODULES:
                 mod = mod.rpartition(".")[0]
             if (
