@@ -56,10 +56,17 @@ CASES = {
 }
 # the visitors' examples (web/examples.py), through the sandboxed worker
 SOURCE_CASES = {
-    "yours_matmul_tiled": ("matmul_tiled", LENSES, {"grid": "1,1", "args": {
-        "A": "rand:float32:16x16", "B": "rand:float32:16x16", "C": "zeros:float32:16x16"}}),
+    "yours_matmul_tiled": (
+        "matmul_tiled",
+        LENSES,
+        {
+            "grid": "1,1",
+            "args": {"A": "rand:float32:16x16", "B": "rand:float32:16x16", "C": "zeros:float32:16x16"},
+        },
+    ),
     "yours_reduction_runs": (
-        "reduction", {"runs": 2, "schedule_seed": 3, "delays": True, "branches": True},
+        "reduction",
+        {"runs": 2, "schedule_seed": 3, "delays": True, "branches": True},
         {"args": {"x": "rand:float32:300", "partial": "zeros:float32:2"}, "threads_for_n": 300},
     ),
 }

@@ -12,6 +12,7 @@ import race_cases  # noqa: E402  (the visitors' sources)
 from race_cases import source  # noqa: E402
 
 from visualizer.analysis import races
+from visualizer.engine.instrument_delays import DelayPass
 from visualizer.engine.user_runner import UserRunner
 from visualizer.specs.catalog import KERNELS, LaunchError, admit_capture
 from visualizer.specs.source import plan_source_launch
@@ -160,30 +161,35 @@ def _traced_fn(tree, kernel):
     return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == traced_name(kernel))
 
 
+def delay_sites(tree) -> list:
+    """The delays pass's (line, kinds) sites in an instrumented module (none: no delays pass)."""
+    return tree.vz_info.get("delays", {}).get("sites", [])
+
+
 def test_instrumenter_puts_a_delay_before_every_load_store_atomic_and_barrier():
     import ast
 
     from visualizer.engine.instrument import instrument
     from visualizer.engine.instrument_delays import DELAY, DELAY_FN
 
-    tree = instrument(ast.parse(source("matmul", racy=False)), "matmul", delays=True)
+    tree = instrument(ast.parse(source("matmul", racy=False)), "matmul", passes=(DelayPass(),))
     fn = _traced_fn(tree, "matmul")
     assert fn.args.args[-1].arg == DELAY
     calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == DELAY_FN]
     # two tile stores (each loading A or B), a barrier, the multiply-add reading both tiles, the
     # second barrier, the store of C
     kinds = ["load+store", "load+store", "barrier", "load", "barrier", "store"]
-    assert [what for _, what in tree.delay_sites] == kinds
+    assert [what for _, what in delay_sites(tree)] == kinds
     assert sorted(c.args[1].value for c in calls) == list(range(6))
     lines = source("matmul", racy=False).splitlines()
-    assert [lines[line - 1].strip() for line, _ in tree.delay_sites][-1] == "C[y, x] = acc"
+    assert [lines[line - 1].strip() for line, _ in delay_sites(tree)][-1] == "C[y, x] = acc"
     plain = instrument(ast.parse(source("matmul", racy=False)), "matmul")
-    assert plain.delay_sites == [] and DELAY_FN not in ast.unparse(plain)
+    assert delay_sites(plain) == [] and DELAY_FN not in ast.unparse(plain)
     # the histogram's global bins: a read-modify-write (racy) or an atomic (fixed), each after the load of x
-    racy = instrument(ast.parse(source("histogram", racy=True)), "histogram", delays=True)
-    fixed = instrument(ast.parse(source("histogram", racy=False)), "histogram", delays=True)
-    assert [w for _, w in racy.delay_sites] == ["load", "load+store"]
-    assert [w for _, w in fixed.delay_sites] == ["load", "atomic"]
+    racy = instrument(ast.parse(source("histogram", racy=True)), "histogram", passes=(DelayPass(),))
+    fixed = instrument(ast.parse(source("histogram", racy=False)), "histogram", passes=(DelayPass(),))
+    assert [w for _, w in delay_sites(racy)] == ["load", "load+store"]
+    assert [w for _, w in delay_sites(fixed)] == ["load", "atomic"]
 
 
 def test_each_threads_local_array_is_no_delay_site():
@@ -200,8 +206,8 @@ def k(a):
     tmp[0] = 1.0
     a[cuda.grid(1)] = tmp[0]
 """
-    tree = instrument(ast.parse(src), "k", delays=True)
-    assert tree.delay_sites == [(8, "store")]  # a[...] = tmp[0]: the store to a; tmp is the thread's own
+    tree = instrument(ast.parse(src), "k", passes=(DelayPass(),))
+    assert delay_sites(tree) == [(8, "store")]  # a[...] = tmp[0]: the store to a; tmp is the thread's own
 
 
 def test_delay_tables_are_named_by_seed_and_run_and_vary_what_they_delay():
@@ -210,7 +216,7 @@ def test_delay_tables_are_named_by_seed_and_run_and_vary_what_they_delay():
     from visualizer.engine.instrument import instrument
     from visualizer.engine.instrument_delays import DELAY_MAX_NS, DELAY_MIN_NS, DELAY_SLOTS, delay_table
 
-    sites = instrument(ast.parse(source("matmul", racy=True)), "matmul", delays=True).delay_sites
+    sites = delay_sites(instrument(ast.parse(source("matmul", racy=True)), "matmul", passes=(DelayPass(),)))
     kinds = [set(w.split("+")) for _, w in sites]
     drawn = [delay_table(7, i, sites) for i in range(32)]
     for table, fields in drawn:

@@ -158,7 +158,29 @@ class ThreadState:
 
 
 class Recorder:
-    """One launch's records: numpy chunks plus the arrays and code objects they refer to."""
+    """One launch's records: numpy chunks plus the arrays and code objects they refer to. A listener
+    of the simulator (engine/fastsim.py ``listening``): it records between ``start()`` and ``stop()``."""
+
+    @classmethod
+    def for_launch(
+        cls, named_args: dict, excluded: set[str], grid, block, limit: int = RECORD_LIMIT
+    ) -> Recorder:
+        """A recorder of the next launch. ``named_args``: kernel parameter name -> device array."""
+        rec = cls(limit)
+        rec.grid = tuple(grid)
+        rec.block_dim = tuple(block)
+        for name, dev in named_args.items():
+            ary = dev._ary if hasattr(dev, "_ary") else np.asarray(dev)
+            rec.register(dev, ary, name, "global", excluded=name in excluded)
+        return rec
+
+    def start(self) -> None:
+        global _ACTIVE
+        install()
+        _ACTIVE = self
+
+    def stop(self) -> None:
+        stop()
 
     def __init__(self, limit: int = RECORD_LIMIT):
         self.limit = limit
@@ -504,15 +526,8 @@ SIMULATOR_ONLY_SHARED = {"scratch"}
 
 def start(named_args: dict, excluded: set[str], grid, block, limit: int = RECORD_LIMIT) -> Recorder:
     """Begin recording the next launch. ``named_args``: kernel parameter name -> device array."""
-    global _ACTIVE
-    install()
-    rec = Recorder(limit)
-    rec.grid = tuple(grid)
-    rec.block_dim = tuple(block)
-    for name, dev in named_args.items():
-        ary = dev._ary if hasattr(dev, "_ary") else np.asarray(dev)
-        rec.register(dev, ary, name, "global", excluded=name in excluded)
-    _ACTIVE = rec
+    rec = Recorder.for_launch(named_args, excluded, grid, block, limit)
+    rec.start()
     return rec
 
 

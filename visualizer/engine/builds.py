@@ -30,17 +30,15 @@ _cache: dict[tuple, Builds] = {}
 _clean: dict[tuple, Any] = {}  # one clean build per (function, options), whatever the lenses
 
 
-def _key(py_fn, did_work, passes, delays, options) -> tuple:
+def _key(py_fn, did_work, passes, options) -> tuple:
     lenses = tuple(getattr(p, "key", p.name) for p in passes)
-    return (py_fn, did_work, lenses, bool(delays), tuple(sorted(options.items())))
+    return (py_fn, did_work, lenses, tuple(sorted(options.items())))
 
 
-def builds(
-    py_fn, did_work: str | None = None, passes: tuple = (), delays: bool = False, **jit_options
-) -> Builds:
+def builds(py_fn, did_work: str | None = None, passes: tuple = (), **jit_options) -> Builds:
     """The instrumented and clean builds of ``py_fn`` (module docstring); ``jit_options`` add to
     (or override) the kernel's own."""
-    key = _key(py_fn, did_work, passes, delays, jit_options)
+    key = _key(py_fn, did_work, passes, jit_options)
     hit = _cache.get(key)
     if hit is not None:
         return hit
@@ -49,7 +47,7 @@ def builds(
     from kernels.probes import without_probes
 
     options = {**getattr(py_fn, "jit_options", {}), **jit_options}
-    traced_fn, tree = instrument_function(py_fn, did_work=did_work, passes=passes, delays=delays)
+    traced_fn, tree = instrument_function(py_fn, did_work=did_work, passes=passes)
     clean_key = (py_fn, tuple(sorted(jit_options.items())))
     clean = _clean.get(clean_key)
     if clean is None:

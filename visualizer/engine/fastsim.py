@@ -49,6 +49,7 @@ simulator worker does). ``current_thread()`` is the simulated CUDA thread runnin
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import random
@@ -101,6 +102,37 @@ class _WatchdogInterrupt(BaseException):
 class _State:
     launch: _Launch | None = None
     schedule: Schedule | None = None  # the seeded interleaving the next launches run (None: linear order)
+    block_done = None  # called after each simulated block (the worker's progress)
+
+
+class Listener:
+    """What a lens hears from one simulated launch (engine/lenses/): ``start()`` before it, ``stop()``
+    after it, whatever happens. The access recorder (engine/access_record.py) is one."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def listening(listeners: list):
+    """The instrumented launch run with ``listeners`` listening (started in order, stopped in reverse)."""
+    started = []
+    try:
+        for x in listeners:
+            x.start()
+            started.append(x)
+        yield
+    finally:
+        for x in reversed(started):
+            x.stop()
+
+
+def on_block_done(callback) -> None:
+    """``callback()`` after each simulated block of every later launch (None: nothing)."""
+    _state.block_done = callback
 
 
 # ------------------------------------------------------------------------------- seeded schedules
@@ -1122,6 +1154,11 @@ def _fast_paths() -> None:
     Type.__call__ = type_call
 
 
+def _block_done() -> None:
+    if _state.block_done is not None:
+        _state.block_done()
+
+
 def install(**limits) -> None:
     """Patch numba-cuda's simulator in this process to run launches on this engine."""
     configure(**limits)
@@ -1322,10 +1359,13 @@ def install(**limits) -> None:
                     for gp in np.ndindex(*self._grid_dim)
                 ]  # fmt: skip
                 launch.run_cooperative(managers)
+                _block_done()
                 return
         if launch.coop:
+            _block_done()
             return  # every block ran, co-resident, in the launch's first call
         launch.run_block(self, grid_point)
+        _block_done()
 
     def max_cooperative_grid_blocks(self, blockdim):
         n = int(np.prod(blockdim))

@@ -23,10 +23,8 @@ pass order), ``globals()`` (the names their inserted calls use -> device functio
 probes go in and leaves what the host needs (sites, line tables) in ``info``. The module tree
 carries ``tree.vz_info[pass.name]`` and ``tree.vz_params`` (every parameter added, in order).
 
-With ``delays=True`` (races made visible on a GPU; ``passes=(DelayPass(),)``,
-engine/instrument_delays.py) it also takes ``_vz_delay``, a seeded table of per-warp waits, and calls
-``_vz_race_delay(_vz_delay, SITE)`` before every statement that loads or stores a kernel array, calls
-an atomic or a barrier; the sites (line, kinds) are ``tree.delay_sites``.
+``instrument`` is the one function that applies passes: with ``trace=False`` it applies them alone,
+without the trace probes (the passes' own tests, a launch by hand).
 
 Everything else in the module (constants, device functions, imports, the untouched kernel) is left
 as written, so the clean kernel is the user's own. Every added node carries the line of the
@@ -41,7 +39,6 @@ import copy
 from typing import Any, Protocol
 
 from visualizer.engine.instrument_ast import BeforeReturns, function_source_tree, located
-from visualizer.engine.instrument_delays import DelayPass
 
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
 BEGIN, END = "_vz_trace_begin", "_vz_trace_end"
@@ -134,22 +131,21 @@ def find_kernel(tree: ast.Module, kernel: str) -> tuple[int, ast.FunctionDef]:
 def instrument(
     tree: ast.Module,
     kernel: str,
-    delays: bool = False,
     *,
     did_work: str | None = None,
     passes: tuple = (),
+    trace: bool = True,
+    suffix: str = TRACED_SUFFIX,
 ) -> ast.Module:
     """A new module AST: the module plus ``<kernel>__traced`` right after the kernel (module docstring).
-    ``delays=True`` is ``passes=(DelayPass(),)``."""
-    passes = tuple(passes) + (
-        (DelayPass(),) if delays and not any(p.name == "delays" for p in passes) else ()
-    )
+    ``trace=False``: the passes alone, no trace probes or buffers (``suffix`` names the copy)."""
+    passes = tuple(passes)
     tree = copy.deepcopy(tree)
     index, fn = find_kernel(tree, kernel)
     traced = copy.deepcopy(fn)
-    traced.name = traced_name(kernel)
+    traced.name = kernel + suffix
     traced.decorator_list = _traced_decorators(fn)
-    params = [TRACE, ACTIVE] + [name for p in passes for name in p.params]
+    params = ([TRACE, ACTIVE] if trace else []) + [name for p in passes for name in p.params]
     taken = {a.arg for a in fn.args.args}
     clash = [name for name in params if name in taken]
     if clash:
@@ -164,6 +160,11 @@ def instrument(
         for d in getattr(p, "module_defs", []):
             tree.body.insert(index + 1, d)
             index += 1
+    if not trace:
+        tree.body.insert(index + 1, traced)
+        tree = ast.fix_missing_locations(tree)
+        tree.vz_info, tree.vz_params = infos, params
+        return tree
     # which threads did work: the spec's expression; else those past a guard return did not; under a
     # whole-body guard, those whose condition held; everyone else did
     declared = located(ast.parse(did_work, mode="eval").body, fn) if did_work else None
@@ -202,16 +203,15 @@ def instrument(
     tree = ast.fix_missing_locations(tree)
     tree.vz_info = infos
     tree.vz_params = params
-    tree.delay_sites = infos.get("delays", {}).get("sites", [])
     return tree
 
 
-def probe_globals(passes: tuple = (), delays: bool = False) -> dict[str, Any]:
+def probe_globals(passes: tuple = ()) -> dict[str, Any]:
     """The names the instrumented code calls: the trace probes and every pass's device functions."""
     from kernels.probes import trace_begin, trace_end
 
     out: dict[str, Any] = {BEGIN: trace_begin, END: trace_end}
-    for p in tuple(passes) + ((DelayPass(),) if delays else ()):
+    for p in passes:
         out.update(p.globals())
     return out
 
@@ -225,7 +225,7 @@ def function_namespace(py_fn) -> dict[str, Any]:
     return namespace
 
 
-def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (), delays: bool = False):
+def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = ()):
     """A built-in kernel's plain Python function (kernels/), instrumented like a visitor's kernel:
     returns ``(traced_python_function, tree)``. The source comes from the kernel's file, so every
     line number (per-line access records, tracebacks) is the file's own; globals are the function's
@@ -234,13 +234,13 @@ def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (
     tree = function_source_tree(py_fn)
     fn = tree.body[0]
     fn.decorator_list = []
-    tree = instrument(tree, fn.name, delays, did_work=did_work, passes=passes)
+    tree = instrument(tree, fn.name, did_work=did_work, passes=passes)
     namespace = function_namespace(py_fn)
     for p in passes:  # what a pass's module-level helpers name (a device function's closure)
         for ns in getattr(p, "namespaces", lambda: [])():
             for k, v in ns.items():
                 namespace.setdefault(k, v)
-    namespace.update(probe_globals(passes, delays))
+    namespace.update(probe_globals(passes))
     exec(compile(tree, py_fn.__code__.co_filename, "exec"), namespace)
     traced = namespace[traced_name(fn.name)]
     traced.__qualname__ = py_fn.__qualname__ + TRACED_SUFFIX

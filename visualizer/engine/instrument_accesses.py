@@ -841,24 +841,13 @@ class AccessPass:
 
 def standalone(tree: ast.Module, kernel: str, exclude=()) -> tuple[ast.Module, dict]:
     """The module plus ``<kernel>__traced``: the kernel with only the access pass (its parameters
-    appended), and the pass's info. engine/instrument.py's ``passes=`` does the same with the probes."""
-    from visualizer.engine.instrument import _traced_decorators, find_kernel, traced_name
+    appended; engine/instrument.py ``instrument(..., trace=False)``), and the pass's info."""
+    from visualizer.engine.instrument import instrument
 
-    tree = copy.deepcopy(tree)
-    index, fn = find_kernel(tree, kernel)
-    traced = copy.deepcopy(fn)
-    traced.name = traced_name(kernel)
-    traced.decorator_list = _traced_decorators(fn)
     p = visitor_pass(tree)  # as a visitor's module gets it
     p.exclude = frozenset(exclude)
-    for name in p.params:
-        traced.args.args.append(ast.copy_location(ast.arg(arg=name), fn))
-    info: dict = {}
-    p.apply(traced, info)
-    tree.body.insert(index + 1, traced)
-    for d in p.module_defs:
-        tree.body.insert(index + 1, d)
-    return ast.fix_missing_locations(tree), info
+    out = instrument(tree, kernel, passes=(p,), trace=False)
+    return out, out.vz_info[p.name]
 
 
 # --- host side: what each recorded array is -----------------------------------------------------

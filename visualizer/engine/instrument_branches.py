@@ -46,7 +46,7 @@ import copy
 
 import numpy as np
 
-from visualizer.engine.instrument import _traced_decorators, find_kernel
+from visualizer.engine.instrument import instrument
 from visualizer.engine.instrument_ast import assigned_names, located
 
 BRANCH_FN = "_vz_branch"
@@ -411,23 +411,6 @@ def lens_bytes(simulator: bool, n_blocks: int, threads_per_block: int, branches:
 
 
 def apply_passes(tree: ast.Module, kernel: str, passes, suffix: str = "__traced") -> ast.Module:
-    """Standalone use (tests, the by-hand GPU check): the passes alone, without the instrumenter's trace
-    probes (engine/instrument.py runs them in the capture path): a copy of ``tree`` with
-    ``<kernel><suffix>``, the kernel with each pass's parameters appended and its rewrite applied, after
-    the kernel; ``tree.vz_info[pass.name]`` holds what each pass recorded."""
-    tree = copy.deepcopy(tree)
-    index, node = find_kernel(tree, kernel)
-    traced = copy.deepcopy(node)
-    traced.name = kernel + suffix
-    traced.decorator_list = _traced_decorators(node)
-    infos = {}
-    for p in passes:
-        for param in p.params:
-            traced.args.args.append(ast.copy_location(ast.arg(arg=param), node))
-        info: dict = {}
-        p.apply(traced, info)
-        infos[p.name] = info
-    tree.body.insert(index + 1, traced)
-    tree = ast.fix_missing_locations(tree)
-    tree.vz_info = infos
-    return tree
+    """The passes alone, without the trace probes (tests, the by-hand GPU check): engine/instrument.py's
+    ``instrument(..., trace=False)``; ``tree.vz_info[pass.name]`` holds what each pass recorded."""
+    return instrument(tree, kernel, passes=tuple(passes), trace=False, suffix=suffix)

@@ -175,19 +175,3 @@ def delay_table(seed: int, run: int, sites) -> tuple[np.ndarray, dict]:
         "delay_slots": int(table.size),
     }
     return table, fields
-
-
-def use_delays(job, seed: int, sites) -> None:
-    """A Job (engine/pipeline.py) whose traced build takes ``_vz_delay``: run 0's table as its
-    ``delay`` buffer, and before each later run i that run's own (``delay_table(seed, i, sites)``)."""
-    job.delay_sites = list(sites)
-    job.buffers["delay"] = delay_table(seed, 0, sites)[0]
-    job.before_run = lambda run: job.buffers.__setitem__("delay", delay_table(seed, run, sites)[0])
-
-
-def record_delays(runs_info: dict, job) -> None:
-    """launch.json's ``runs`` of a Job that ``use_delays`` set up: each run's draw beside its
-    schedule, and the sites it drew from."""
-    for i, entry in enumerate(runs_info["schedules"]):
-        entry.update(delay_table(runs_info["seed"], i, job.delay_sites)[1])
-    runs_info["delay_sites"] = [list(x) for x in job.delay_sites]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the worker's backend object; importing worker here would make a circle
-    from visualizer.engine.worker import Backend
+if TYPE_CHECKING:
+    from visualizer.engine.capture.backend import Backend
 
 
 def resources(backend: Backend, dispatcher, launch) -> dict:
@@ -39,9 +39,14 @@ def kernel_timing(
 ) -> dict:  # fmt: skip
     """timing.json for one capture (built-in or user kernel): on a GPU, device time of both builds
     queued behind a spin kernel with launch overhead beside it (visualizer/engine/gpu_timing.py); on the
-    simulator, CPU wall time of the instrumented launch already in ``steps`` (and one clean launch)."""
+    simulator, CPU wall time of the instrumented launch already in ``steps`` (and one clean launch).
+    ``time_clean=False`` on a GPU: no timing at all (the instrumented build launched once, its compile
+    in it), so a capture that wants only what the kernel recorded pays for one launch."""
     timing: dict = {"backend": backend.name, "host_steps_ns": steps, "compile_ns": compile_ns}
-    if backend.simulator:
+    if not backend.simulator and not time_clean:
+        timing["clock"] = "not timed: this capture asked for no timing"
+        timing["method"] = {"device_time": "none: the instrumented build was launched once, not timed"}
+    elif backend.simulator:
         timing["clock"] = "simulator wall time on the CPU (not GPU time)"
         timing["method"] = {
             "device_time": "none: the simulator has no GPU clock; times are CPU wall time of one "

@@ -38,10 +38,14 @@ class Job:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     arrays: dict[str, np.ndarray]  # the kernel's own arrays: copied in, read back
-    buffers: dict[str, np.ndarray]  # probe buffers (trace, active, tiles, rows): kept apart, so a
-    # visitor's argument may be called "trace"
+    buffers: dict[str, np.ndarray]  # probe buffers (trace, active, tiles, rows, the lenses'): kept apart,
+    # so a visitor's argument may be called "trace"
     traced_args: list[Arg]
     clean_args: list[Arg]
+    # the traced build's parameter names, as far as the simulator's listeners name arrays by them (the
+    # kernel's own, then the trace buffers)
+    traced_names: list[str] = field(default_factory=list)
+    lenses: Any = None  # engine/lenses Lenses: the lenses this capture asked for
     dynamic_smem: int = 0
     nbytes: float = 0.0  # bytes the kernel moves (decides the L2 flush; GB/s when flops is known)
     flops: float = 0.0
@@ -49,17 +53,8 @@ class Job:
     # wraps every launch of either build: (dispatcher, args) -> result; turns a visitor's failure
     # into one line naming their line
     call: Callable[[Any, list], Any] = lambda fn, args: fn(*args)  # noqa: E731
-    # (device arrays, device buffers) -> an access recorder (engine/access_record.py) or None
-    start_recording: Callable[[dict, dict], Any] | None = None
-    limits: Callable[[], Any] = nullcontext  # a context around running the kernel (a visitor's limits)
-    during_launch: Callable[[], Any] = nullcontext  # a context around the instrumented launch only
-    overflow_error: Callable[[Any], Exception] | None = None  # recorder -> the error to raise instead
-    before_run: Callable[[int], None] | None = None  # before run i > 0 is reset (its delay table)
-    delay_sites: list | None = None  # the delays pass's (line, kinds) sites; its table: buffers["delay"]
-    lens: dict = field(default_factory=dict)  # what the lenses' passes recorded about the kernel (sites)
-    # the read-back probe buffers -> the recorder's buffers, for accesses the kernel recorded itself
-    # (the access pass, engine/gpu_access_job.py); it takes its own buffers out of them
-    finish_accesses: Callable[[dict], dict] | None = None
+    # the simulator's listeners of the front end's own (a visitor's static shared memory)
+    sim_listeners: list = field(default_factory=list)
 
     @property
     def config(self) -> tuple:
@@ -76,17 +71,30 @@ class Ran:
     instrumented: dict  # registers, shared memory, driver occupancy of each build (GPU)
     clean: dict
     device_arrays: dict  # only until free(): the torch baseline reads them
-    accesses: dict | None = None
     runs: dict[str, np.ndarray] | None = None  # runs > 1: each kernel array after every run, stacked
     # how each run was scheduled (seeded simulator: its warp steps and stalls; GPU delays: their table)
     schedules: list[dict] | None = None
 
 
 def _reset(job: Job, run: int, copy_in) -> None:
-    """Run ``run`` starts from the same inputs (and, for a visitor's delays, its own delay table)."""
-    if job.before_run is not None:
-        job.before_run(run)
+    """Run ``run`` starts from the same inputs (and the lenses' own tables for it: the delays')."""
+    if job.lenses is not None:
+        job.lenses.before_run(run, job.buffers)
     copy_in()
+
+
+def _listened(job: Job, device: dict, bufs: dict) -> list:
+    """The simulator's listeners of the instrumented launch: the lenses' (arrays named by the kernel's
+    parameter names, the probe buffers among them excluded) and the front end's."""
+    arrays, excluded = {}, set()
+    for (kind, what), name in zip(job.traced_args, job.traced_names, strict=False):
+        if kind == "array":
+            arrays[name] = device[what]
+        elif kind == "buffer":
+            arrays[name] = bufs[what]
+            excluded.add(name)
+    own = job.lenses.listeners(arrays, excluded) if job.lenses is not None else []
+    return [*own, *job.sim_listeners]
 
 
 def _args(layout: list[Arg], device: dict, bufs: dict) -> list:
@@ -94,6 +102,16 @@ def _args(layout: list[Arg], device: dict, bufs: dict) -> list:
     for kind, what in layout:
         out.append(device[what] if kind == "array" else bufs[what] if kind == "buffer" else what)
     return out
+
+
+def listen(backend, listeners: list):
+    """The context the instrumented launch runs in on the simulator: ``listeners`` hear its array
+    accesses, barriers, atomics and thread switches (engine/fastsim.py ``listening``)."""
+    if backend.simulator and listeners:
+        from visualizer.engine import fastsim
+
+        return fastsim.listening(listeners)
+    return nullcontext()
 
 
 def schedule(backend, seed: int | None, run: int):
@@ -150,47 +168,42 @@ def run(
     def clean():
         return job.call(job.clean[config], clean_args)
 
-    with job.limits():
-        if not backend.simulator:
-            # warm-up compiles both builds (excluded from timing), then every buffer starts again
-            t = time.perf_counter_ns()
-            traced()
-            clean()
-            cuda.synchronize()
-            compile_ns = time.perf_counter_ns() - t
-            copy_in()
-        else:
-            compile_ns = time.perf_counter_ns() - job.compile_started_ns
+    if not backend.simulator and time_clean:
+        # warm-up compiles both builds (excluded from timing), then every buffer starts again
+        t = time.perf_counter_ns()
+        traced()
+        clean()
+        cuda.synchronize()
+        compile_ns = time.perf_counter_ns() - t
+        copy_in()
+    else:  # the simulator compiles nothing; an untimed GPU capture compiles in its one launch
+        compile_ns = time.perf_counter_ns() - job.compile_started_ns
 
-        recorder = job.start_recording(device, bufs) if job.start_recording else None
-        schedules = []
-        try:
-            with job.during_launch(), schedule(backend, seed, 0) as sch:
-                _, steps["kernel"] = backend.timed(traced)
-            schedules.append(schedule_fields(seed, 0, sch))
-        except Exception:
-            if recorder is not None and getattr(recorder, "overflow", False) and job.overflow_error:
-                raise job.overflow_error(recorder) from None
-            raise
-        finally:
-            if recorder is not None:
-                from visualizer.engine import access_record
+    schedules = []
+    listening = listen(backend, _listened(job, device, bufs) if backend.simulator else [])
+    try:
+        with listening, schedule(backend, seed, 0) as sch:
+            _, steps["kernel"] = backend.timed(traced)
+        schedules.append(schedule_fields(seed, 0, sch))
+    except Exception as exc:
+        better = job.lenses.error(exc) if job.lenses is not None else None
+        if better is not None:
+            raise better from None
+        raise
 
-                access_record.stop()
+    def copy_out():
+        return {k: device[k].copy_to_host() for k in job.arrays}, {
+            k: v.copy_to_host() for k, v in bufs.items()
+        }
 
-        def copy_out():
-            return {k: device[k].copy_to_host() for k in job.arrays}, {
-                k: v.copy_to_host() for k, v in bufs.items()
-            }
-
-        (after, recorded), steps["copy_out"] = backend.timed(copy_out)
-        stacked = more_runs(
-            backend, after, runs, seed, schedules, lambda i: _reset(job, i, copy_in), traced, job.during_launch,
-            lambda: {k: device[k].copy_to_host() for k in job.arrays},
-        )  # fmt: skip
-        timing = kernel_timing(
-            backend, steps, compile_ns, repeats, time_clean, clean, traced, job.nbytes, job.flops
-        )
+    (after, recorded), steps["copy_out"] = backend.timed(copy_out)
+    stacked = more_runs(
+        backend, after, runs, seed, schedules, lambda i: _reset(job, i, copy_in), traced,
+        lambda: {k: device[k].copy_to_host() for k in job.arrays},
+    )  # fmt: skip
+    timing = kernel_timing(
+        backend, steps, compile_ns, repeats, time_clean, clean, traced, job.nbytes, job.flops
+    )
 
     ran = Ran(
         after=after,
@@ -199,11 +212,6 @@ def run(
         instrumented=resources(backend, job.traced, _launch_shape(job)),
         clean=resources(backend, job.clean, _launch_shape(job)),
         device_arrays=device,
-        accesses=recorder.buffers()
-        if recorder is not None
-        else job.finish_accesses(recorded)
-        if job.finish_accesses is not None
-        else None,
         runs=stacked,
         schedules=schedules,
     )
@@ -221,7 +229,7 @@ def run(
     return ran
 
 
-def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, around, read):
+def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, read):
     """Runs 1..runs-1 of a launch whose run 0 gave the arrays ``first``: each from the same inputs
     (``reset(i)``), in its schedule (``schedule``), its arrays read back (``read``). Returns every
     run's arrays stacked (None for one unseeded run); appends each run's schedule fields to ``schedules``."""
@@ -230,7 +238,7 @@ def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, lau
     each = [first]
     for i in range(1, runs):
         reset(i)
-        with around(), schedule(backend, seed, i) as sch:
+        with schedule(backend, seed, i) as sch:
             launch()
             if not backend.simulator:
                 backend.cuda.synchronize()

@@ -25,7 +25,6 @@ import sys
 import time
 import traceback
 import types
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -67,11 +66,10 @@ def _where(filename: str, hit) -> str:
     return f" at {os.path.basename(filename)} line {line}" + (f": {text}" if text else "")
 
 
-def load_module(source: str, filename: str, kernel: str, delays: bool = False, passes: tuple = ()):
+def load_module(source: str, filename: str, kernel: str, passes: tuple = ()):
     """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
-    ``delays``: the instrumented build waits seeded per-warp delays before loads, stores, atomics and
-    barriers (engine/instrument_delays.py); ``passes``: the lenses' passes (engine/instrument.py), their
-    info is ``module._vz_info``, the parameters the instrumenter added ``module._vz_params``."""
+    ``passes``: the lenses' passes (engine/instrument.py), their info is ``module._vz_info``, the
+    parameters the instrumenter added ``module._vz_params``."""
     try:
         tree = ast.parse(source, filename=filename)
     except SyntaxError as exc:
@@ -81,7 +79,7 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False, p
             + (f": {text[:80]}" if text else "")
         ) from None
     try:
-        instrumented = instrument(tree, kernel, delays=delays, passes=passes)
+        instrumented = instrument(tree, kernel, passes=passes)
         code = compile(instrumented, filename, "exec")
     except KeyError:
         raise UserCodeError(
@@ -96,7 +94,7 @@ def load_module(source: str, filename: str, kernel: str, delays: bool = False, p
     name = f"user_kernel_{next(_module_ids)}"
     module = types.ModuleType(name)
     module.__file__ = filename
-    module.__dict__.update(probe_globals(passes, delays=delays))
+    module.__dict__.update(probe_globals(passes))
     module.__dict__["_vz_info"] = instrumented.vz_info
     module.__dict__["_vz_params"] = instrumented.vz_params
     sys.modules[name] = module  # numba and inspect look modules up by name
@@ -183,25 +181,29 @@ def describe_failure(exc: BaseException, filename: str, simulator: bool) -> User
     return UserCodeError(f"{kind}{where}: {_short(first, 240)}")
 
 
-@contextmanager
-def shared_allocations(simulator: bool, found: list):
-    """On the simulator: collect each launch's shared arrays (their bytes are the kernel's static smem)."""
-    if not simulator:
-        yield
-        return
-    from numba.cuda.simulator import kernelapi
+class SharedAllocations:
+    """A simulator listener: each launch's in-kernel modules, whose shared arrays' bytes are the
+    kernel's static shared memory (engine/fastsim.py ``listening``)."""
 
-    original = kernelapi.FakeCUDAModule.__init__
+    def __init__(self):
+        self.found: list = []
 
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        found.append(self)
+    def start(self) -> None:
+        from numba.cuda.simulator import kernelapi
 
-    kernelapi.FakeCUDAModule.__init__ = init
-    try:
-        yield
-    finally:
-        kernelapi.FakeCUDAModule.__init__ = original
+        self._original = original = kernelapi.FakeCUDAModule.__init__
+        found = self.found
+
+        def init(module, *args, **kwargs):
+            original(module, *args, **kwargs)
+            found.append(module)
+
+        kernelapi.FakeCUDAModule.__init__ = init
+
+    def stop(self) -> None:
+        from numba.cuda.simulator import kernelapi
+
+        kernelapi.FakeCUDAModule.__init__ = self._original
 
 
 def _static_smem(fake_modules: list) -> int:
@@ -240,11 +242,12 @@ REFERENCE_BUILTINS = {
 }  # fmt: skip
 
 
-def check_reference(request: dict, module, before: dict, after: dict, filename: str) -> dict:
-    """Compare the arrays after the launch with numpy: NAME=EXPR lines, or fn:NAME in the source."""
-    rtol, atol = float(request.get("rtol", 1e-4)), float(request.get("atol", 1e-5))
+def check_reference(kernel, module, before: dict, after: dict, filename: str) -> dict:
+    """Compare the arrays after the launch with numpy: NAME=EXPR lines, or fn:NAME in the source
+    (``kernel``: the request's SourceKernel)."""
+    rtol, atol = kernel.rtol, kernel.atol
     result = {"correct": None, "outputs": {}, "rtol": rtol, "atol": atol, "expected_wrong": False}
-    refs = request.get("reference") or []
+    refs = kernel.reference
     if not refs:
         result["reference"] = None
         return result
@@ -257,7 +260,7 @@ def check_reference(request: dict, module, before: dict, after: dict, filename: 
             if not callable(fn):
                 raise UserCodeError(f"reference function {fname!r} is not defined in the source")
             try:
-                out = fn(*[copies[p] for p in request["params"]])
+                out = fn(*[copies[p] for p in kernel.arg_order])
             except Exception as exc:
                 hit = _user_frame(exc.__traceback__, filename)
                 raise UserCodeError(
@@ -360,24 +363,25 @@ def _xoroshiro_init(n, seed):
 _xoroshiro_jit = None
 
 
-def prepare_source(backend, request: dict):
+def prepare_source(backend, request):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
-    from visualizer.engine.lenses import Lenses
+    from visualizer.engine.lenses import KernelView, Lenses
     from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
+    src = request.source
     limits = catalog.limits_from_info(backend.device_info())
-    kernel, filename, params = request["kernel"], request["filename"], list(request["params"])
-    grid, block = tuple(request["grid"]), tuple(request["block"])
+    kernel, filename, params = request.kernel, src.filename, list(src.arg_order)
+    grid, block = tuple(src.grid), tuple(src.block)
     launch = catalog.Launch(grid=grid, block=block, scalars={})
     catalog.check_launch(launch, limits, backend.name)  # checked again here, against this device
 
-    rng = np.random.default_rng(request.get("seed", 0))
+    rng = np.random.default_rng(request.seed)
     values: dict = {}
     for name in params:
-        a = request["args"][name]
+        a = src.args[name]
         if a["kind"] == "scalar":
             values[name] = a["value"]
         elif a["kind"] == "rng":
@@ -390,20 +394,19 @@ def prepare_source(backend, request: dict):
     records = launch.blocks * ceil_div(tpb, 32) if threads > PER_WARP_ABOVE else threads
     buffers = {"trace": np.zeros((3, records), np.int64), "active": np.zeros(threads, np.uint8)}
 
-    # the lenses asked for (engine/lenses.py): the SIMT lens, accesses the kernel records itself, delays
-    lenses = Lenses.of(backend, request, launch.blocks, tpb)
-    buffers.update(lenses.buffers)
+    lenses = Lenses(backend, request, grid, block)  # the lenses asked for (engine/lenses/)
     started = time.perf_counter_ns()
-    from visualizer.engine.instrument_accesses import AccessPass, visitor_pass
-
     try:  # its TILE = 16 (constant loops unrolled) and its device functions (recorded too)
-        access_pass = visitor_pass(ast.parse(request["source"]))
+        tree = ast.parse(src.text)
     except SyntaxError:
-        access_pass = AccessPass()  # load_module says what is wrong
-    module = load_module(request["source"], filename, kernel, lenses.delays, lenses.build_passes(access_pass))
+        tree = None  # load_module says what is wrong
+    view = KernelView(params=params, tree=tree, host_arrays={p: arrays[p] for p in params if p in arrays})
+    module = load_module(src.text, filename, kernel, lenses.passes(view))
     traced, clean = kernel_pair(backend.cuda, module, kernel)
-    added = module.__dict__["_vz_params"][2:]  # after trace and active: the delay table, the lenses'
-    infos = module.__dict__["_vz_info"]
+    view.namespace = module.__dict__
+    lenses.built(module.__dict__["_vz_info"], view)
+    buffers.update(lenses.buffers())
+    added = module.__dict__["_vz_params"][2:]  # after trace and active: the lenses' parameters
     user_args = [("array", p) if p in arrays else ("value", values[p]) for p in params]
 
     def call(fn, args):  # a failure in the visitor's code is one line naming their line
@@ -417,39 +420,31 @@ def prepare_source(backend, request: dict):
                 raise
             raise described from None
 
-    fake_modules: list = []
+    shared = SharedAllocations()
     job = Job(
         traced=traced, clean=clean, grid=grid, block=block, arrays=arrays, buffers=buffers,
         traced_args=[*user_args, ("buffer", "trace"), ("buffer", "active"), *lenses.buffer_args(added)],
-        clean_args=user_args,
+        clean_args=user_args, traced_names=[*params, TRACE, ACTIVE], lenses=lenses,
         # no flops model for a visitor's kernel (its bytes only decide the L2 flush): no GB/s is claimed
         nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
-        during_launch=lambda: shared_allocations(backend.simulator, fake_modules), lens=lenses.info(infos),
+        sim_listeners=[shared] if backend.simulator else [],
     )  # fmt: skip
-    host = {p: arrays[p] for p in params if p in arrays}
-    lenses.attach(job, backend, request, infos, host, module.__dict__)
-    if request.get("accesses") and not lenses.record_accesses:  # the simulator's exact recorder
-        job.start_recording = lambda device, bufs: start_access_recording(
-            backend, request, device, bufs, grid, block
-        )
-    return module, values, job, fake_modules
+    return module, values, job, shared.found
 
 
-def capture_source(backend, request: dict) -> dict:
+def capture_source(backend, request) -> dict:
     """Run a visitor's kernel through the capture sequence (engine/pipeline.py): the reply has the
     shape of a built-in kernel's, plus the reference check made here, inside the sandbox."""
     from visualizer.engine import pipeline
-    from visualizer.engine.instrument_delays import record_delays
 
     module, values, job, fake_modules = prepare_source(backend, request)
+    src = request.source
     before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
-    runs, seed = int(request.get("runs", 1)), request.get("schedule_seed")
-    ran = pipeline.run(
-        backend, job, int(request.get("repeats", 20)), request.get("time_clean", True), None, runs, seed
-    )
-    kernel, filename, params = request["kernel"], request["filename"], list(request["params"])
+    runs, seed = request.runs, request.schedule_seed
+    ran = pipeline.run(backend, job, request.repeats, request.time_clean, None, runs, seed)
+    kernel, filename, params = request.kernel, src.filename, list(src.arg_order)
     after = ran.after
-    check = check_reference(request, module, before, after, filename)
+    check = check_reference(src, module, before, after, filename)
     static_smem = (
         _static_smem(fake_modules) if backend.simulator else ran.instrumented.get("static_smem_bytes", 0)
     )
@@ -465,62 +460,35 @@ def capture_source(backend, request: dict) -> dict:
         "kernel_name": kernel,
         "user_kernel": True,
         "filename": os.path.basename(filename),
-        "params": {p: request["args"][p]["text"] for p in params},
+        "params": {p: src.args[p]["text"] for p in params},
         "arg_order": params,
         "written": changed,
         "static_smem_bytes": int(static_smem or 0),
         "tile_operands": [],
         "row_table": None,
-        "kernel_source": request["source"],
-        "reference": request.get("reference") or [],
-        **({"lens": job.lens} if job.lens else {}),
+        "kernel_source": src.text,
+        "reference": list(src.reference),
     }
-    from visualizer.engine.instrument_branches import trim_logs as branch_logs_trimmed
-
     reply = {
         "launch": launch_info,
         "timing": ran.timing,
-        "buffers": branch_logs_trimmed(ran.buffers),  # the SIMT lens's logs: the records made, not the room
+        "buffers": ran.buffers,
         "outputs": {k: after[k] for k in changed},
         "inputs": {k: after[k] for k in job.arrays if k not in changed},
         "check": check,
     }
-    if ran.accesses is not None:
-        reply["accesses"] = ran.accesses
     if ran.runs is not None:  # every run's written arrays, and each run checked like run 0
         stacked, schedules = ran.runs, ran.schedules
         written = [k for k in job.arrays if k in changed or any(not _same(before[k], r) for r in stacked[k])]
         reply["runs"] = {k: stacked[k] for k in written}
         reply["runs_correct"] = [
-            check_reference(request, module, before, {k: stacked[k][i] for k in job.arrays}, filename)[
-                "correct"
-            ]
+            check_reference(src, module, before, {k: stacked[k][i] for k in job.arrays}, filename)["correct"]
             for i in range(runs)
         ]
         launch_info["runs"] = {"count": runs, "seed": seed, "schedules": schedules}
-        if job.delay_sites is not None:
-            record_delays(launch_info["runs"], job)
+    job.lenses.reply(reply, launch_info)  # each lens's part (engine/lenses/)
     return reply
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-
-
-def start_access_recording(backend, request: dict, device: dict, bufs: dict, grid, block):
-    """Record the instrumented launch's loads and stores with the memory engine (simulator only).
-
-    Arrays are named by the kernel's own parameter names; the trace buffers are excluded.
-    """
-    from visualizer.specs.catalog import LaunchError
-
-    try:
-        from visualizer.engine import access_record as record
-    except ImportError:
-        raise LaunchError(
-            "recording memory accesses needs the memory-access engine (visualizer/engine/access_record.py), not in this build"
-        ) from None
-    if not backend.simulator:
-        raise LaunchError("memory-access recording needs the simulator backend (--backend sim)")
-    named = {**device, TRACE: bufs["trace"], ACTIVE: bufs["active"]}
-    return record.start(named, {TRACE, ACTIVE}, grid, block)

@@ -146,7 +146,7 @@ class UserRunner(Runner):
         if not 1 <= int(runs) <= MAX_RUNS:
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
-        if accesses and sample_blocks is not None:  # which warps record on a GPU (engine/gpu_access_job.py)
+        if accesses and sample_blocks is not None:  # which warps record on a GPU (engine/lenses/accesses.py)
             request["sample_blocks"] = sample_blocks
         if accesses and access_engine is not None:
             request["access_engine"] = str(access_engine)

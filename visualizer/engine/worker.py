@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 
+from visualizer.engine.capture.backend import Backend
 from visualizer.engine.messages import Message
 
 PER_WARP_ABOVE = 1 << 16  # above this many threads, record timing once per warp (lane 0)
@@ -78,107 +79,6 @@ def limit_cpu(seconds: float | None) -> None:
         pass
 
 
-class Backend:
-    """What differs between the GPU and the simulator, behind one small interface."""
-
-    def __init__(self, name: str, progress=None, announce_blocks=None):
-        from numba import cuda
-
-        self.name = name
-        self.cuda = cuda
-        self.progress = progress  # progress(n): n more blocks finished (the simulator counts them)
-        self.announce_blocks = announce_blocks  # announce_blocks(n): one launch has n blocks
-        self.simulator = name == "sim"
-        if self.simulator:
-            from visualizer.engine import fastsim
-
-            # greenlet threads, per-block shared memory; a hung kernel stops with KernelHangError,
-            # and a worker stuck past that exits so the runner starts a fresh one
-            fastsim.install(exit_if_stuck=True)
-            self._install_progress_hook()
-        elif not cuda.is_available():
-            raise RuntimeError("no CUDA GPU is available to numba-cuda on this machine")
-
-    # --- device description ---------------------------------------------------------------
-    def device_info(self) -> dict:
-        if self.simulator:
-            return {
-                "backend": "sim",
-                "device_name": "CUDA simulator on CPU",
-                "compute_capability": None,
-                "models": "NVIDIA H200 (132 SMs)",
-                "num_sms": 132,
-                "max_threads_per_block": 1024,
-                "smem_per_block": 48 * 1024,
-                "smem_per_block_optin": 232448,
-                "max_threads_per_sm": 2048,
-                "max_blocks_per_sm": 32,
-                "regs_per_sm": 65536,
-                "smem_per_sm": 233472,
-            }
-        dev = self.cuda.get_current_device()
-        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        cc = dev.compute_capability
-        info = {
-            "backend": "gpu",
-            "device_name": name,
-            "compute_capability": f"{cc[0]}.{cc[1]}",
-            "num_sms": dev.MULTIPROCESSOR_COUNT,
-            "max_threads_per_block": dev.MAX_THREADS_PER_BLOCK,
-            "smem_per_block": dev.MAX_SHARED_MEMORY_PER_BLOCK,
-            "smem_per_block_optin": dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-            "max_threads_per_sm": dev.MAX_THREADS_PER_MULTIPROCESSOR,
-            "max_blocks_per_sm": dev.MAX_BLOCKS_PER_MULTIPROCESSOR,
-            "regs_per_sm": dev.MAX_REGISTERS_PER_MULTIPROCESSOR,
-            "smem_per_sm": dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-            "clock_khz": dev.CLOCK_RATE,
-            "memory_clock_khz": dev.MEMORY_CLOCK_RATE,
-            "memory_bus_bits": dev.GLOBAL_MEMORY_BUS_WIDTH,
-        }
-        # which GPU ran it (launch.json): the one this worker is pinned to, by the runner's
-        # CUDA_VISIBLE_DEVICES entry (an index or a uuid) and by the device's own uuid
-        info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-        info["device_id"] = int(dev.id)
-        try:
-            info["uuid"] = str(dev.uuid)
-        except Exception:
-            info["uuid"] = None
-        try:  # global memory, for the runner's admission check (catalog.check_cost)
-            info["memory_bytes"] = int(self.cuda.current_context().get_memory_info()[1])
-        except Exception:
-            pass
-        # DRAM peak: 2 transfers per clock (DDR) x bus width in bytes
-        info["peak_bandwidth_gbs"] = 2 * dev.MEMORY_CLOCK_RATE * 1e3 * dev.GLOBAL_MEMORY_BUS_WIDTH / 8 / 1e9
-        return info
-
-    def _install_progress_hook(self) -> None:
-        """Count simulated blocks as they finish, so a long run can show progress."""
-        from numba.cuda.simulator import kernel as simkernel
-
-        original = simkernel.BlockManager.run
-        backend = self
-
-        def run(manager, grid_point, *args):
-            original(manager, grid_point, *args)
-            if backend.progress is not None:
-                backend.progress(1)
-
-        simkernel.BlockManager.run = run
-
-    # --- timing primitives -------------------------------------------------------------------
-    def sync(self) -> None:
-        if not self.simulator:
-            self.cuda.synchronize()
-
-    def timed(self, fn) -> tuple[object, float]:
-        """Run fn and return (its result, wall ns), synchronised with the device."""
-        self.sync()
-        t = time.perf_counter_ns()
-        out = fn()
-        self.sync()
-        return out, time.perf_counter_ns() - t
-
-
 def kernel_function(spec, values):
     """The built-in kernel's plain Python function (kernels/): the function itself, or what its
     factory returns for this compile-time specialisation (``spec.build_args``)."""
@@ -189,12 +89,12 @@ def kernel_function(spec, values):
     return fn
 
 
-def build_kernels(spec, values, passes: tuple = (), delays: bool = False):
+def build_kernels(spec, values, passes: tuple = ()):
     """The spec's two builds (engine/builds.py): instrumented by engine/instrument.py like any
     kernel, and clean. Returns the Builds (traced, clean, the parameters the instrumenter added)."""
     from visualizer.engine.builds import builds
 
-    return builds(kernel_function(spec, values), spec.active_when, passes, delays)
+    return builds(kernel_function(spec, values), spec.active_when, passes)
 
 
 def record_buffers(spec, launch) -> dict[str, np.ndarray]:
@@ -254,50 +154,56 @@ def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = Fal
         return {"torch_error": one_line(exc)}
 
 
-def prepare_builtin(backend: Backend, request: dict):
+def builtin_view(spec, fn, values: dict, host: dict):
+    """What a lens may know of a built-in kernel (engine/lenses KernelView): its parameter names, the
+    probe buffers among them, its closure (tile sizes, device functions), its host arrays by name."""
+    from visualizer.engine.access_record import PROBE_BUFFERS
+    from visualizer.engine.instrument import function_namespace
+    from visualizer.engine.lenses import KernelView
+
+    names = _param_names(fn)
+    return KernelView(
+        params=names,
+        probe_params=frozenset(n for role, n in zip(spec.args, names, strict=False) if role in PROBE_BUFFERS),
+        namespace=function_namespace(fn),
+        host_arrays={n: host[role] for role, n in zip(spec.args, names, strict=False) if role in host},
+        estimates=dict(spec.extra),
+        values=values,
+    )
+
+
+def prepare_builtin(backend: Backend, request):
     """A built-in kernel's Job (engine/pipeline.py): its spec's launch, inputs, probe buffers, builds."""
     from visualizer.engine.builds import builds
-    from visualizer.engine.instrument import function_namespace
+    from visualizer.engine.instrument import ACTIVE, TRACE
     from visualizer.engine.lenses import Lenses
     from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
     limits = catalog.limits_from_info(backend.device_info())
-    spec, values, launch = catalog.plan_launch(request["kernel"], request.get("params"), backend.name, limits)
-    inputs = spec.make_inputs(values, np.random.default_rng(request.get("seed", 0)))
+    spec, values, launch = catalog.plan_launch(request.kernel, request.params, backend.name, limits)
+    inputs = spec.make_inputs(values, np.random.default_rng(request.seed))
     buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
-    # the lenses asked for (engine/lenses.py): the SIMT lens, accesses the kernel records itself, delays
-    lenses = Lenses.of(backend, request, launch.blocks, launch.threads_per_block)
-    buffers.update(lenses.buffers)
     fn = kernel_function(spec, values)
-    built = builds(fn, spec.active_when, lenses.build_passes(builtin_access_pass(spec, fn)), lenses.delays)
+    kernel = builtin_view(spec, fn, values, {**inputs, **buffers})
+    lenses = Lenses(backend, request, launch.grid, launch.block)  # the lenses asked for (engine/lenses/)
+    built = builds(fn, spec.active_when, lenses.passes(kernel))
+    lenses.built(built.info, kernel)
+    buffers.update(lenses.buffers())
     layout = [
         ("array", a) if a in inputs else ("buffer", a) if a in buffers else ("value", launch.scalars[a])
         for a in spec.args
     ]  # the kernel's own parameters (domain probe buffers among them: no-ops in the clean build)
-    # the instrumenter's, after the kernel's own: the trace, then the lenses' buffers and the delay table
+    # the instrumenter's, after the kernel's own: the trace, then the lenses' buffers
     added = [("buffer", b) for b in INSTRUMENTER_BUFFERS]
     added += lenses.buffer_args(built.params[len(INSTRUMENTER_BUFFERS) :])
     nbytes, flops = spec.work(values)
     job = Job(
         traced=built.traced, clean=built.clean, grid=launch.grid, block=launch.block, arrays=inputs,
-        buffers=buffers, traced_args=layout + added, clean_args=layout, dynamic_smem=launch.dynamic_smem,
-        nbytes=nbytes, flops=flops, compile_started_ns=started, lens=lenses.info(built.info),
+        buffers=buffers, traced_args=layout + added, clean_args=layout, traced_names=[*kernel.params, TRACE, ACTIVE],
+        lenses=lenses, dynamic_smem=launch.dynamic_smem, nbytes=nbytes, flops=flops, compile_started_ns=started,
     )  # fmt: skip
-    host = {**inputs, **buffers}
-    named = {
-        name: host[role] for role, name in zip(spec.args, _param_names(fn), strict=False) if role in host
-    }
-    lenses.attach(job, backend, request, built.info, named, function_namespace(fn))
-    if request.get("accesses") and not lenses.record_accesses:  # the simulator's exact recorder
-        from visualizer.specs.catalog import LaunchError
-
-        def start(device, bufs):
-            return start_access_recording(backend, spec, values, launch, built.traced, {**device, **bufs})
-
-        job.start_recording = start
-        job.overflow_error = lambda recorder: LaunchError(access_limit_message(recorder.limit))
     return spec, values, launch, inputs, job
 
 
@@ -308,39 +214,29 @@ def _param_names(fn) -> list[str]:
 
 
 def builtin_access_pass(spec, fn):
-    """The access pass for a built-in kernel: its probe-buffer parameters are not its data."""
-    from visualizer.engine.access_record import PROBE_BUFFERS
-    from visualizer.engine.instrument import function_namespace
-    from visualizer.engine.instrument_accesses import AccessPass, namespace_device_functions
+    """The access pass for a built-in kernel (tools/access_cost.py builds it by hand)."""
+    from visualizer.engine.lenses.accesses import access_pass
 
-    names = _param_names(fn)
-    namespace = function_namespace(fn)
-    return AccessPass(
-        exclude=[n for role, n in zip(spec.args, names, strict=False) if role in PROBE_BUFFERS],
-        constants=namespace,  # the closure's tile sizes: constant loops are unrolled
-        device_functions=namespace_device_functions(namespace),  # flash_attention's store_tile
-    )
+    return access_pass(builtin_view(spec, fn, {}, {}))
 
 
-def capture(backend: Backend, request: dict) -> dict:
+def capture(backend: Backend, request) -> dict:
     """Run one built-in kernel through the capture sequence (engine/pipeline.py)."""
     from visualizer.engine import pipeline
 
     spec, values, launch, inputs, job = prepare_builtin(backend, request)
-    repeats = int(request.get("repeats", 20))
+    repeats = request.repeats
     baseline: dict = {}
 
     def torch_while_allocated(ran):
-        if not backend.simulator and request.get("torch", True):
+        if not backend.simulator and request.torch and request.time_clean:
             flush = ran.timing["method"]["l2_flush"]
             baseline.update(torch_baseline(spec, values, inputs, ran.device_arrays, repeats, flush))
 
-    runs, schedule_seed = int(request.get("runs", 1)), request.get("schedule_seed")
-    ran = pipeline.run(
-        backend, job, repeats, request.get("time_clean", True), torch_while_allocated, runs, schedule_seed
-    )
+    runs, schedule_seed = request.runs, request.schedule_seed
+    ran = pipeline.run(backend, job, repeats, request.time_clean, torch_while_allocated, runs, schedule_seed)
     timing = {**ran.timing, **baseline, "bytes_moved": job.nbytes, "flops": job.flops}
-    if not backend.simulator:
+    if not backend.simulator and "clean_ms" in timing:
         sec = timing["clean_ms"] / 1e3
         timing["clean_gbs"] = job.nbytes / sec / 1e9 if sec > 0 else None
         timing["clean_gflops"] = job.flops / sec / 1e9 if sec > 0 else None
@@ -351,72 +247,25 @@ def capture(backend: Backend, request: dict) -> dict:
         "static_smem_bytes": launch.static_smem,
         "tile_operands": list(spec.tile_operands),
         "row_table": list(spec.row_table) if spec.row_table else None,
-        **({"lens": job.lens} if job.lens else {}),
     }
     if not backend.simulator and ran.instrumented.get("static_smem_bytes") is not None:
         launch_info["static_smem_bytes"] = ran.instrumented["static_smem_bytes"]
-    from visualizer.engine.instrument_branches import trim_logs as branch_logs_trimmed
-
     reply = {
         "launch": launch_info,
         "timing": timing,
-        "buffers": branch_logs_trimmed(ran.buffers),  # the SIMT lens's logs: the records made, not the room
+        "buffers": ran.buffers,
         "inputs": inputs,  # as copied in (the reference check needs every one)
         "outputs": {k: ran.after[k] for k in spec.outputs},
     }
-    if ran.accesses is not None:
-        reply["accesses"] = ran.accesses
     if ran.runs is not None:  # every run's outputs, stacked (analysis/races.py compares them)
         reply["runs"] = {k: ran.runs[k] for k in spec.outputs}
         launch_info["runs"] = {"count": runs, "seed": schedule_seed, "schedules": ran.schedules}
-        if job.delay_sites is not None:
-            from visualizer.engine.instrument_delays import record_delays
-
-            record_delays(launch_info["runs"], job)
+    job.lenses.reply(reply, launch_info)  # each lens's part (engine/lenses/)
     return reply
 
 
-# --- memory-access recording (simulator only; visualizer/memory) -------------------------------
-
-
-def access_limit_message(limit: int) -> str:
-    return (
-        f"too many memory accesses to record (limit {limit:,} accesses, RECORD_LIMIT in "
-        "visualizer/engine/access_record.py); use a smaller launch"
-    )
-
-
-def start_access_recording(backend: Backend, spec, values, launch, traced, device):
-    """Start recording the instrumented launch's loads and stores (the simulator only)."""
-    import inspect
-
-    from visualizer.engine import access_record as record
-    from visualizer.specs.catalog import LaunchError
-
-    if not backend.simulator:
-        raise LaunchError("memory-access recording needs the simulator backend (--backend sim)")
-    estimate = spec.extra.get("accesses")
-    if callable(estimate) and estimate(values) > record.RECORD_LIMIT:
-        raise LaunchError(
-            f"about {int(estimate(values)):,} memory accesses: " + access_limit_message(record.RECORD_LIMIT)
-        )
-    # arrays are named by the kernel's own parameter names; spec.args gives their roles
-    try:
-        names = list(inspect.signature(traced.py_func).parameters)
-    except (TypeError, ValueError, AttributeError):
-        names = list(spec.args)
-    named = {}
-    excluded = set()
-    for role, name in zip((*spec.args, *INSTRUMENTER_BUFFERS), names, strict=False):
-        if role in device:
-            named[name] = device[role]
-            if role in record.PROBE_BUFFERS:
-                excluded.add(name)
-    return record.start(named, excluded, launch.grid, launch.block)
-
-
-def capture_source(backend: Backend, request: dict) -> dict:
-    """Run a user's kernel from its source (request["op"] == "source"): visualizer/specs/source.py, visualizer/engine/."""
+def capture_source(backend: Backend, request) -> dict:
+    """Run a visitor's kernel from its source (a request with ``source``): engine/source_capture.py."""
     from visualizer.engine.source_capture import capture_source as run_user_source
 
     return run_user_source(backend, request)
@@ -457,29 +306,30 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
         after_ready(backend)
     while True:
         try:
-            request = conn.recv()
+            wire = conn.recv()  # a plain dict: typed below (engine/capture/request.py)
         except EOFError:
             return
-        if request is None:
+        if wire is None:
             return
-        current["id"] = request.get("id")
-        limit_cpu(request.get("cpu_limit_s"))
+        current["id"] = wire.get("id")
+        limit_cpu(wire.get("cpu_limit_s"))
+        op = wire.get("op")
         try:
-            if request.get("op") == "info":
+            if op == "info":
                 say("ok", backend.device_info())
                 continue
-            visitor_op = request.get("op") in ("source", "ptx_source")
+            visitor_op = op in ("source", "ptx_source")
             if visitor_op != user_code:
                 say("error", "this worker does not run that kind of request")
                 continue
-            if request.get("op") == "ptx_source":  # compiled here, in the visitor's sandbox
+            if op == "ptx_source":  # compiled here, in the visitor's sandbox
                 from visualizer.engine import ptx
 
-                result = ptx.source_asm(
-                    request, str(request.get("arch", "sm_90")), bool(request.get("sass", True))
-                )
+                result = ptx.source_asm(wire, str(wire.get("arch", "sm_90")), bool(wire.get("sass", True)))
             else:
-                result = (capture_source if user_code else capture)(backend, request)
+                from visualizer.engine.capture.request import CaptureRequest
+
+                result = (capture_source if user_code else capture)(backend, CaptureRequest.from_wire(wire))
             say("ok", result)
         except Exception as exc:
             from visualizer.specs.catalog import LaunchError

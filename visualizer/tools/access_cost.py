@@ -52,8 +52,8 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
     from visualizer.engine import gpu_timing, worker
     from visualizer.engine import instrument_accesses as ia
     from visualizer.engine.builds import builds
-    from visualizer.engine.gpu_access_job import BUFFER_OF
     from visualizer.engine.instrument import function_namespace
+    from visualizer.engine.lenses.accesses import BUFFER_OF
     from visualizer.specs import catalog
 
     ops = gpu_timing.NumbaOps(cuda)

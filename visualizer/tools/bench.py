@@ -373,23 +373,30 @@ def sim_launch_seconds(engine: str, kernel: str, params: dict, reps: int) -> dic
         if engine != "fast+accesses":
             args = launch_args(spec, launch, host)[0]
             return lambda: traced[launch.grid, launch.block](*args)
-        from types import SimpleNamespace
+        import inspect
 
         from numba import cuda
 
         from visualizer.engine import access_record as record
-        from visualizer.engine.worker import start_access_recording
+        from visualizer.engine.worker import INSTRUMENTER_BUFFERS
 
         # device arrays, as the worker passes them: the recorder knows arrays by their identity
         device = {k: cuda.to_device(v) for k, v in host.items()}
         args = launch_args(spec, launch, device)[0]
+        names = list(inspect.signature(traced.py_func).parameters)
+        roles = zip((*spec.args, *INSTRUMENTER_BUFFERS), names, strict=False)
+        named = {name: device[role] for role, name in roles if role in device}
+        probes = {name for role, name in zip(spec.args, names, strict=False) if role in record.PROBE_BUFFERS}
 
         def recorded():
-            start_access_recording(SimpleNamespace(simulator=True), spec, values, launch, traced, device)
+            rec = record.Recorder.for_launch(
+                named, probes | set(names[len(spec.args) :]), launch.grid, launch.block
+            )
+            rec.start()
             try:
                 traced[launch.grid, launch.block](*args)
             finally:
-                record.stop()
+                rec.stop()
 
         return recorded
 

@@ -1,5 +1,5 @@
 """Access-recording captures for the pages, cached apart from plain captures: on the simulator (every
-thread's accesses) or on a GPU (the kernel's own, in sampled warps: engine/gpu_access_job.py)."""
+thread's accesses) or on a GPU (the kernel's own, in sampled warps: engine/lenses/accesses.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Memory access: coalescing (sectors per warp request), shared-memory bank conflicts and races,
 all drawn from recorded addresses: every thread's on the CUDA simulator, or, when the sidebar runs on
-a GPU, the kernel's own in sampled warps (engine/gpu_access_job.py), with the simulator's recording of
+a GPU, the kernel's own in sampled warps (engine/lenses/accesses.py), with the simulator's recording of
 the same launch beside it where the simulator can run it."""
 
 from pathlib import Path
