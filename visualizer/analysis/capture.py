@@ -44,6 +44,18 @@ class Capture:
     # when not recorded
     branches: pd.DataFrame | None = None
     barriers: pd.DataFrame | None = None
+    # the tables of lenses registered beside these (analysis/lens_tables.py), by name
+    lens_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def table(self, name: str) -> pd.DataFrame | None:
+        """A lens's table by name (None: not recorded)."""
+        return getattr(self, name) if name in _FIELDS else self.lens_tables.get(name)
+
+    def set_table(self, name: str, df: pd.DataFrame | None) -> None:
+        if name in _FIELDS:
+            setattr(self, name, df)
+        elif df is not None:
+            self.lens_tables[name] = df
 
     @property
     def measured(self) -> bool:
@@ -59,11 +71,15 @@ class Capture:
             out["tiles"] = self.tiles
         if self.row_state is not None:
             out[self.launch["row_table"][0]] = self.row_state
-        if self.branches is not None:
-            out["branches"] = self.branches
-        if self.barriers is not None:
-            out["barriers"] = self.barriers
+        from visualizer.analysis.lens_tables import table_names
+
+        for name in table_names():  # every lens's tables it recorded (possibly empty)
+            if self.table(name) is not None:
+                out[name] = self.table(name)
         return out
+
+
+_FIELDS = ("accesses", "requests", "hazards", "branches", "barriers")
 
 
 def _label(df: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -200,15 +216,11 @@ def build_capture(reply: dict) -> Capture:
         ins = {a: inputs[a] for a in spec.args if a in inputs and a not in spec.outputs}
         check = check_outputs(spec, launch["params"], inputs, outputs)
     cap = Capture(launch, timing, ins, outputs, threads, tiles, row_state, check)
-    if launch.get("lens"):  # the SIMT lens: branch visits, barrier waits (analysis/branches.py)
-        from visualizer.analysis import branches
+    from visualizer.analysis.lens_tables import REGISTRY
 
-        cap.branches, cap.barriers, summaries = branches.from_capture(launch, bufs, t0)
-        launch.update(summaries)
-    if "accesses" in reply:
-        from visualizer.analysis import memory as memory_tables
-
-        cap.accesses, cap.requests, cap.hazards, launch["accesses"] = memory_tables.build(reply["accesses"])
+    for lens in REGISTRY.values():  # each lens's tables from its part of the reply
+        if lens.present(reply):
+            lens.build(cap, reply, t0)
     if "runs" in reply:
         from visualizer.analysis import races
 

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from visualizer.analysis.capture import Capture, build_capture
+from visualizer.engine.capture.request import CaptureRequest
 from visualizer.engine.messages import MalformedMessage, Message
 from visualizer.specs.catalog import LaunchError, admit_capture, limits_from_info
 
@@ -376,18 +377,16 @@ class Runner:
     ) -> Capture:
         """Launch ``kernel`` once instrumented (and timed clean); raises LaunchError or KernelError.
 
-        ``options`` (e.g. ``accesses=True``; ``runs=N, schedule_seed=S``: the launch run N times, on
-        the simulator in seeded schedules) go to the worker's request unchanged.
+        ``options``: the lenses asked for and their options (engine/lenses/: ``accesses=True``...);
+        ``runs=N, schedule_seed=S``: the launch run N times, on the simulator in seeded schedules.
         """
         runs = int(options.get("runs", 1))
-        request = {
-            **options,
-            "kernel": kernel,
-            "params": dict(params or {}),
-            "seed": seed,
-            "repeats": repeats,
-            "time_clean": time_clean,
-        }
+        fields = {"kernel": kernel, "params": dict(params or {}), "seed": seed, "repeats": repeats,
+                  "time_clean": time_clean}  # fmt: skip
+        for key in ("runs", "schedule_seed", "torch"):
+            if key in options:
+                fields[key] = options.pop(key)
+        request = CaptureRequest.of(fields, options).to_wire()  # engine/capture/request.py
         if self.backend == "sim":
             admit_capture(kernel, params, "sim", runs=runs)  # refuse bad input before starting a worker
             request["cpu_limit_s"] = SIM_RUN_CPU_S

@@ -19,6 +19,8 @@ import numpy as np
 
 from visualizer.analysis.capture import Capture, build_capture
 from visualizer.engine import sandbox, wire
+from visualizer.engine.capture.request import CaptureRequest
+from visualizer.engine.lenses import reply_bytes as lens_reply_bytes
 from visualizer.engine.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
 from visualizer.specs.catalog import MAX_RUNS, LaunchError
 from visualizer.specs.source import SourceLaunch
@@ -126,47 +128,31 @@ class UserRunner(Runner):
         *,
         seed: int = 0,
         repeats: int = 20,
-        accesses: bool = False,
         time_clean: bool = True,
         progress=None,
         timeout: float | None = None,
         runs: int = 1,
         schedule_seed: int | None = None,
-        delays: bool = False,
-        branches: bool = False,
-        barriers: bool = False,
-        sample_blocks=None,
-        access_engine: str | None = None,
+        **lenses,
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
         ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py);
-        ``delays``: with a seed, the instrumented build's warps wait seeded delays before loads,
-        stores, atomics and barriers (engine/instrument_delays.py; run i's: delay_table(seed, i, sites));
-        ``branches``/``barriers``: the SIMT lens (engine/instrument_branches.py; barriers on a GPU)."""
+        ``lenses``: the lenses asked for and their options (engine/lenses/: accesses=True,
+        branches=True, delays=True with a schedule seed, ...)."""
         if not 1 <= int(runs) <= MAX_RUNS:
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
-        request = {**launch.request(self.backend, seed, repeats, accesses), "time_clean": time_clean}
-        if accesses and sample_blocks is not None:  # which warps record on a GPU (engine/lenses/accesses.py)
-            request["sample_blocks"] = sample_blocks
-        if accesses and access_engine is not None:
-            request["access_engine"] = str(access_engine)
-        if runs > 1 or schedule_seed is not None:
-            request.update(runs=int(runs), schedule_seed=schedule_seed, delays=bool(delays))
-        if branches or barriers:
-            request.update(branches=bool(branches), barriers=bool(barriers))
+        base = {**launch.request(self.backend, seed, repeats), "time_clean": time_clean}
+        typed = CaptureRequest.of({**base, "runs": int(runs), "schedule_seed": schedule_seed}, lenses)
+        request = {**base, **typed.to_wire()}
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
         # the simulator runs the kernel twice when timing it clean
         launches = (2 if self.backend == "sim" and time_clean else 1) + int(runs) - 1
         self.last_exit_code = None
-        self._reply_limit = reply_bytes(launch, accesses)
-        if branches or barriers:
-            from visualizer.engine.instrument_branches import lens_bytes
-
-            shape = launch.launch
-            self._reply_limit += lens_bytes(
-                self.backend == "sim", shape.blocks, shape.threads_per_block, branches, barriers
-            )
+        shape = launch.launch
+        self._reply_limit = reply_bytes(launch) + lens_reply_bytes(
+            typed, self.backend == "sim", shape.blocks, shape.threads_per_block
+        )
         try:
             reply = self._exchange(request, limit, progress, what, launches)
         except (KernelError, RunTimeout) as exc:
@@ -213,18 +199,11 @@ def _ptx_source(runner: UserRunner, launch: SourceLaunch, arch: str, timeout: fl
     return reply
 
 
-def reply_bytes(launch: SourceLaunch, accesses: bool) -> int:
-    """The most bytes a run's reply can legitimately take: every array argument once, the trace
-    buffers, the memory engine's records if asked for (its RECORD_LIMIT rows), and 16 MiB of the rest."""
+def reply_bytes(launch: SourceLaunch) -> int:
+    """The most bytes a run's reply can legitimately take before the lenses' (engine/lenses/
+    ``reply_bytes``): every array argument once, the trace buffers, and 16 MiB of the rest."""
     threads = launch.launch.threads
-    total = sum(spec.nbytes for spec in launch.args.values()) + 3 * 8 * threads + threads + (16 << 20)
-    if accesses:
-        try:
-            from visualizer.engine.access_record import COLUMNS, RECORD_LIMIT
-        except ImportError:
-            return total
-        total += RECORD_LIMIT * len(COLUMNS) * 8
-    return total
+    return sum(spec.nbytes for spec in launch.args.values()) + 3 * 8 * threads + threads + (16 << 20)
 
 
 def _explain(message: str, limit: float, exit_code: int | None = None) -> str:

@@ -22,17 +22,9 @@ def save(cap: Capture, out_dir: str | Path) -> list[Path]:
 
     def fill(out: Path) -> list[str]:
         names = []
-        for name, df in cap.tables().items():
+        for name, df in cap.tables().items():  # the capture's and every lens's (analysis/lens_tables.py)
             df.to_parquet(out / f"{name}.parquet", index=False)
             names.append(f"{name}.parquet")
-        if cap.accesses is not None:  # present (possibly empty) whenever accesses were recorded
-            for name, df in (
-                ("accesses", cap.accesses),
-                ("requests", cap.requests),
-                ("hazards", cap.hazards),
-            ):
-                df.to_parquet(out / f"{name}.parquet", index=False)
-                names.append(f"{name}.parquet")
         for name, obj in (("launch", {**cap.launch, "check": cap.check}), ("timing", cap.timing)):
             (out / f"{name}.json").write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
             names.append(f"{name}.json")
@@ -115,11 +107,9 @@ def load(bundle_dir: str | Path) -> Capture:
     cap = Capture(
         launch, timing, {}, {}, threads, table("tiles"), table(row_name) if row_name else None, check
     )
-    if (root / "requests.parquet").is_file():
-        # the access tables' own label (a GPU recording: "measured (GPU, sampled warps)")
-        src = (launch.get("accesses") or {}).get("source")
-        cap.accesses, cap.requests, cap.hazards = (
-            table(n, source=src) for n in ("accesses", "requests", "hazards")
-        )
-    cap.branches, cap.barriers = table("branches"), table("barriers")  # the SIMT lens, when recorded
+    from visualizer.analysis.lens_tables import REGISTRY
+
+    for lens in REGISTRY.values():  # each lens's tables, with their own label (a GPU's sampled warps)
+        for name in lens.tables:
+            cap.set_table(name, table(name, source=lens.source(launch)))
     return cap

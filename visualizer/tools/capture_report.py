@@ -18,21 +18,31 @@ def flag_problem(args, backend: str) -> str | None:
     return None
 
 
+def add_lens_flags(p) -> None:
+    """A flag per lens and per lens option (engine/lenses/ registry): ``--accesses``, ``--sample-blocks``..."""
+    from visualizer.engine.lenses import all_options
+
+    for _, option in all_options():
+        flag = "--" + option.key.replace("_", "-")
+        if option.type is bool:
+            p.add_argument(flag, action="store_true", help=option.help)
+        else:
+            p.add_argument(flag, default=None, metavar=option.key.upper(), help=option.help)
+
+
 def lens_options(args) -> dict:
-    """The capture request's lens options the flags ask for (runs, delays, accesses, SIMT lens)."""
+    """The capture request's options the flags ask for: the runs, and each lens's (engine/lenses/)."""
+    from visualizer.engine.lenses import all_options
+
     out: dict = {}
-    if args.accesses:
-        out["accesses"] = True
-    if getattr(args, "sample_blocks", None) is not None:
-        out["sample_blocks"] = args.sample_blocks
-    if args.branches:
-        out["branches"] = True
-    if args.barriers:
-        out["barriers"] = True
+    for _, option in all_options():
+        value = getattr(args, option.key, None)
+        if value not in (None, False):
+            out[option.key] = value
     if args.runs is not None:
         out.update(runs=args.runs, schedule_seed=args.seed)
-        if args.delays:
-            out["delays"] = True
+    else:
+        out.pop("delays", None)
     return out
 
 
@@ -65,17 +75,12 @@ def launch_lines(cap) -> list[str]:
 
 def lens_lines(cap, asked_barriers: bool = False) -> list[str]:
     """What each lens recorded: memory accesses, branches and barriers, the N runs."""
+    from visualizer.analysis.lens_tables import REGISTRY
+
     info = cap.launch
     out: list[str] = []
-    if cap.accesses is not None and info.get("accesses"):
-        from visualizer.analysis.memory import describe
-
-        out += describe(info["accesses"])  # a GPU recording's sampled warps included
-    if cap.branches is not None or cap.barriers is not None:
-        from visualizer.analysis import branches as lens
-
-        out += lens.describe(info["branches"]) if cap.branches is not None else []
-        out += lens.describe_barriers(info["barriers"]) if cap.barriers is not None else []
+    for lens in REGISTRY.values():  # a GPU recording's sampled warps included
+        out += lens.describe(cap)
     if asked_barriers and cap.barriers is None:
         out.append("barriers: not recorded (this capture ran on the simulator, which has no clock)")
     if cap.runs is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from visualizer.tools.args import count, writable_dir
 from visualizer.tools.capture_report import (
+    add_lens_flags,
     flag_problem,
     launch_lines,
     lens_lines,
@@ -87,26 +88,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=_tolerance, default=None, help="relative tolerance of the check")
     p.add_argument("--atol", type=_tolerance, default=None, help="absolute tolerance of the check")
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
-    p.add_argument(
-        "--accesses",
-        action="store_true",
-        help="record memory accesses (simulator: every thread; GPU: sampled warps, see --sample-blocks)",
-    )
-    p.add_argument("--sample-blocks", metavar="B[,B...]", default=None,
-                   help="with --accesses on a GPU: the linear blocks whose warps record (default first, middle, last)")  # fmt: skip
-    p.add_argument("--branches", action="store_true", help="the SIMT lens: which lanes took each branch")
-    p.add_argument("--barriers", action="store_true", help="each warp's wait at each syncthreads (GPU)")
+    add_lens_flags(p)  # one flag per lens and lens option (engine/lenses/)
     p.add_argument("--out", required=True, help="directory for the trace bundle")
     p.add_argument("--repeats", type=count(1), default=20, help="timed launches per build on the GPU")
     p.add_argument(
         "--seed", type=count(0), default=None, help="inputs' seed (default 0); with --runs the schedules'"
     )
     p.add_argument("--runs", type=count(1), default=None, help="run the same launch N times (runs.npz)")
-    p.add_argument(
-        "--delays",
-        action="store_true",
-        help="with --runs and --seed: seeded per-warp delays before loads, stores, atomics, barriers",
-    )
     p.add_argument("--timeout", type=_positive_seconds, default=None, help="wall-clock limit in seconds")
     return p
 

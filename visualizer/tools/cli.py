@@ -67,6 +67,7 @@ def source_help() -> str:
 
 def cmd_capture(argv: list[str]) -> int:
     from visualizer.tools.capture_report import (
+        add_lens_flags,
         flag_problem,
         launch_lines,
         lens_lines,
@@ -105,37 +106,7 @@ def cmd_capture(argv: list[str]) -> int:
         help="run the same launch N times from the same inputs; keeps every run's outputs (runs.npz) and "
         "counts the distinct outputs (launch.json runs). Costs N launches under the limits",
     )
-    p.add_argument(
-        "--delays",
-        action="store_true",
-        help="with --runs and --seed: seeded per-warp delays before loads, stores, atomics and barriers "
-        "(races made visible on a GPU; run i's delays are drawn from (seed, i))",
-    )
-    p.add_argument(
-        "--accesses",
-        action="store_true",
-        help="record every load/store: adds accesses/requests/hazards.parquet (simulator: every thread; "
-        "GPU: the kernel records its own accesses in sampled warps, see --sample-blocks)",
-    )
-    p.add_argument(
-        "--sample-blocks",
-        metavar="B[,B...]",
-        default=None,
-        help="with --accesses on a GPU: the linear block numbers whose warps record (default: the first, "
-        "middle and last block)",
-    )
-    p.add_argument(
-        "--branches",
-        action="store_true",
-        help="the SIMT lens: which lanes of each warp took each branch (branches.parquet, launch.json "
-        "branches)",
-    )
-    p.add_argument(
-        "--barriers",
-        action="store_true",
-        help="GPU only: %%globaltimer at each warp's arrival at and release from every syncthreads "
-        "(barriers.parquet, launch.json barriers)",
-    )
+    add_lens_flags(p)  # one flag per lens and lens option (engine/lenses/)
     args = p.parse_args(argv)
     problem = flag_problem(args, args.backend)
     if problem:

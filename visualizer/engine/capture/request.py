@@ -88,6 +88,21 @@ class CaptureRequest:
             id=d.get("id"),
         )
 
+    @classmethod
+    def of(cls, fields: dict, lenses: dict) -> CaptureRequest:
+        """A request from a runner's arguments: ``fields`` (kernel, params, seed...; a visitor's
+        SourceLaunch.request()) and ``lenses``, each lens asked for and its options by their request
+        keys (``accesses=True, sample_blocks="0,5"``); an unknown key is a RequestError."""
+        from visualizer.engine.lenses import REGISTRY
+
+        known = {k for name, lens in REGISTRY.items() for k in (name, *(o.key for o in lens.options))}
+        unknown = sorted(set(lenses) - known)
+        if unknown:
+            raise RequestError(
+                f"unknown capture option {unknown[0]!r}; the lenses' are: {', '.join(sorted(known))}"
+            )
+        return cls.from_wire({**fields, **{k: v for k, v in lenses.items() if v is not None}})
+
     def to_wire(self) -> dict:
         """The plain dict a runner sends (what ``from_wire`` reads back)."""
         out: dict = {"kernel": self.kernel, "seed": self.seed, "repeats": self.repeats,
