@@ -92,7 +92,7 @@ CASES = [("interleaved", (2, 1, 1), (N, 1, 1), N), ("no_else", (1, 1, 1), (N, 1,
 
 
 def run(engine: str) -> dict:
-    from visualizer.engine import gpu_record
+    from visualizer.engine.lenses import accesses as gpu_record
 
     backend = gpu_record.backend_cuda("gpu" if engine == "gpu" else "sim")
     mod = gpu_record.module_of("access_divergence_cases")  # (not __main__: a module of its own)

@@ -68,8 +68,8 @@ def _tallied(backend, probe, tally: list):
 
 def main(engine: str, out_path: str) -> int:
     from visualizer.analysis import gpu_accesses
-    from visualizer.engine import gpu_record
     from visualizer.engine import instrument_accesses as ia
+    from visualizer.engine.lenses import accesses as gpu_record
 
     backend = gpu_record.backend_cuda(engine)
     mod = gpu_record.module_of("access_room_cases")  # (not __main__: a module of its own)

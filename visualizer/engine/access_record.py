@@ -1,14 +1,13 @@
 """Record every load, store and atomic a simulated kernel makes, with no change to its source.
 
-Installed in the simulator worker only (``install()``), and active for one launch at a time
-(``start()`` ... ``stop()``). It patches the simulator's fake arrays:
+The recorder is a listener of the simulator (engine/fastsim.py ``Listener``, ``listening``: the one
+place numba's simulator is patched), for one launch at a time; it patches nothing itself. It hears:
 
-* kernel arguments: ``FakeWithinKernelCUDAArray.__getitem__/__setitem__``, named by the kernel's
-  parameter names (probe buffers such as ``trace`` are registered as excluded); a view the kernel
-  makes of one with integer indices (``qh = q[b, h]``) records its accesses as the array's own
-  elements (``ArrayInfo.view``);
-* ``cuda.shared.array`` / ``cuda.local.array``: returned wrapped, named by the variable they are
-  assigned to (parsed from the kernel source);
+* kernel arguments' element accesses, named by the kernel's parameter names (probe buffers such as
+  ``trace`` are registered as excluded); a view the kernel makes of one with integer indices
+  (``qh = q[b, h]``) records its accesses as the array's own elements (``ArrayInfo.view``);
+* ``cuda.shared.array`` / ``cuda.local.array``: tagged where they are made, named by the variable they
+  are assigned to (parsed from the kernel source);
 * ``cuda.atomic.*``: one ``atomic`` record instead of the load and store inside the simulator;
 * ``syncthreads`` (and the _count/_and/_or forms, grid sync): a per-thread barrier epoch.
 
@@ -24,13 +23,13 @@ import bisect
 import dis
 import inspect
 import itertools
-import sys
 import textwrap
 import threading
 
 import numpy as np
 
 from visualizer.analysis.memory import OPS, SPACES  # noqa: F401  (the codes the tables decode)
+from visualizer.engine.fastsim import ATOMIC, LOAD, STORE, Listener  # noqa: F401  (the op codes, re-exported)
 
 RECORD_LIMIT = 2_000_000  # accesses one launch may record (x 112 bytes: ~220 MB at most)
 CHUNK_BITS = 16
@@ -39,7 +38,6 @@ COLUMNS = (
     "block", "thread", "tseq", "array", "op", "offset", "epoch",
     "line", "pc", "code", "occurrence", "i0", "i1", "i2",
 )  # fmt: skip
-LOAD, STORE, ATOMIC = 0, 1, 2
 
 PROBE_CALLS = frozenset({"trace_begin", "trace_end", "trace_tile", "trace_row_state"})
 PROBE_BUFFERS = frozenset({"trace", "active", "tiles", "rows"})  # spec.args roles of probe buffers
@@ -157,7 +155,7 @@ class ThreadState:
     __slots__ = ("launch", "block_key", "block", "thread", "seq", "epoch", "lines")
 
 
-class Recorder:
+class Recorder(Listener):
     """One launch's records: numpy chunks plus the arrays and code objects they refer to. A listener
     of the simulator (engine/fastsim.py ``listening``): it records between ``start()`` and ``stop()``."""
 
@@ -174,13 +172,59 @@ class Recorder:
             rec.register(dev, ary, name, "global", excluded=name in excluded)
         return rec
 
+    # --- the simulator's listener (engine/fastsim.py Listener) ---------------------------------
     def start(self) -> None:
-        global _ACTIVE
-        install()
-        _ACTIVE = self
+        pass
 
     def stop(self) -> None:
-        stop()
+        pass
+
+    def _info_of(self, wrapper) -> ArrayInfo | None:
+        view = wrapper.__dict__.get("_vz_view")  # (recorder, info) of a view made in the kernel
+        if view is not None:
+            return view[1] if view[0] is self else None
+        return self.by_object.get(id(wrapper.__dict__["_item"]))
+
+    def global_access(self, wrapper, idx, op: int, frame) -> None:
+        info = self._info_of(wrapper)
+        if info is not None and not info.excluded:
+            self.record(info, idx, op, frame)
+
+    def view(self, wrapper, idx, view) -> None:
+        info = self._info_of(wrapper)
+        if info is not None and not info.excluded:
+            sub = info.view(idx if type(idx) is tuple else (idx,))
+            if sub is not None:
+                view.__dict__["_vz_view"] = (self, sub)
+
+    def access(self, tag, idx, op: int, frame) -> None:
+        self.record(tag, idx, op, frame)
+
+    def array(self, ary, frame, space: str, dynamic: bool = False):
+        """A shared or local array made at ``frame``'s line: its ArrayInfo (one per allocation; every
+        thread's own local copy shares its site's), None for a simulator-only one."""
+        code = self.code_info(frame.f_code)
+        name = code.names.get(frame.f_lineno, f"{space}@{frame.f_lineno}")
+        if space == "local":
+            key = ("local", frame.f_code.co_filename, frame.f_lineno)
+            with self._lock:
+                info = self.shared_sites.get(key)
+                if info is None:
+                    info = self.shared_sites[key] = self.register(object(), ary, name, "local")
+            return info
+        if name in SIMULATOR_ONLY_SHARED:  # not recorded
+            return None
+        site = (frame.f_code.co_filename, frame.f_lineno)
+        with self._lock:  # one record name per allocation (the simulator's own identity rule)
+            known = self.shared_sites.get(site)
+            if known is not None and known[0] is ary:
+                return known[1]
+            info = self.register(ary, ary, name, "shared")
+            self.shared_sites[site] = (ary, info)
+            return info
+
+    def barrier(self) -> None:
+        self.state().epoch += 1
 
     def __init__(self, limit: int = RECORD_LIMIT):
         self.limit = limit
@@ -236,9 +280,6 @@ class Recorder:
             st.lines = {}
             d["_memrec"] = st
         return st
-
-    def barrier(self) -> None:
-        self.state().epoch += 1
 
     # --- recording ---------------------------------------------------------------------------
     def record(self, info: ArrayInfo, idx, op: int, frame) -> None:
@@ -305,219 +346,6 @@ class Recorder:
         }
 
 
-_ACTIVE: Recorder | None = None
-
-
-class RecordedArray:
-    """A shared or local array of the simulator, wrapped so that element accesses are recorded."""
-
-    __slots__ = ("_ary", "_info", "__weakref__")
-
-    def __init__(self, ary, info):
-        self._ary = ary
-        self._info = info
-
-    def __getitem__(self, idx):
-        val = self._ary[idx]
-        rec = _ACTIVE
-        if rec is not None:
-            rec.record(self._info, idx, LOAD, sys._getframe(1))
-        return val
-
-    def __setitem__(self, idx, val):
-        self._ary[idx] = val
-        rec = _ACTIVE
-        if rec is not None:
-            rec.record(self._info, idx, STORE, sys._getframe(1))
-
-    def __len__(self):
-        return len(self._ary)
-
-    def __getattr__(self, name):  # shape, size, dtype, ndim ...
-        return getattr(self._ary, name)
-
-    def __array__(self, dtype=None, copy=None):
-        return self._ary if dtype is None else self._ary.astype(dtype)
-
-
-_installed = False
-_trampolines: dict[tuple[str, int], object] = {}
-
-
-def _at_site(filename: str, line: int):
-    """A function whose only frame says it is at (filename, line): it calls f(*args)."""
-    fn = _trampolines.get((filename, line))
-    if fn is None:
-        scope: dict = {}
-        code = compile("\n" * (line - 1) + "def trampoline(f, *args): return f(*args)", filename, "exec")
-        exec(code, scope)  # compiles our own one-line helper (no user input): only its line number matters
-        fn = _trampolines[(filename, line)] = scope["trampoline"]
-    return fn
-
-
-def install() -> None:
-    """Patch the simulator (idempotent). Costs one global check per access while no launch records."""
-    global _installed
-    if _installed:
-        return
-    from numba.cuda.simulator import kernelapi
-    from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray
-
-    orig_get = FakeWithinKernelCUDAArray.__getitem__
-    orig_set = FakeWithinKernelCUDAArray.__setitem__
-
-    from visualizer.engine.fastsim import SWITCH_CODES  # a seeded schedule's wrapper: not the caller
-
-    def caller():
-        f = sys._getframe(2)
-        return f.f_back if f.f_code in SWITCH_CODES else f
-
-    def info_of(rec, ary):
-        view = ary.__dict__.get("_vz_view")  # (recorder, info) of a view made in the kernel
-        if view is not None:
-            return view[1] if view[0] is rec else None
-        return rec.by_object.get(id(ary.__dict__["_item"]))
-
-    def getitem(self, idx):
-        val = orig_get(self, idx)
-        rec = _ACTIVE
-        if rec is not None:
-            info = info_of(rec, self)
-            if info is not None and not info.excluded:
-                if type(val) is FakeWithinKernelCUDAArray:  # qh = q[b, h]: a view, not an access
-                    view = info.view(idx if type(idx) is tuple else (idx,))
-                    if view is not None:
-                        val.__dict__["_vz_view"] = (rec, view)
-                else:
-                    rec.record(info, idx, LOAD, caller())
-        return val
-
-    def setitem(self, idx, val):
-        orig_set(self, idx, val)
-        rec = _ACTIVE
-        if rec is not None:
-            info = info_of(rec, self)
-            if info is not None and not info.excluded:
-                rec.record(info, idx, STORE, caller())
-
-    FakeWithinKernelCUDAArray.__getitem__ = getitem
-    FakeWithinKernelCUDAArray.__setitem__ = setitem
-
-    orig_shared = kernelapi.FakeCUDAShared.array
-    orig_local = kernelapi.FakeCUDALocal.array
-
-    def shared_array(self, shape, dtype, alignment=None):
-        rec = _ACTIVE
-        frame = sys._getframe(1)
-        if rec is None:  # not recording: still allocate "at" the kernel's line, or every site aliases
-            return _at_site(frame.f_code.co_filename, frame.f_lineno)(
-                orig_shared, self, shape, dtype, alignment
-            )
-        # The simulator tells allocations apart by its caller's (file, line); called from here they
-        # would all be this line and alias. Call it through a trampoline "at" the kernel's line.
-        ary = _at_site(frame.f_code.co_filename, frame.f_lineno)(orig_shared, self, shape, dtype, alignment)
-        site = (frame.f_code.co_filename, frame.f_lineno)
-        known = rec.shared_sites.get(site)
-        if known is not None and known[0] is ary:
-            return known[1]
-        with rec._lock:  # one wrapper per allocation (the simulator's own identity rule)
-            known = rec.shared_sites.get(site)
-            if known is not None and known[0] is ary:
-                return known[1]
-            code = rec.code_info(frame.f_code)
-            name = code.names.get(frame.f_lineno, f"shared@{frame.f_lineno}")
-            if name in SIMULATOR_ONLY_SHARED:  # not wrapped: not recorded
-                rec.shared_sites[site] = (ary, ary)
-                return ary
-            wrapper = RecordedArray(ary, None)
-            wrapper._info = rec.register(wrapper, ary, name, "shared")
-            rec.shared_sites[site] = (ary, wrapper)
-            return wrapper
-
-    def local_array(self, shape, dtype, alignment=None):
-        ary = orig_local(self, shape, dtype, alignment)
-        rec = _ACTIVE
-        if rec is None:
-            return ary
-        frame = sys._getframe(1)
-        code = rec.code_info(frame.f_code)
-        name = code.names.get(frame.f_lineno, f"local@{frame.f_lineno}")
-        with rec._lock:
-            # one name per allocation site; every thread's own copy shares its ArrayInfo
-            key = ("local", frame.f_code.co_filename, frame.f_lineno)
-            info = rec.shared_sites.get(key)
-            if info is None:
-                info = rec.register(object(), ary, name, "local")
-                rec.shared_sites[key] = info
-        return RecordedArray(ary, info)
-
-    kernelapi.FakeCUDAShared.array = shared_array
-    kernelapi.FakeCUDALocal.array = local_array
-
-    # barriers: count them per thread (the epoch), after the barrier is passed
-    def counted(orig):
-        def wrapper(self, *args):
-            out = orig(self, *args)
-            rec = _ACTIVE
-            if rec is not None:
-                rec.barrier()
-            return out
-
-        wrapper.__name__ = orig.__name__
-        return wrapper
-
-    # fastsim replaces the in-kernel module with a subclass that defines its own barriers: patch the
-    # class launches actually instantiate (numba's kernel module's name for it) as well as the stock one
-    from numba.cuda.simulator import kernel as simkernel
-
-    for module in {kernelapi.FakeCUDAModule, simkernel.FakeCUDAModule}:
-        for name in ("syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or"):
-            if name in vars(module):
-                setattr(module, name, counted(vars(module)[name]))
-    kernelapi.GridGroup.sync = counted(kernelapi.GridGroup.sync)
-
-    # atomics: one record of op "atomic"; the simulator's own read-modify-write is not recorded
-    def atomic(orig, index_arg=True):
-        def wrapper(self, array, *args):
-            rec = _ACTIVE
-            if rec is None:
-                return orig(self, array, *args)
-            raw, info = array, None
-            if isinstance(array, RecordedArray):
-                raw, info = array._ary, array._info
-            elif isinstance(array, FakeWithinKernelCUDAArray):
-                raw = array.__dict__["_item"]
-                info = info_of(rec, array)
-            out = orig(self, raw, *args)
-            if info is not None and not info.excluded:
-                rec.record(info, args[0] if index_arg else 0, ATOMIC, sys._getframe(1))
-            return out
-
-        return wrapper
-
-    atomics = kernelapi.FakeCUDAAtomic
-    for name in (
-        "add",
-        "sub",
-        "and_",
-        "or_",
-        "xor",
-        "inc",
-        "dec",
-        "exch",
-        "max",
-        "min",
-        "nanmax",
-        "nanmin",
-        "cas",
-    ):
-        if hasattr(atomics, name):
-            setattr(atomics, name, atomic(getattr(atomics, name)))
-    if hasattr(atomics, "compare_and_swap"):
-        atomics.compare_and_swap = atomic(atomics.compare_and_swap, index_arg=False)
-    _installed = True
-
-
 # Shared arrays that exist only on the simulator: kernels/tensor_core.py's lane exchange stands in for
 # warp registers and tensor cores (warp shuffles and mma.sync on the GPU), so its traffic is not
 # memory the GPU build touches and is not recorded.
@@ -525,12 +353,22 @@ SIMULATOR_ONLY_SHARED = {"scratch"}
 
 
 def start(named_args: dict, excluded: set[str], grid, block, limit: int = RECORD_LIMIT) -> Recorder:
-    """Begin recording the next launch. ``named_args``: kernel parameter name -> device array."""
+    """Record the next launches until ``stop()`` (tests and benchmarks that launch by hand; a capture
+    listens through engine/fastsim.py ``listening``). ``named_args``: parameter name -> device array."""
+    from visualizer.engine import fastsim
+
+    global _LISTENING
     rec = Recorder.for_launch(named_args, excluded, grid, block, limit)
-    rec.start()
+    _LISTENING = fastsim.listening([rec])
+    _LISTENING.__enter__()
     return rec
 
 
+_LISTENING = None
+
+
 def stop() -> None:
-    global _ACTIVE
-    _ACTIVE = None
+    global _LISTENING
+    if _LISTENING is not None:
+        _LISTENING.__exit__(None, None, None)
+        _LISTENING = None

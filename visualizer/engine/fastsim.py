@@ -49,7 +49,6 @@ simulator worker does). ``current_thread()`` is the simulated CUDA thread runnin
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import random
@@ -103,11 +102,21 @@ class _State:
     launch: _Launch | None = None
     schedule: Schedule | None = None  # the seeded interleaving the next launches run (None: linear order)
     block_done = None  # called after each simulated block (the worker's progress)
+    heard: Listener | None = None  # the launch's listeners (one, or _Heard of several)
+
+
+LOAD, STORE, ATOMIC = 0, 1, 2  # what an access does (engine/access_record.py's codes)
 
 
 class Listener:
-    """What a lens hears from one simulated launch (engine/lenses/): ``start()`` before it, ``stop()``
-    after it, whatever happens. The access recorder (engine/access_record.py) is one."""
+    """What a lens hears from one simulated launch (engine/lenses/; the one interface the simulator
+    offers, installed once by ``install``): ``start()`` before the launch and ``stop()`` after it,
+    whatever happens; between them every array access, barrier, atomic and thread switch. The access
+    recorder (engine/access_record.py) is one. Every hook is optional (these do nothing).
+
+    Arrays: a kernel's global arrays are numba's in-kernel wrappers (``global_access`` names the wrapper);
+    a shared or local array is announced once where it is made (``array``), and what that returns (a tag,
+    or None: not listened to) comes back with each of its accesses (``access``)."""
 
     def start(self) -> None:
         pass
@@ -115,19 +124,86 @@ class Listener:
     def stop(self) -> None:
         pass
 
+    def array(self, ary, frame, space: str, dynamic: bool = False):
+        """A shared (``space`` "shared"; ``dynamic``: the launch's dynamic buffer) or local array is
+        made at ``frame``'s line: its tag, or None."""
+        return None
 
-@contextlib.contextmanager
+    def access(self, tag, idx, op: int, frame) -> None:
+        """An element of a tagged array is loaded, stored or updated atomically (``op``) at ``frame``."""
+
+    def global_access(self, wrapper, idx, op: int, frame) -> None:
+        """An element of a kernel argument (numba's in-kernel array ``wrapper``) is accessed."""
+
+    def view(self, wrapper, idx, view) -> None:
+        """``view = wrapper[idx]`` is a sub-array (``qh = q[b, h]``), not an element."""
+
+    def global_tag(self, wrapper):
+        """The tag of a kernel argument, for an atomic on it (None: not listened to)."""
+        return None
+
+    def barrier(self) -> None:
+        """The running thread passed a barrier (syncthreads and its forms, a grid sync)."""
+
+    def switched(self, thread) -> None:
+        """The simulator switched to ``thread`` (engine/fastsim.py ``current_thread``)."""
+
+
+class _Heard(Listener):
+    """Several listeners as one: each hears everything; the first that tags an array tags it."""
+
+    def __init__(self, listeners):
+        self.each = list(listeners)
+
+    def array(self, ary, frame, space, dynamic=False):
+        tags = [x.array(ary, frame, space, dynamic) for x in self.each]
+        return next((t for t in tags if t is not None), None)
+
+    def access(self, tag, idx, op, frame):
+        for x in self.each:
+            x.access(tag, idx, op, frame)
+
+    def global_access(self, wrapper, idx, op, frame):
+        for x in self.each:
+            x.global_access(wrapper, idx, op, frame)
+
+    def view(self, wrapper, idx, view):
+        for x in self.each:
+            x.view(wrapper, idx, view)
+
+    def global_tag(self, wrapper):
+        return next((t for x in self.each if (t := x.global_tag(wrapper)) is not None), None)
+
+    def barrier(self):
+        for x in self.each:
+            x.barrier()
+
+    def switched(self, thread):
+        for x in self.each:
+            x.switched(thread)
+
+
+@contextmanager
 def listening(listeners: list):
-    """The instrumented launch run with ``listeners`` listening (started in order, stopped in reverse)."""
+    """The launch run with ``listeners`` listening (started in order, stopped in reverse)."""
+    install()
     started = []
     try:
         for x in listeners:
             x.start()
             started.append(x)
+        _state.heard = started[0] if len(started) == 1 else _Heard(started) if started else None
         yield
     finally:
+        _state.heard = None
         for x in reversed(started):
             x.stop()
+
+
+def _caller(depth: int = 2):
+    """The kernel's frame that made an access: past a seeded schedule's wrapper of global arrays."""
+    f = sys._getframe(depth)
+    return f.f_back if f.f_code in SWITCH_CODES else f
 
 
 def on_block_done(callback) -> None:
@@ -242,21 +318,31 @@ def _maybe_switch():
 SWITCH_CODES: set = set()  # code of the seeded schedule's global-array wrappers (not a kernel's line)
 
 
-class _Switching:
-    """A shared array of a seeded launch: every element access may switch threads first."""
+class _SimArray:
+    """A shared or local array of a launch that is watched: in a seeded launch every element access
+    may switch threads first (``switching``); a listener's tagged array tells it of each access."""
 
-    __slots__ = ("_ary",)
+    __slots__ = ("_ary", "_switching", "_tag", "__weakref__")
 
-    def __init__(self, ary):
+    def __init__(self, ary, switching: bool, tag):
         self._ary = ary
+        self._switching = switching
+        self._tag = tag
 
     def __getitem__(self, idx):
-        _maybe_switch()
-        return self._ary[idx]
+        if self._switching:
+            _maybe_switch()
+        val = self._ary[idx]
+        if self._tag is not None and _state.heard is not None:
+            _state.heard.access(self._tag, idx, LOAD, sys._getframe(1))
+        return val
 
     def __setitem__(self, idx, val):
-        _maybe_switch()
+        if self._switching:
+            _maybe_switch()
         self._ary[idx] = val
+        if self._tag is not None and _state.heard is not None:
+            _state.heard.access(self._tag, idx, STORE, sys._getframe(1))
 
     def __len__(self):
         return len(self._ary)
@@ -266,6 +352,16 @@ class _Switching:
 
     def __array__(self, dtype=None, copy=None):
         return self._ary if dtype is None else self._ary.astype(dtype)
+
+
+def _watched(ary, frame, space: str, dynamic: bool = False):
+    """A shared or local array as the kernel gets it: wrapped when a seeded schedule switches at its
+    accesses (shared only) or a listener tags it, else the plain array."""
+    launch = _state.launch
+    switching = space == "shared" and launch is not None and launch.schedule is not None
+    heard = _state.heard
+    tag = heard.array(ary, frame, space, dynamic) if heard is not None else None
+    return _SimArray(ary, switching, tag) if switching or tag is not None else ary
 
 
 _state = _State()
@@ -644,6 +740,8 @@ class _Launch:
                 self.current = t
                 module.threadIdx = t.threadIdx
                 module.laneid = t.thread_id & 31
+                if _state.heard is not None:
+                    _state.heard.switched(t)
                 t.state = RUNNING
                 g = t.glet
                 if g is None:  # a thread's first run: on an idle greenlet (making one costs ~10x)
@@ -1129,11 +1227,18 @@ def _fast_paths() -> None:
         item = self._item
         ret = item._ary[idx]
         if type(ret) is ndarray or type(ret) is void:
-            return Wrapper(FakeCUDAArray(ret, stream=item.stream))
+            view = Wrapper(FakeCUDAArray(ret, stream=item.stream))
+            if _state.heard is not None:
+                _state.heard.view(self, idx, view)
+            return view
+        if _state.heard is not None:
+            _state.heard.global_access(self, idx, LOAD, _caller())
         return ret
 
     def setitem(self, idx, val):
         self._item._ary[idx] = val
+        if _state.heard is not None:
+            _state.heard.global_access(self, idx, STORE, _caller())
 
     stock_getattr = Wrapper.__getattr__
 
@@ -1154,26 +1259,47 @@ def _fast_paths() -> None:
     Type.__call__ = type_call
 
 
+def _barrier_heard() -> None:
+    if _state.heard is not None:
+        _state.heard.barrier()
+
+
+def _raw(array):
+    """The array an atomic updates, unwrapped (a watched array's own; numba's wrapper's device array)."""
+    if type(array) is _SimArray:
+        return array._ary
+    item = getattr(array, "__dict__", {}).get("_item")
+    return array if item is None else item
+
+
+def _atomic_target(heard, array):
+    """(index, frame) -> the listener told of an atomic on ``array``; None where it does not listen."""
+    if type(array) is _SimArray:
+        tag = array._tag
+        return None if tag is None else lambda idx, frame: heard.access(tag, idx, ATOMIC, frame)
+    if getattr(array, "__dict__", {}).get("_item") is not None:
+        return lambda idx, frame: heard.global_access(array, idx, ATOMIC, frame)
+    return None
+
+
 def _block_done() -> None:
     if _state.block_done is not None:
         _state.block_done()
 
 
-def install(**limits) -> None:
-    """Patch numba-cuda's simulator in this process to run launches on this engine."""
-    configure(**limits)
-    from numba.cuda.simulator import kernel as simkernel
-    from numba.cuda.simulator import kernelapi
+def _yield():
+    launch = _state.launch
+    if launch is not None and launch.current is not None:
+        launch.current.yield_now()
 
-    if getattr(simkernel.BlockManager, "_fastsim", False):
-        return
-    import greenlet  # noqa: F401  (fail here, not in the middle of a launch)
 
-    StockModule = kernelapi.FakeCUDAModule
+def _install_arrays(kernelapi) -> None:
+    """Shared arrays per block, poisoned, found by the calling line like stock's (patched into the
+    stock class in place); local arrays as stock makes them; a listener hears of each (_watched)."""
     StockShared = kernelapi.FakeCUDAShared
 
-    # Shared arrays per block, poisoned, found by the calling line like stock's. Patched into the
-    # stock class in place, so a later wrapper of FakeCUDAShared.array (a recorder) wraps this one.
+    # Shared arrays per block, poisoned, found by the calling line like stock's (patched into the stock
+    # class in place); a listener hears of each where it is made (_watched)
     def shared_new_block(self):
         self._allocations = {}
         self._dyn_poisoned = False
@@ -1182,10 +1308,10 @@ def install(**limits) -> None:
         if alignment is not None:
             raise RuntimeError("Array alignment is not supported in cudasim")
         dynamic = type(shape) is not tuple and shape == 0
+        f = sys._getframe(1)
+        while f.f_code.co_filename in SHARED_CALLER_SKIP:
+            f = f.f_back
         if not dynamic:  # this block's array for the calling line, if it made one already
-            f = sys._getframe(1)
-            while f.f_code.co_filename in SHARED_CALLER_SKIP:
-                f = f.f_back
             caller = (f.f_code.co_filename, f.f_lineno)
             res = self._allocations.get(caller)
             if res is not None:
@@ -1202,22 +1328,25 @@ def install(**limits) -> None:
                 if dtype.kind in "fc":
                     view.fill(SHARED_POISON_FLOAT)
                 self._dyn_poisoned = True
-            return _switching(view)
-        res = self._allocations[caller] = _switching(poison_fill(np.empty(shape, dtype)))
+            return _watched(view, f, "shared", dynamic=True)
+        res = self._allocations[caller] = _watched(poison_fill(np.empty(shape, dtype)), f, "shared")
         return res
-
-    def _switching(ary):
-        launch = _state.launch
-        return ary if launch is None or launch.schedule is None else _Switching(ary)
 
     StockShared._dyn_poisoned = False
     StockShared._new_block = shared_new_block
     StockShared.array = shared_array
 
-    def _yield():
-        launch = _state.launch
-        if launch is not None and launch.current is not None:
-            launch.current.yield_now()
+    stock_local = kernelapi.FakeCUDALocal.array
+
+    def local_array(self, shape, dtype, alignment=None):
+        ary = stock_local(self, shape, dtype, alignment)
+        return ary if _state.heard is None else _watched(ary, sys._getframe(1), "local")
+
+    kernelapi.FakeCUDALocal.array = local_array
+
+
+def _module_class(StockModule):
+    """The in-kernel ``cuda`` module of this engine (a subclass of numba's)."""
 
     class Module(StockModule):
         """The in-kernel ``cuda`` module; thread and block indices are set at every switch
@@ -1227,15 +1356,22 @@ def install(**limits) -> None:
 
         def syncthreads(self):
             _state.launch.current.syncthreads()
+            _barrier_heard()
 
         def syncthreads_count(self, val):
-            return _state.launch.current.syncthreads_count(val)
+            out = _state.launch.current.syncthreads_count(val)
+            _barrier_heard()
+            return out
 
         def syncthreads_and(self, val):
-            return _state.launch.current.syncthreads_and(val)
+            out = _state.launch.current.syncthreads_and(val)
+            _barrier_heard()
+            return out
 
         def syncthreads_or(self, val):
-            return _state.launch.current.syncthreads_or(val)
+            out = _state.launch.current.syncthreads_or(val)
+            _barrier_heard()
+            return out
 
         def threadfence(self):
             _yield()  # a fence in a spin loop lets the other threads run
@@ -1295,8 +1431,10 @@ def install(**limits) -> None:
                 raise NotSimulatedError(f"cuda.{name} is not simulated: run this kernel on a GPU")
             raise AttributeError(f"the simulated cuda module has no attribute {name!r}")
 
-    _refuse_libdevice()
+    return Module
 
+
+def _install_grid_sync_and_atomics(kernelapi) -> None:
     # cuda.cg.this_grid().sync(): a grid-wide barrier (patched in the stock class, so a recorder that
     # wraps GridGroup.sync later wraps this one)
     stock_grid_sync = kernelapi.GridGroup.sync
@@ -1307,6 +1445,7 @@ def install(**limits) -> None:
             launch.current.grid_sync()
         else:
             stock_grid_sync(self)
+        _barrier_heard()
 
     kernelapi.GridGroup.sync = grid_sync
 
@@ -1316,7 +1455,10 @@ def install(**limits) -> None:
                  "compare_and_swap", "cas"):  # fmt: skip
         op = getattr(Atomic, name)
 
-        def atomic(self, *args, _op=op):
+        def atomic(self, *args, _op=op, _indexed=name != "compare_and_swap"):
+            heard = _state.heard
+            if heard is not None:  # the array the listener knows: the update is one atomic access
+                target, args = _atomic_target(heard, args[0]), (_raw(args[0]), *args[1:])
             launch = _state.launch
             if launch is None or launch.schedule is None:
                 old = _op(self, *args)
@@ -1326,13 +1468,18 @@ def install(**limits) -> None:
                     old = _op(self, *args)
                 finally:
                     launch.no_switch -= 1
+            if heard is not None and target is not None:
+                target(args[1] if _indexed else 0, sys._getframe(1))
             _yield()
             return old
 
         atomic.__name__ = name
         setattr(Atomic, name, atomic)
 
-    _fast_paths()
+
+def _install_launches(simkernel) -> None:
+    """Launches run here: a block manager that starts the launch on its first block, the cooperative
+    launch's limit, a kernel call that swaps ``cuda`` in device functions once per launch."""
 
     def manager_run(self, grid_point, *args):
         launch = _state.launch
@@ -1409,7 +1556,25 @@ def install(**limits) -> None:
                 report = launch.report if launch is not None else None
                 raise KernelHangError(report or "the simulated launch was stopped by the watchdog")
 
-    simkernel.FakeCUDAModule = Module
     simkernel.BlockManager.run = manager_run
     simkernel.FakeCUDAKernel.__call__ = kernel_call
+
+
+def install(**limits) -> None:
+    """Patch numba-cuda's simulator in this process to run launches on this engine."""
+    configure(**limits)
+    from numba.cuda.simulator import kernel as simkernel
+    from numba.cuda.simulator import kernelapi
+
+    if getattr(simkernel.BlockManager, "_fastsim", False):
+        return
+    import greenlet  # noqa: F401  (fail here, not in the middle of a launch)
+
+    _install_arrays(kernelapi)
+    Module = _module_class(kernelapi.FakeCUDAModule)
+    _refuse_libdevice()
+    _install_grid_sync_and_atomics(kernelapi)
+    _fast_paths()
+    _install_launches(simkernel)
+    simkernel.FakeCUDAModule = Module
     simkernel.BlockManager._fastsim = True

@@ -168,16 +168,7 @@ def run(
     def clean():
         return job.call(job.clean[config], clean_args)
 
-    if not backend.simulator and time_clean:
-        # warm-up compiles both builds (excluded from timing), then every buffer starts again
-        t = time.perf_counter_ns()
-        traced()
-        clean()
-        cuda.synchronize()
-        compile_ns = time.perf_counter_ns() - t
-        copy_in()
-    else:  # the simulator compiles nothing; an untimed GPU capture compiles in its one launch
-        compile_ns = time.perf_counter_ns() - job.compile_started_ns
+    compile_ns = _warm_up(backend, job, time_clean, traced, clean, copy_in)
 
     schedules = []
     listening = listen(backend, _listened(job, device, bufs) if backend.simulator else [])
@@ -227,6 +218,21 @@ def run(
     _, steps["free"] = backend.timed(free)
     ran.device_arrays = {}
     return ran
+
+
+def _warm_up(backend, job: Job, time_clean: bool, traced, clean, copy_in) -> int:
+    """A timed GPU capture's warm-up: both builds compiled (excluded from timing), then every buffer
+    starts again; returns the compile time (ns). The simulator compiles nothing, and an untimed GPU
+    capture compiles in its one launch."""
+    if backend.simulator or not time_clean:
+        return time.perf_counter_ns() - job.compile_started_ns
+    t = time.perf_counter_ns()
+    traced()
+    clean()
+    backend.cuda.synchronize()
+    compile_ns = time.perf_counter_ns() - t
+    copy_in()
+    return compile_ns
 
 
 def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, read):

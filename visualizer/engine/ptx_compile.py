@@ -60,14 +60,14 @@ def _types(values: list) -> tuple:
     return tuple(numba.typeof(v) for v in values)
 
 
-def _builtin(request: dict):
+def _builtin(kernel):
     import numpy as np
 
     from visualizer.engine.worker import build_kernels, launch_args, probe_buffers
     from visualizer.specs import catalog
 
     spec, values, launch = catalog.plan_launch(
-        request["kernel"], request.get("params"), "gpu", catalog.limits_from_info(None)
+        kernel.kernel, kernel.params, "gpu", catalog.limits_from_info(None)
     )
     inputs = spec.make_inputs(values, np.random.default_rng(0))
     args = launch_args(spec, launch, {**inputs, **probe_buffers(spec, launch)})[1]
@@ -78,32 +78,27 @@ def _builtin(request: dict):
     return clean, _types(args), filename, text, {"kernel": spec.name, "params": values}
 
 
-def _source(request: dict):
+def _source(kernel):
     import numpy as np
     from numba import cuda
 
-    from visualizer.engine.source_capture import ArgSpec, kernel_pair, load_module, make_array, rng_states
+    from visualizer.engine.source_capture import argument_values, kernel_pair, load_module
 
-    rng = np.random.default_rng(0)
-    values = []
-    for name in request["params"]:
-        a = request["args"][name]
-        if a["kind"] == "scalar":
-            values.append(a["value"])
-        elif a["kind"] == "rng":
-            values.append(rng_states(int(a["shape"][0]), int(a["value"])))
-        else:
-            spec = ArgSpec(name, a["text"], a["kind"], a["dtype"], tuple(a["shape"]), a["value"], a["array"])
-            values.append(make_array(spec, rng))
-    module = load_module(request["source"], request["filename"], request["kernel"])
-    _, clean = kernel_pair(cuda, module, request["kernel"])
+    src = kernel.source
+    values = argument_values(src, np.random.default_rng(0))
+    module = load_module(src.text, src.filename, kernel.kernel)
+    _, clean = kernel_pair(cuda, module, kernel.kernel)
     py = getattr(clean, "py_func", clean)
-    return py, _types(values), request["filename"], request["source"], {"kernel": request["kernel"]}
+    return py, _types(list(values.values())), src.filename, src.text, {"kernel": kernel.kernel}
 
 
-def compile_request(request: dict) -> dict:
+def compile_request(wire: dict) -> dict:
     """PTX with line info for one request (see the module docstring); raises CompileError."""
-    arch = str(request.get("arch", "sm_90"))
+    from visualizer.engine.capture.request import AsmRequest
+
+    op = wire.get("op")
+    asked = AsmRequest.from_wire(wire)
+    arch = asked.arch
     digits = arch.removeprefix("sm_")
     if not (digits.isdigit() and len(digits) in (2, 3)):
         raise CompileError(f"arch must look like sm_90, got {arch[:20]!r}")
@@ -112,11 +107,10 @@ def compile_request(request: dict) -> dict:
     import numba
     from numba import cuda
 
-    op = request.get("op")
     if op == "ptx_builtin":
-        fn, types, filename, text, what = _builtin(request)
+        fn, types, filename, text, what = _builtin(asked.kernel)
     elif op == "ptx_source":
-        fn, types, filename, text, what = _source(request)
+        fn, types, filename, text, what = _source(asked.kernel)
     else:
         raise CompileError(f"unknown request op {str(op)[:40]!r}")
     py = getattr(fn, "py_func", fn)

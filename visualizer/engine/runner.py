@@ -323,8 +323,9 @@ class Runner:
     def warm(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def _exchange(self, request: dict, timeout: float, progress, what: str, launches: int = 1, admit=None):
-        """Send ``request`` to this runner's worker and return its reply ``(kind, id, payload...)``.
+    def _exchange(self, message: dict, timeout: float, progress, what: str, launches: int = 1, admit=None):
+        """Send ``message`` (a request on the wire) to this runner's worker and return its reply
+        ``(kind, id, payload...)``.
 
         ``admit(device_info)`` may refuse the request once the worker is up. A request given up
         for any reason (RunTimeout, a progress callback that raised, KeyboardInterrupt...) kills the
@@ -336,10 +337,10 @@ class Runner:
                 self._start()
             if admit is not None:
                 admit(self.device_info)
-            request["id"] = rid = next(self._ids)
+            message["id"] = rid = next(self._ids)
             answered = False
             try:
-                self._conn.send(request)
+                self._conn.send(message)
                 reply = self._receive(rid, timeout, progress, what, launches)
                 answered = True
             finally:
@@ -386,10 +387,10 @@ class Runner:
         for key in ("runs", "schedule_seed", "torch"):
             if key in options:
                 fields[key] = options.pop(key)
-        request = CaptureRequest.of(fields, options).to_wire()  # engine/capture/request.py
         if self.backend == "sim":
             admit_capture(kernel, params, "sim", runs=runs)  # refuse bad input before starting a worker
-            request["cpu_limit_s"] = SIM_RUN_CPU_S
+            fields["cpu_limit_s"] = SIM_RUN_CPU_S
+        request = CaptureRequest.of(fields, options).to_wire()  # engine/capture/request.py
 
         def admit(info):  # on a GPU, against the memory the worker's device reports
             if self.backend == "gpu":

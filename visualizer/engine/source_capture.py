@@ -28,6 +28,7 @@ import types
 
 import numpy as np
 
+from visualizer.engine.fastsim import Listener
 from visualizer.engine.instrument import ACTIVE, TRACE, instrument, probe_globals, traced_name
 from visualizer.specs.launch import ceil_div
 from visualizer.specs.source import ArgSpec, make_array
@@ -181,37 +182,21 @@ def describe_failure(exc: BaseException, filename: str, simulator: bool) -> User
     return UserCodeError(f"{kind}{where}: {_short(first, 240)}")
 
 
-class SharedAllocations:
-    """A simulator listener: each launch's in-kernel modules, whose shared arrays' bytes are the
-    kernel's static shared memory (engine/fastsim.py ``listening``)."""
+class SharedAllocations(Listener):
+    """A simulator listener: the bytes of the static shared arrays the kernel makes, one per line that
+    makes one (its static shared memory per block)."""
 
     def __init__(self):
-        self.found: list = []
+        self.sites: dict = {}
 
-    def start(self) -> None:
-        from numba.cuda.simulator import kernelapi
+    def array(self, ary, frame, space: str, dynamic: bool = False):
+        if space == "shared" and not dynamic:
+            self.sites.setdefault((frame.f_code.co_filename, frame.f_lineno), int(ary.nbytes))
+        return None
 
-        self._original = original = kernelapi.FakeCUDAModule.__init__
-        found = self.found
-
-        def init(module, *args, **kwargs):
-            original(module, *args, **kwargs)
-            found.append(module)
-
-        kernelapi.FakeCUDAModule.__init__ = init
-
-    def stop(self) -> None:
-        from numba.cuda.simulator import kernelapi
-
-        kernelapi.FakeCUDAModule.__init__ = self._original
-
-
-def _static_smem(fake_modules: list) -> int:
-    sizes = [
-        sum(int(a.nbytes) for a in getattr(getattr(m, "_shared", None), "_allocations", {}).values())
-        for m in fake_modules
-    ]
-    return max(sizes, default=0)
+    @property
+    def bytes(self) -> int:
+        return sum(self.sites.values())
 
 
 # --- the reference check ------------------------------------------------------------------------
@@ -363,6 +348,21 @@ def _xoroshiro_init(n, seed):
 _xoroshiro_jit = None
 
 
+def argument_values(src, rng) -> dict:
+    """The kernel's arguments by name, made from their specs (``src``: the request's SourceKernel)."""
+    values: dict = {}
+    for name in src.arg_order:
+        a = src.args[name]
+        if a["kind"] == "scalar":
+            values[name] = a["value"]
+        elif a["kind"] == "rng":
+            values[name] = rng_states(int(a["shape"][0]), int(a["value"]))
+        else:
+            spec = ArgSpec(name, a["text"], a["kind"], a["dtype"], tuple(a["shape"]), a["value"], a["array"])
+            values[name] = make_array(spec, rng)
+    return values
+
+
 def prepare_source(backend, request):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
@@ -378,17 +378,7 @@ def prepare_source(backend, request):
     launch = catalog.Launch(grid=grid, block=block, scalars={})
     catalog.check_launch(launch, limits, backend.name)  # checked again here, against this device
 
-    rng = np.random.default_rng(request.seed)
-    values: dict = {}
-    for name in params:
-        a = src.args[name]
-        if a["kind"] == "scalar":
-            values[name] = a["value"]
-        elif a["kind"] == "rng":
-            values[name] = rng_states(int(a["shape"][0]), int(a["value"]))
-        else:
-            spec = ArgSpec(name, a["text"], a["kind"], a["dtype"], tuple(a["shape"]), a["value"], a["array"])
-            values[name] = make_array(spec, rng)
+    values = argument_values(src, np.random.default_rng(request.seed))
     arrays = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
     threads, tpb = launch.threads, launch.threads_per_block
     records = launch.blocks * ceil_div(tpb, 32) if threads > PER_WARP_ABOVE else threads
@@ -429,7 +419,7 @@ def prepare_source(backend, request):
         nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
         sim_listeners=[shared] if backend.simulator else [],
     )  # fmt: skip
-    return module, values, job, shared.found
+    return module, values, job, shared
 
 
 def capture_source(backend, request) -> dict:
@@ -437,7 +427,7 @@ def capture_source(backend, request) -> dict:
     shape of a built-in kernel's, plus the reference check made here, inside the sandbox."""
     from visualizer.engine import pipeline
 
-    module, values, job, fake_modules = prepare_source(backend, request)
+    module, values, job, shared = prepare_source(backend, request)
     src = request.source
     before = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
     runs, seed = request.runs, request.schedule_seed
@@ -445,9 +435,7 @@ def capture_source(backend, request) -> dict:
     kernel, filename, params = request.kernel, src.filename, list(src.arg_order)
     after = ran.after
     check = check_reference(src, module, before, after, filename)
-    static_smem = (
-        _static_smem(fake_modules) if backend.simulator else ran.instrumented.get("static_smem_bytes", 0)
-    )
+    static_smem = shared.bytes if backend.simulator else ran.instrumented.get("static_smem_bytes", 0)
     changed = [
         k
         for k in job.arrays

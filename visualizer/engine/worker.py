@@ -213,13 +213,6 @@ def _param_names(fn) -> list[str]:
     return list(inspect.signature(fn).parameters)
 
 
-def builtin_access_pass(spec, fn):
-    """The access pass for a built-in kernel (tools/access_cost.py builds it by hand)."""
-    from visualizer.engine.lenses.accesses import access_pass
-
-    return access_pass(builtin_view(spec, fn, {}, {}))
-
-
 def capture(backend: Backend, request) -> dict:
     """Run one built-in kernel through the capture sequence (engine/pipeline.py)."""
     from visualizer.engine import pipeline

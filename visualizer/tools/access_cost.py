@@ -53,7 +53,7 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
     from visualizer.engine import instrument_accesses as ia
     from visualizer.engine.builds import builds
     from visualizer.engine.instrument import function_namespace
-    from visualizer.engine.lenses.accesses import BUFFER_OF
+    from visualizer.engine.lenses.accesses import BUFFER_OF, access_pass
     from visualizer.specs import catalog
 
     ops = gpu_timing.NumbaOps(cuda)
@@ -64,7 +64,7 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
         bufs = worker.probe_buffers(spec, launch)
         fn = worker.kernel_function(spec, values)
         plain = builds(fn, spec.active_when)
-        rec = builds(fn, spec.active_when, (worker.builtin_access_pass(spec, fn),))
+        rec = builds(fn, spec.active_when, (access_pass(worker.builtin_view(spec, fn, {}, {})),))
         dev = {k: cuda.to_device(v) for k, v in {**inputs, **bufs}.items()}
         own = [dev[a] if a in dev else launch.scalars[a] for a in spec.args]
         config = (launch.grid, launch.block, 0, launch.dynamic_smem) if launch.dynamic_smem else (
@@ -93,7 +93,7 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
             ("every_warp", rec, list(range(gpu_accesses.linear_blocks(launch.grid))), EVERY_WARP_RECORDS),
         ]
         if variants:
-            capped = builds(fn, spec.active_when, (worker.builtin_access_pass(spec, fn),),
+            capped = builds(fn, spec.active_when, (access_pass(worker.builtin_view(spec, fn, {}, {})),),
                             max_registers=row["traced_regs"])  # fmt: skip
             runs += [("sampled_first_wave", rec, [0, 1, 2], gpu_accesses.DEFAULT_RECORDS),
                      ("sampled_capped", capped, None, gpu_accesses.DEFAULT_RECORDS)]  # fmt: skip

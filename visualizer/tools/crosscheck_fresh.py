@@ -52,7 +52,7 @@ def run(
     accesses the buffers hold (default gpu_accesses.DEFAULT_RECORDS; small: overflow on purpose)."""
     import numpy as np
 
-    from visualizer.engine import gpu_record
+    from visualizer.engine.lenses import accesses as gpu_record
 
     cuda = gpu_record.backend_cuda(engine)
 
@@ -88,7 +88,7 @@ def clean_launch(kernel: str) -> bool:
     """Launch the plain kernel once on the GPU (what ncu profiles); True if it matches numpy."""
     import numpy as np
 
-    from visualizer.engine import gpu_record
+    from visualizer.engine.lenses import accesses as gpu_record
 
     _, grid, block, inputs, outputs = next(c for c in cases() if c[0] == kernel)
     mod = gpu_record.module_of(_module(kernel))

@@ -46,6 +46,7 @@ class CaptureRequest:
     schedule_seed: int | None = None  # the seeded schedules (and delays) those runs take
     lenses: dict[str, dict] = field(default_factory=dict)  # each lens asked for -> its options
     id: Any = None  # the runner's request id, echoed on every message
+    cpu_limit_s: float | None = None  # the worker's CPU limit for this request (engine/worker.limit_cpu)
 
     def __post_init__(self):
         if not 1 <= int(self.runs) <= MAX_RUNS:
@@ -68,7 +69,7 @@ class CaptureRequest:
             if d.get(name):
                 lenses[name] = {o.key: d[o.key] for o in lens.options if d.get(o.key) is not None}
         source = None
-        if d.get("op") == "source":
+        if d.get("op") in ("source", "ptx_source"):
             source = SourceKernel(
                 text=d["source"], filename=d["filename"], arg_order=list(d["params"]), args=d["args"],
                 grid=tuple(d["grid"]), block=tuple(d["block"]), reference=list(d.get("reference") or []),
@@ -86,6 +87,7 @@ class CaptureRequest:
             schedule_seed=d.get("schedule_seed"),
             lenses=lenses,
             id=d.get("id"),
+            cpu_limit_s=d.get("cpu_limit_s"),
         )
 
     @classmethod
@@ -120,4 +122,20 @@ class CaptureRequest:
             out.update(options)
         if self.id is not None:
             out["id"] = self.id
+        if self.cpu_limit_s is not None:
+            out["cpu_limit_s"] = self.cpu_limit_s
         return out
+
+
+@dataclass(frozen=True)
+class AsmRequest:
+    """A request for a kernel's PTX/SASS (engine/ptx_compile.py): the kernel as a capture names it,
+    the architecture, and whether SASS is wanted."""
+
+    kernel: CaptureRequest
+    arch: str = "sm_90"
+    sass: bool = True
+
+    @classmethod
+    def from_wire(cls, d: dict) -> AsmRequest:
+        return cls(CaptureRequest.from_wire(d), str(d.get("arch", "sm_90")), bool(d.get("sass", True)))
