@@ -18,6 +18,10 @@ def engine_modules() -> list[Path]:
     return sorted(p for p in ENGINE.rglob("*.py") if p.name != "__init__.py")
 
 
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ENGINE)) if path.is_relative_to(ENGINE) else path.name
+
+
 def _docstrings(tree: ast.AST) -> set[int]:
     out = set()
     for node in ast.walk(tree):
@@ -55,14 +59,14 @@ def code_words(path: Path) -> set[str]:
     return {w.lower() for w in words if w}
 
 
-def lens_word_modules() -> dict[str, list[str]]:
+def lens_word_modules(paths: list[Path] | None = None) -> dict[str, list[str]]:
     """Lens word -> the engine modules whose code uses it."""
     out: dict[str, list[str]] = {w: [] for w in LENS_WORDS}
-    for path in engine_modules():
+    for path in paths or engine_modules():
         words = code_words(path)
         for w in LENS_WORDS:
             if any(w in x for x in words):
-                out[w].append(str(path.relative_to(ENGINE)))
+                out[w].append(_rel(path))
     return out
 
 
@@ -74,11 +78,11 @@ def folder_sizes() -> dict[str, int]:
     return sizes
 
 
-def long_functions(limit: int = 100) -> list[tuple[str, int]]:
+def long_functions(limit: int = 100, paths: list[Path] | None = None) -> list[tuple[str, int]]:
     """(module:function, lines) of the engine's functions longer than ``limit`` lines (a nested
     function counts as part of the one it is in)."""
     out = []
-    for path in engine_modules():
+    for path in paths or engine_modules():
         tree = ast.parse(path.read_text())
         todo = [(tree, "")]
         while todo:
@@ -87,7 +91,7 @@ def long_functions(limit: int = 100) -> list[tuple[str, int]]:
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     n = child.end_lineno - child.lineno + 1
                     if n > limit:
-                        out.append((f"{path.relative_to(ENGINE)}:{prefix}{child.name}", n))
+                        out.append((f"{_rel(path)}:{prefix}{child.name}", n))
                 elif isinstance(child, ast.ClassDef):
                     todo.append((child, f"{prefix}{child.name}."))
     return sorted(out, key=lambda x: -x[1])
@@ -96,21 +100,21 @@ def long_functions(limit: int = 100) -> list[tuple[str, int]]:
 REQUEST_READ = re.compile(r"\brequest(\.get\(|\[)")
 
 
-def request_reads() -> list[str]:
+def request_reads(paths: list[Path] | None = None) -> list[str]:
     """``request.get(`` / ``request[`` in the engine's code: a request read as a dict."""
     out = []
-    for path in engine_modules():
+    for path in paths or engine_modules():
         for i, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
             if REQUEST_READ.search(code):
-                out.append(f"{path.relative_to(ENGINE)}:{i}")
+                out.append(f"{_rel(path)}:{i}")
     return out
 
 
-def simulator_patchers() -> list[str]:
+def simulator_patchers(paths: list[Path] | None = None) -> list[str]:
     """Engine modules that import numba's simulator (to patch it) or its classes."""
     out = []
-    for path in engine_modules():
+    for path in paths or engine_modules():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             mod = node.module if isinstance(node, ast.ImportFrom) else None
@@ -118,15 +122,15 @@ def simulator_patchers() -> list[str]:
             if (mod or "").startswith("numba.cuda.simulator") or any(
                 n.startswith("numba.cuda.simulator") for n in names
             ):
-                out.append(str(path.relative_to(ENGINE)))
+                out.append(_rel(path))
                 break
     return out
 
 
-def pass_appliers() -> list[str]:
+def pass_appliers(paths: list[Path] | None = None) -> list[str]:
     """Engine functions that apply instrumenter passes (call ``X.apply(fn, info)`` on a pass)."""
     out = []
-    for path in engine_modules():
+    for path in paths or engine_modules():
         tree = ast.parse(path.read_text())
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -138,7 +142,7 @@ def pass_appliers() -> list[str]:
                     and node.func.attr == "apply"
                     and len(node.args) == 2
                 ):
-                    out.append(f"{path.relative_to(ENGINE)}:{fn.name}")
+                    out.append(f"{_rel(path)}:{fn.name}")
                     break
     # a nested function's call counts for the outermost function only
     return sorted(set(out))

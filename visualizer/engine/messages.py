@@ -57,3 +57,8 @@ class Message:
     @property
     def failed(self) -> bool:
         return self.kind in FAILURES
+
+
+def one_line(exc: BaseException) -> str:
+    msg = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {msg}"[:500]
