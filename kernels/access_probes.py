@@ -1,6 +1,6 @@
 """Access probes: device functions that record a kernel's own loads, stores and atomics on the GPU.
 
-The instrumenter's access pass (visualizer/engine/instrument_accesses.py) rewrites every element
+The instrumenter's access pass (visualizer/engine/instrument/accesses.py) rewrites every element
 access of a global array (a kernel parameter) or a shared array so that its index goes through one
 of these functions, which records the access and returns the same index::
 
@@ -52,7 +52,7 @@ Buffers (the host allocates them, analysis/gpu_accesses.py decodes them):
 * ``cnt`` uint64 (slots, 32): each lane's accesses in all;
 * ``sel`` int32 (blocks,): first slot of each sampled block, -1 elsewhere.
 
-The same source runs on the simulator (engine/fastsim.py gives activemask its warp semantics), which
+The same source runs on the simulator (engine/sim/fastsim.py gives activemask its warp semantics), which
 is how CI checks the GPU recording without a GPU.
 """
 

@@ -1,5 +1,5 @@
 """Probes of the SIMT lens: which lanes of a warp took each branch, and when each warp reached and left
-each barrier. The instrumenter (visualizer/engine/instrument_branches.py) inserts the calls; a kernel
+each barrier. The instrumenter (visualizer/engine/instrument/branches.py) inserts the calls; a kernel
 author never writes them.
 
 GPU (numba-cuda):

@@ -3,7 +3,7 @@
 A kernel in ``kernels/`` is written as a textbook would write it and calls only the *domain*
 probes a reader expects (``trace_tile`` after staging a tile, ``trace_row_state`` for a row's
 running softmax state). The rest (``trace_begin`` / ``trace_end`` and every lens's probes) are
-put in by the AST instrumenter (visualizer/engine/instrument.py), the same way for a built-in
+put in by the AST instrumenter (visualizer/engine/instrument/instrumenter.py), the same way for a built-in
 kernel and a visitor's.
 
 One kernel source runs on both backends:
@@ -161,7 +161,7 @@ def race_delay(delays, site):
     or barrier at ``site``, this thread's *warp* waits ``delays[site, warp % slots]`` nanoseconds (a
     spin on %globaltimer; 0: no wait). Every lane of a warp reads the same entry, so the warp moves
     as one relative to the others. The host draws the table from (seed, run), so a run is named by
-    them (engine/instrument_delays.py)."""
+    them (engine/instrument/delays.py)."""
     block, thread, tpb = linear_ids()
     warp = block * ((tpb + 31) // 32) + thread // 32
     ns = delays[site, warp % delays.shape[1]]

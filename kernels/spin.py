@@ -1,4 +1,4 @@
-"""Device code for the GPU timer (visualizer/engine/gpu_timing.py), not a lesson: a kernel that keeps the GPU
+"""Device code for the GPU timer (visualizer/engine/timing/gpu_timing.py), not a lesson: a kernel that keeps the GPU
 busy for a given number of nanoseconds while the host queues the launches to be timed behind it."""
 
 from numba import cuda, int64, uint64

@@ -68,7 +68,7 @@ def _tallied(backend, probe, tally: list):
 
 def main(engine: str, out_path: str) -> int:
     from visualizer.analysis import gpu_accesses
-    from visualizer.engine import instrument_accesses as ia
+    from visualizer.engine.instrument import accesses as ia
     from visualizer.engine.lenses import accesses as gpu_record
 
     backend = gpu_record.backend_cuda(engine)

@@ -336,7 +336,7 @@ def model_reduction(nblocks, tpb, n):
 
 def load(source: str, kernel: str, passes, filename: str = "visitor.py"):
     """The module with ``<kernel>__traced`` built by the passes; (traced dispatcher, vz_info)."""
-    from visualizer.engine.instrument_branches import apply_passes
+    from visualizer.engine.instrument.branches import apply_passes
 
     tree = apply_passes(ast.parse(source, filename=filename), kernel, passes)
     module = types.ModuleType("visitor_" + kernel)
@@ -350,7 +350,7 @@ def run_case(source, kernel, grid, block, args, simulator, barriers=False):
     from numba import cuda
 
     from visualizer.analysis import branches
-    from visualizer.engine.instrument_branches import BarrierPass, BranchPass, branch_buffers
+    from visualizer.engine.instrument.branches import BarrierPass, BranchPass, branch_buffers
 
     passes = [BranchPass()] + ([BarrierPass()] if barriers else [])
     traced, info = load(source, kernel, passes)
@@ -446,7 +446,7 @@ def fastsim_activemask_after_a_loop() -> list[int]:
 def main(argv):
     engine, out_path = argv[:2]
     if engine == "sim":
-        from visualizer.engine import fastsim
+        from visualizer.engine.sim import fastsim
 
         fastsim.install()
     res = cases(engine == "sim")

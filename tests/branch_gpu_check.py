@@ -80,8 +80,8 @@ def builtin_clean():
     """Each built-in's clean build launched once on the capture's own inputs (for ncu)."""
     from numba import cuda
 
-    from visualizer.engine.builds import pair
-    from visualizer.engine.worker import kernel_function, probe_buffers
+    from visualizer.engine.capture.builds import pair
+    from visualizer.engine.capture.builtin import kernel_function, probe_buffers
     from visualizer.specs import catalog
 
     for name, kernel, params in BUILTINS:
@@ -97,7 +97,7 @@ def builtin_clean():
 
 def builtin_ours(out_dir):
     from visualizer.analysis import branches
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
 
     report = {}
     with Runner("gpu") as runner:
@@ -165,8 +165,8 @@ def _case(ops, out_dir, name, src, kernel, grid, block, args, barriers):
     from numba.cuda.cudadrv.driver import device_memset
 
     from visualizer.analysis import branches
-    from visualizer.engine import gpu_timing
-    from visualizer.engine.instrument_branches import BarrierPass, BranchPass, branch_buffers
+    from visualizer.engine.instrument.branches import BarrierPass, BranchPass, branch_buffers
+    from visualizer.engine.timing import gpu_timing
 
     g = grid if isinstance(grid, tuple) else (grid,)
     b = block if isinstance(block, tuple) else (block,)
@@ -225,7 +225,7 @@ def _case(ops, out_dir, name, src, kernel, grid, block, args, barriers):
 def ours(out_dir):
     from numba import cuda
 
-    from visualizer.engine import gpu_timing
+    from visualizer.engine.timing import gpu_timing
 
     ops = gpu_timing.NumbaOps(cuda)
     report = {}
@@ -248,7 +248,7 @@ def lens_rows(name, records=1024):
     from numba import cuda
 
     from visualizer.analysis import branches
-    from visualizer.engine.instrument_branches import BranchPass, branch_buffers
+    from visualizer.engine.instrument.branches import BranchPass, branch_buffers
 
     _, src, kernel, grid, block, args, _ = _by_name(name)
     g = grid if isinstance(grid, tuple) else (grid,)
@@ -273,10 +273,10 @@ def sass_lines(name, arch="sm_90"):
     from numba import cuda, typeof
 
     from visualizer.analysis import branches
-    from visualizer.engine.ptx import assemble
+    from visualizer.engine.capture.ptx import assemble
 
     if not cuda.is_available():  # numba-cuda asks the device for its compute capability
-        from visualizer.engine.ptx_compile import _compile_for
+        from visualizer.engine.capture.ptx_compile import _compile_for
 
         _compile_for((9, 0))
     _, src, kernel, _, _, args, _ = _by_name(name)

@@ -7,7 +7,7 @@ os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
 import pytest  # noqa: E402
 
-from visualizer.engine.runner import Runner, gpu_present  # noqa: E402
+from visualizer.engine.run.runner import Runner, gpu_present  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,4 @@
-"""Kernels run under the stock simulator and under visualizer.engine.fastsim, one engine per process.
+"""Kernels run under the stock simulator and under visualizer.engine.sim.fastsim, one engine per process.
 
 ``python tests/fastsim_cases.py stock|fast OUT.pkl [CASE ...]`` runs the cases (all by default)
 and pickles ``{case: result}``; a result is a dict of numpy arrays / numbers, or
@@ -291,7 +291,7 @@ class Recorder:
         self.log = []
 
     def __setitem__(self, i, v):
-        from visualizer.engine.fastsim import current_thread
+        from visualizer.engine.sim.fastsim import current_thread
 
         t = current_thread()
         t.__dict__["writes"] = t.__dict__.get("writes", 0) + 1  # per-thread state lives on the thread
@@ -616,7 +616,7 @@ def k_stuck_in_c(out):
 
 @hang_case
 def worker_one_line_error():
-    from visualizer.engine.worker import one_line
+    from visualizer.engine.run.worker import one_line
 
     try:
         k_deadlock_plain_spin[1, 32](np.zeros(1, np.int32), np.zeros(32, np.int32))
@@ -661,7 +661,7 @@ def recorder_hooks():
     """fastsim only: what a recorder plugs into (block starts, a wrapper around shared arrays)."""
     from numba.cuda.simulator import kernelapi
 
-    from visualizer.engine import fastsim
+    from visualizer.engine.sim import fastsim
 
     blocks, allocations = [], []
     fastsim.BLOCK_START_HOOKS.append(lambda b: blocks.append((b.x, b.y, b.z)))
@@ -692,11 +692,11 @@ def recorder_hooks():
 def main(argv):
     engine, out_path, *names = argv
     if engine == "fast":
-        from visualizer.engine import fastsim
+        from visualizer.engine.sim import fastsim
 
         fastsim.install()
     elif engine == "worker":  # fastsim as the simulator worker sets it up
-        from visualizer.engine import worker
+        from visualizer.engine.run import worker
 
         worker.configure_backend("sim")
         worker.Backend("sim")

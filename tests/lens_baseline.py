@@ -105,8 +105,8 @@ def capture_case(name: str, runner=None, user_runner=None):
 
 
 def main() -> None:
-    from visualizer.engine.runner import Runner
-    from visualizer.engine.user_runner import UserRunner
+    from visualizer.engine.run.runner import Runner
+    from visualizer.engine.run.user_runner import UserRunner
 
     with Runner("sim") as runner, UserRunner("sim") as user_runner:
         for name in [*CASES, *SOURCE_CASES]:

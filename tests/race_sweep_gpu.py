@@ -1,5 +1,5 @@
 """GPU experiment, not a test (issue 25): the races of tests/race_cases.py under many designs of the
-seeded delays (engine/instrument_delays.py), 8 runs each, in one process, so that one call to the
+seeded delays (engine/instrument/delays.py), 8 runs each, in one process, so that one call to the
 GPU compares them. docs/benchmarks.md ("Races run again and again") has what the H200 showed.
 
     NUMBA_ENABLE_CUDASIM=0 PYTHONPATH=. python tests/race_sweep_gpu.py OUT.json
@@ -21,8 +21,8 @@ from numba import cuda  # noqa: E402
 from race_cases import source  # noqa: E402
 
 from kernels.probes import globaltimer, linear_ids  # noqa: E402
-from visualizer.engine import instrument_delays as D  # noqa: E402
-from visualizer.engine.source_capture import kernel_pair, load_module  # noqa: E402
+from visualizer.engine.capture.source import kernel_pair, load_module  # noqa: E402
+from visualizer.engine.instrument import delays as D  # noqa: E402
 
 
 @cuda.jit(device=True)

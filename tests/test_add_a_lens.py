@@ -16,7 +16,7 @@ TOY = textwrap.dedent(
     import ast, sys
     import numpy as np
     import pandas as pd
-    from visualizer.engine.worker import configure_backend
+    from visualizer.engine.run.worker import configure_backend
     configure_backend("sim")
     from numba import cuda
 
@@ -65,7 +65,7 @@ TOY = textwrap.dedent(
     from visualizer.analysis.capture import build_capture
     from visualizer.engine.capture.backend import Backend
     from visualizer.engine.capture.request import CaptureRequest
-    from visualizer.engine.worker import capture
+    from visualizer.engine.run.worker import capture
     from visualizer.tools import bundle
 
     request = CaptureRequest.of({"kernel": "vector_add", "params": {"n": 40, "block": 32}}, {"toy": True})

@@ -82,7 +82,7 @@ def test_the_panel_runs_only_when_asked_for_the_launch_on_screen():
 
 
 def test_the_panels_sentence_says_how_each_backend_schedules_its_runs():
-    from visualizer.engine.instrument_delays import DELAY_MAX_NS
+    from visualizer.engine.instrument.delays import DELAY_MAX_NS
     from visualizer.web.races import runs_caption
 
     assert "seeded interleaving" in runs_caption(sim=True, delays=False)

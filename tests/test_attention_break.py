@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from kernels.attention import flash_attention_kernel
-from visualizer.engine.builds import pair
-from visualizer.engine.worker import launch_args, record_buffers
+from visualizer.engine.capture.builds import pair
+from visualizer.engine.capture.builtin import launch_args, record_buffers
 from visualizer.figures.attention_break import break_figure, break_rows, break_summary
 from visualizer.specs.attention import OVERFLOW_SCORE, attention_reference
 from visualizer.specs.catalog import plan_launch

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from kernels import attention_fast as af
-from visualizer.engine.builds import pair
-from visualizer.engine.worker import launch_args, record_buffers
+from visualizer.engine.capture.builds import pair
+from visualizer.engine.capture.builtin import launch_args, record_buffers
 from visualizer.specs import attention as specs
 from visualizer.specs.catalog import LaunchError, plan_launch
 from visualizer.tools.attention_bench import rel_err_f64

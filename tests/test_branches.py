@@ -12,7 +12,7 @@ import pytest
 
 from visualizer.analysis import branches
 from visualizer.analysis.provenance import source_of
-from visualizer.engine.instrument_branches import (
+from visualizer.engine.instrument.branches import (
     BRANCH_FN,
     BarrierPass,
     BranchPass,
@@ -198,7 +198,7 @@ def test_barrier_pass_wraps_every_syncthreads_statement():
 
 
 def test_the_analysis_reads_the_buffers_the_passes_add():
-    from visualizer.engine import instrument_branches as ib
+    from visualizer.engine.instrument import branches as ib
 
     names = (ib.BRANCH_LOG, ib.BRANCH_COUNT, ib.BAR_LOG, ib.BAR_COUNT)
     assert names == (branches.BRANCH_LOG, branches.BRANCH_COUNT, branches.BAR_LOG, branches.BAR_COUNT)

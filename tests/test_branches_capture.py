@@ -14,8 +14,8 @@ sys.path.insert(0, str(HERE))
 import branch_cases  # noqa: E402
 from test_branches import visits  # noqa: E402
 
-from visualizer.engine import ptx  # noqa: E402
-from visualizer.engine.user_runner import UserRunner  # noqa: E402
+from visualizer.engine.capture import ptx  # noqa: E402
+from visualizer.engine.run.user_runner import UserRunner  # noqa: E402
 from visualizer.specs.source import plan_source_launch  # noqa: E402
 from visualizer.tools import bundle  # noqa: E402
 from visualizer.web.examples import EXAMPLES  # noqa: E402

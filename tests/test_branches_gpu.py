@@ -50,7 +50,7 @@ def test_divergence_pair_on_the_gpu(gpu_runner):
 
 
 def test_a_visitors_kernel_on_the_gpu():
-    from visualizer.engine.user_runner import UserRunner
+    from visualizer.engine.run.user_runner import UserRunner
     from visualizer.specs.source import plan_source_launch
     from visualizer.web.examples import EXAMPLES
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(HERE))
 import branch_cases  # noqa: E402
 
 from visualizer.analysis import branches  # noqa: E402
-from visualizer.engine import ptx  # noqa: E402
+from visualizer.engine.capture import ptx  # noqa: E402
 from visualizer.specs.source import plan_source_launch  # noqa: E402
 
 SITES = [
@@ -54,7 +54,7 @@ def _rows(model: dict, sites: list[dict]):
 def _sites(source: str, kernel: str) -> list[dict]:
     import ast
 
-    from visualizer.engine.instrument_branches import BranchPass, apply_passes
+    from visualizer.engine.instrument.branches import BranchPass, apply_passes
 
     return apply_passes(ast.parse(source), kernel, [BranchPass()]).vz_info["branches"]["sites"]
 

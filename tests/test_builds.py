@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kernels.matmul import matmul_tiled_kernel
-from visualizer.engine.builds import builds
-from visualizer.engine.instrument import ACTIVE, TRACE, instrument_function
-from visualizer.engine.worker import kernel_function
+from visualizer.engine.capture.builds import builds
+from visualizer.engine.capture.builtin import kernel_function
+from visualizer.engine.instrument.instrumenter import ACTIVE, TRACE, instrument_function
 from visualizer.specs import catalog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def test_tiled_matmul_through_the_instrumenter_matches_numpy_and_marks_who_worke
     b = builds(kernel_function(spec, values), spec.active_when)
     rng = np.random.default_rng(0)
     x = spec.make_inputs(values, rng)
-    from visualizer.engine.worker import launch_args, probe_buffers
+    from visualizer.engine.capture.builtin import launch_args, probe_buffers
 
     bufs = probe_buffers(spec, launch)
     traced_args, clean_args = launch_args(spec, launch, {**x, **bufs})

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from visualizer.engine.runner import KernelError
+from visualizer.engine.run.runner import KernelError
 from visualizer.specs.catalog import LaunchError
 
 THREAD_COLUMNS = [
@@ -99,7 +99,7 @@ def test_fault_reported_and_runner_survives(sim_runner):
 
 
 def test_timeout_kills_and_restarts_worker():
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
 
     with Runner("sim") as runner:
         with pytest.raises(KernelError, match="timed out"):

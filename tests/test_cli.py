@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from visualizer.engine.runner import gpu_present
+from visualizer.engine.run.runner import gpu_present
 
 
 def run(*args, timeout=120):

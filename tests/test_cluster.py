@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from visualizer.engine import runner
+from visualizer.engine.run import runner
 from visualizer.tools.loadtest import Server, Visitor, classroom, query
 from visualizer.tools.localcluster import LocalCluster, descendants, sockets_off_loopback
 
@@ -75,7 +75,7 @@ def test_serve_refuses_bad_worker_flags_in_one_line(args, says):
 
 def test_without_a_cluster_the_app_never_imports_dask():
     code = (
-        "import sys, visualizer.web.session, visualizer.web.timing, visualizer.engine.cluster as c\n"
+        "import sys, visualizer.web.session, visualizer.web.timing, visualizer.engine.run.cluster as c\n"
         "q = c.capture_queue('sim')\n"
         "assert type(q).__name__ == 'RunQueue', q\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]\n"
@@ -135,7 +135,7 @@ def deployment(tmp_path_factory):
 
 
 def _runs(client) -> int:
-    from visualizer.engine.cluster_worker import worker_runs
+    from visualizer.engine.run.cluster_worker import worker_runs
 
     return sum(sum(runs.values()) for runs in client.run(worker_runs).values())
 
@@ -211,7 +211,7 @@ def test_no_process_started_held_a_socket_off_loopback(deployment):
 def test_a_run_left_and_asked_again_at_once_is_answered(deployment):
     """Streamlit's rerun: the visitor's run is cancelled from its progress callback and the same
     capture asked for again before the cancel is through; the second ask gets the capture."""
-    from visualizer.engine.cluster import Cluster, ClusterQueue
+    from visualizer.engine.run.cluster import Cluster, ClusterQueue
 
     cluster, _, _, _ = deployment
     link = Cluster(cluster.address)
@@ -240,8 +240,8 @@ def test_a_run_left_and_asked_again_at_once_is_answered(deployment):
 def test_a_run_nobody_wants_is_stopped_on_its_worker(deployment):
     """Nothing computes for nobody: the visitor leaves, no replica holds the task, and the worker's
     project worker is stopped at its next progress report."""
-    from visualizer.engine.cluster import Cluster, ClusterQueue
-    from visualizer.engine.cluster_worker import worker_abandoned
+    from visualizer.engine.run.cluster import Cluster, ClusterQueue
+    from visualizer.engine.run.cluster_worker import worker_abandoned
 
     cluster, _, client, _ = deployment
     before = sum(client.run(worker_abandoned).values())

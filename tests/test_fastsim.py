@@ -1,4 +1,4 @@
-"""visualizer.engine.fastsim against the stock numba-cuda simulator: the same kernels, each engine in its own
+"""visualizer.engine.sim.fastsim against the stock numba-cuda simulator: the same kernels, each engine in its own
 process (fastsim is installed by monkeypatching), results compared exactly.
 
 Also the places where fastsim differs on purpose (per-block poisoned shared memory, exceptions stock

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from visualizer.engine.runner import KernelError
+from visualizer.engine.run.runner import KernelError
 
 pytestmark = pytest.mark.gpu
 

@@ -14,8 +14,8 @@ import pytest
 
 from visualizer.analysis import gpu_accesses, memory
 from visualizer.analysis.provenance import MEASURED_GPU_SAMPLED
-from visualizer.engine import access_record
-from visualizer.engine import instrument_accesses as ia
+from visualizer.engine.instrument import accesses as ia
+from visualizer.engine.sim import access_record
 
 HERE = Path(__file__).resolve().parent
 CASES_PY = HERE / "gpu_access_cases.py"
@@ -239,7 +239,7 @@ def test_gpu_recording_on_the_gpu_equals_the_simulator_recorder(sim, tmp_path):
 
 @pytest.fixture(scope="module")
 def sim_runner_local():
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
 
     with Runner("sim") as runner:
         yield runner
@@ -289,7 +289,7 @@ def test_a_bad_sample_is_one_line(sim_runner_local):
 
 
 def test_a_visitors_kernel_recorded_by_the_pass_equals_the_recorder():
-    from visualizer.engine.user_runner import UserRunner
+    from visualizer.engine.run.user_runner import UserRunner
     from visualizer.specs.source import plan_source_launch
     from visualizer.web.examples import EXAMPLES
 
@@ -338,7 +338,7 @@ def test_a_visitors_device_functions_are_recorded_and_equal_the_recorder():
     """Accesses in a visitor's device functions (a global load and shared stores in one, shared loads
     and a global store in another) are recorded through the functions' recording copies, at the
     functions' own lines, and equal the simulator recorder's."""
-    from visualizer.engine.user_runner import UserRunner
+    from visualizer.engine.run.user_runner import UserRunner
     from visualizer.specs.source import plan_source_launch
 
     launch = plan_source_launch(DEVICE_FN_SRC, "kern", grid="4", block="32",
@@ -377,7 +377,7 @@ def kern(a, out):
 def test_views_made_in_the_kernel_are_recorded_as_the_arrays_own_elements_on_both_backends():
     """``plane = a[i % 2]``, ``row = plane[i // 2]``: each ``row[j]`` is element (i % 2, i // 2, j) of
     ``a``, on the simulator recorder and in the kernel's own recording, through a device function too."""
-    from visualizer.engine.user_runner import UserRunner
+    from visualizer.engine.run.user_runner import UserRunner
     from visualizer.specs.source import plan_source_launch
 
     launch = plan_source_launch(VIEW_SRC, "kern", grid="2", block="32",
@@ -481,7 +481,7 @@ def test_a_visitors_kernel_at_real_size_on_the_gpu_matches_its_small_launch_on_t
     """The textbook tiled matmul, unmodified: 512x512 on the GPU (sampled warps) and 48x48 on the
     simulator give the same sectors and wavefronts per request on every line (its pattern does not
     depend on the size)."""
-    from visualizer.engine.user_runner import UserRunner
+    from visualizer.engine.run.user_runner import UserRunner
     from visualizer.specs.source import plan_source_launch
     from visualizer.web.examples import EXAMPLES
 
@@ -640,13 +640,14 @@ def test_flash_attentions_unrolled_recording_equals_the_recorder_on_its_own_acce
     recording build, its device function ``store_tile`` (shared stores) is recorded through a copy per
     array, and what that build records on the simulator is the recorder's table for the same accesses
     (the recorder also counts local arrays)."""
-    from visualizer.engine import worker
-    from visualizer.engine.instrument import instrument_function
+    from visualizer.engine.capture import builtin
+    from visualizer.engine.instrument.instrumenter import instrument_function
+    from visualizer.engine.lenses.accesses import access_pass
     from visualizer.specs import catalog
 
     spec, values, _ = catalog.plan_launch("flash_attention", {"seq_len": 40}, "sim")
-    fn = worker.kernel_function(spec, values)
-    p = worker.builtin_access_pass(spec, fn)
+    fn = builtin.kernel_function(spec, values)
+    p = access_pass(builtin.builtin_view(spec, fn, {}, {}))
     _, tree = instrument_function(fn, passes=(p,))
     lines = [ln.strip() for ln in ast.unparse(tree).splitlines()]
     nu, nw = p.constants["NU"], p.constants["NW"]

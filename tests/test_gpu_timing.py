@@ -8,8 +8,8 @@ measuring again), and what timing.json gets.
 
 import pytest
 
-from visualizer.engine import gpu_timing
-from visualizer.engine.gpu_timing import (
+from visualizer.engine.timing import gpu_timing
+from visualizer.engine.timing.gpu_timing import (
     SPIN_MAX_NS,
     SPIN_MIN_NS,
     measure,

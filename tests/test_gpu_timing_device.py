@@ -49,7 +49,7 @@ def gpu_numba():
 
 def _small_add(cuda, n=1000):
     from kernels.vector_add import vector_add
-    from visualizer.engine.builds import pair
+    from visualizer.engine.capture.builds import pair
 
     _, vector_add_clean = pair(vector_add, "i < n")
     a = cuda.to_device(np.arange(n, dtype=np.float32))
@@ -62,7 +62,7 @@ def _small_add(cuda, n=1000):
 
 
 def test_spin_covers_the_queue_and_its_absence_is_detected(gpu_numba):
-    from visualizer.engine import gpu_timing
+    from visualizer.engine.timing import gpu_timing
 
     cuda = gpu_numba
     launch, c = _small_add(cuda)
@@ -79,7 +79,7 @@ def test_spin_covers_the_queue_and_its_absence_is_detected(gpu_numba):
 
 def test_torch_queues_behind_the_spin_on_its_stream(gpu_numba):
     torch = pytest.importorskip("torch")
-    from visualizer.engine import gpu_timing
+    from visualizer.engine.timing import gpu_timing
 
     x = torch.randn(1000, device="cuda")
     y = torch.empty_like(x)

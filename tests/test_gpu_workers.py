@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from visualizer.engine.runner import KernelError, RunQueue, visible_gpus
+from visualizer.engine.run.runner import KernelError, RunQueue, visible_gpus
 
 pytestmark = pytest.mark.gpu
 
@@ -47,7 +47,7 @@ def test_a_gpu_fault_restarts_that_gpus_worker_alone():
 
 def test_a_dask_gpu_worker_runs_gpu_captures(tmp_path):
     pytest.importorskip("distributed")
-    from visualizer.engine.cluster import Cluster, ClusterQueue
+    from visualizer.engine.run.cluster import Cluster, ClusterQueue
     from visualizer.tools.localcluster import LocalCluster
 
     first = visible_gpus()[0]

@@ -6,7 +6,7 @@ import concurrent.futures
 
 import pytest
 
-from visualizer.engine.user_runner import token_matches, user_code_allowed
+from visualizer.engine.run.user_runner import token_matches, user_code_allowed
 from visualizer.web.hostcheck import (
     HostGuard,
     host_allowed,

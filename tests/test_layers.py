@@ -200,7 +200,7 @@ def test_no_import_circles():
     [
         (
             "visualizer/analysis/planted.py",
-            "from visualizer.engine.runner import Runner",
+            "from visualizer.engine.run.runner import Runner",
             "analysis imports engine",
         ),
         ("visualizer/figures/planted.py", "import streamlit as st", "streamlit imported in layer figures"),

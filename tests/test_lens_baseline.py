@@ -10,8 +10,8 @@ from tests.lens_baseline import CASES, DATA, SOURCE_CASES, capture_case, tables
 
 @pytest.fixture(scope="module")
 def runners():
-    from visualizer.engine.runner import Runner
-    from visualizer.engine.user_runner import UserRunner
+    from visualizer.engine.run.runner import Runner
+    from visualizer.engine.run.user_runner import UserRunner
 
     with Runner("sim") as runner, UserRunner("sim") as user_runner:
         yield runner, user_runner

@@ -5,7 +5,7 @@ visualizer.tools.loadtest against the old runner: 22 of 25 wrong)."""
 
 import pytest
 
-from visualizer.engine.runner import default_workers
+from visualizer.engine.run.runner import default_workers
 from visualizer.tools.loadtest import Server, Visitor, classroom, query
 
 

@@ -7,7 +7,7 @@ import pytest
 from numba import cuda, float32
 
 from visualizer.analysis import memory as tables
-from visualizer.engine import access_record as record
+from visualizer.engine.sim import access_record as record
 
 
 def probe_kernel(x, out, counter):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 from visualizer.analysis import memory as tables
-from visualizer.engine.access_record import ATOMIC, COLUMNS, LOAD, STORE
+from visualizer.engine.sim.access_record import ATOMIC, COLUMNS, LOAD, STORE
 
 ARRAYS = [
     {"name": "g", "space": "global", "itemsize": 4, "dtype": "float32", "shape": [4096]},

@@ -1,8 +1,8 @@
-"""The runner's messages (engine/messages.py): typed, checked, and the same tuple on the wire."""
+"""The runner's messages (engine/run/messages.py): typed, checked, and the same tuple on the wire."""
 
 import pytest
 
-from visualizer.engine.messages import MalformedMessage, Message
+from visualizer.engine.run.messages import MalformedMessage, Message
 
 
 def test_a_message_round_trips_as_its_tuple():

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs NUMBA_ENABLE_CUDASIM=0")
 def test_calculator_agrees_with_driver_exactly():
-    from visualizer.engine.occupancy_gpu import driver_sweep
+    from visualizer.engine.timing.occupancy_gpu import driver_sweep
 
     rows = driver_sweep()
     bad = [r for r in rows if r["driver"] != r["calculator"]]

@@ -1,5 +1,5 @@
 """Under the hood: PTX and SASS with source lines for a built-in and a visitor's kernel, compiled
-for sm_90 on a machine without a GPU (engine/ptx.py), and the tables read from them (analysis/asm.py)."""
+for sm_90 on a machine without a GPU (engine/capture/ptx.py), and the tables read from them (analysis/asm.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from visualizer.analysis import asm
-from visualizer.engine import ptx
+from visualizer.engine.capture import ptx
 from visualizer.specs.source import plan_source_launch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +141,7 @@ def test_a_visitors_kernel_is_compiled_inside_its_sandbox(tmp_path):
     """The Under the hood page's path for a visitor: the module runs (numba compiles it) only in a fresh
     sandboxed worker, which sends back the PTX with its lines; module-level code that writes a file of
     the server's finds it out of reach."""
-    from visualizer.engine.user_runner import UserRunQueue
+    from visualizer.engine.run.user_runner import UserRunQueue
 
     marker = tmp_path / "written-by-the-visitor"
     src = (ROOT / "kernels" / "examples" / "matmul_tiled.py").read_text()

@@ -12,8 +12,8 @@ import race_cases  # noqa: E402  (the visitors' sources)
 from race_cases import source  # noqa: E402
 
 from visualizer.analysis import races
-from visualizer.engine.instrument_delays import DelayPass
-from visualizer.engine.user_runner import UserRunner
+from visualizer.engine.instrument.delays import DelayPass
+from visualizer.engine.run.user_runner import UserRunner
 from visualizer.specs.catalog import KERNELS, LaunchError, admit_capture
 from visualizer.specs.source import plan_source_launch
 
@@ -156,7 +156,7 @@ def test_cli_runs_writes_runs_npz_and_refuses_too_many_runs_in_one_line(tmp_path
 def _traced_fn(tree, kernel):
     import ast
 
-    from visualizer.engine.instrument import traced_name
+    from visualizer.engine.instrument.instrumenter import traced_name
 
     return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == traced_name(kernel))
 
@@ -169,8 +169,8 @@ def delay_sites(tree) -> list:
 def test_instrumenter_puts_a_delay_before_every_load_store_atomic_and_barrier():
     import ast
 
-    from visualizer.engine.instrument import instrument
-    from visualizer.engine.instrument_delays import DELAY, DELAY_FN
+    from visualizer.engine.instrument.delays import DELAY, DELAY_FN
+    from visualizer.engine.instrument.instrumenter import instrument
 
     tree = instrument(ast.parse(source("matmul", racy=False)), "matmul", passes=(DelayPass(),))
     fn = _traced_fn(tree, "matmul")
@@ -195,7 +195,7 @@ def test_instrumenter_puts_a_delay_before_every_load_store_atomic_and_barrier():
 def test_each_threads_local_array_is_no_delay_site():
     import ast
 
-    from visualizer.engine.instrument import instrument
+    from visualizer.engine.instrument.instrumenter import instrument
 
     src = """
 from numba import cuda, float32
@@ -213,8 +213,8 @@ def k(a):
 def test_delay_tables_are_named_by_seed_and_run_and_vary_what_they_delay():
     import ast
 
-    from visualizer.engine.instrument import instrument
-    from visualizer.engine.instrument_delays import DELAY_MAX_NS, DELAY_MIN_NS, DELAY_SLOTS, delay_table
+    from visualizer.engine.instrument.delays import DELAY_MAX_NS, DELAY_MIN_NS, DELAY_SLOTS, delay_table
+    from visualizer.engine.instrument.instrumenter import instrument
 
     sites = delay_sites(instrument(ast.parse(source("matmul", racy=True)), "matmul", passes=(DelayPass(),)))
     kinds = [set(w.split("+")) for _, w in sites]
@@ -247,7 +247,7 @@ def test_delay_tables_are_named_by_seed_and_run_and_vary_what_they_delay():
 
 
 def test_delayed_runs_are_named_by_seed_and_run_and_keep_race_free_kernels_right(user_runner):
-    from visualizer.engine.instrument_delays import delay_table
+    from visualizer.engine.instrument.delays import delay_table
 
     cap = user_runner.capture_source(
         launch_plan("reverse", racy=False), runs=3, schedule_seed=4, delays=True, time_clean=False
@@ -263,11 +263,11 @@ def test_delayed_runs_are_named_by_seed_and_run_and_keep_race_free_kernels_right
 
 def test_builtin_race_demo_takes_the_same_delays_pass_from_its_own_file(runner):
     """Built-in kernels get their delays from the instrumenter pass a visitor's kernel gets
-    (engine/instrument_delays.py): sites on kernels/reduction.py's own lines, each run's draw recorded."""
+    (engine/instrument/delays.py): sites on kernels/reduction.py's own lines, each run's draw recorded."""
     import inspect
 
     from kernels import reduction
-    from visualizer.engine.instrument_delays import delay_table
+    from visualizer.engine.instrument.delays import delay_table
 
     cap = runner.capture(
         "reduction_race", {"n": 1000, "block": 128}, runs=3, schedule_seed=1, delays=True, time_clean=False

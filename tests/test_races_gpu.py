@@ -1,13 +1,13 @@
 """Races on a real GPU (issue 25): N real runs of one launch, without and with seeded per-warp delays
 before loads, stores, atomics and barriers (visitors' kernels through the AST instrumenter,
-engine/instrument_delays.py)."""
+engine/instrument/delays.py)."""
 
 import numpy as np
 import pytest
 from race_cases import source  # noqa: E402  (the visitors' sources)
 
 from visualizer.analysis import races
-from visualizer.engine.user_runner import UserRunner
+from visualizer.engine.run.user_runner import UserRunner
 from visualizer.specs.source import plan_source_launch
 
 pytestmark = pytest.mark.gpu
@@ -56,7 +56,7 @@ def test_builtin_reduction_real_runs(gpu_runner, kernel):
     show(cap, kernel)
     if kernel == "reduction":
         assert cap.launch["runs"]["distinct"] == 1 and all(cap.launch["runs"]["correct"])
-    # the same delays pass as a visitor's kernel (engine/instrument_delays.py), on the built-in's lines
+    # the same delays pass as a visitor's kernel (engine/instrument/delays.py), on the built-in's lines
     delayed = gpu_runner.capture(
         kernel, {"n": 1 << 20, "block": 256}, runs=8, schedule_seed=1, delays=True, repeats=3
     )

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from visualizer.engine.runner import KernelError, Runner, RunQueue
+from visualizer.engine.run.runner import KernelError, Runner, RunQueue
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 
@@ -80,7 +80,7 @@ def test_timeout_names_the_limit_and_restarts():
 
 def test_a_run_past_its_cpu_time_is_stopped_by_the_kernel(monkeypatch):
     # the CPU limit holds even when nobody watches the worker (here: a wall limit far away)
-    from visualizer.engine import runner as runner_module
+    from visualizer.engine.run import runner as runner_module
 
     monkeypatch.setattr(runner_module, "SIM_RUN_CPU_S", 1)
     with Runner("sim") as runner:
@@ -172,7 +172,7 @@ def test_the_queue_says_how_many_runs_are_ahead_and_a_leaver_leaves_it():
 
 
 def test_record_bytes_match_the_buffers_the_worker_allocates():
-    from visualizer.engine.worker import record_buffers
+    from visualizer.engine.capture.builtin import record_buffers
 
     for name, params in [
         ("vector_add", {"n": 1000, "block": 96}),
@@ -257,6 +257,7 @@ def test_gpu_launches_are_checked_against_the_devices_own_memory(gpu_runner):
 
 def test_stuck_exit_code_is_the_simulators():
     # the runner names a hang for this exit status without importing the simulator engine
-    from visualizer.engine import fastsim, runner
+    from visualizer.engine.run import runner
+    from visualizer.engine.sim import fastsim
 
     assert runner.STUCK_EXIT_CODE == fastsim.STUCK_EXIT_CODE

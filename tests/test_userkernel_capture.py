@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from visualizer.engine.runner import KernelError
-from visualizer.engine.user_runner import UserRunner, arrays_after
+from visualizer.engine.run.runner import KernelError
+from visualizer.engine.run.user_runner import UserRunner, arrays_after
 from visualizer.specs.catalog import SIM_MAX_THREADS, LaunchError
 from visualizer.specs.source import plan_source_launch
 from visualizer.web.examples import EXAMPLES, HERE
@@ -236,7 +236,7 @@ def test_accesses_come_from_the_memory_engine_when_it_is_there(tmp_path):
         "--out",
         str(tmp_path),
     )
-    if importlib.util.find_spec("visualizer.engine.access_record") is None:
+    if importlib.util.find_spec("visualizer.engine.sim.access_record") is None:
         assert res.returncode == 2 and "memory-access engine" in res.stderr and res.stderr.count("\n") == 1
     else:
         assert res.returncode == 0, res.stderr

@@ -2,8 +2,8 @@
 
 import pytest
 
-from visualizer.engine.runner import KernelError
-from visualizer.engine.user_runner import UserRunner, arrays_after
+from visualizer.engine.run.runner import KernelError
+from visualizer.engine.run.user_runner import UserRunner, arrays_after
 from visualizer.specs.source import plan_source_launch
 from visualizer.web.examples import EXAMPLES
 

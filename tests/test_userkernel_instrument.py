@@ -6,8 +6,8 @@ import traceback
 import numpy as np
 import pytest
 
-from visualizer.engine.instrument import instrument, traced_name
-from visualizer.engine.source_capture import UserCodeError, kernel_pair, load_module
+from visualizer.engine.capture.source import UserCodeError, kernel_pair, load_module
+from visualizer.engine.instrument.instrumenter import instrument, traced_name
 
 EARLY = """\
 from numba import cuda
@@ -154,7 +154,7 @@ NUMBA_NAME = (
 def test_numba_typing_errors_become_one_line_with_the_users_line(message, expected):
     import linecache
 
-    from visualizer.engine.source_capture import describe_failure
+    from visualizer.engine.capture.source import describe_failure
 
     src = "from numba import cuda\n\n@cuda.jit\ndef k(a):\n    i = cuda.grid(1)\n    {}\n"
     bad = "a.foo = 1" if "setattr" in message else "a[i] = undefined_name"

@@ -4,8 +4,8 @@ create_xoroshiro128p_states makes, so NVIDIA's random example runs through the Y
 import numpy as np
 import pytest
 
-from visualizer.engine.source_capture import rng_states
-from visualizer.engine.user_runner import UserRunner, arrays_after
+from visualizer.engine.capture.source import rng_states
+from visualizer.engine.run.user_runner import UserRunner, arrays_after
 from visualizer.specs.catalog import LaunchError
 from visualizer.specs.source import parse_arg, plan_source_launch
 

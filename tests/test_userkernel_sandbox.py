@@ -14,9 +14,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import open_app
-from visualizer.engine import sandbox
-from visualizer.engine.runner import KernelError, Runner
-from visualizer.engine.user_runner import UserRunner, UserRunQueue
+from visualizer.engine.run import sandbox
+from visualizer.engine.run.runner import KernelError, Runner
+from visualizer.engine.run.user_runner import UserRunner, UserRunQueue
 from visualizer.specs.source import plan_source_launch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 import pytest
 
-from visualizer.engine.wire import Channel, ServerChannel, WireError
+from visualizer.engine.run.wire import Channel, ServerChannel, WireError
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ def test_what_cannot_be_sent_is_refused_before_anything_is_sent(pair):
 
 def test_a_record_of_plain_fields_travels_and_an_object_field_does_not():
     """numba's RNG states (two uint64 per state) come back from a visitor's run; an object field never."""
-    from visualizer.engine import wire
+    from visualizer.engine.run import wire
 
     states = np.zeros(4, np.dtype([("s0", "<u8"), ("s1", "<u8")], align=True))
     states["s0"], states["s1"] = np.arange(4), 2**63 + 1

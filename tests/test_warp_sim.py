@@ -1,5 +1,5 @@
 """Warp intrinsics, votes after threads exit, grid sync across blocks and NVIDIA's cooperative
-examples: the simulator (visualizer.engine.fastsim) against numpy models of what the hardware defines, and
+examples: the simulator (visualizer.engine.sim.fastsim) against numpy models of what the hardware defines, and
 (marked gpu) a GPU against the same models. The kernels and models are in tests/warp_cases.py; each
 engine runs them in its own process (fastsim is installed by monkeypatching)."""
 

@@ -1,6 +1,6 @@
 """Warp intrinsics, votes after exits, grid sync: kernels, and numpy models of what each must return.
 
-``python tests/warp_cases.py sim|gpu OUT.pkl`` runs every case on the simulator (with visualizer.engine.fastsim
+``python tests/warp_cases.py sim|gpu OUT.pkl`` runs every case on the simulator (with visualizer.engine.sim.fastsim
 installed) or on a GPU and pickles ``{case: {name: array}}``; tests/test_warp_sim.py compares them with
 ``MODELS`` (numpy, written from the PTX ISA's definitions, not from either engine). The refusal cases
 (``REFUSALS``, simulator only) return the one-line error each launch raised.
@@ -632,7 +632,7 @@ REFUSALS = {
 def main(argv):
     engine, out_path, *names = argv
     if engine == "sim":
-        from visualizer.engine import fastsim
+        from visualizer.engine.sim import fastsim
 
         fastsim.install()
     results = {}

@@ -5,7 +5,7 @@ or covered, and nothing is fetched from outside the machine."""
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from visualizer.engine.runner import gpu_present
+from visualizer.engine.run.runner import gpu_present
 
 from .conftest import wait_for_app
 

@@ -2,7 +2,7 @@
 the per-source-line view: each line of the kernel's file with its PTX and SASS instructions and the
 memory counts recorded for it (analysis/memory.line_summary).
 
-Pure text parsing, no tools run here (engine/ptx.py runs them). Line info: PTX's ``.loc FILE LINE
+Pure text parsing, no tools run here (engine/capture/ptx.py runs them). Line info: PTX's ``.loc FILE LINE
 COL`` directives (numba writes them with ``lineinfo=True``) apply to the instructions after them;
 ``nvdisasm -g`` writes ``//## File "PATH", line N`` before the SASS instructions of line N.
 """

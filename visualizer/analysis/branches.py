@@ -1,7 +1,7 @@
 """The SIMT lens: which lanes of each warp reached each branch of the source and which took it, and
 how long each warp waited at each barrier. Pure pandas/numpy.
 
-A **branch** is a site of the kernel's source the instrumenter records (engine/instrument_branches.py):
+A **branch** is a site of the kernel's source the instrumenter records (engine/instrument/branches.py):
 the test of an ``if``/``elif``, of a ``while``, of a ``for`` over ``range()`` (once per iteration, the
 last failing test included), or the top of the body of another ``for`` (kind ``for-body``: its
 iterations only). A ``for`` over a constant ``range()`` (kind ``for-const``) is no branch of the
@@ -32,7 +32,7 @@ import pandas as pd
 
 from visualizer.analysis.provenance import MEASURED_GPU, labelled, modelled
 
-# the buffers' names: the parameters engine/instrument_branches.py's passes append to a kernel
+# the buffers' names: the parameters engine/instrument/branches.py's passes append to a kernel
 BRANCH_LOG, BRANCH_COUNT, BAR_LOG, BAR_COUNT = "_vz_br", "_vz_brn", "_vz_bar", "_vz_barn"
 ROW_COLUMNS = [
     "block",

@@ -199,7 +199,7 @@ def check_outputs(spec: catalog.KernelSpec, params: dict, inputs: dict, outputs:
 
 
 def build_capture(reply: dict) -> Capture:
-    """A worker's reply (engine/pipeline.py), built-in kernel or a visitor's, as tables."""
+    """A worker's reply (engine/capture/pipeline.py), built-in kernel or a visitor's, as tables."""
     launch, timing, bufs = reply["launch"], reply["timing"], reply["buffers"]
     records = bufs["trace"].T  # the kernel writes (3, records); tables read one record per row
     t0 = int(records[:, 1].min()) if len(records) else 0

@@ -58,7 +58,7 @@ HAZARD_COLUMNS = [
 ]  # fmt: skip
 
 
-# The recorder's codes for an access's op and space (engine/access_record.py writes them).
+# The recorder's codes for an access's op and space (engine/sim/access_record.py writes them).
 OPS = ("load", "store", "atomic")
 SPACES = ("global", "shared", "local")
 

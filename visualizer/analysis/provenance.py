@@ -13,7 +13,7 @@ import pandas as pd
 
 MEASURED_GPU = "measured (GPU)"
 SIMULATED = "simulated (CUDA simulator; SM ids and times modelled)"
-# loads, stores and atomics recorded on the GPU by the chosen warps only (engine/instrument_accesses.py)
+# loads, stores and atomics recorded on the GPU by the chosen warps only (engine/instrument/accesses.py)
 MEASURED_GPU_SAMPLED = "measured (GPU, sampled warps)"
 
 

@@ -1,6 +1,6 @@
 """Races you can watch happen: the same launch run N times, its outputs compared cell by cell.
 
-A capture with ``runs`` (engine/pipeline.py) keeps every run's outputs stacked: ``runs[name]`` has
+A capture with ``runs`` (engine/capture/pipeline.py) keeps every run's outputs stacked: ``runs[name]`` has
 shape (N, *shape). These functions say how many distinct outputs the runs gave, which cells differ
 (and how many values each took), each run's verdict against the reference, the sentence a teacher
 wants ("right in 7 of 8 runs - and wrong in one") and which hazards of analysis/memory.py raced
@@ -116,7 +116,7 @@ def runs_table(
     sch = schedules or [{} for _ in range(len(out))]
     df["seed"] = pd.array([s.get("seed") for s in sch], dtype="Int64")
     df["stalls"] = pd.array([s.get("stalls") for s in sch], dtype="Int64")
-    # a GPU run's seeded delays (engine/instrument_delays.py): the kinds of site its warps waited before
+    # a GPU run's seeded delays (engine/instrument/delays.py): the kinds of site its warps waited before
     df["delays"] = [
         " and ".join(k + "s" for k in s["delay_kinds"]) if s.get("delay_kinds") else "" for s in sch
     ]

@@ -68,7 +68,7 @@ def limits_from_info(info: dict | None) -> DeviceLimits:
     )
 
 
-# The simulator (visualizer/engine/fastsim.py) runs every CUDA thread as Python code on one OS thread,
+# The simulator (visualizer/engine/sim/fastsim.py) runs every CUDA thread as Python code on one OS thread,
 # ~5-30 us each (measured, docs/benchmarks.md): 2^19 threads is a capture of seconds to a minute.
 SIM_MAX_THREADS = 1 << 19  # 524,288; stock cudasim's ~0.1-2 ms per thread held this at 65,536
 
@@ -217,7 +217,7 @@ class Cost:
         return self.array_bytes + self.record_bytes
 
 
-MAX_RUNS = 64  # runs of one launch a capture may ask for (engine/pipeline.py runs them)
+MAX_RUNS = 64  # runs of one launch a capture may ask for (engine/capture/pipeline.py runs them)
 
 
 def runs_cost(cost: Cost, runs: int) -> Cost:

@@ -1,6 +1,6 @@
 """What recording accesses on the GPU costs: ``python -m visualizer.tools.access_cost [--json FILE]``.
 
-For each built-in launch, device time (engine/gpu_timing.py: queued behind a spin, median over
+For each built-in launch, device time (engine/timing/gpu_timing.py: queued behind a spin, median over
 repeats) of four builds of the same kernel on the same device arrays:
 
 * ``clean``: the kernel as written (every probe a no-op);
@@ -42,18 +42,19 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
     recording build held to the traced build's registers per thread, ``max_registers``). ``more_records``:
     more runs of the default sample, ``sampled_<n>`` with buffers for n lane accesses in all (what a
     recorded access costs, against what a counted one does)."""
-    from visualizer.engine.worker import configure_backend
+    from visualizer.engine.run.worker import configure_backend
 
     configure_backend("gpu")
     import numpy as np
     from numba import cuda
 
     from visualizer.analysis import gpu_accesses
-    from visualizer.engine import gpu_timing, worker
-    from visualizer.engine import instrument_accesses as ia
-    from visualizer.engine.builds import builds
-    from visualizer.engine.instrument import function_namespace
+    from visualizer.engine.capture import builtin
+    from visualizer.engine.capture.builds import builds
+    from visualizer.engine.instrument import accesses as ia
+    from visualizer.engine.instrument.instrumenter import function_namespace
     from visualizer.engine.lenses.accesses import BUFFER_OF, access_pass
+    from visualizer.engine.timing import gpu_timing
     from visualizer.specs import catalog
 
     ops = gpu_timing.NumbaOps(cuda)
@@ -61,10 +62,10 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
     for kernel, params in cases:
         spec, values, launch = catalog.plan_launch(kernel, params, "gpu")
         inputs = spec.make_inputs(values, np.random.default_rng(0))
-        bufs = worker.probe_buffers(spec, launch)
-        fn = worker.kernel_function(spec, values)
+        bufs = builtin.probe_buffers(spec, launch)
+        fn = builtin.kernel_function(spec, values)
         plain = builds(fn, spec.active_when)
-        rec = builds(fn, spec.active_when, (access_pass(worker.builtin_view(spec, fn, {}, {})),))
+        rec = builds(fn, spec.active_when, (access_pass(builtin.builtin_view(spec, fn, {}, {})),))
         dev = {k: cuda.to_device(v) for k, v in {**inputs, **bufs}.items()}
         own = [dev[a] if a in dev else launch.scalars[a] for a in spec.args]
         config = (launch.grid, launch.block, 0, launch.dynamic_smem) if launch.dynamic_smem else (
@@ -73,7 +74,7 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
         flush = gpu_timing.wants_l2_flush(nbytes, flops)
         host_in = {**inputs, **bufs}
         named = {
-            n: host_in[r] for r, n in zip(spec.args, worker._param_names(fn), strict=False) if r in host_in
+            n: host_in[r] for r, n in zip(spec.args, builtin._param_names(fn), strict=False) if r in host_in
         }
         arrays = ia.resolve_arrays(rec.info["accesses"], named, function_namespace(fn))
 
@@ -93,7 +94,7 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
             ("every_warp", rec, list(range(gpu_accesses.linear_blocks(launch.grid))), EVERY_WARP_RECORDS),
         ]
         if variants:
-            capped = builds(fn, spec.active_when, (access_pass(worker.builtin_view(spec, fn, {}, {})),),
+            capped = builds(fn, spec.active_when, (access_pass(builtin.builtin_view(spec, fn, {}, {})),),
                             max_registers=row["traced_regs"])  # fmt: skip
             runs += [("sampled_first_wave", rec, [0, 1, 2], gpu_accesses.DEFAULT_RECORDS),
                      ("sampled_capped", capped, None, gpu_accesses.DEFAULT_RECORDS)]  # fmt: skip

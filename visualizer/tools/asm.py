@@ -35,7 +35,7 @@ def parser() -> OneLineParser:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from visualizer.analysis import asm
-    from visualizer.engine import ptx
+    from visualizer.engine.capture import ptx
     from visualizer.specs.catalog import LaunchError
 
     try:

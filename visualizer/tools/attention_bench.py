@@ -3,7 +3,7 @@
     python -m visualizer.tools.attention_bench [--seq-lens 512,1024,...] [--tile 32] [--causal] [--json PATH]
 
 For each sequence length: the median device time (CUDA events queued behind a spin kernel, after a
-warm-up that includes compiling; visualizer/engine/gpu_timing.py) and the host launch overhead of our
+warm-up that includes compiling; visualizer/engine/timing/gpu_timing.py) and the host launch overhead of our
 clean and instrumented FlashAttention kernels (the teaching kernel and the fast one,
 kernels/attention_fast.py) and the naive kernel; PyTorch fp32 when torch is
 importable: ``scaled_dot_product_attention`` as a user calls it (default backend selection; which
@@ -28,8 +28,8 @@ import warnings
 
 import numpy as np
 
-from visualizer.engine import gpu_timing
-from visualizer.engine.builds import pair
+from visualizer.engine.capture.builds import pair
+from visualizer.engine.timing import gpu_timing
 from visualizer.specs.launch import ceil_div
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
@@ -219,7 +219,7 @@ def _one_length(
     from numba import cuda
 
     from kernels.attention import flash_attention_kernel, naive_attention_kernel
-    from visualizer.engine.worker import record_buffers
+    from visualizer.engine.capture.builtin import record_buffers
     from visualizer.specs.catalog import plan_launch
 
     batch, heads, seq_len, head_dim = q.shape
@@ -331,7 +331,7 @@ def correctness_sweep(seq_len: int = 77, batch: int = 2, heads: int = 3, seed: i
     from numba import cuda
 
     from kernels.attention import flash_attention_kernel, naive_attention_kernel
-    from visualizer.engine.worker import launch_args, record_buffers
+    from visualizer.engine.capture.builtin import launch_args, record_buffers
     from visualizer.specs.attention import attention_reference
     from visualizer.specs.catalog import LaunchError, plan_launch
 
@@ -491,7 +491,7 @@ def _definitions(repeats: int) -> dict:
     return {
         "timing": (
             f"ms: median device time of {repeats} launches queued behind a spin kernel "
-            f"(visualizer/engine/gpu_timing.py: {gpu_timing.DEVICE_TIME_METHOD}), after 2 warm-up launches "
+            f"(visualizer/engine/timing/gpu_timing.py: {gpu_timing.DEVICE_TIME_METHOD}), after 2 warm-up launches "
             f"(the first compiles); the naive kernel min(repeats, 3) = {max(1, min(repeats, 3))} launches "
             "after 1 warm-up; numpy float64 (CPU): wall time of one run (time.perf_counter), at the "
             "smallest length only"

@@ -66,14 +66,14 @@ METHODS_SIZES = (1000, 1 << 20, 1 << 24)  # the issue's table: where dispatch hi
 
 
 def _buffers(cuda, np, spec, launch):
-    from visualizer.engine.worker import probe_buffers
+    from visualizer.engine.capture.builtin import probe_buffers
 
     return {k: cuda.to_device(v) for k, v in probe_buffers(spec, launch).items()}
 
 
 def _timed(ops, fn, reps: int, flush: bool = False, warmup: int = 3) -> dict:
     """Device time and launch overhead of ``fn`` as one row's numbers."""
-    from visualizer.engine import gpu_timing
+    from visualizer.engine.timing import gpu_timing
 
     m = gpu_timing.measure(ops, fn, reps, warmup=warmup, flush=flush)
     return {
@@ -88,7 +88,7 @@ def launch_methods(cuda, torch, reps: int, sizes=METHODS_SIZES) -> list[dict]:
     """Vector add (block 256) and torch's add at each size, every way of timing them: CUDA events around
     one launch (the old way), device time behind a spin (warm L2, and L2 flushed before each repeat),
     the host launch loop, and the instrumented build's own recorded span."""
-    from visualizer.engine import gpu_timing
+    from visualizer.engine.timing import gpu_timing
 
     nops = gpu_timing.NumbaOps(cuda)
     tops = gpu_timing.TorchOps(torch, cuda) if torch is not None else None
@@ -99,8 +99,8 @@ def _methods_row(cuda, torch, nops, tops, n: int, reps: int) -> dict:
     import numpy as np
 
     from kernels.vector_add import vector_add
-    from visualizer.engine import gpu_timing
-    from visualizer.engine.builds import pair
+    from visualizer.engine.capture.builds import pair
+    from visualizer.engine.timing import gpu_timing
 
     vector_add_traced, vector_add_clean = pair(vector_add, "i < n")
     rng = np.random.default_rng(n)
@@ -162,8 +162,8 @@ def reduction_full_sum(cuda, torch, n: int, block: int, reps: int) -> dict:
     import numpy as np
 
     from kernels.reduction import reduction_kernel
-    from visualizer.engine import gpu_timing
-    from visualizer.engine.builds import pair
+    from visualizer.engine.capture.builds import pair
+    from visualizer.engine.timing import gpu_timing
 
     _, clean = pair(reduction_kernel(block))
     x = np.random.default_rng(0).integers(0, 10, n).astype(np.float32)  # exact in float32
@@ -202,8 +202,8 @@ def gpu_bench(quick: bool) -> dict:
     from numba import cuda
 
     import kernels.probes  # noqa: F401  (numpy 2.5 shim before any compile)
-    from visualizer.engine import gpu_timing
-    from visualizer.engine.worker import build_kernels, launch_args
+    from visualizer.engine.capture.builtin import build_kernels, launch_args
+    from visualizer.engine.timing import gpu_timing
     from visualizer.specs import catalog
 
     try:
@@ -320,7 +320,7 @@ def gpu_bench(quick: bool) -> dict:
         res["attention_error"] = str(exc)
 
     # trace capture end to end through the runner (launch, copy back, tables) for 2^20 threads
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
 
     with Runner("gpu") as runner:
         runner.capture("vector_add", {"n": 1 << 20, "block": 256}, repeats=3)
@@ -344,14 +344,14 @@ SIM_WARMUP = {"vector_add": {"n": 256}, "matmul_tiled": {"n": 16}, "reduction": 
 
 
 def _install_fastsim() -> None:
-    from visualizer.engine import fastsim
+    from visualizer.engine.sim import fastsim
 
     fastsim.install()
 
 
 # Simulator engines compared launch for launch, each in a fresh process. "stock": numba-cuda's
-# cudasim as shipped (no pinning, stock defaults); "fast": visualizer.engine.fastsim as the worker installs
-# it; "fast+accesses": the same with the memory-access recorder on (visualizer/engine/access_record.py), as
+# cudasim as shipped (no pinning, stock defaults); "fast": visualizer.engine.sim.fastsim as the worker installs
+# it; "fast+accesses": the same with the memory-access recorder on (visualizer/engine/sim/access_record.py), as
 # `capture --accesses` runs it. sim_bench reports every engine listed.
 SIM_ENGINES = {"stock": lambda: None, "fast": _install_fastsim, "fast+accesses": _install_fastsim}
 
@@ -363,7 +363,7 @@ def sim_launch_seconds(engine: str, kernel: str, params: dict, reps: int) -> dic
     SIM_ENGINES[engine]()
     import numpy as np
 
-    from visualizer.engine.worker import build_kernels, launch_args, probe_buffers
+    from visualizer.engine.capture.builtin import build_kernels, launch_args, probe_buffers
     from visualizer.specs import catalog
 
     def prepared(p):
@@ -377,8 +377,8 @@ def sim_launch_seconds(engine: str, kernel: str, params: dict, reps: int) -> dic
 
         from numba import cuda
 
-        from visualizer.engine import access_record as record
-        from visualizer.engine.worker import INSTRUMENTER_BUFFERS
+        from visualizer.engine.capture.builtin import INSTRUMENTER_BUFFERS
+        from visualizer.engine.sim import access_record as record
 
         # device arrays, as the worker passes them: the recorder knows arrays by their identity
         device = {k: cuda.to_device(v) for k, v in host.items()}
@@ -435,7 +435,7 @@ def _launch_in_subprocess(engine: str, kernel: str, params: dict, reps: int) -> 
 def sim_bench(quick: bool) -> dict:
     """Every engine in SIM_ENGINES on the same instrumented launches, one after another in one run;
     plus the whole capture through the simulator worker (launch, copy back, tables)."""
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
 
     reps = 1 if quick else 3
     rows = []
@@ -681,7 +681,7 @@ def main(argv: list[str]) -> int:
     if problem:  # before minutes of benchmarks, not after
         print(f"error: --out: {problem}", file=sys.stderr)
         return 2
-    from visualizer.engine.runner import gpu_present
+    from visualizer.engine.run.runner import gpu_present
 
     results = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),

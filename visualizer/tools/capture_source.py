@@ -110,8 +110,8 @@ def cmd_capture_source(argv: list[str]) -> int:
         print(f"error: --out: {problem}", file=sys.stderr)
         return 2
 
-    from visualizer.engine.runner import KernelError, resolve_backend
-    from visualizer.engine.user_runner import UserRunner, arrays_after
+    from visualizer.engine.run.runner import KernelError, resolve_backend
+    from visualizer.engine.run.user_runner import UserRunner, arrays_after
     from visualizer.specs import source as uspec
     from visualizer.specs.catalog import LaunchError
 

@@ -117,7 +117,7 @@ def cmd_capture(argv: list[str]) -> int:
         print(f"error: --out: {problem}", file=sys.stderr)
         return 2
 
-    from visualizer.engine.runner import KernelError, Runner
+    from visualizer.engine.run.runner import KernelError, Runner
     from visualizer.specs.catalog import KERNELS, LaunchError
 
     try:
@@ -151,7 +151,7 @@ def cmd_capture(argv: list[str]) -> int:
     for text in lens_lines(cap, args.barriers):
         print(text)
     if cap.branches is not None:
-        from visualizer.engine import ptx
+        from visualizer.engine.capture import ptx
 
         compiled, why = None, None
         try:

@@ -32,7 +32,7 @@ def parser() -> OneLineParser:
 
 
 def _capture_pair(name: str, backend: str, repeats: int):
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
     from visualizer.specs.pairs import PAIRS
 
     pair = PAIRS[name]
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
                 raise CliError("give either two bundles or --pair, not both")
             if args.out and writable_dir(args.out):
                 raise CliError(f"--out: {writable_dir(args.out)}")
-            from visualizer.engine.runner import KernelError
+            from visualizer.engine.run.runner import KernelError
             from visualizer.specs.catalog import LaunchError
 
             try:

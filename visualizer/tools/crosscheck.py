@@ -80,7 +80,9 @@ def launch(indices: list[int]) -> int:
     past CASES are the FRESH kernels."""
     import numpy as np
 
-    from visualizer.engine.worker import Backend, build_kernels, configure_backend, launch_args, probe_buffers
+    from visualizer.engine.capture.backend import Backend
+    from visualizer.engine.capture.builtin import build_kernels, launch_args, probe_buffers
+    from visualizer.engine.run.worker import configure_backend
     from visualizer.specs import catalog
 
     configure_backend("gpu")
@@ -119,7 +121,7 @@ def _self(*args: str) -> list[str]:
 
 def gpu_problem() -> str | None:
     """Why the gpu step cannot run here (no GPU, no Nsight Compute, no compute-sanitizer), or None."""
-    from visualizer.engine.runner import gpu_present
+    from visualizer.engine.run.runner import gpu_present
 
     if not gpu_present():
         return "crosscheck gpu needs an NVIDIA GPU, and this machine has none (run it on a GPU machine)"
@@ -229,7 +231,7 @@ def record_catalog(out: Path, backend: str = "gpu") -> bool:
     """The catalog CASES captured on the GPU with accesses (the access pass through the capture path,
     every block sampled) -> OUT/recorded_catalog_<backend>.json, by case label (``backend="sim"``: the
     same pass on the simulator, a check of this step without a GPU)."""
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
     from visualizer.specs import catalog
 
     got = {}
@@ -275,7 +277,7 @@ def compare(profile_dir: str) -> list[dict]:
     """One row per (case, metric): ncu's count and the engine's, from the same launch. For the FRESH
     kernels also the access pass's recording, on the simulator (``pass_sim``) and on the GPU
     (``pass_gpu``), every block of the launch."""
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
 
     ncu = read_ncu(Path(profile_dir) / "ncu.csv")
     catalog_path = Path(profile_dir) / "recorded_catalog_gpu.json"
@@ -370,7 +372,7 @@ def cost(repeats: int = 3) -> list[dict]:
     import statistics
     import time
 
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
 
     rows = []
     with Runner("sim") as runner:

@@ -426,7 +426,7 @@ def main(argv: list[str]) -> int:
     if args.cluster_workers:
         from distributed import Client
 
-        from visualizer.engine.cluster_worker import worker_abandoned, worker_runs
+        from visualizer.engine.run.cluster_worker import worker_abandoned, worker_runs
         from visualizer.tools.localcluster import LocalCluster
 
         with LocalCluster(args.cluster_workers) as cluster:

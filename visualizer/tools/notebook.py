@@ -20,7 +20,7 @@ _RUNNERS: dict = {}
 
 
 def _runner(backend: str):
-    from visualizer.engine.runner import Runner
+    from visualizer.engine.run.runner import Runner
 
     if backend not in _RUNNERS:
         _RUNNERS[backend] = Runner(backend)
@@ -113,7 +113,7 @@ class NotebookCapture:
     def asm(self, arch: str = "sm_90"):
         """Per source line: PTX and SASS instruction counts and the accesses recorded (analysis/asm.py)."""
         from visualizer.analysis import asm
-        from visualizer.engine.ptx import builtin_asm
+        from visualizer.engine.capture.ptx import builtin_asm
 
         launch = self.capture.launch
         if launch.get("user_kernel"):

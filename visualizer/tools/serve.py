@@ -71,7 +71,7 @@ def _link(address: str, port: int, token: str) -> str:
 
 def user_code_line(env) -> str:
     """What the operator's terminal says about visitor code (the app applies the same rule)."""
-    from visualizer.engine.user_runner import ALLOW_ENV, user_code_allowed
+    from visualizer.engine.run.user_runner import ALLOW_ENV, user_code_allowed
 
     on, why = user_code_allowed(False, env)
     if on:
@@ -82,7 +82,7 @@ def user_code_line(env) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from visualizer.engine.user_runner import TOKEN_ENV, TOKEN_MIN_CHARS
+    from visualizer.engine.run.user_runner import TOKEN_ENV, TOKEN_MIN_CHARS
     from visualizer.tools.args import OneLineParser
 
     p = OneLineParser(
@@ -148,14 +148,14 @@ def main(argv: list[str]) -> int:
     if token and len(token) < TOKEN_MIN_CHARS:
         print(f"error: {TOKEN_ENV} must be at least {TOKEN_MIN_CHARS} characters long", file=sys.stderr)
         return 2
-    from visualizer.engine.runner import CLUSTER_ENV, SIM_WORKERS_ENV
+    from visualizer.engine.run.runner import CLUSTER_ENV, SIM_WORKERS_ENV
 
     if args.sim_workers is not None and not 1 <= args.sim_workers <= MAX_SIM_WORKERS:
         print(f"error: --sim-workers {args.sim_workers} is not 1..{MAX_SIM_WORKERS}", file=sys.stderr)
         return 2
     cluster = (args.cluster if args.cluster is not None else os.environ.get(CLUSTER_ENV, "")).strip()
     if cluster:
-        from visualizer.engine.cluster import check_address
+        from visualizer.engine.run.cluster import check_address
 
         problem = check_address(cluster)
         if problem:
@@ -179,7 +179,7 @@ def main(argv: list[str]) -> int:
     if cluster:
         print(f"Captures run on the Dask cluster at {cluster} (visitor code stays on this machine).")
     else:
-        from visualizer.engine.runner import default_workers
+        from visualizer.engine.run.runner import default_workers
 
         n = args.sim_workers or default_workers("sim")
         print(f"Captures run here: {n} simulator worker{'s' * (n != 1)}.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from visualizer.analysis import asm
-from visualizer.engine import ptx
+from visualizer.engine.capture import ptx
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -18,10 +18,10 @@ def visitor_compiled(cap, arch: str) -> tuple[dict | None, str | None]:
     """(A visitor's kernel compiled in a sandbox of its own, None) or (None, one-line reason).
 
     Compiling runs the visitor's module (numba compiles Python by running it), so it needs the same
-    permission as running it, and happens only in the visitor-code sandbox (engine/user_runner.py).
+    permission as running it, and happens only in the visitor-code sandbox (engine/run/user_runner.py).
     Kept in this browser session, by source and arch."""
-    from visualizer.engine.runner import KernelError
-    from visualizer.engine.user_runner import get_user_runner, user_code_allowed
+    from visualizer.engine.run.runner import KernelError
+    from visualizer.engine.run.user_runner import get_user_runner, user_code_allowed
     from visualizer.web.guard import visitor_has_key
 
     allowed, why = user_code_allowed(visitor_has_key())

@@ -25,7 +25,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from visualizer.analysis.capture import Capture
-from visualizer.engine.user_runner import user_code_allowed
+from visualizer.engine.run.user_runner import user_code_allowed
 from visualizer.specs import source as uspec
 from visualizer.web.guard import visitor_has_key
 from visualizer.web.session import PAGE_QUERY_KEYS, as_text, backend_badge, dims_text

@@ -16,7 +16,7 @@ import hmac
 
 import streamlit as st
 
-from visualizer.engine.user_runner import configured_token, token_matches
+from visualizer.engine.run.user_runner import configured_token, token_matches
 from visualizer.web.hostcheck import ALLOW_REMOTE_ENV, policy_from_env, refusal  # noqa: F401 (re-exported)
 from visualizer.web.session import as_text
 

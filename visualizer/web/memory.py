@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from visualizer.analysis.capture import Capture
-from visualizer.engine.runner import KernelError
+from visualizer.engine.run.runner import KernelError
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.session import as_text, cached_capture, capture_cache, capture_key
 

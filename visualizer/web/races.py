@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from visualizer.analysis import races
-from visualizer.engine.runner import KernelError
+from visualizer.engine.run.runner import KernelError
 from visualizer.figures.races import cells_heatmap, runs_strip
 from visualizer.specs.catalog import MAX_RUNS, LaunchError
 from visualizer.web.charts import chart

@@ -16,8 +16,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from visualizer.analysis.capture import Capture
-from visualizer.engine.cluster import capture_queue, gpu_for_captures
-from visualizer.engine.runner import BACKENDS, KernelError
+from visualizer.engine.run.cluster import capture_queue, gpu_for_captures
+from visualizer.engine.run.runner import BACKENDS, KernelError
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 
@@ -118,7 +118,7 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
 @st.cache_resource(show_spinner=False)
 def runner_for(backend: str):
     """One queue of workers per backend, shared by every browser session (runner.RunQueue, or the
-    Dask cluster's: engine/cluster.py)."""
+    Dask cluster's: engine/run/cluster.py)."""
     return capture_queue(backend)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from visualizer.analysis.capture import Capture
-from visualizer.engine.cluster import gpu_for_captures
-from visualizer.engine.runner import KernelError
+from visualizer.engine.run.cluster import gpu_for_captures
+from visualizer.engine.run.runner import KernelError
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.session import as_text, cached_capture, capture_cache, capture_key
@@ -59,7 +59,7 @@ def visitor_lens_capture(launch, backend: str, barriers: bool = False) -> tuple[
     """A visitor's kernel (its SourceLaunch from the Your kernel page) run again with the lens (branch
     probes, or the barrier timestamps alone), in a fresh sandbox of its own; the caller checks that
     this visitor may run code."""
-    from visualizer.engine.user_runner import get_user_runner
+    from visualizer.engine.run.user_runner import get_user_runner
 
     try:
         with st.spinner("Running your kernel again with the SIMT lens…"):
@@ -78,7 +78,7 @@ def sass_jumps(
     built-in kernel is compiled here; a visitor's only in its sandbox (web/asm.capture_compiled:
     compiling runs its code)."""
     from visualizer.analysis import branches
-    from visualizer.engine import ptx
+    from visualizer.engine.capture import ptx
     from visualizer.web.asm import capture_compiled
 
     try:

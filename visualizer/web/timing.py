@@ -7,7 +7,7 @@ import time
 import numpy as np
 import streamlit as st
 
-from visualizer.engine.runner import KernelError
+from visualizer.engine.run.runner import KernelError
 from visualizer.specs import catalog
 from visualizer.web.session import runner_for
 

@@ -24,7 +24,7 @@ class Backend:
         self.announce_blocks = announce_blocks  # announce_blocks(n): one launch has n blocks
         self.simulator = name == "sim"
         if self.simulator:
-            from visualizer.engine import fastsim
+            from visualizer.engine.sim import fastsim
 
             # greenlet threads, per-block shared memory; a hung kernel stops with KernelHangError,
             # and a worker stuck past that exits so the runner starts a fresh one

@@ -1,6 +1,6 @@
 """A built-in kernel's front end: its spec's launch, inputs, probe buffers and builds made into a Job
-(engine/pipeline.py), run, and replied to. A visitor's kernel has the other front end
-(engine/source_capture.py); both hand the lenses (engine/lenses/) the same hooks."""
+(engine/capture/pipeline.py), run, and replied to. A visitor's kernel has the other front end
+(engine/capture/source.py); both hand the lenses (engine/lenses/) the same hooks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from visualizer.engine.capture.backend import Backend
-from visualizer.engine.messages import one_line
+from visualizer.engine.run.messages import one_line
 
 PER_WARP_ABOVE = 1 << 16  # above this many threads, record timing once per warp (lane 0)
 
@@ -26,9 +26,9 @@ def kernel_function(spec, values):
 
 
 def build_kernels(spec, values, passes: tuple = ()):
-    """The spec's two builds (engine/builds.py): instrumented by engine/instrument.py like any
+    """The spec's two builds (engine/capture/builds.py): instrumented by engine/instrument/instrumenter.py like any
     kernel, and clean. Returns the Builds (traced, clean, the parameters the instrumenter added)."""
-    from visualizer.engine.builds import builds
+    from visualizer.engine.capture.builds import builds
 
     return builds(kernel_function(spec, values), spec.active_when, passes)
 
@@ -79,7 +79,7 @@ def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = Fal
     try:
         from numba import cuda
 
-        from visualizer.engine import gpu_timing
+        from visualizer.engine.timing import gpu_timing
 
         torch.backends.cuda.matmul.allow_tf32 = False  # compare fp32 with fp32
         tensors = {k: torch.as_tensor(device[k], device="cuda") for k in inputs}
@@ -93,9 +93,9 @@ def torch_baseline(spec, values, inputs, device, repeats: int, flush: bool = Fal
 def builtin_view(spec, fn, values: dict, host: dict):
     """What a lens may know of a built-in kernel (engine/lenses KernelView): its parameter names, the
     probe buffers among them, its closure (tile sizes, device functions), its host arrays by name."""
-    from visualizer.engine.access_record import PROBE_BUFFERS
-    from visualizer.engine.instrument import function_namespace
+    from visualizer.engine.instrument.instrumenter import function_namespace
     from visualizer.engine.lenses import KernelView
+    from visualizer.engine.sim.access_record import PROBE_BUFFERS
 
     names = _param_names(fn)
     return KernelView(
@@ -109,11 +109,11 @@ def builtin_view(spec, fn, values: dict, host: dict):
 
 
 def prepare_builtin(backend: Backend, request):
-    """A built-in kernel's Job (engine/pipeline.py): its spec's launch, inputs, probe buffers, builds."""
-    from visualizer.engine.builds import builds
-    from visualizer.engine.instrument import ACTIVE, TRACE
+    """A built-in kernel's Job (engine/capture/pipeline.py): its spec's launch, inputs, probe buffers, builds."""
+    from visualizer.engine.capture.builds import builds
+    from visualizer.engine.capture.pipeline import Job
+    from visualizer.engine.instrument.instrumenter import ACTIVE, TRACE
     from visualizer.engine.lenses import Lenses
-    from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
     limits = catalog.limits_from_info(backend.device_info())
@@ -150,8 +150,8 @@ def _param_names(fn) -> list[str]:
 
 
 def capture(backend: Backend, request) -> dict:
-    """Run one built-in kernel through the capture sequence (engine/pipeline.py)."""
-    from visualizer.engine import pipeline
+    """Run one built-in kernel through the capture sequence (engine/capture/pipeline.py)."""
+    from visualizer.engine.capture import pipeline
 
     spec, values, launch, inputs, job = prepare_builtin(backend, request)
     repeats = request.repeats

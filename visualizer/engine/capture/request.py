@@ -1,7 +1,7 @@
 """The capture request, typed: what the runners send a worker and the front ends read.
 
 On the wire (the runner's pipe, the sandbox's, the cluster) a request stays a plain dict of plain
-values (engine/wire.py checks a visitor's); :meth:`CaptureRequest.from_wire` reads it once, at the
+values (engine/run/wire.py checks a visitor's); :meth:`CaptureRequest.from_wire` reads it once, at the
 worker's door, and everything below reads attributes. A lens's options are the keys its registry
 entry names (engine/lenses/): ``lenses`` maps each lens asked for to them.
 """
@@ -129,7 +129,7 @@ class CaptureRequest:
 
 @dataclass(frozen=True)
 class AsmRequest:
-    """A request for a kernel's PTX/SASS (engine/ptx_compile.py): the kernel as a capture names it,
+    """A request for a kernel's PTX/SASS (engine/capture/ptx_compile.py): the kernel as a capture names it,
     the architecture, and whether SASS is wanted."""
 
     kernel: CaptureRequest

@@ -5,10 +5,10 @@ A lens is a subclass of :class:`Lens` in one module of this folder, listed in :d
 
 * **the instrumenter** (a GPU, and any backend that compiles the instrumented source, such as the
   simulator compiled for the CPU): ``passes(kernel)``, the instrumenter passes it adds to the traced
-  build (engine/instrument.py), and ``buffers()``, the zeroed device buffers those passes' parameters
+  build (engine/instrument/instrumenter.py), and ``buffers()``, the zeroed device buffers those passes' parameters
   take, by parameter name;
 * **the simulator**: ``listener(arrays)``, an object the simulator calls at every array access,
-  barrier, atomic and thread switch of the instrumented launch (engine/fastsim.py ``Listener``);
+  barrier, atomic and thread switch of the instrumented launch (engine/sim/fastsim.py ``Listener``);
 * per run: ``before_run(run, buffers)`` (a run's own table, the delays');
 
 and ``reply(reply, launch)`` turns what came back into its part of the reply. The front ends

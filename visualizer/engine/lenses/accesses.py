@@ -1,9 +1,9 @@
 """The memory-access lens: every global and shared load, store and atomic of the kernel.
 
-* **simulator**: its listener is the access recorder (engine/access_record.py): every access of every
+* **simulator**: its listener is the access recorder (engine/sim/access_record.py): every access of every
   thread, exact, with no change to the kernel;
 * **GPU** (and the simulator when asked, ``access_engine="pass"``: how CI runs the GPU path): the
-  kernel records its own accesses through the access pass (engine/instrument_accesses.py) in sampled
+  kernel records its own accesses through the access pass (engine/instrument/accesses.py) in sampled
   warps (analysis/gpu_accesses.plan: the request's ``sample_blocks``, else the first, middle and last
   block); its four buffers come back and are decoded into the recorder's form. Every launch starts its
   lanes' counts from 0 itself (kernels/access_probes.py ``start``), so a timed repeat records as much
@@ -22,7 +22,7 @@ import types
 import numpy as np
 
 from visualizer.analysis import gpu_accesses
-from visualizer.engine import instrument_accesses as ia
+from visualizer.engine.instrument import accesses as ia
 from visualizer.engine.lenses import Lens, Option, register
 
 # the instrumenter's parameter names -> the buffer names of a hand-made launch (tools/access_cost.py)
@@ -36,7 +36,7 @@ BUFFER_OF = {
 def limit_message(limit: int) -> str:
     return (
         f"too many memory accesses to record (limit {limit:,} accesses, RECORD_LIMIT in "
-        "visualizer/engine/access_record.py); use a smaller launch"
+        "visualizer/engine/sim/access_record.py); use a smaller launch"
     )
 
 
@@ -54,7 +54,7 @@ def access_pass(kernel):
     """The access pass for this kernel: a visitor's module's constants and device functions, or a
     built-in function's closure (its tile sizes: constant loops are unrolled) and the device functions
     it names (flash_attention's store_tile); a kernel's probe-buffer parameters are not its data."""
-    from visualizer.engine.instrument_accesses import AccessPass, namespace_device_functions, visitor_pass
+    from visualizer.engine.instrument.accesses import AccessPass, namespace_device_functions, visitor_pass
 
     if kernel.tree is not None:
         return visitor_pass(kernel.tree)
@@ -93,7 +93,7 @@ class Accesses(Lens):
 
     @classmethod
     def reply_bytes(cls, simulator, blocks, threads_per_block, threads):
-        from visualizer.engine.access_record import COLUMNS, RECORD_LIMIT
+        from visualizer.engine.sim.access_record import COLUMNS, RECORD_LIMIT
 
         return RECORD_LIMIT * len(COLUMNS) * 8
 
@@ -107,7 +107,7 @@ class Accesses(Lens):
         if not self.by_pass:
             return
         from visualizer.analysis import gpu_accesses
-        from visualizer.engine import instrument_accesses as ia
+        from visualizer.engine.instrument import accesses as ia
         from visualizer.specs.catalog import LaunchError
 
         try:
@@ -126,7 +126,7 @@ class Accesses(Lens):
     def listener(self, arrays, excluded):
         if self.by_pass:
             return None
-        from visualizer.engine import access_record as record
+        from visualizer.engine.sim import access_record as record
         from visualizer.specs.catalog import LaunchError
 
         estimate = self.kernel.estimates.get("accesses")
@@ -151,7 +151,7 @@ class Accesses(Lens):
             reply["accesses"] = self.recorder.buffers()
             return
         from visualizer.analysis import gpu_accesses
-        from visualizer.engine.instrument_accesses import AccessPass
+        from visualizer.engine.instrument.accesses import AccessPass
 
         got = {k: reply["buffers"].pop(k) for k in AccessPass.params}
         reply["accesses"] = gpu_accesses.decode(
@@ -162,7 +162,7 @@ class Accesses(Lens):
 # --- by hand: the access pass's build of one kernel launched on its own -----------------------------
 # Record sampled warps' accesses of one launch with the access pass, on either backend (the cross-check,
 # tools/crosscheck_fresh.py, and the tests): on the simulator it runs the very same build
-# (engine/fastsim.py gives activemask and shfl_sync warp semantics), which is how tests check the GPU
+# (engine/sim/fastsim.py gives activemask and shfl_sync warp semantics), which is how tests check the GPU
 # recording against the simulator recorder. ``record_source`` takes a module's source and a kernel name.
 
 
@@ -226,7 +226,7 @@ def backend_cuda(engine: str):
 
     if engine == "sim":
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-        from visualizer.engine import fastsim
+        from visualizer.engine.sim import fastsim
 
         fastsim.install()
     else:
@@ -247,10 +247,10 @@ def launch_plain(module: types.ModuleType, kernel: str, grid, block, arrays: dic
 
 
 def record_with_simulator(module: types.ModuleType, kernel: str, grid, block, arrays: dict) -> dict:
-    """The simulator recorder's buffers (engine/access_record.py) of the module's own kernel on ``arrays``."""
+    """The simulator recorder's buffers (engine/sim/access_record.py) of the module's own kernel on ``arrays``."""
     from numba import cuda
 
-    from visualizer.engine import access_record
+    from visualizer.engine.sim import access_record
 
     dev = {k: cuda.to_device(v.copy()) for k, v in arrays.items()}
     r = access_record.start(dev, set(), grid, block)

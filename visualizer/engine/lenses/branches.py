@@ -1,6 +1,6 @@
 """The SIMT lens: which lanes of each warp took each branch, and (GPU) how long warps waited at
 each barrier. Two lenses, asked for apart, so that branch probes inside a loop do not lengthen the
-work timed between barriers. Their passes are engine/instrument_branches.py's; their tables
+work timed between barriers. Their passes are engine/instrument/branches.py's; their tables
 analysis/branches.py's (launch.json "lens" keeps the passes' site tables)."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ class _Simt(Lens):
     barriers = False
 
     def passes(self, kernel):
-        from visualizer.engine.instrument_branches import BarrierPass, BranchPass
+        from visualizer.engine.instrument.branches import BarrierPass, BranchPass
 
         sim = self.ctx.backend.simulator
         return (BarrierPass(),) if self.barriers else (BranchPass(probe_constant_loops=sim),)
 
     def buffers(self):
-        from visualizer.engine.instrument_branches import branch_buffers
+        from visualizer.engine.instrument.branches import branch_buffers
 
         ctx = self.ctx
         return branch_buffers(
@@ -27,13 +27,13 @@ class _Simt(Lens):
 
     @classmethod
     def reply_bytes(cls, simulator, blocks, threads_per_block, threads):
-        from visualizer.engine.instrument_branches import branch_buffers
+        from visualizer.engine.instrument.branches import branch_buffers
 
         bufs = branch_buffers(simulator, blocks, threads_per_block, barriers=cls.barriers)
         return sum(a.nbytes for a in bufs.values())
 
     def reply(self, reply, launch):
-        from visualizer.engine.instrument_branches import trim_logs
+        from visualizer.engine.instrument.branches import trim_logs
 
         # the log travels with the records made, not the room
         reply["buffers"].update(trim_logs({k: reply["buffers"][k] for k in self.buffers_made}))
@@ -41,7 +41,7 @@ class _Simt(Lens):
 
     @property
     def buffers_made(self):
-        from visualizer.engine.instrument_branches import BAR_COUNT, BAR_LOG, BRANCH_COUNT, BRANCH_LOG
+        from visualizer.engine.instrument.branches import BAR_COUNT, BAR_LOG, BRANCH_COUNT, BRANCH_LOG
 
         return (BAR_LOG, BAR_COUNT) if self.barriers else (BRANCH_LOG, BRANCH_COUNT)
 

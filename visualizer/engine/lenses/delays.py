@@ -1,5 +1,5 @@
 """The delays lens: seeded per-warp waits before loads, stores, atomics and barriers, so that races
-show on a GPU (engine/instrument_delays.py has the pass and the draw). Only with a schedule seed: run
+show on a GPU (engine/instrument/delays.py has the pass and the draw). Only with a schedule seed: run
 i's table is drawn from (seed, i) alone, so the pair names the perturbation and replays it;
 launch.json's ``runs`` says each run's draw beside its schedule, and the sites it drew from."""
 
@@ -21,7 +21,7 @@ class Delays(Lens):
         return super().wanted(request, backend_name) and request.schedule_seed is not None
 
     def passes(self, kernel):
-        from visualizer.engine.instrument_delays import DelayPass
+        from visualizer.engine.instrument.delays import DelayPass
 
         return (DelayPass(),)
 
@@ -30,17 +30,17 @@ class Delays(Lens):
         self.sites = list(infos["delays"]["sites"])
 
     def buffers(self):
-        from visualizer.engine.instrument_delays import DELAY, delay_table
+        from visualizer.engine.instrument.delays import DELAY, delay_table
 
         return {DELAY: delay_table(self.ctx.request.schedule_seed, 0, self.sites)[0]}
 
     def before_run(self, run, buffers):
-        from visualizer.engine.instrument_delays import DELAY, delay_table
+        from visualizer.engine.instrument.delays import DELAY, delay_table
 
         buffers[DELAY] = delay_table(self.ctx.request.schedule_seed, run, self.sites)[0]
 
     def reply(self, reply, launch):
-        from visualizer.engine.instrument_delays import delay_table
+        from visualizer.engine.instrument.delays import delay_table
 
         runs = launch.get("runs")
         if runs is None:

@@ -5,7 +5,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from visualizer.analysis import compare as cmp
-from visualizer.engine.runner import KernelError, gpu_present
+from visualizer.engine.run.runner import KernelError, gpu_present
 from visualizer.figures.compare import compare_figure, lines_figure
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError

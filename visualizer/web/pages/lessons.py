@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from visualizer.analysis import lesson_answers as A
-from visualizer.engine.runner import KernelError, gpu_present
+from visualizer.engine.run.runner import KernelError, gpu_present
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
 from visualizer.web.lesson_progress import store_done, stored_done

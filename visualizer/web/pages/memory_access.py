@@ -9,8 +9,8 @@ import streamlit as st
 
 from visualizer.analysis.gpu_accesses import describe_sample
 from visualizer.analysis.memory import line_summary, request_accesses, worst_request
-from visualizer.engine.runner import resolve_backend
-from visualizer.engine.user_runner import user_code_allowed
+from visualizer.engine.run.runner import resolve_backend
+from visualizer.engine.run.user_runner import user_code_allowed
 from visualizer.figures.memory import bank_figure, requests_heatmap, sector_figure, source_html
 from visualizer.specs import catalog
 from visualizer.web.charts import chart

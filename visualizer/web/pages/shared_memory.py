@@ -7,7 +7,7 @@ import numpy as np
 import streamlit as st
 
 from visualizer.analysis.capture import Capture
-from visualizer.engine.runner import KernelError
+from visualizer.engine.run.runner import KernelError
 from visualizer.figures.shared_memory import (
     matmul_tiles_figure,
     race_comparison_figure,
@@ -154,7 +154,7 @@ def reduction_section(cap: Capture) -> None:
     chart(race_tree_diff_figure(correct.row_state, race.row_state, block), key="smem_race_diff_chart")
     race_words_panel(
         race.launch["params"], SIDEBAR_SEED
-    )  # the exact raced words (visualizer/engine/access_record.py)
+    )  # the exact raced words (visualizer/engine/sim/access_record.py)
     runs_panel(
         "reduction_race", race.launch["params"], race.launch["backend"], SIDEBAR_SEED, "partial", "smem_runs"
     )

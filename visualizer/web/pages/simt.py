@@ -1,7 +1,7 @@
 """SIMT lens: which lanes of each warp took each branch of the source, and who waited at each barrier.
 
 The current kernel (built-in or the visitor's) run again with the lens's probes
-(engine/instrument_branches.py): on a GPU activemask()/ballot per warp and %globaltimer around every
+(engine/instrument/branches.py): on a GPU activemask()/ballot per warp and %globaltimer around every
 syncthreads; on the simulator each lane's own decisions, formed into warp visits by a model of SIMT
 reconvergence (analysis/branches.py says which), and no barrier timeline (the simulator has no clock).
 """
@@ -9,7 +9,7 @@ reconvergence (analysis/branches.py says which), and no barrier timeline (the si
 import streamlit as st
 
 from visualizer.analysis import branches
-from visualizer.engine.user_runner import user_code_allowed
+from visualizer.engine.run.user_runner import user_code_allowed
 from visualizer.figures import branches as bfigs
 from visualizer.web.charts import chart
 from visualizer.web.guard import visitor_has_key

@@ -6,7 +6,7 @@ import streamlit as st
 
 from visualizer.analysis import asm
 from visualizer.analysis.occupancy import ARCHS, occupancy
-from visualizer.engine import ptx
+from visualizer.engine.capture import ptx
 from visualizer.web.asm import compiled, visitor_compiled
 from visualizer.web.memory import access_capture
 from visualizer.web.session import as_text, from_link, require_capture, show_link_notices, to_link

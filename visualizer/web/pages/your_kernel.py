@@ -1,9 +1,9 @@
 """Your kernel: paste a Numba CUDA kernel, give its launch and arguments, run it, see every page for it.
 
 The source is only parsed here (``ast``, for a syntax check and the kernel's parameter names); it
-runs in a fresh sandboxed process for each run (engine/sandbox.py: bubblewrap where it
+runs in a fresh sandboxed process for each run (engine/run/sandbox.py: bubblewrap where it
 works, hard rlimits always), and only for a visitor the operator allowed (the key from ``serve``'s
-link, or VISUALIZER_ALLOW_USER_CODE=1; engine/user_runner.py). The page says which isolation is in force.
+link, or VISUALIZER_ALLOW_USER_CODE=1; engine/run/user_runner.py). The page says which isolation is in force.
 """
 
 import importlib.util
@@ -11,9 +11,9 @@ import importlib.util
 import numpy as np
 import streamlit as st
 
-from visualizer.engine import sandbox
-from visualizer.engine.runner import KernelError, gpu_present
-from visualizer.engine.user_runner import (
+from visualizer.engine.run import sandbox
+from visualizer.engine.run.runner import KernelError, gpu_present
+from visualizer.engine.run.user_runner import (
     RUN_TIMEOUT_S,
     arrays_after,
     get_user_runner,
@@ -151,7 +151,7 @@ with right:
         height=80,
     )
     backend = st.radio("backend", list(BACKENDS), format_func=BACKENDS.get, horizontal=True, key="uk_backend")
-    engine = importlib.util.find_spec("visualizer.engine.access_record") is not None
+    engine = importlib.util.find_spec("visualizer.engine.sim.access_record") is not None
     accesses = st.checkbox(
         "record memory accesses",
         key="uk_accesses",
@@ -159,7 +159,7 @@ with right:
         help="for the Memory access page: on the simulator every load and store of every thread; on a GPU "
         "your kernel records its own, in the warps of a few blocks (the first, middle and last)"
         if engine
-        else "needs the memory-access engine (visualizer/engine/access_record.py), not in this build",
+        else "needs the memory-access engine (visualizer/engine/sim/access_record.py), not in this build",
     )
     run = st.button(
         "Run your kernel",

@@ -1,6 +1,6 @@
 """A built-in kernel's two builds, from its plain Python function in ``kernels/``.
 
-* **instrumented**: the AST instrumenter's probes (engine/instrument.py), the same ones a
+* **instrumented**: the AST instrumenter's probes (engine/instrument/instrumenter.py), the same ones a
   visitor's kernel gets; its parameters are the kernel's own, then ``trace, active``, then each
   pass's buffers (``instrument.tree.vz_params``);
 * **clean**: the function itself, its domain probes (tiles staged, softmax state) bound to
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from visualizer.engine.instrument import instrument_function
+from visualizer.engine.instrument.instrumenter import instrument_function
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Builds:
     traced: Any  # numba dispatcher
     clean: Any
     params: tuple[str, ...]  # the parameters the instrumenter added to the traced build, in order
-    info: dict  # each pass's info (engine/instrument.py), by pass name
+    info: dict  # each pass's info (engine/instrument/instrumenter.py), by pass name
 
 
 _cache: dict[tuple, Builds] = {}

@@ -33,7 +33,7 @@ taken lanes leave). Nested functions are not entered.
 ``BarrierPass`` puts ``_vz_t = _vz_bar_arrive()`` before and ``_vz_bar_release(_vz_bar, _vz_barn, SITE,
 _vz_t)`` after every ``cuda.syncthreads()`` statement (GPU: the warp's lowest lane reads %globaltimer).
 
-Both follow the instrumenter's pass protocol (engine/instrument.py): ``name``, ``params`` (appended to
+Both follow the instrumenter's pass protocol (engine/instrument/instrumenter.py): ``name``, ``params`` (appended to
 the traced kernel's parameters), ``globals()`` (the device functions the inserted calls name) and
 ``apply(fn, info)``, which rewrites ``fn`` in place and stores its site table in ``info``. Added nodes
 carry the line of the statement they belong to, so the kernel's own line numbers are kept.
@@ -46,8 +46,8 @@ import copy
 
 import numpy as np
 
-from visualizer.engine.instrument import instrument
-from visualizer.engine.instrument_ast import assigned_names, located
+from visualizer.engine.instrument.ast_tools import assigned_names, located
+from visualizer.engine.instrument.instrumenter import instrument
 
 BRANCH_FN = "_vz_branch"
 BRANCH_LOG, BRANCH_COUNT = "_vz_br", "_vz_brn"
@@ -411,6 +411,6 @@ def lens_bytes(simulator: bool, n_blocks: int, threads_per_block: int, branches:
 
 
 def apply_passes(tree: ast.Module, kernel: str, passes, suffix: str = "__traced") -> ast.Module:
-    """The passes alone, without the trace probes (tests, the by-hand GPU check): engine/instrument.py's
+    """The passes alone, without the trace probes (tests, the by-hand GPU check): engine/instrument/instrumenter.py's
     ``instrument(..., trace=False)``; ``tree.vz_info[pass.name]`` holds what each pass recorded."""
     return instrument(tree, kernel, passes=tuple(passes), trace=False, suffix=suffix)

@@ -43,7 +43,12 @@ from __future__ import annotations
 import ast
 import copy
 
-from visualizer.engine.instrument_ast import BeforeReturns, assigned_names, function_source_tree, located
+from visualizer.engine.instrument.ast_tools import (
+    BeforeReturns,
+    assigned_names,
+    function_source_tree,
+    located,
+)
 
 ACC, CNT, SEL = "_vz_acc", "_vz_acc_cnt", "_vz_acc_sel"
 SLOT, EPOCH, SLOT_FN = "_vz_slot", "_vz_ep", "_vz_slot_of"
@@ -576,7 +581,7 @@ def module_device_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
 def namespace_device_functions(namespace: dict) -> dict[str, tuple[ast.FunctionDef, dict]]:
     """The device functions a built-in kernel's namespace names (a factory's closure: flash_attention's
     ``load_tile``, ``store_tile``): name -> (their ``def`` from their file, their own namespace)."""
-    from visualizer.engine.instrument import function_namespace
+    from visualizer.engine.instrument.instrumenter import function_namespace
 
     out = {}
     for name, obj in namespace.items():
@@ -742,7 +747,7 @@ def _end_call(at: ast.AST) -> ast.Expr:
 
 
 class AccessPass:
-    """The pass object the instrumenter runs (engine/instrument.py's ``passes=``)."""
+    """The pass object the instrumenter runs (engine/instrument/instrumenter.py's ``passes=``)."""
 
     name = "accesses"
     params = (ACC, CNT, SEL)
@@ -755,7 +760,7 @@ class AccessPass:
         # the kernel's device functions: name -> (def, its namespace's constants) (_Devices)
         self.device_functions = dict(device_functions or {})
         self.module_defs: list[ast.FunctionDef] = []  # their recording copies, after apply
-        self.key = (self.name, tuple(sorted(self.exclude)))  # engine/builds.py caches builds by it
+        self.key = (self.name, tuple(sorted(self.exclude)))  # engine/capture/builds.py caches builds by it
 
     def namespaces(self) -> list[dict]:
         """The device functions' own namespaces: their recording copies run in the kernel's."""
@@ -841,8 +846,8 @@ class AccessPass:
 
 def standalone(tree: ast.Module, kernel: str, exclude=()) -> tuple[ast.Module, dict]:
     """The module plus ``<kernel>__traced``: the kernel with only the access pass (its parameters
-    appended; engine/instrument.py ``instrument(..., trace=False)``), and the pass's info."""
-    from visualizer.engine.instrument import instrument
+    appended; engine/instrument/instrumenter.py ``instrument(..., trace=False)``), and the pass's info."""
+    from visualizer.engine.instrument.instrumenter import instrument
 
     p = visitor_pass(tree)  # as a visitor's module gets it
     p.exclude = frozenset(exclude)

@@ -1,4 +1,4 @@
-"""AST pieces every instrumenter pass uses (engine/instrument.py and its passes): pure ``ast``."""
+"""AST pieces every instrumenter pass uses (engine/instrument/instrumenter.py and its passes): pure ``ast``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The compile step of "under the hood", run as its own process: ``python -m visualizer.engine.ptx_compile``.
+"""The compile step of "under the hood", run as its own process: ``python -m visualizer.engine.capture.ptx_compile``.
 
 Reads one JSON request on stdin, writes one JSON reply on stdout (``{"ok": ...}`` or ``{"error": one
-line}``). The parent (engine/ptx.py) starts it with ``NUMBA_ENABLE_CUDASIM=0`` and a time limit:
+line}``). The parent (engine/capture/ptx.py) starts it with ``NUMBA_ENABLE_CUDASIM=0`` and a time limit:
 the simulator compiles nothing, and numba reads that variable once, at import.
 
 Requests (``op``):
@@ -10,8 +10,8 @@ Requests (``op``):
   typed with the arguments its spec makes.
 * ``ptx_source``: a visitor's kernel, the same fields as ``SourceLaunch.request`` (specs/source.py).
   This executes the visitor's module (numba compiles Python by running it), so it belongs where
-  visitor code runs: the sandboxed worker of engine/user_runner.py handles this op by calling
-  ``compile_request``; the app never runs it in its own process (engine/ptx.py refuses).
+  visitor code runs: the sandboxed worker of engine/run/user_runner.py handles this op by calling
+  ``compile_request``; the app never runs it in its own process (engine/capture/ptx.py refuses).
 
 Both compile with ``numba.cuda.compile_ptx(..., lineinfo=True, cc=ARCH)`` for a chosen arch; no GPU
 is needed. Two lookups numba-cuda 0.30 makes that need a GPU or NVRTC are answered here for the
@@ -63,7 +63,7 @@ def _types(values: list) -> tuple:
 def _builtin(kernel):
     import numpy as np
 
-    from visualizer.engine.worker import build_kernels, launch_args, probe_buffers
+    from visualizer.engine.capture.builtin import build_kernels, launch_args, probe_buffers
     from visualizer.specs import catalog
 
     spec, values, launch = catalog.plan_launch(
@@ -82,7 +82,7 @@ def _source(kernel):
     import numpy as np
     from numba import cuda
 
-    from visualizer.engine.source_capture import argument_values, kernel_pair, load_module
+    from visualizer.engine.capture.source import argument_values, kernel_pair, load_module
 
     src = kernel.source
     values = argument_values(src, np.random.default_rng(0))

@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 
-from visualizer.engine.messages import MalformedMessage, Message
+from visualizer.engine.run.messages import MalformedMessage, Message
 
 MAX_HEADER_BYTES = 64 << 20
 MAX_BLOBS = 4096
@@ -150,7 +150,7 @@ class Channel:
 
 
 def check_reply(msg) -> tuple:
-    """A message from a sandbox as the runner reads it (engine/messages.py checks it), else WireError."""
+    """A message from a sandbox as the runner reads it (engine/run/messages.py checks it), else WireError."""
     try:
         Message.from_wire(msg)
     except MalformedMessage as exc:

@@ -28,13 +28,13 @@ import types
 
 import numpy as np
 
-from visualizer.engine.fastsim import Listener
-from visualizer.engine.instrument import ACTIVE, TRACE, instrument, probe_globals, traced_name
+from visualizer.engine.instrument.instrumenter import ACTIVE, TRACE, instrument, probe_globals, traced_name
+from visualizer.engine.sim.fastsim import Listener
 from visualizer.specs.launch import ceil_div
 from visualizer.specs.source import ArgSpec, make_array
 
 # The limits of a run (CPU time, memory, processes, files) are hard rlimits the sandbox sets before
-# the request arrives (visualizer/engine/sandbox.py), on top of the runner's wall-clock limit.
+# the request arrives (visualizer/engine/run/sandbox.py), on top of the runner's wall-clock limit.
 PER_WARP_ABOVE = 1 << 16
 _module_ids = itertools.count()
 
@@ -69,7 +69,7 @@ def _where(filename: str, hit) -> str:
 
 def load_module(source: str, filename: str, kernel: str, passes: tuple = ()):
     """Execute the user's module, instrumented, in a fresh module namespace with the probes in it.
-    ``passes``: the lenses' passes (engine/instrument.py), their info is ``module._vz_info``, the
+    ``passes``: the lenses' passes (engine/instrument/instrumenter.py), their info is ``module._vz_info``, the
     parameters the instrumenter added ``module._vz_params``."""
     try:
         tree = ast.parse(source, filename=filename)
@@ -364,11 +364,11 @@ def argument_values(src, rng) -> dict:
 
 
 def prepare_source(backend, request):
-    """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
+    """A visitor's kernel as a Job (engine/capture/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
     from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
+    from visualizer.engine.capture.pipeline import Job
     from visualizer.engine.lenses import KernelView, Lenses
-    from visualizer.engine.pipeline import Job
     from visualizer.specs import catalog
 
     src = request.source
@@ -423,9 +423,9 @@ def prepare_source(backend, request):
 
 
 def capture_source(backend, request) -> dict:
-    """Run a visitor's kernel through the capture sequence (engine/pipeline.py): the reply has the
+    """Run a visitor's kernel through the capture sequence (engine/capture/pipeline.py): the reply has the
     shape of a built-in kernel's, plus the reference check made here, inside the sandbox."""
-    from visualizer.engine import pipeline
+    from visualizer.engine.capture import pipeline
 
     module, values, job, shared = prepare_source(backend, request)
     src = request.source

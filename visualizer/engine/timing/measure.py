@@ -38,7 +38,7 @@ def kernel_timing(
     run_clean, run_traced, nbytes: float, flops: float,
 ) -> dict:  # fmt: skip
     """timing.json for one capture (built-in or user kernel): on a GPU, device time of both builds
-    queued behind a spin kernel with launch overhead beside it (visualizer/engine/gpu_timing.py); on the
+    queued behind a spin kernel with launch overhead beside it (visualizer/engine/timing/gpu_timing.py); on the
     simulator, CPU wall time of the instrumented launch already in ``steps`` (and one clean launch).
     ``time_clean=False`` on a GPU: no timing at all (the instrumented build launched once, its compile
     in it), so a capture that wants only what the kernel recorded pays for one launch."""
@@ -57,7 +57,7 @@ def kernel_timing(
             _, clean_ns = backend.timed(run_clean)
             timing["clean_ms"] = clean_ns / 1e6
     else:
-        from visualizer.engine import gpu_timing
+        from visualizer.engine.timing import gpu_timing
 
         flush = gpu_timing.wants_l2_flush(nbytes, flops)
         ops = gpu_timing.NumbaOps(backend.cuda)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from visualizer.analysis.capture import Capture, build_capture
 from visualizer.engine.capture.request import CaptureRequest
-from visualizer.engine.messages import MalformedMessage, Message
+from visualizer.engine.run.messages import MalformedMessage, Message
 from visualizer.specs.catalog import LaunchError, admit_capture, limits_from_info
 
 BACKENDS = ("auto", "gpu", "sim")
@@ -80,7 +80,7 @@ def default_workers(backend: str) -> int:
 
 
 STUCK_EXIT_CODE = (
-    70  # = visualizer.engine.fastsim.STUCK_EXIT_CODE (not imported: the runner never loads the simulator)
+    70  # = visualizer.engine.sim.fastsim.STUCK_EXIT_CODE (not imported: the runner never loads the simulator)
 )
 
 
@@ -119,7 +119,7 @@ def visible_gpus(env: str | None = None, count: int | None = None) -> list[str]:
     return [e.strip() for e in env.split(",") if e.strip()][:count]
 
 
-CLUSTER_ENV = "VISUALIZER_CLUSTER"  # `serve --cluster tcp://HOST:PORT` sets it (engine/cluster.py)
+CLUSTER_ENV = "VISUALIZER_CLUSTER"  # `serve --cluster tcp://HOST:PORT` sets it (engine/run/cluster.py)
 
 
 def cluster_address() -> str:
@@ -136,7 +136,7 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Runner:
@@ -195,7 +195,7 @@ class Runner:
         env.pop("VISUALIZER_TOKEN", None)  # the operator's key for visitor code stays in the server
         if self.backend == "sim":
             env["VISUALIZER_WORKER_MEMORY"] = str(SIM_MEMORY_BYTES)
-        args = [sys.executable, "-m", "visualizer.engine.worker", str(fd), self.backend]
+        args = [sys.executable, "-m", "visualizer.engine.run.worker", str(fd), self.backend]
         return {"args": args, "pass_fds": [fd], "env": env, "cwd": ROOT}
 
     def _exit_status(self, code: int | None) -> int | None:
@@ -282,7 +282,9 @@ class Runner:
             raise KernelError(
                 f"{what} used more than its {SIM_RUN_CPU_S} s of CPU time and was stopped; use a smaller launch"
             )
-        if code == STUCK_EXIT_CODE:  # visualizer/engine/fastsim.py's watchdog gave up interrupting the kernel
+        if (
+            code == STUCK_EXIT_CODE
+        ):  # visualizer/engine/sim/fastsim.py's watchdog gave up interrupting the kernel
             raise KernelError(
                 f"{what}: the simulated kernel hung (a deadlock or an endless loop) where the simulator's "
                 "watchdog could not stop it; the worker was restarted"

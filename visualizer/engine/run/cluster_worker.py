@@ -1,4 +1,4 @@
-"""The Dask side of engine/cluster.py: what runs on the cluster's workers and scheduler.
+"""The Dask side of engine/run/cluster.py: what runs on the cluster's workers and scheduler.
 
 Imported only where Dask is (a worker runs these tasks; an app replica imports it when it connects),
 so an app without ``--cluster`` never imports Dask.
@@ -12,7 +12,7 @@ from collections import Counter
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from visualizer.engine.runner import KernelError, RunQueue
+from visualizer.engine.run.runner import KernelError, RunQueue
 
 _POOLS: dict[str, RunQueue] = {}
 _POOLS_LOCK = threading.Lock()

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from visualizer.analysis.provenance import backend_source
-from visualizer.engine.measure import kernel_timing, resources
+from visualizer.engine.timing.measure import kernel_timing, resources
 from visualizer.specs.launch import MAX_RUNS
 
 # How a build's parameter is filled: ("array", name) a kernel array, ("buffer", name) a probe
@@ -106,9 +106,9 @@ def _args(layout: list[Arg], device: dict, bufs: dict) -> list:
 
 def listen(backend, listeners: list):
     """The context the instrumented launch runs in on the simulator: ``listeners`` hear its array
-    accesses, barriers, atomics and thread switches (engine/fastsim.py ``listening``)."""
+    accesses, barriers, atomics and thread switches (engine/sim/fastsim.py ``listening``)."""
     if backend.simulator and listeners:
-        from visualizer.engine import fastsim
+        from visualizer.engine.sim import fastsim
 
         return fastsim.listening(listeners)
     return nullcontext()
@@ -116,10 +116,10 @@ def listen(backend, listeners: list):
 
 def schedule(backend, seed: int | None, run: int):
     """The context one run of the instrumented launch runs in: on the simulator the seeded
-    interleaving (seed, run) of engine/fastsim.py (seed None: its fixed linear order); on a GPU the
+    interleaving (seed, run) of engine/sim/fastsim.py (seed None: its fixed linear order); on a GPU the
     hardware's own schedule."""
     if backend.simulator and seed is not None:
-        from visualizer.engine import fastsim
+        from visualizer.engine.sim import fastsim
 
         return fastsim.seeded(seed, run)
     return nullcontext()

@@ -1,6 +1,6 @@
 """Record every load, store and atomic a simulated kernel makes, with no change to its source.
 
-The recorder is a listener of the simulator (engine/fastsim.py ``Listener``, ``listening``: the one
+The recorder is a listener of the simulator (engine/sim/fastsim.py ``Listener``, ``listening``: the one
 place numba's simulator is patched), for one launch at a time; it patches nothing itself. It hears:
 
 * kernel arguments' element accesses, named by the kernel's parameter names (probe buffers such as
@@ -29,7 +29,7 @@ import threading
 import numpy as np
 
 from visualizer.analysis.memory import OPS, SPACES  # noqa: F401  (the codes the tables decode)
-from visualizer.engine.fastsim import ATOMIC, LOAD, STORE, Listener  # noqa: F401  (the op codes, re-exported)
+from visualizer.engine.sim.fastsim import ATOMIC, LOAD, STORE, Listener  # noqa: F401  (the op codes, re-exported)
 
 RECORD_LIMIT = 2_000_000  # accesses one launch may record (x 112 bytes: ~220 MB at most)
 CHUNK_BITS = 16
@@ -52,7 +52,7 @@ def thread_lookup():
     ``current_thread`` where it provides one (it may move to greenlets), else the OS thread that the
     stock simulator runs each CUDA thread on. Resolved once per recorded launch."""
     try:
-        from visualizer.engine import fastsim
+        from visualizer.engine.sim import fastsim
 
         return fastsim.current_thread
     except (ImportError, AttributeError):
@@ -157,7 +157,7 @@ class ThreadState:
 
 class Recorder(Listener):
     """One launch's records: numpy chunks plus the arrays and code objects they refer to. A listener
-    of the simulator (engine/fastsim.py ``listening``): it records between ``start()`` and ``stop()``."""
+    of the simulator (engine/sim/fastsim.py ``listening``): it records between ``start()`` and ``stop()``."""
 
     @classmethod
     def for_launch(
@@ -172,7 +172,7 @@ class Recorder(Listener):
             rec.register(dev, ary, name, "global", excluded=name in excluded)
         return rec
 
-    # --- the simulator's listener (engine/fastsim.py Listener) ---------------------------------
+    # --- the simulator's listener (engine/sim/fastsim.py Listener) ---------------------------------
     def start(self) -> None:
         pass
 
@@ -354,8 +354,8 @@ SIMULATOR_ONLY_SHARED = {"scratch"}
 
 def start(named_args: dict, excluded: set[str], grid, block, limit: int = RECORD_LIMIT) -> Recorder:
     """Record the next launches until ``stop()`` (tests and benchmarks that launch by hand; a capture
-    listens through engine/fastsim.py ``listening``). ``named_args``: parameter name -> device array."""
-    from visualizer.engine import fastsim
+    listens through engine/sim/fastsim.py ``listening``). ``named_args``: parameter name -> device array."""
+    from visualizer.engine.sim import fastsim
 
     global _LISTENING
     rec = Recorder.for_launch(named_args, excluded, grid, block, limit)

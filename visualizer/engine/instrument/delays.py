@@ -31,7 +31,7 @@ import ast
 
 import numpy as np
 
-from visualizer.engine.instrument_ast import located
+from visualizer.engine.instrument.ast_tools import located
 
 DELAY, DELAY_FN = "_vz_delay", "_vz_race_delay"
 KINDS = ("load", "store", "atomic", "barrier")

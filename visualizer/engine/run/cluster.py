@@ -38,7 +38,7 @@ import time
 import uuid
 from collections import OrderedDict
 
-from visualizer.engine.runner import KernelError, cluster_address, get_runner, gpu_present
+from visualizer.engine.run.runner import KernelError, cluster_address, get_runner, gpu_present
 from visualizer.specs.catalog import LaunchError, admit_capture
 
 KEY_PREFIX = "visualizer_capture"
@@ -123,7 +123,7 @@ class Cluster:
                     f"the Dask cluster at {self.address} cannot be reached ({type(exc).__name__}); "
                     "try again in a moment"
                 ) from None
-            from visualizer.engine.cluster_worker import WarmWorkers
+            from visualizer.engine.run.cluster_worker import WarmWorkers
 
             client.register_plugin(WarmWorkers(), name=PLUGIN_NAME)
             client.subscribe_topic(TOPIC, self._on_progress)
@@ -163,7 +163,7 @@ class Cluster:
             if time.monotonic() - self._line_at >= LINE_EVERY_S:
                 self._line_at = time.monotonic()
                 try:
-                    from visualizer.engine.cluster_worker import line_on_scheduler
+                    from visualizer.engine.run.cluster_worker import line_on_scheduler
 
                     self._line = self.client().run_on_scheduler(line_on_scheduler, prefix=KEY_PREFIX)
                 except Exception:
@@ -200,7 +200,7 @@ class ClusterQueue:
         return {"cluster": self.cluster.address, "backend": self.backend}
 
     def info(self) -> dict:
-        from visualizer.engine.cluster_worker import pool_info
+        from visualizer.engine.run.cluster_worker import pool_info
 
         future = self.cluster.client().submit(
             pool_info, self.backend, pure=False, resources={"GPU": 1} if self.backend == "gpu" else None
@@ -216,7 +216,7 @@ class ClusterQueue:
         run, never one in the cluster's memory (Time again), and not kept there."""
         from distributed import CancelledError
 
-        from visualizer.engine.cluster_worker import Abandoned
+        from visualizer.engine.run.cluster_worker import Abandoned
 
         admit_capture(kernel, params, self.backend)  # a refused launch never reaches the cluster
         options.pop("timeout", None)  # the worker's runner applies the per-run limit
@@ -239,7 +239,7 @@ class ClusterQueue:
         from distributed import CancelledError
         from distributed.scheduler import KilledWorker
 
-        from visualizer.engine.cluster_worker import run_capture_task
+        from visualizer.engine.run.cluster_worker import run_capture_task
 
         client = self.cluster.client()
         future = client.submit(

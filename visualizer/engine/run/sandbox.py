@@ -3,7 +3,7 @@ its own process session, and where bubblewrap works, its own namespaces over a r
 
 Host side (the server, the CLI): ``popen_args(fd, backend)`` is how UserRunner starts one sandboxed
 worker; ``isolation()`` says in words which isolation is in force. Sandbox side:
-``python -m visualizer.engine.sandbox FD BACKEND`` drops to ``nobody`` where it started as root,
+``python -m visualizer.engine.run.sandbox FD BACKEND`` drops to ``nobody`` where it started as root,
 sets hard rlimits (soft = hard: the code cannot raise them), imports numba for the backend, then sets
 the CPU-time and memory limits, serves exactly ONE request and exits. Nothing of a run survives it.
 
@@ -33,7 +33,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SANDBOX_ENV = "VISUALIZER_SANDBOX"  # auto (default): bubblewrap where it works; rlimits: never
 BWRAP_ENV = "VISUALIZER_BWRAP"  # the bubblewrap program (default: bwrap on PATH, then /usr/bin/bwrap)
 
@@ -231,7 +231,7 @@ def limits_text() -> str:
 
 def popen_args(fd: int, backend: str) -> dict:
     """subprocess.Popen's arguments for one sandboxed worker that talks over ``fd``."""
-    command = [sys.executable, "-m", "visualizer.engine.sandbox", str(fd), backend]
+    command = [sys.executable, "-m", "visualizer.engine.run.sandbox", str(fd), backend]
     env = sandbox_env(backend)
     if env[SANDBOX_ENV + "_MODE"] == "bwrap":
         # the worker sees the fd under the same number: bubblewrap passes inherited descriptors on
@@ -311,8 +311,8 @@ def main(fd: int, backend_name: str) -> None:
     early_limits()
     from multiprocessing.connection import Connection
 
-    from visualizer.engine import worker
-    from visualizer.engine.wire import Channel
+    from visualizer.engine.run import worker
+    from visualizer.engine.run.wire import Channel
 
     channel = Channel(Connection(fd), max_bytes=(MEMORY_LIMIT_MB + 64) << 20)  # no pickles either way
     worker.serve(channel, backend_name, after_ready=run_limits, once=True, user_code=True)

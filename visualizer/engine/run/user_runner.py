@@ -3,7 +3,7 @@
 Nothing here executes the user's code: the source is parsed with ``ast`` for a syntax check and
 the kernel's parameter names, then sent to a worker process, which is the only place it runs.
 Every run of user code gets a fresh process of its own (never one the built-in kernels or another
-run used), started in the sandbox of visualizer/engine/sandbox.py (bubblewrap where it works,
+run used), started in the sandbox of visualizer/engine/run/sandbox.py (bubblewrap where it works,
 hard rlimits always), with a wall-clock limit here; it is killed, with its whole process group and
 PID namespace, as soon as its run is over. Visitors wait for a free sandbox in a queue (UserRunQueue).
 """
@@ -18,10 +18,10 @@ import threading
 import numpy as np
 
 from visualizer.analysis.capture import Capture, build_capture
-from visualizer.engine import sandbox, wire
 from visualizer.engine.capture.request import CaptureRequest
 from visualizer.engine.lenses import reply_bytes as lens_reply_bytes
-from visualizer.engine.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
+from visualizer.engine.run import sandbox, wire
+from visualizer.engine.run.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
 from visualizer.specs.catalog import MAX_RUNS, LaunchError
 from visualizer.specs.source import SourceLaunch
 
@@ -102,7 +102,7 @@ class UserRunner(Runner):
         return sandbox.exit_status(code, self._mode)
 
     def _channel(self, conn):
-        # never unpickle what a sandbox sends: that would run its code here (visualizer/engine/wire.py);
+        # never unpickle what a sandbox sends: that would run its code here (visualizer/engine/run/wire.py);
         # and never take more bytes than the run it answers can produce
         self._wire = wire.ServerChannel(conn, max_bytes=self._reply_limit or ((_memory_mb() + 64) << 20))
         return self._wire
@@ -136,7 +136,7 @@ class UserRunner(Runner):
         **lenses,
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
-        ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/pipeline.py);
+        ``runs``/``schedule_seed``: the launch run N times from the same inputs (engine/capture/pipeline.py);
         ``lenses``: the lenses asked for and their options (engine/lenses/: accesses=True,
         branches=True, delays=True with a schedule seed, ...)."""
         if not 1 <= int(runs) <= MAX_RUNS:
@@ -182,7 +182,7 @@ PTX_REPLY_BYTES = 64 * 2**20  # PTX, SASS and ptxas's log of one kernel, as text
 
 
 def _ptx_source(runner: UserRunner, launch: SourceLaunch, arch: str, timeout: float | None) -> dict:
-    """The visitor's kernel compiled to PTX (and SASS) inside its sandbox (engine/worker.py op
+    """The visitor's kernel compiled to PTX (and SASS) inside its sandbox (engine/run/worker.py op
     "ptx_source": numba runs the visitor's module to compile it, so it runs where visitor code runs)."""
     request = {**launch.request(runner.backend), "op": "ptx_source", "arch": arch, "sass": True}
     limit = timeout or runner.run_timeout

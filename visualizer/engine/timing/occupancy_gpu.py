@@ -26,7 +26,7 @@ def driver_sweep(
 
     from kernels.matmul import matmul_tiled_kernel
     from kernels.vector_add import vector_add
-    from visualizer.engine.builds import pair
+    from visualizer.engine.capture.builds import pair
 
     dev = cuda.get_current_device()
     cc = dev.compute_capability

@@ -105,14 +105,14 @@ class _State:
     heard: Listener | None = None  # the launch's listeners (one, or _Heard of several)
 
 
-LOAD, STORE, ATOMIC = 0, 1, 2  # what an access does (engine/access_record.py's codes)
+LOAD, STORE, ATOMIC = 0, 1, 2  # what an access does (engine/sim/access_record.py's codes)
 
 
 class Listener:
     """What a lens hears from one simulated launch (engine/lenses/; the one interface the simulator
     offers, installed once by ``install``): ``start()`` before the launch and ``stop()`` after it,
     whatever happens; between them every array access, barrier, atomic and thread switch. The access
-    recorder (engine/access_record.py) is one. Every hook is optional (these do nothing).
+    recorder (engine/sim/access_record.py) is one. Every hook is optional (these do nothing).
 
     Arrays: a kernel's global arrays are numba's in-kernel wrappers (``global_access`` names the wrapper);
     a shared or local array is announced once where it is made (``array``), and what that returns (a tag,
@@ -146,7 +146,7 @@ class Listener:
         """The running thread passed a barrier (syncthreads and its forms, a grid sync)."""
 
     def switched(self, thread) -> None:
-        """The simulator switched to ``thread`` (engine/fastsim.py ``current_thread``)."""
+        """The simulator switched to ``thread`` (engine/sim/fastsim.py ``current_thread``)."""
 
 
 class _Heard(Listener):
@@ -1032,7 +1032,7 @@ def _thread_span(ts: list[SimThread]) -> str:
     return f"{len(ts)} threads ({first.x},{first.y},{first.z})..({last.x},{last.y},{last.z})"
 
 
-_ENGINE_DIRS = (os.path.dirname(os.path.abspath(__file__)),)
+_ENGINE_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),)  # the whole engine/
 
 
 def _user_line(frame) -> str:

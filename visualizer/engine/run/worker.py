@@ -13,7 +13,7 @@ import threading
 import traceback
 
 from visualizer.engine.capture.backend import Backend
-from visualizer.engine.messages import Message, one_line
+from visualizer.engine.run.messages import Message, one_line
 
 SIM_THREAD_STACK_BYTES = 4 * 2**20
 
@@ -82,8 +82,8 @@ def capture(backend: Backend, request) -> dict:
 
 
 def capture_source(backend: Backend, request) -> dict:
-    """Run a visitor's kernel from its source (a request with ``source``): engine/source_capture.py."""
-    from visualizer.engine.source_capture import capture_source as run_user_source
+    """Run a visitor's kernel from its source (a request with ``source``): engine/capture/source.py."""
+    from visualizer.engine.capture.source import capture_source as run_user_source
 
     return run_user_source(backend, request)
 
@@ -94,7 +94,7 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
     Every message carries the id of the request it answers (progress too), so the runner can
     tell a reply to its own request from one left over by a request it gave up on.
     ``after_ready(backend)`` runs once the backend is up, before any request is read; ``once``: leave
-    after one request; ``user_code``: only a sandboxed worker (visualizer/engine/sandbox.py) runs
+    after one request; ``user_code``: only a sandboxed worker (visualizer/engine/run/sandbox.py) runs
     visitors' source (op "source"), never a worker of the built-in kernels.
     """
     configure_backend(backend_name)
@@ -140,7 +140,7 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
                 say("error", "this worker does not run that kind of request")
                 continue
             if op == "ptx_source":  # compiled here, in the visitor's sandbox
-                from visualizer.engine import ptx
+                from visualizer.engine.capture import ptx
 
                 result = ptx.source_asm(wire, str(wire.get("arch", "sm_90")), bool(wire.get("sass", True)))
             else:

@@ -8,7 +8,7 @@ opens a worker's life (payload: its device). Every message carries the id of the
 answers, so a reply to a request the runner gave up on is never taken for another's.
 
 On the wire a message is the tuple ``(kind, request_id, payload[, detail])``: pickled between the
-runner and a built-in kernels' worker, JSON-encoded (engine/wire.py) from a visitor's sandbox.
+runner and a built-in kernels' worker, JSON-encoded (engine/run/wire.py) from a visitor's sandbox.
 """
 
 from __future__ import annotations

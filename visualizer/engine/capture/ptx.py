@@ -3,13 +3,13 @@ SASS ptxas makes of it, each instruction with the source line it came from; regi
 shared memory from ``ptxas -v``.
 
 Every step runs in a child process with a time limit: numba's compile in
-``python -m visualizer.engine.ptx_compile`` with ``NUMBA_ENABLE_CUDASIM=0`` (the simulator compiles
+``python -m visualizer.engine.capture.ptx_compile`` with ``NUMBA_ENABLE_CUDASIM=0`` (the simulator compiles
 nothing), then ``ptxas -v -lineinfo`` and ``nvdisasm -g -c``. No GPU is needed: NVVM compiles for
 the chosen arch. The tools are found by cuda-pathfinder (the pip wheels nvidia-nvvm,
 nvidia-cuda-nvcc, nvidia-cuda-nvdisasm, or a CUDA toolkit), then on PATH.
 
 A visitor's source is compiled only where visitor code runs: the sandboxed worker's request op
-"ptx_source" (UserRunQueue.ptx_source, engine/user_runner.py) calls ``source_asm`` there;
+"ptx_source" (UserRunQueue.ptx_source, engine/run/user_runner.py) calls ``source_asm`` there;
 ``visitor_ptx`` is the server's refusal.
 """
 
@@ -28,10 +28,10 @@ from visualizer.specs.catalog import LaunchError
 
 COMPILE_TIMEOUT_S = float(os.environ.get("VISUALIZER_PTX_TIMEOUT_S", "120"))
 TOOL_TIMEOUT_S = 60.0
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VISITOR_REFUSAL = (
     "PTX of a visitor's kernel is compiled only inside the sandbox that runs visitor code "
-    "(engine/user_runner.py's ptx_source), never in the server's processes"
+    "(engine/run/user_runner.py's ptx_source), never in the server's processes"
 )
 
 
@@ -83,7 +83,7 @@ def compile_ptx(request: dict, timeout: float = COMPILE_TIMEOUT_S) -> dict:
     """Run one ``ptx_compile`` request in a child process; its reply, or AsmError (one line)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "visualizer.engine.ptx_compile"],
+            [sys.executable, "-m", "visualizer.engine.capture.ptx_compile"],
             input=json.dumps(request), capture_output=True, text=True, timeout=timeout,
             env=_child_env(), cwd=str(ROOT),
         )  # fmt: skip
