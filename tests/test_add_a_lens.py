@@ -52,7 +52,7 @@ TOY = textwrap.dedent(
             return (ToyPass(),)
 
         def buffers(self):
-            return {"_vz_toy": np.zeros(self.ctx.blocks * self.ctx.threads_per_block, np.int32)}
+            return {"_vz_toy": np.zeros(self.ctx.launch.threads, np.int32)}
 
         def reply(self, reply, launch):
             reply["toy"] = reply["buffers"].pop("_vz_toy")

@@ -46,6 +46,7 @@ import copy
 from visualizer.engine.instrument.ast_tools import (
     BeforeReturns,
     assigned_names,
+    each_statement,
     function_source_tree,
     located,
 )
@@ -666,10 +667,7 @@ class _Unroller:
         return list(r) if len(r) <= MAX_UNROLL_TRIPS else None
 
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
-        out: list[ast.stmt] = []
-        for stmt in stmts:
-            out.extend(self.stmt(stmt))
-        return out
+        return each_statement(stmts, self.stmt)
 
     def stmt(self, stmt: ast.stmt) -> list[ast.stmt]:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -52,3 +52,17 @@ class BeforeReturns(ast.NodeTransformer):
 
     def visit_Return(self, node):
         return [self.before(node), node]
+
+
+def is_call_to(node: ast.AST, attr: str, prefix: bool = False) -> bool:
+    """``x.attr(...)`` (``prefix``: any ``x.attr...(...)``: syncthreads and its _count/_and/_or forms)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and (node.func.attr.startswith(attr) if prefix else node.func.attr == attr)
+    )
+
+
+def each_statement(stmts: list[ast.stmt], rewrite) -> list[ast.stmt]:
+    """The statements each rewritten into a list (``rewrite(stmt) -> list``), in order."""
+    return [new for stmt in stmts for new in rewrite(stmt)]

@@ -46,7 +46,7 @@ import copy
 
 import numpy as np
 
-from visualizer.engine.instrument.ast_tools import assigned_names, located
+from visualizer.engine.instrument.ast_tools import assigned_names, each_statement, is_call_to, located
 from visualizer.engine.instrument.instrumenter import instrument
 
 BRANCH_FN = "_vz_branch"
@@ -182,10 +182,7 @@ class BranchPass:
         return ast.copy_location(call, test)
 
     def _body(self, body: list[ast.stmt]) -> list[ast.stmt]:
-        out: list[ast.stmt] = []
-        for stmt in body:
-            out.extend(self._stmt(stmt))
-        return out
+        return each_statement(body, self._stmt)
 
     def _stmt(self, stmt: ast.stmt) -> list[ast.stmt]:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -293,13 +290,7 @@ class BranchPass:
 
 
 def _is_syncthreads(stmt: ast.stmt) -> bool:
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Call)
-        and isinstance(stmt.value.func, ast.Attribute)
-        and stmt.value.func.attr == "syncthreads"
-        and not stmt.value.args
-    )
+    return isinstance(stmt, ast.Expr) and is_call_to(stmt.value, "syncthreads") and not stmt.value.args
 
 
 class BarrierPass:

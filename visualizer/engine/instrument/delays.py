@@ -31,7 +31,7 @@ import ast
 
 import numpy as np
 
-from visualizer.engine.instrument.ast_tools import located
+from visualizer.engine.instrument.ast_tools import is_call_to, located
 
 DELAY, DELAY_FN = "_vz_delay", "_vz_race_delay"
 KINDS = ("load", "store", "atomic", "barrier")
@@ -39,14 +39,6 @@ DELAY_SLOTS = 256  # waits per site: warps share a slot every 256 warps
 DELAY_P = (0.25, 0.5, 0.75)  # share of the warps that wait at a delayed site (one per run)
 DELAY_MAX_NS = (1_000, 4_000, 16_000)  # the longest wait (one per run)
 DELAY_MIN_NS = 32  # %globaltimer's step on the H200
-
-
-def _is_call_to(node: ast.AST, attr_prefix: str) -> bool:
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr.startswith(attr_prefix)
-    )
 
 
 def _is_atomic(node: ast.AST) -> bool:
@@ -80,7 +72,7 @@ def site_kinds(nodes: list[ast.AST], arrays: set[str]) -> tuple[str, ...]:
     found = set()
     for top in nodes:
         for node in ast.walk(top):
-            if _is_call_to(node, "syncthreads"):
+            if is_call_to(node, "syncthreads", prefix=True):
                 found.add("barrier")
             elif _is_atomic(node):
                 found.add("atomic")

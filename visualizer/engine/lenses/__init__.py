@@ -24,6 +24,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from visualizer.specs.launch import Launch
+
 
 @dataclass(frozen=True)
 class Option:
@@ -53,16 +55,7 @@ class Context:
 
     backend: Any  # engine/capture/backend.py Backend
     request: Any  # engine/capture/request.py CaptureRequest
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-
-    @property
-    def blocks(self) -> int:
-        return self.grid[0] * self.grid[1] * self.grid[2]
-
-    @property
-    def threads_per_block(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
+    launch: Launch  # its grid and block (and blocks, threads_per_block)
 
 
 class Lens:
@@ -143,7 +136,7 @@ class Lenses:
     """The lenses one capture asked for, in registry order, used by both front ends and the pipeline."""
 
     def __init__(self, backend, request, grid, block):
-        ctx = Context(backend, request, tuple(grid), tuple(block))
+        ctx = Context(backend, request, Launch(tuple(grid), tuple(block), {}))
         self.ctx = ctx
         self.active: list[Lens] = [cls(ctx) for cls in REGISTRY.values() if cls.wanted(request, backend.name)]
         self._listeners: list = []

@@ -111,10 +111,10 @@ class Accesses(Lens):
         from visualizer.specs.catalog import LaunchError
 
         try:
-            blocks = sample_blocks(self.options_given.get("sample_blocks"), self.ctx.grid)
+            blocks = sample_blocks(self.options_given.get("sample_blocks"), self.ctx.launch.grid)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
-        self.plan = gpu_accesses.plan(self.ctx.grid, self.ctx.block, blocks)
+        self.plan = gpu_accesses.plan(self.ctx.launch.grid, self.ctx.launch.block, blocks)
         self.arrays = ia.resolve_arrays(infos["accesses"], kernel.host_arrays, kernel.namespace)
 
     def buffers(self):
@@ -135,7 +135,9 @@ class Accesses(Lens):
                 f"about {int(estimate(self.kernel.values)):,} memory accesses: "
                 + limit_message(record.RECORD_LIMIT)
             )
-        self.recorder = record.Recorder.for_launch(arrays, excluded, self.ctx.grid, self.ctx.block)
+        self.recorder = record.Recorder.for_launch(
+            arrays, excluded, self.ctx.launch.grid, self.ctx.launch.block
+        )
         return self.recorder
 
     def error(self, exc):
@@ -155,7 +157,12 @@ class Accesses(Lens):
 
         got = {k: reply["buffers"].pop(k) for k in AccessPass.params}
         reply["accesses"] = gpu_accesses.decode(
-            got, self.plan, self.info["accesses"]["sites"], self.arrays, self.ctx.grid, self.ctx.block
+            got,
+            self.plan,
+            self.info["accesses"]["sites"],
+            self.arrays,
+            self.ctx.launch.grid,
+            self.ctx.launch.block,
         )
 
 

@@ -22,7 +22,7 @@ class _Simt(Lens):
 
         ctx = self.ctx
         return branch_buffers(
-            ctx.backend.simulator, ctx.blocks, ctx.threads_per_block, barriers=self.barriers
+            ctx.backend.simulator, ctx.launch.blocks, ctx.launch.threads_per_block, barriers=self.barriers
         )
 
     @classmethod

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from visualizer.analysis.capture import Capture, build_capture
 from visualizer.engine.capture.request import CaptureRequest
@@ -525,17 +526,23 @@ class RunQueue:
         self.close()
 
 
-_RUNNERS: dict[str, RunQueue] = {}
-_RUNNERS_LOCK = threading.Lock()
+_QUEUES: dict[tuple[type, str], Any] = {}
+_QUEUES_LOCK = threading.Lock()
+
+
+def shared_queue(kind: type, backend: str = "auto"):
+    """The process-wide queue of ``kind`` (RunQueue; user_runner.UserRunQueue) for a backend, created on
+    first use."""
+    name = resolve_backend(backend)
+    with _QUEUES_LOCK:
+        if (kind, name) not in _QUEUES:
+            _QUEUES[(kind, name)] = kind(name)
+        return _QUEUES[(kind, name)]
 
 
 def get_runner(backend: str = "auto") -> RunQueue:
     """The process-wide queue of workers for a backend, created on first use."""
-    name = resolve_backend(backend)
-    with _RUNNERS_LOCK:
-        if name not in _RUNNERS:
-            _RUNNERS[name] = RunQueue(name)
-        return _RUNNERS[name]
+    return shared_queue(RunQueue, backend)
 
 
 def capture(kernel: str, params: dict | None = None, backend: str = "auto", **kwargs) -> Capture:

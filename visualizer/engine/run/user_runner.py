@@ -13,7 +13,6 @@ from __future__ import annotations
 import hmac
 import os
 import signal
-import threading
 
 import numpy as np
 
@@ -21,7 +20,7 @@ from visualizer.analysis.capture import Capture, build_capture
 from visualizer.engine.capture.request import CaptureRequest
 from visualizer.engine.lenses import reply_bytes as lens_reply_bytes
 from visualizer.engine.run import sandbox, wire
-from visualizer.engine.run.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
+from visualizer.engine.run.runner import KernelError, Runner, RunQueue, RunTimeout, shared_queue
 from visualizer.specs.catalog import MAX_RUNS, LaunchError
 from visualizer.specs.source import SourceLaunch
 
@@ -261,17 +260,9 @@ class UserRunQueue(RunQueue):
             self._release(runner)
 
 
-_RUNNERS: dict[str, UserRunQueue] = {}
-_LOCK = threading.Lock()
-
-
 def get_user_runner(backend: str = "auto") -> UserRunQueue:
     """The process-wide queue for user code on a backend, created on first use."""
-    name = resolve_backend(backend)
-    with _LOCK:
-        if name not in _RUNNERS:
-            _RUNNERS[name] = UserRunQueue(name)
-        return _RUNNERS[name]
+    return shared_queue(UserRunQueue, backend)
 
 
 def arrays_after(cap: Capture) -> dict[str, np.ndarray]:

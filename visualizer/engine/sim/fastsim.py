@@ -1381,37 +1381,6 @@ def _module_class(StockModule):
         def nanosleep(self, ns):
             _yield()  # a sleeping thread lets the others run; simulated time does not exist
 
-        # warp intrinsics (numba's signatures: no width argument; the masks are 32-bit)
-        def shfl_sync(self, mask, value, src_lane):
-            return _state.launch.current.warp_op("shfl_sync", mask, value, src_lane)
-
-        def shfl_up_sync(self, mask, value, delta):
-            return _state.launch.current.warp_op("shfl_up_sync", mask, value, delta)
-
-        def shfl_down_sync(self, mask, value, delta):
-            return _state.launch.current.warp_op("shfl_down_sync", mask, value, delta)
-
-        def shfl_xor_sync(self, mask, value, lane_mask):
-            return _state.launch.current.warp_op("shfl_xor_sync", mask, value, lane_mask)
-
-        def ballot_sync(self, mask, predicate):
-            return _state.launch.current.warp_op("ballot_sync", mask, predicate)
-
-        def all_sync(self, mask, predicate):
-            return _state.launch.current.warp_op("all_sync", mask, predicate)
-
-        def any_sync(self, mask, predicate):
-            return _state.launch.current.warp_op("any_sync", mask, predicate)
-
-        def eq_sync(self, mask, predicate):
-            return _state.launch.current.warp_op("eq_sync", mask, predicate)
-
-        def match_any_sync(self, mask, value):
-            return _state.launch.current.warp_op("match_any_sync", mask, value)
-
-        def match_all_sync(self, mask, value):
-            return _state.launch.current.warp_op("match_all_sync", mask, value)
-
         def syncwarp(self, mask=0xFFFFFFFF):
             _state.launch.current.warp_op("syncwarp", mask)
 
@@ -1431,7 +1400,29 @@ def _module_class(StockModule):
                 raise NotSimulatedError(f"cuda.{name} is not simulated: run this kernel on a GPU")
             raise AttributeError(f"the simulated cuda module has no attribute {name!r}")
 
+    for kind, arity in WARP_INTRINSICS.items():
+        setattr(Module, kind, _warp_intrinsic(kind, arity))
     return Module
+
+
+# the warp intrinsics after their mask, as numba names them (no width argument; the masks are 32-bit):
+# value and source lane, delta or lane mask (shuffles), a predicate (votes), a value (matches)
+WARP_INTRINSICS = {
+    "shfl_sync": 2, "shfl_up_sync": 2, "shfl_down_sync": 2, "shfl_xor_sync": 2, "ballot_sync": 1,
+    "all_sync": 1, "any_sync": 1, "eq_sync": 1, "match_any_sync": 1, "match_all_sync": 1,
+}  # fmt: skip
+
+
+def _warp_intrinsic(kind: str, arity: int):
+    """``cuda.<kind>(mask, ...)`` of the in-kernel module: the running thread's rendezvous."""
+
+    def intrinsic(self, mask, *args):
+        if len(args) != arity:
+            raise TypeError(f"cuda.{kind}() takes a mask and {arity} more argument(s), not {len(args)}")
+        return _state.launch.current.warp_op(kind, mask, *args)
+
+    intrinsic.__name__ = intrinsic.__qualname__ = kind
+    return intrinsic
 
 
 def _install_grid_sync_and_atomics(kernelapi) -> None:
