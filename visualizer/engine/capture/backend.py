@@ -23,6 +23,9 @@ class Backend:
         self.progress = progress  # progress(n): n more blocks finished (the simulator counts them)
         self.announce_blocks = announce_blocks  # announce_blocks(n): one launch has n blocks
         self.simulator = name == "sim"
+        # the Python simulator (engine/sim/): the lenses' listeners hear its launches; a backend that
+        # runs the instrumented build itself (a GPU, the compiled simulator) takes the lenses' passes
+        self.listens = name == "sim"
         if self.simulator:
             from visualizer.engine.sim import fastsim
 

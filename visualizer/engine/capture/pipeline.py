@@ -107,7 +107,7 @@ def _args(layout: list[Arg], device: dict, bufs: dict) -> list:
 def listen(backend, listeners: list):
     """The context the instrumented launch runs in on the simulator: ``listeners`` hear its array
     accesses, barriers, atomics and thread switches (engine/sim/fastsim.py ``listening``)."""
-    if backend.simulator and listeners:
+    if backend.listens and listeners:
         from visualizer.engine.sim import fastsim
 
         return fastsim.listening(listeners)
@@ -171,7 +171,7 @@ def run(
     compile_ns = _warm_up(backend, job, time_clean, traced, clean, copy_in)
 
     schedules = []
-    listening = listen(backend, _listened(job, device, bufs) if backend.simulator else [])
+    listening = listen(backend, _listened(job, device, bufs) if backend.listens else [])
     try:
         with listening, schedule(backend, seed, 0) as sch:
             _, steps["kernel"] = backend.timed(traced)

@@ -65,7 +65,8 @@ class Lens:
     name: ClassVar[str]
     help: ClassVar[str] = ""  # the CLI flag's help
     options: ClassVar[tuple[Option, ...]] = ()
-    backends: ClassVar[frozenset[str]] = frozenset({"gpu", "sim"})  # where it records anything
+    # the backends it records on: "gpu", "sim" (the Python simulator), "compiled" (engine/compiled/)
+    backends: ClassVar[frozenset[str]] = frozenset({"gpu", "sim", "compiled"})
 
     def __init__(self, ctx: Context):
         self.ctx = ctx

@@ -85,7 +85,8 @@ class Accesses(Lens):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.by_pass = not ctx.backend.simulator or self.options_given.get("access_engine") == "pass"
+        # the recorder listens to the Python simulator; every other backend runs the access pass
+        self.by_pass = not ctx.backend.listens or self.options_given.get("access_engine") == "pass"
         self.recorder = None
         self.plan = None
         self.arrays = None
