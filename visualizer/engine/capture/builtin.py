@@ -169,16 +169,14 @@ def capture(backend: Backend, request) -> dict:
         sec = timing["clean_ms"] / 1e3
         timing["clean_gbs"] = job.nbytes / sec / 1e9 if sec > 0 else None
         timing["clean_gflops"] = job.flops / sec / 1e9 if sec > 0 else None
-    launch_info = {
-        **pipeline.launch_fields(backend, job, ran),
-        "kernel": spec.name,
-        "params": values,
-        "static_smem_bytes": launch.static_smem,
-        "tile_operands": list(spec.tile_operands),
-        "row_table": list(spec.row_table) if spec.row_table else None,
-    }
+    static_smem = launch.static_smem
     if not backend.simulator and ran.instrumented.get("static_smem_bytes") is not None:
-        launch_info["static_smem_bytes"] = ran.instrumented["static_smem_bytes"]
+        static_smem = ran.instrumented["static_smem_bytes"]
+    launch_info = pipeline.summary(
+        backend, job, ran, kernel=spec.name, params=values, static_smem_bytes=static_smem,
+        tile_operands=list(spec.tile_operands), row_table=list(spec.row_table) if spec.row_table else None,
+        runs={"count": runs, "seed": schedule_seed, "schedules": ran.schedules} if ran.runs is not None else None,
+    ).to_dict()  # fmt: skip
     reply = {
         "launch": launch_info,
         "timing": timing,
@@ -188,6 +186,5 @@ def capture(backend: Backend, request) -> dict:
     }
     if ran.runs is not None:  # every run's outputs, stacked (analysis/races.py compares them)
         reply["runs"] = {k: ran.runs[k] for k in spec.outputs}
-        launch_info["runs"] = {"count": runs, "seed": schedule_seed, "schedules": ran.schedules}
     job.lenses.reply(reply, launch_info)  # each lens's part (engine/lenses/)
     return reply

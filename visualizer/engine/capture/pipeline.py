@@ -270,21 +270,54 @@ def _launch_shape(job: Job) -> _Shape:
     return _Shape(job.block[0] * job.block[1] * job.block[2], job.dynamic_smem)
 
 
-def launch_fields(backend, job: Job, ran: Ran) -> dict:
-    """The launch.json fields every capture has, whoever's kernel it ran."""
-    threads_per_block = job.block[0] * job.block[1] * job.block[2]
-    blocks = job.grid[0] * job.grid[1] * job.grid[2]
-    threads = blocks * threads_per_block
-    return {
-        **backend.device_info(),
-        "grid": list(job.grid),
-        "block": list(job.block),
-        "threads": threads,
-        "blocks": blocks,
-        "threads_per_block": threads_per_block,
-        "dynamic_smem_bytes": job.dynamic_smem,
-        "recorded_per": "warp" if job.buffers["trace"].shape[1] < threads else "thread",
-        "source": backend_source(backend.simulator),
-        "instrumented": ran.instrumented,
-        "clean": ran.clean,
-    }
+@dataclass
+class LaunchSummary:
+    """launch.json, typed: what ran, where and how. The front ends make it (``summary``); the reply
+    carries it as a plain dict (``to_dict``), to which the lenses then add their parts."""
+
+    device: dict  # the backend's device_info()
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    recorded_per: str  # "thread" or "warp": a trace record per thread or per warp
+    source: str  # measured / simulated (analysis/provenance.py)
+    instrumented: dict  # each build's resources (GPU)
+    clean: dict
+    kernel: str = ""  # a built-in kernel's name; a visitor's: "NAME (yours)"
+    params: dict = field(default_factory=dict)  # its parameters (a visitor's: their texts)
+    static_smem_bytes: int = 0
+    tile_operands: list = field(default_factory=list)
+    row_table: list | None = None
+    visitor: dict = field(default_factory=dict)  # a visitor's kernel only: its name, file, written arrays...
+    runs: dict | None = None  # runs > 1: count, seed, each run's schedule
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    def to_dict(self) -> dict:
+        out = {
+            **self.device, "grid": list(self.grid), "block": list(self.block), "threads": self.blocks * self.threads_per_block,
+            "blocks": self.blocks, "threads_per_block": self.threads_per_block,
+            "dynamic_smem_bytes": self.dynamic_smem_bytes, "recorded_per": self.recorded_per, "source": self.source,
+            "instrumented": self.instrumented, "clean": self.clean, "kernel": self.kernel, "params": self.params,
+            "static_smem_bytes": self.static_smem_bytes, "tile_operands": list(self.tile_operands),
+            "row_table": self.row_table, **self.visitor,
+        }  # fmt: skip
+        if self.runs is not None:
+            out["runs"] = self.runs
+        return out
+
+
+def summary(backend, job: Job, ran: Ran, **fields) -> LaunchSummary:
+    """The launch summary every capture has, whoever's kernel it ran; ``fields``: the front end's own."""
+    threads = job.grid[0] * job.grid[1] * job.grid[2] * job.block[0] * job.block[1] * job.block[2]
+    return LaunchSummary(
+        device=backend.device_info(), grid=tuple(job.grid), block=tuple(job.block), dynamic_smem_bytes=job.dynamic_smem,
+        recorded_per="warp" if job.buffers["trace"].shape[1] < threads else "thread",
+        source=backend_source(backend.simulator), instrumented=ran.instrumented, clean=ran.clean, **fields,
+    )  # fmt: skip

@@ -441,22 +441,16 @@ def capture_source(backend, request) -> dict:
         for k in job.arrays
         if not np.array_equal(before[k], after[k], equal_nan=after[k].dtype.kind in "fc")
     ]
-    launch_info = {
-        **pipeline.launch_fields(backend, job, ran),
+    launch_info = pipeline.summary(
+        backend, job, ran,
         # "(yours)": never mistaken for a built-in kernel of the same name by a page or the timing panel
-        "kernel": f"{kernel} (yours)",
-        "kernel_name": kernel,
-        "user_kernel": True,
-        "filename": os.path.basename(filename),
-        "params": {p: src.args[p]["text"] for p in params},
-        "arg_order": params,
-        "written": changed,
-        "static_smem_bytes": int(static_smem or 0),
-        "tile_operands": [],
-        "row_table": None,
-        "kernel_source": src.text,
-        "reference": list(src.reference),
-    }
+        kernel=f"{kernel} (yours)", params={p: src.args[p]["text"] for p in params},
+        static_smem_bytes=int(static_smem or 0),
+        visitor={"kernel_name": kernel, "user_kernel": True, "filename": os.path.basename(filename),
+                 "arg_order": params, "written": changed, "kernel_source": src.text,
+                 "reference": list(src.reference)},
+        runs={"count": runs, "seed": seed, "schedules": ran.schedules} if ran.runs is not None else None,
+    ).to_dict()  # fmt: skip
     reply = {
         "launch": launch_info,
         "timing": ran.timing,
@@ -466,14 +460,13 @@ def capture_source(backend, request) -> dict:
         "check": check,
     }
     if ran.runs is not None:  # every run's written arrays, and each run checked like run 0
-        stacked, schedules = ran.runs, ran.schedules
+        stacked = ran.runs
         written = [k for k in job.arrays if k in changed or any(not _same(before[k], r) for r in stacked[k])]
         reply["runs"] = {k: stacked[k] for k in written}
         reply["runs_correct"] = [
             check_reference(src, module, before, {k: stacked[k][i] for k in job.arrays}, filename)["correct"]
             for i in range(runs)
         ]
-        launch_info["runs"] = {"count": runs, "seed": seed, "schedules": schedules}
     job.lenses.reply(reply, launch_info)  # each lens's part (engine/lenses/)
     return reply
 
