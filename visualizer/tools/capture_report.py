@@ -8,14 +8,13 @@ import sys
 
 
 def flag_problem(args, backend: str) -> str | None:
-    """A one-line reason the lens flags cannot go together, checked before anything runs."""
-    if getattr(args, "delays", False) and (args.runs is None or args.seed is None):
-        return "--delays needs --runs N and --seed S (the delays are drawn from the seed)"
-    if getattr(args, "barriers", False) and backend == "sim":
-        return "--barriers reads the GPU's clock: the simulator has none (use --backend gpu)"
-    if getattr(args, "sample_blocks", None) is not None and not args.accesses:
-        return "--sample-blocks chooses which warps record accesses: add --accesses"
-    return None
+    """A one-line reason the lens flags cannot go together, checked before anything runs (each lens
+    says its own: engine/lenses/ ``Lens.problem``)."""
+    from visualizer.engine.lenses import REGISTRY, all_options
+
+    given = {o.key: getattr(args, o.key, None) for _, o in all_options()}
+    given.update(runs=getattr(args, "runs", None), seed=getattr(args, "seed", None))
+    return next((p for lens in REGISTRY.values() if (p := lens.problem(given, backend))), None)
 
 
 def add_lens_flags(p) -> None:

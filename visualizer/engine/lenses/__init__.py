@@ -78,6 +78,12 @@ class Lens:
         return cls.name in request.lenses and backend_name in cls.backends
 
     @classmethod
+    def problem(cls, given: dict, backend_name: str) -> str | None:
+        """A one-line reason the options ``given`` (every lens option's value by key, and ``runs``,
+        ``seed``) cannot go together on this backend ("auto": not known yet); None where they can."""
+        return None
+
+    @classmethod
     def reply_bytes(cls, simulator: bool, blocks: int, threads_per_block: int, threads: int) -> int:
         """The most bytes this lens adds to a reply (the sandbox's reply limit)."""
         return 0

@@ -83,6 +83,12 @@ class Accesses(Lens):
         Option("access_engine", "with --accesses on the simulator: 'pass' records as a GPU does"),
     )
 
+    @classmethod
+    def problem(cls, given, backend_name):
+        if given.get("sample_blocks") is not None and not given.get("accesses"):
+            return "--sample-blocks chooses which warps record accesses: add --accesses"
+        return None
+
     def __init__(self, ctx):
         super().__init__(ctx)
         # the recorder listens to the Python simulator; every other backend runs the access pass

@@ -61,3 +61,9 @@ class Barriers(_Simt):
     )
     backends = frozenset({"gpu"})  # the simulator has no clock
     barriers = True
+
+    @classmethod
+    def problem(cls, given, backend_name):
+        if given.get("barriers") and backend_name == "sim":
+            return "--barriers reads the GPU's clock: the simulator has none (use --backend gpu)"
+        return None

@@ -20,6 +20,12 @@ class Delays(Lens):
     def wanted(cls, request, backend_name):
         return super().wanted(request, backend_name) and request.schedule_seed is not None
 
+    @classmethod
+    def problem(cls, given, backend_name):
+        if given.get("delays") and (given.get("runs") is None or given.get("seed") is None):
+            return "--delays needs --runs N and --seed S (the delays are drawn from the seed)"
+        return None
+
     def passes(self, kernel):
         from visualizer.engine.instrument.delays import DelayPass
 
