@@ -87,6 +87,8 @@ class Accesses(Lens):
     def problem(cls, given, backend_name):
         if given.get("sample_blocks") is not None and not given.get("accesses"):
             return "--sample-blocks chooses which warps record accesses: add --accesses"
+        if given.get("access_engine") not in (None, "pass"):
+            return "--access-engine takes only 'pass' (the simulator records as a GPU does)"
         return None
 
     def __init__(self, ctx):
