@@ -69,6 +69,11 @@ def _kb(*sizes_kb: int) -> tuple[int, ...]:
     return tuple(size * KB for size in sizes_kb)
 
 
+# what every architecture below shares (registers per SM and per block, their allocation unit, the
+# largest block, the SM's four sub-partitions)
+_EVERY_ARCH = dict(max_threads_per_block=1024, regs_per_sm=65536, regs_per_block=65536, max_regs_per_thread=255,
+                   reg_alloc_unit=256, sub_partitions=4)  # fmt: skip
+
 ARCHS: dict[str, Arch] = {
     arch.name: arch
     for arch in (
@@ -79,12 +84,7 @@ ARCHS: dict[str, Arch] = {
             max_warps_per_sm=32,
             max_threads_per_sm=1024,
             max_blocks_per_sm=16,
-            max_threads_per_block=1024,
-            regs_per_sm=65536,
-            regs_per_block=65536,
-            max_regs_per_thread=255,
-            reg_alloc_unit=256,
-            sub_partitions=4,
+            **_EVERY_ARCH,
             smem_per_sm=64 * KB,
             smem_carveout_configs=_kb(32, 64),
             smem_per_block=48 * KB,
@@ -102,12 +102,7 @@ ARCHS: dict[str, Arch] = {
             max_warps_per_sm=64,
             max_threads_per_sm=2048,
             max_blocks_per_sm=32,
-            max_threads_per_block=1024,
-            regs_per_sm=65536,
-            regs_per_block=65536,
-            max_regs_per_thread=255,
-            reg_alloc_unit=256,
-            sub_partitions=4,
+            **_EVERY_ARCH,
             smem_per_sm=164 * KB,
             smem_carveout_configs=_kb(0, 8, 16, 32, 64, 100, 132, 164),
             smem_per_block=48 * KB,
@@ -125,12 +120,7 @@ ARCHS: dict[str, Arch] = {
             max_warps_per_sm=48,
             max_threads_per_sm=1536,
             max_blocks_per_sm=16,
-            max_threads_per_block=1024,
-            regs_per_sm=65536,
-            regs_per_block=65536,
-            max_regs_per_thread=255,
-            reg_alloc_unit=256,
-            sub_partitions=4,
+            **_EVERY_ARCH,
             smem_per_sm=100 * KB,
             smem_carveout_configs=_kb(0, 8, 16, 32, 64, 100),
             smem_per_block=48 * KB,
@@ -148,12 +138,7 @@ ARCHS: dict[str, Arch] = {
             max_warps_per_sm=48,
             max_threads_per_sm=1536,
             max_blocks_per_sm=24,
-            max_threads_per_block=1024,
-            regs_per_sm=65536,
-            regs_per_block=65536,
-            max_regs_per_thread=255,
-            reg_alloc_unit=256,
-            sub_partitions=4,
+            **_EVERY_ARCH,
             smem_per_sm=100 * KB,
             smem_carveout_configs=_kb(0, 8, 16, 32, 64, 100),
             smem_per_block=48 * KB,
@@ -171,12 +156,7 @@ ARCHS: dict[str, Arch] = {
             max_warps_per_sm=64,
             max_threads_per_sm=2048,
             max_blocks_per_sm=32,
-            max_threads_per_block=1024,
-            regs_per_sm=65536,
-            regs_per_block=65536,
-            max_regs_per_thread=255,
-            reg_alloc_unit=256,
-            sub_partitions=4,
+            **_EVERY_ARCH,
             smem_per_sm=228 * KB,
             smem_carveout_configs=_kb(0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
             smem_per_block=48 * KB,

@@ -24,7 +24,7 @@ import numpy as np
 
 from visualizer.analysis.provenance import backend_source
 from visualizer.engine.timing.measure import kernel_timing, resources
-from visualizer.specs.launch import MAX_RUNS
+from visualizer.specs.launch import MAX_RUNS, Launch
 
 # How a build's parameter is filled: ("array", name) a kernel array, ("buffer", name) a probe
 # buffer, ("value", v) a scalar passed as it is.
@@ -291,18 +291,11 @@ class LaunchSummary:
     visitor: dict = field(default_factory=dict)  # a visitor's kernel only: its name, file, written arrays...
     runs: dict | None = None  # runs > 1: count, seed, each run's schedule
 
-    @property
-    def threads_per_block(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
-
-    @property
-    def blocks(self) -> int:
-        return self.grid[0] * self.grid[1] * self.grid[2]
-
     def to_dict(self) -> dict:
+        shape = Launch(tuple(self.grid), tuple(self.block), {})
         out = {
-            **self.device, "grid": list(self.grid), "block": list(self.block), "threads": self.blocks * self.threads_per_block,
-            "blocks": self.blocks, "threads_per_block": self.threads_per_block,
+            **self.device, "grid": list(self.grid), "block": list(self.block), "threads": shape.threads,
+            "blocks": shape.blocks, "threads_per_block": shape.threads_per_block,
             "dynamic_smem_bytes": self.dynamic_smem_bytes, "recorded_per": self.recorded_per, "source": self.source,
             "instrumented": self.instrumented, "clean": self.clean, "kernel": self.kernel, "params": self.params,
             "static_smem_bytes": self.static_smem_bytes, "tile_operands": list(self.tile_operands),
