@@ -236,7 +236,7 @@ def runs_cost(cost: Cost, runs: int) -> Cost:
 
 
 def record_bytes(spec: KernelSpec, launch: Launch, per_warp_above: int = 1 << 16) -> int:
-    """Bytes of the trace buffers worker.record_buffers allocates for this launch."""
+    """Bytes of the trace buffers capture/builtin.record_buffers allocates for this launch."""
     tpb = launch.threads_per_block
     records = launch.blocks * ceil_div(tpb, 32) if launch.threads > per_warp_above else launch.threads
     sizes = {

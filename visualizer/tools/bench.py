@@ -107,7 +107,7 @@ def _methods_row(cuda, torch, nops, tops, n: int, reps: int) -> dict:
     a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
     da, db, dc = cuda.to_device(a), cuda.to_device(b), cuda.device_array(n, np.float32)
     blocks = ceil_div(n, 256)
-    per_warp = n > (1 << 16)  # as the worker records (worker.PER_WARP_ABOVE)
+    per_warp = n > (1 << 16)  # as the worker records (capture/builtin.PER_WARP_ABOVE)
     trace = cuda.device_array((3, blocks * 8 if per_warp else blocks * 256), np.int64)
     active = cuda.device_array(blocks * 256, np.uint8)
 

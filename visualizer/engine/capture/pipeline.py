@@ -1,6 +1,6 @@
 """The one capture sequence every kernel goes through, built-in or a visitor's.
 
-A front end (``worker.prepare_builtin``, ``source_capture.prepare_source``) turns a request into a
+A front end (``builtin.prepare_builtin``, ``source.prepare_source``) turns a request into a
 :class:`Job`: the two compiled builds, the kernel's arrays, the probe buffers and how each build's
 arguments are laid out. :func:`run` then does, the same way for both:
 

@@ -46,7 +46,7 @@ class CaptureRequest:
     schedule_seed: int | None = None  # the seeded schedules (and delays) those runs take
     lenses: dict[str, dict] = field(default_factory=dict)  # each lens asked for -> its options
     id: Any = None  # the runner's request id, echoed on every message
-    cpu_limit_s: float | None = None  # the worker's CPU limit for this request (engine/worker.limit_cpu)
+    cpu_limit_s: float | None = None  # the worker's CPU limit for this request (engine/run/worker.limit_cpu)
 
     def __post_init__(self):
         if not 1 <= int(self.runs) <= MAX_RUNS:

@@ -1,6 +1,6 @@
 """Load, instrument, compile and launch a user's kernel. Runs ONLY in a worker process.
 
-``capture_source(backend, request)`` is the worker's counterpart of ``worker.capture`` for a
+``capture_source(backend, request)`` is the counterpart of ``capture/builtin.capture`` for a
 request with ``op == "source"``: allocate -> copy in -> launch instrumented -> copy out -> time
 (clean beside instrumented) -> check against the user's reference, and reply with the same
 payload shape (launch info, timing, trace buffers) plus every array argument after the launch.

@@ -3,18 +3,22 @@
 A lens is a subclass of :class:`Lens` in one module of this folder, listed in :data:`REGISTRY`
 (``register``). It says its name and options (request keys, CLI flags), and has one hook per backend:
 
-* **the instrumenter** (a GPU, and any backend that compiles the instrumented source, such as the
-  simulator compiled for the CPU): ``passes(kernel)``, the instrumenter passes it adds to the traced
-  build (engine/instrument/instrumenter.py), and ``buffers()``, the zeroed device buffers those passes' parameters
-  take, by parameter name;
-* **the simulator**: ``listener(arrays)``, an object the simulator calls at every array access,
-  barrier, atomic and thread switch of the instrumented launch (engine/sim/fastsim.py ``Listener``);
+* **the instrumenter** (a GPU): ``passes(kernel)``, the instrumenter passes it adds to the traced
+  build (engine/instrument/instrumenter.py), and ``buffers()``, the zeroed device buffers those
+  passes' parameters take, by parameter name;
+* **the simulator**: ``listener(arrays, excluded)``, an object the simulator calls at every array
+  access, barrier, atomic and thread switch of the instrumented launch (engine/sim/fastsim.py
+  ``Listener``); where a lens has none, its passes run on the simulator as on a GPU;
+* **the compiled simulator** (engine/compiled/, a backend named "compiled" whose ``listens`` is
+  False): it runs the instrumented build itself, so it takes the instrumenter's hook, the same passes
+  and buffers as a GPU; a lens records there when "compiled" is in its ``backends``;
 * per run: ``before_run(run, buffers)`` (a run's own table, the delays');
 
 and ``reply(reply, launch)`` turns what came back into its part of the reply. The front ends
-(worker.prepare_builtin, source_capture.prepare_source), the capture sequence (pipeline.py), the
-runners, the CLI and the notebook loop over :class:`Lenses` and the registry; none names a lens.
-The analysis side (tables, bundle, report) has its own registry: analysis/lens_tables.py.
+(capture/builtin.prepare_builtin, capture/source.prepare_source), the capture sequence
+(capture/pipeline.py), the runners, the CLI and the notebook loop over :class:`Lenses` and the
+registry; none names a lens. The analysis side (tables, bundle, report) has its own registry:
+analysis/lens_tables.py.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class Lens:
         self.ctx = ctx
         self.options_given = ctx.request.lenses.get(self.name, {})
         self.info: dict = {}  # what its passes recorded about the kernel (sites), by pass name
+        self.made: tuple = ()  # the passes it gave this capture's build
 
     @classmethod
     def wanted(cls, request, backend_name: str) -> bool:
@@ -94,11 +99,7 @@ class Lens:
 
     def built(self, infos: dict, kernel: KernelView) -> None:
         """The build is made: ``infos`` holds each pass's info by pass name."""
-        self.info = {p: infos[p] for p in infos if p in self._pass_names}
-
-    @property
-    def _pass_names(self) -> set[str]:
-        return {p.name for p in getattr(self, "_passes", ())}
+        self.info = {p.name: infos[p.name] for p in self.made}
 
     def buffers(self) -> dict[str, np.ndarray]:
         return {}
@@ -155,8 +156,8 @@ class Lenses:
         """Every pass to build the traced kernel with, in registry order."""
         out: tuple = ()
         for lens in self.active:
-            lens._passes = lens.passes(kernel)
-            out += lens._passes
+            lens.made = lens.passes(kernel)
+            out += lens.made
         return out
 
     def built(self, infos: dict, kernel: KernelView) -> None:
