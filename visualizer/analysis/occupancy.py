@@ -69,105 +69,31 @@ def _kb(*sizes_kb: int) -> tuple[int, ...]:
     return tuple(size * KB for size in sizes_kb)
 
 
-# what every architecture below shares (registers per SM and per block, their allocation unit, the
-# largest block, the SM's four sub-partitions)
+# what every architecture below shares: registers per SM and per block and their allocation unit, the
+# largest block, the SM's four sub-partitions, 48 KB of shared memory per block without opting in
 _EVERY_ARCH = dict(max_threads_per_block=1024, regs_per_sm=65536, regs_per_block=65536, max_regs_per_thread=255,
-                   reg_alloc_unit=256, sub_partitions=4)  # fmt: skip
+                   reg_alloc_unit=256, sub_partitions=4, smem_per_block=48 * KB)  # fmt: skip
+
+# and what each has of its own, one row per architecture, in these fields' order
+_ARCH_FIELDS = ("name", "label", "compute_capability", "max_warps_per_sm", "max_threads_per_sm", "max_blocks_per_sm",
+                "smem_per_sm", "smem_carveout_configs", "smem_per_block_optin", "smem_alloc_granularity",
+                "reserved_smem_per_block", "barriers_per_sm", "barriers_limit_blocks", "num_sms")  # fmt: skip
+_ARCH_ROWS = (
+    # name, label, cc, warps/SM, threads/SM, blocks/SM, smem/SM, carveout configs, opt-in smem/block,
+    # smem allocation unit, reserved smem/block, barriers/SM, barriers limit blocks, SMs
+    ("sm_75", "T4 / RTX 2080 (sm_75)", (7, 5), 32, 1024, 16, 64 * KB, _kb(32, 64), 64 * KB, 256, 0, 32, False, 40),
+    ("sm_80", "A100 (sm_80)", (8, 0), 64, 2048, 32, 164 * KB, _kb(0, 8, 16, 32, 64, 100, 132, 164), 163 * KB,
+     128, 1 * KB, 64, False, 108),
+    ("sm_86", "RTX 3090 / A40 (sm_86)", (8, 6), 48, 1536, 16, 100 * KB, _kb(0, 8, 16, 32, 64, 100), 99 * KB, 128,
+     1 * KB, 16, False, 82),
+    ("sm_89", "RTX 4090 / L4 (sm_89)", (8, 9), 48, 1536, 24, 100 * KB, _kb(0, 8, 16, 32, 64, 100), 99 * KB, 128,
+     1 * KB, 24, False, 128),
+    ("sm_90", "H200 / H100 (sm_90)", (9, 0), 64, 2048, 32, 228 * KB, _kb(0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
+     227 * KB, 128, 1 * KB, 64, True, 132),
+)  # fmt: skip
 
 ARCHS: dict[str, Arch] = {
-    arch.name: arch
-    for arch in (
-        Arch(
-            name="sm_75",
-            label="T4 / RTX 2080 (sm_75)",
-            compute_capability=(7, 5),
-            max_warps_per_sm=32,
-            max_threads_per_sm=1024,
-            max_blocks_per_sm=16,
-            **_EVERY_ARCH,
-            smem_per_sm=64 * KB,
-            smem_carveout_configs=_kb(32, 64),
-            smem_per_block=48 * KB,
-            smem_per_block_optin=64 * KB,
-            smem_alloc_granularity=256,
-            reserved_smem_per_block=0,
-            barriers_per_sm=32,
-            barriers_limit_blocks=False,
-            num_sms=40,
-        ),
-        Arch(
-            name="sm_80",
-            label="A100 (sm_80)",
-            compute_capability=(8, 0),
-            max_warps_per_sm=64,
-            max_threads_per_sm=2048,
-            max_blocks_per_sm=32,
-            **_EVERY_ARCH,
-            smem_per_sm=164 * KB,
-            smem_carveout_configs=_kb(0, 8, 16, 32, 64, 100, 132, 164),
-            smem_per_block=48 * KB,
-            smem_per_block_optin=163 * KB,
-            smem_alloc_granularity=128,
-            reserved_smem_per_block=1 * KB,
-            barriers_per_sm=64,
-            barriers_limit_blocks=False,
-            num_sms=108,
-        ),
-        Arch(
-            name="sm_86",
-            label="RTX 3090 / A40 (sm_86)",
-            compute_capability=(8, 6),
-            max_warps_per_sm=48,
-            max_threads_per_sm=1536,
-            max_blocks_per_sm=16,
-            **_EVERY_ARCH,
-            smem_per_sm=100 * KB,
-            smem_carveout_configs=_kb(0, 8, 16, 32, 64, 100),
-            smem_per_block=48 * KB,
-            smem_per_block_optin=99 * KB,
-            smem_alloc_granularity=128,
-            reserved_smem_per_block=1 * KB,
-            barriers_per_sm=16,
-            barriers_limit_blocks=False,
-            num_sms=82,
-        ),
-        Arch(
-            name="sm_89",
-            label="RTX 4090 / L4 (sm_89)",
-            compute_capability=(8, 9),
-            max_warps_per_sm=48,
-            max_threads_per_sm=1536,
-            max_blocks_per_sm=24,
-            **_EVERY_ARCH,
-            smem_per_sm=100 * KB,
-            smem_carveout_configs=_kb(0, 8, 16, 32, 64, 100),
-            smem_per_block=48 * KB,
-            smem_per_block_optin=99 * KB,
-            smem_alloc_granularity=128,
-            reserved_smem_per_block=1 * KB,
-            barriers_per_sm=24,
-            barriers_limit_blocks=False,
-            num_sms=128,
-        ),
-        Arch(
-            name="sm_90",
-            label="H200 / H100 (sm_90)",
-            compute_capability=(9, 0),
-            max_warps_per_sm=64,
-            max_threads_per_sm=2048,
-            max_blocks_per_sm=32,
-            **_EVERY_ARCH,
-            smem_per_sm=228 * KB,
-            smem_carveout_configs=_kb(0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
-            smem_per_block=48 * KB,
-            smem_per_block_optin=227 * KB,
-            smem_alloc_granularity=128,
-            reserved_smem_per_block=1 * KB,
-            barriers_per_sm=64,
-            barriers_limit_blocks=True,
-            num_sms=132,
-        ),
-    )
+    row[0]: Arch(**_EVERY_ARCH, **dict(zip(_ARCH_FIELDS, row, strict=True))) for row in _ARCH_ROWS
 }
 
 _ARCH_PATTERN = re.compile(r"^(?:sm_?)?(\d)\.?(\d)$")

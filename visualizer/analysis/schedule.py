@@ -98,52 +98,36 @@ def _reduce(threads: pd.DataFrame, keys: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
+# an interval table's column -> (the reduced column it is, its dtype)
+_INTERVAL_COLUMNS = {
+    "block": ("block", np.int64), "block_x": ("block_x", np.int32), "block_y": ("block_y", np.int32),
+    "block_z": ("block_z", np.int32), "warp": ("warp_first", np.int32), "sm": ("sm", np.int32),
+    "t_start_ns": ("t_start_ns", np.int64), "t_end_ns": ("t_end_ns", np.int64), "warps": ("warps", np.int32),
+    "threads": ("threads", np.int32), "active_threads": ("active_threads", np.int32),
+}  # fmt: skip
+
+
+def _intervals(threads: pd.DataFrame, keys: np.ndarray, columns: list[str]) -> pd.DataFrame:
+    """One row per run of equal ``keys``: ``columns`` (the last is the source label) of ``_reduce``."""
+    source = source_of(threads)
+    r = _reduce(threads, keys)
+    if not r:
+        return labelled(pd.DataFrame({c: pd.Series(dtype=np.int64) for c in columns[:-1]}), source)
+    r["warps"] = r["warp_max"] + 1
+    df = pd.DataFrame({c: r[_INTERVAL_COLUMNS[c][0]].astype(_INTERVAL_COLUMNS[c][1]) for c in columns[:-1]})
+    return labelled(df, source)
+
+
 def block_intervals(threads: pd.DataFrame) -> pd.DataFrame:
     """One row per block: where (SM) and when (first start .. last end over its threads) it ran."""
-    source = source_of(threads)
-    r = _reduce(threads, threads["block"].to_numpy())
-    if not r:
-        return labelled(pd.DataFrame({c: pd.Series(dtype=np.int64) for c in BLOCK_COLUMNS[:-1]}), source)
-    df = pd.DataFrame(
-        {
-            "block": r["block"].astype(np.int64),
-            "block_x": r["block_x"].astype(np.int32),
-            "block_y": r["block_y"].astype(np.int32),
-            "block_z": r["block_z"].astype(np.int32),
-            "sm": r["sm"].astype(np.int32),
-            "t_start_ns": r["t_start_ns"].astype(np.int64),
-            "t_end_ns": r["t_end_ns"].astype(np.int64),
-            "warps": (r["warp_max"] + 1).astype(np.int32),
-            "threads": r["threads"].astype(np.int32),
-            "active_threads": r["active_threads"].astype(np.int32),
-        }
-    )
-    return labelled(df, source)
+    return _intervals(threads, threads["block"].to_numpy(), BLOCK_COLUMNS)
 
 
 def warp_intervals(threads: pd.DataFrame) -> pd.DataFrame:
     """One row per (block, warp): its SM and first start .. last end over its lanes."""
-    source = source_of(threads)
     block = threads["block"].to_numpy().astype(np.int64)
     warp = threads["warp"].to_numpy().astype(np.int64)
-    r = _reduce(threads, block * (int(warp.max()) + 1 if len(warp) else 1) + warp)
-    if not r:
-        return labelled(pd.DataFrame({c: pd.Series(dtype=np.int64) for c in WARP_COLUMNS[:-1]}), source)
-    df = pd.DataFrame(
-        {
-            "block": r["block"].astype(np.int64),
-            "block_x": r["block_x"].astype(np.int32),
-            "block_y": r["block_y"].astype(np.int32),
-            "block_z": r["block_z"].astype(np.int32),
-            "warp": r["warp_first"].astype(np.int32),
-            "sm": r["sm"].astype(np.int32),
-            "t_start_ns": r["t_start_ns"].astype(np.int64),
-            "t_end_ns": r["t_end_ns"].astype(np.int64),
-            "threads": r["threads"].astype(np.int32),
-            "active_threads": r["active_threads"].astype(np.int32),
-        }
-    )
-    return labelled(df, source)
+    return _intervals(threads, block * (int(warp.max()) + 1 if len(warp) else 1) + warp, WARP_COLUMNS)
 
 
 def greedy_slots(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

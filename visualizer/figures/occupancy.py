@@ -347,24 +347,11 @@ def achieved_figure(
             name=f"mean over the {used} SMs that ran blocks",
         )
     )
-    fig.add_trace(
-        go.Scatter(
-            x=[0, t_end],
-            y=[theoretical_warps] * 2,
-            mode="lines",
-            line={"dash": "dash", "color": CURRENT_COLOUR},
-            name=f"theoretical: {theoretical_warps:g} warps/SM",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=[0, t_end],
-            y=[achieved] * 2,
-            mode="lines",
-            line={"color": ACHIEVED_COLOUR, "width": 2},
-            name=f"achieved (time-average while busy): {achieved:.1f} warps/SM",
-        )
-    )
+    for level, line, name in (
+        (theoretical_warps, {"dash": "dash", "color": CURRENT_COLOUR}, f"theoretical: {theoretical_warps:g} warps/SM"),
+        (achieved, {"color": ACHIEVED_COLOUR, "width": 2}, f"achieved (time-average while busy): {achieved:.1f} warps/SM"),
+    ):  # fmt: skip
+        fig.add_trace(go.Scatter(x=[0, t_end], y=[level] * 2, mode="lines", line=line, name=name))
     tail_start = attrs.get("tail_start")
     if tail_start is not None and tail_start < t_end:
         fig.add_vrect(
