@@ -132,6 +132,19 @@ def test_a_bad_link_is_one_line_on_the_page_and_the_app_keeps_serving():
     assert not at.exception and at.get("plotly_chart")
 
 
+@pytest.mark.parametrize("token", [None, TOKEN])
+def test_a_link_with_a_lone_surrogate_is_one_line_and_your_kernel_keeps_serving(token):
+    """Issue 36: JSON's "\\ud800" in a shared link's source crashed Your kernel for whoever opened it."""
+    text = _pack({**STATE.as_json(), "source": STATE.source + "# \ud800\n"})
+    at = _app({"backend": "sim", "yk": text}, token=token)
+    at.switch_page("web/pages/your_kernel.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [plain(e.value) for e in at.error]
+    assert any("The link's kernel was not loaded" in e and "lone surrogate" in e for e in errors), errors
+    assert "yk" not in at.query_params
+    assert "\ud800" not in at.text_area(key="uk_source").value  # the example, not the link's text
+
+
 # -- the current kernel in the sidebar, the URL and the pages -------------------------------------
 
 

@@ -102,9 +102,20 @@ def _dims(value, what: str) -> tuple[int, ...]:
 def _text(value, what: str, limit: int) -> str:
     if not isinstance(value, str):
         raise LinkError(f"its {what} is not text")
-    if len(value.encode("utf-8", "surrogatepass")) > limit:
+    if len(value) > limit:  # a character is at least a byte: refused before encoding it
+        raise LinkError(f"its {what} is over {limit:,} bytes")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800"): no page, parser or browser takes it
+        raise LinkError(f"its {what} is not valid Unicode text (a lone surrogate)") from None
+    if size > limit:
         raise LinkError(f"its {what} is over {limit:,} bytes")
     return value
+
+
+def _shown_name(name: str) -> str:
+    """A field name from a link, quoted in a message: printable, encodable, short."""
+    return as_text(name.encode("utf-8", "replace").decode("utf-8", "replace"), 40)
 
 
 def decode_link(text) -> KernelLink:
@@ -136,7 +147,7 @@ def decode_link(text) -> KernelLink:
         raise LinkError("it is not a link of this version of the app")
     unknown = set(data) - _FIELDS
     if unknown:
-        raise LinkError(f"it has a field this app does not know ({as_text(sorted(unknown)[0], 40)})")
+        raise LinkError(f"it has a field this app does not know ({_shown_name(sorted(unknown)[0])})")
     kernel = _text(data.get("kernel"), "kernel name", 100)
     if not kernel.isidentifier():
         raise LinkError("its kernel name is not a Python identifier")
@@ -144,7 +155,7 @@ def decode_link(text) -> KernelLink:
     if not isinstance(args, dict) or len(args) > uspec.MAX_ARGS:
         raise LinkError(f"its arguments are not up to {uspec.MAX_ARGS} name: text pairs")
     for name, value in args.items():
-        if not name.isidentifier() or len(name) > 100:
+        if len(name) > 100 or not name.isidentifier():
             raise LinkError("an argument's name is not a Python identifier")
         _text(value, f"argument {name}", uspec.MAX_FIELD_CHARS)
     reference = data.get("reference", [])
