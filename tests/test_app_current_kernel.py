@@ -266,10 +266,10 @@ def test_uploads_survive_page_switches():
     assert not any("kept from before" in plain(c.value) for c in at.caption)
 
 
-def test_kept_uploads_are_bounded_and_the_uploader_always_wins(monkeypatch):
+def test_kept_uploads_stay_within_the_sessions_budget(monkeypatch):
     import streamlit as st
 
-    from visualizer.web import current_kernel
+    from visualizer.web import current_kernel, uploads
 
     class Upload:
         def __init__(self, name, data):
@@ -278,17 +278,22 @@ def test_kept_uploads_are_bounded_and_the_uploader_always_wins(monkeypatch):
         def getvalue(self):
             return self.data
 
-    monkeypatch.setattr(current_kernel, "MAX_KEPT_BYTES", 10)
+    def names(got):
+        files, problem = got
+        return [u.name for u in files], problem
+
+    monkeypatch.setattr(uploads, "SESSION_UPLOAD_BYTES", 10)
+    monkeypatch.setattr(uploads, "SESSION_UPLOAD_FILES", 3)
     st.session_state.pop("uk_kept_uploads", None)  # bare mode: a session state of its own
-    assert [u.name for u in current_kernel.kept_uploads([Upload("a", b"1234"), Upload("b", b"12345")])] == [
-        "a",
-        "b",
-    ]
-    assert [u.name for u in current_kernel.kept_uploads(None)] == ["a", "b"]  # the page was left and back
-    assert [u.name for u in current_kernel.kept_uploads([Upload("c", b"123456")])] == ["c"]  # oldest dropped
-    big = current_kernel.kept_uploads([Upload("big", b"x" * 20)])
-    assert [(u.name, u.getvalue()) for u in big] == [("big", b"x" * 20)]  # used now, too big to keep
-    assert current_kernel.kept_uploads(None) == []
+    kept = current_kernel.kept_uploads
+    assert names(kept([Upload("a", b"1234"), Upload("b", b"12345")])) == (["a", "b"], None)
+    assert names(kept(None)) == (["a", "b"], None)  # the page was left and back
+    assert names(kept([Upload("c", b"123456")])) == (["b", "c"], None)  # the oldest kept makes room
+    # over the budget in the uploader alone: one line, and none of it used or kept
+    files, problem = names(kept([Upload("big", b"x" * 20)]))
+    assert files == ["b", "c"] and "not used" in problem and "\n" not in problem, problem
+    files, problem = names(kept([Upload(f"f{i}", b"1") for i in range(4)]))
+    assert files == ["b", "c"] and "4 uploaded files" in problem
     st.session_state.pop("uk_kept_uploads", None)
 
 

@@ -223,3 +223,42 @@ def test_an_upload_named_like_an_address_is_never_a_link_on_any_page():
         ]
         assert any("www.evil.example.npy" in plain(t) for t in shown), page  # it is shown...
         assert not [t for t in shown if re.search(r"www\.", t)], page  # ...and never as an address
+
+
+# -- uploads: only where code may run, within the session's budget (issue 36) --------------------
+
+
+def _npy(values) -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(values, dtype=np.float32))
+    return buf.getvalue()
+
+
+def test_a_session_without_the_key_gets_no_uploader():
+    at = _your_kernel_page(token=None)
+    assert not at.get("file_uploader"), "an upload is read only by a run: no uploader where nothing runs"
+    assert any("Uploading `.npy` arrays comes with running your own code" in c.value for c in at.caption)
+    assert _your_kernel_page().get("file_uploader")  # the key: the uploader is there
+
+
+def test_a_keyed_session_over_its_upload_budget_gets_one_line():
+    from visualizer.web.uploads import SESSION_UPLOAD_FILES
+
+    at = _your_kernel_page()
+    uploader = at.file_uploader[0]
+    for i in range(SESSION_UPLOAD_FILES + 1):
+        uploader.upload(f"a{i}.npy", _npy([i]))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [plain(e.value) for e in at.error]
+    assert (
+        len(errors) == 1
+        and "not used" in errors[0]
+        and f"{SESSION_UPLOAD_FILES + 1} uploaded files" in errors[0]
+    )
+    assert "\n" not in errors[0]
+    assert not at.session_state["uk_kept_uploads"]  # nothing of it kept for the session

@@ -17,6 +17,7 @@ import hmac
 import streamlit as st
 
 from visualizer.engine.user_runner import configured_token, token_matches
+from visualizer.web import upload_gate
 from visualizer.web.hostcheck import ALLOW_REMOTE_ENV, policy_from_env, refusal  # noqa: F401 (re-exported)
 from visualizer.web.session import as_text
 
@@ -75,4 +76,5 @@ def guard_server() -> None:
     if why is not None:
         st.error(as_text(why, limit=400))
         st.stop()
+    upload_gate.install()  # the server's upload store takes files only within a session's budget
     take_token()
