@@ -137,8 +137,8 @@ def test_a_link_whose_text_carries_any_character_is_a_kernel_or_one_line(field, 
         else text
     )  # fmt: skip
     got = decoded_or_one_line(pack(json.dumps(state).encode()))
-    if got is not None and field == "source":
-        assert got.source.endswith(text)
+    if got is not None and field == "source":  # JSON joins a high and a low surrogate into one character
+        assert got.source.endswith(json.loads(json.dumps(text)))
 
 
 @FUZZ
