@@ -132,6 +132,19 @@ def test_a_bad_link_is_one_line_on_the_page_and_the_app_keeps_serving():
     assert not at.exception and at.get("plotly_chart")
 
 
+@pytest.mark.parametrize("token", [None, TOKEN])
+def test_a_link_with_a_lone_surrogate_is_one_line_and_your_kernel_keeps_serving(token):
+    """Issue 36: JSON's "\\ud800" in a shared link's source crashed Your kernel for whoever opened it."""
+    text = _pack({**STATE.as_json(), "source": STATE.source + "# \ud800\n"})
+    at = _app({"backend": "sim", "yk": text}, token=token)
+    at.switch_page("web/pages/your_kernel.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [plain(e.value) for e in at.error]
+    assert any("The link's kernel was not loaded" in e and "lone surrogate" in e for e in errors), errors
+    assert "yk" not in at.query_params
+    assert "\ud800" not in at.text_area(key="uk_source").value  # the example, not the link's text
+
+
 # -- the current kernel in the sidebar, the URL and the pages -------------------------------------
 
 
@@ -253,10 +266,10 @@ def test_uploads_survive_page_switches():
     assert not any("kept from before" in plain(c.value) for c in at.caption)
 
 
-def test_kept_uploads_are_bounded_and_the_uploader_always_wins(monkeypatch):
+def test_kept_uploads_stay_within_the_sessions_budget(monkeypatch):
     import streamlit as st
 
-    from visualizer.web import current_kernel
+    from visualizer.web import current_kernel, uploads
 
     class Upload:
         def __init__(self, name, data):
@@ -265,17 +278,22 @@ def test_kept_uploads_are_bounded_and_the_uploader_always_wins(monkeypatch):
         def getvalue(self):
             return self.data
 
-    monkeypatch.setattr(current_kernel, "MAX_KEPT_BYTES", 10)
+    def names(got):
+        files, problem = got
+        return [u.name for u in files], problem
+
+    monkeypatch.setattr(uploads, "SESSION_UPLOAD_BYTES", 10)
+    monkeypatch.setattr(uploads, "SESSION_UPLOAD_FILES", 3)
     st.session_state.pop("uk_kept_uploads", None)  # bare mode: a session state of its own
-    assert [u.name for u in current_kernel.kept_uploads([Upload("a", b"1234"), Upload("b", b"12345")])] == [
-        "a",
-        "b",
-    ]
-    assert [u.name for u in current_kernel.kept_uploads(None)] == ["a", "b"]  # the page was left and back
-    assert [u.name for u in current_kernel.kept_uploads([Upload("c", b"123456")])] == ["c"]  # oldest dropped
-    big = current_kernel.kept_uploads([Upload("big", b"x" * 20)])
-    assert [(u.name, u.getvalue()) for u in big] == [("big", b"x" * 20)]  # used now, too big to keep
-    assert current_kernel.kept_uploads(None) == []
+    kept = current_kernel.kept_uploads
+    assert names(kept([Upload("a", b"1234"), Upload("b", b"12345")])) == (["a", "b"], None)
+    assert names(kept(None)) == (["a", "b"], None)  # the page was left and back
+    assert names(kept([Upload("c", b"123456")])) == (["c"], None)  # the oldest kept make room
+    # over the budget in the uploader alone: one line, and none of it used or kept
+    files, problem = names(kept([Upload("big", b"x" * 20)]))
+    assert files == ["c"] and "not used" in problem and "\n" not in problem, problem
+    files, problem = names(kept([Upload(f"f{i}", b"1") for i in range(4)]))
+    assert files == ["c"] and "4 uploaded files" in problem
     st.session_state.pop("uk_kept_uploads", None)
 
 

@@ -26,6 +26,9 @@ HIDDEN_KERNELS = ("out_of_bounds_write",)  # the fault demo is for tests and the
 CACHE_MAX_BYTES = 512 * 2**20  # captures kept for every visitor (each capture's tables and arrays)
 MESSAGE_MAX_CHARS = 300
 LINK_VALUE_CHARS = 40  # a link's bad value is quoted up to this many characters
+# a link's value longer than this is refused before it is parsed (no control or parameter takes more;
+# a kernel's packed source travels in ``yk``, bounded by current_kernel.LINK_MAX_CHARS instead)
+LINK_VALUE_MAX_CHARS = 1000
 
 _AUTOLINK = re.compile(r"([:@])")
 # Characters that start Markdown, HTML or Streamlit markup (links, images, emphasis, code, colour
@@ -96,6 +99,11 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
     kernel = query.get("kernel", DEFAULT_KERNEL)
     backend = query.get("backend", "auto")
     try:
+        for key, value in query.items():
+            if key not in PAGE_QUERY_KEYS and len(str(key)) + len(str(value)) > LINK_VALUE_MAX_CHARS:
+                raise LaunchError(
+                    f"{catalog.quoted(key)}={catalog.quoted(value)} is over {LINK_VALUE_MAX_CHARS:,} characters"
+                )
         spec = catalog.get(kernel)
         if kernel in HIDDEN_KERNELS:
             raise LaunchError(f"kernel {catalog.quoted(kernel)} cannot be run from the app")
@@ -368,6 +376,8 @@ def link_value(key: str, default, allowed=None, raw: str | None = None) -> tuple
     if raw is None:
         return default, None
     try:
+        if len(raw) > LINK_VALUE_MAX_CHARS:
+            raise ValueError("too long to be read")
         parsed = _parse_query_value(raw, default)
     except ValueError:
         parsed, why = None, "not a value this control takes"
@@ -383,6 +393,22 @@ def link_value(key: str, default, allowed=None, raw: str | None = None) -> tuple
     if isinstance(default, bool) and why == "not a value this control takes":
         why = "1 for on, 0 for off"
     return default, as_text(f"The link's {key}={shown} was ignored ({why}); showing {used} instead.")
+
+
+def question_from_link(raw: str | None, count: int) -> tuple[int, str | None]:
+    """A lesson's question a link's ``q`` names (1..count; 0 or none: all of them), and a one-line
+    notice (escaped) when the link's value was ignored."""
+    if raw is None or raw == "0":
+        return 0, None
+    # ASCII digits only: str.isdigit is true for '²', which int() refuses
+    if raw.isascii() and raw.isdigit() and len(raw) <= 6 and 1 <= int(raw) <= count:
+        return int(raw), None
+    shown = raw if len(raw) <= LINK_VALUE_CHARS else raw[: LINK_VALUE_CHARS - 1] + "…"
+    return 0, as_text(
+        f"The link's q={shown} was ignored (this lesson's questions are "
+        + ("1" if count == 1 else f"1 to {count}")
+        + "); showing all its questions instead."
+    )
 
 
 def from_link(key: str, default, allowed=None) -> str | None:

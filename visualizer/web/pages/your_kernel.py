@@ -21,6 +21,7 @@ from visualizer.engine.run.user_runner import (
 )
 from visualizer.specs import source as uspec
 from visualizer.specs.catalog import LaunchError
+from visualizer.web import upload_gate
 from visualizer.web.current_kernel import (
     kept_uploads,
     link_run_requested,
@@ -31,6 +32,7 @@ from visualizer.web.current_kernel import (
 from visualizer.web.examples import EXAMPLES
 from visualizer.web.guard import visitor_has_key
 from visualizer.web.session import as_text, queue_text
+from visualizer.web.uploads import SESSION_UPLOAD_BYTES, SESSION_UPLOAD_FILES, UPLOAD_MAX_MB
 
 BACKENDS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
 MODES = ("one thread per element", "grid")
@@ -79,6 +81,8 @@ st.markdown(
 
 show_link_notice()  # a shared link's kernel: filled in, run or not, and why
 allowed, why = user_code_allowed(visitor_has_key())
+# the server's upload store takes files only from a session that may run code (web/upload_gate.py)
+(upload_gate.allow if allowed else upload_gate.forbid)(upload_gate.current_session_id())
 if not allowed:
     st.warning(
         f"Running your own code is {why}.\n\nOr run your kernel from the command line: "
@@ -140,11 +144,22 @@ with right:
         key = f"uk_arg_{name}"
         st.session_state.setdefault(key, "zeros:float32:1000")
         arg_texts[name] = st.text_input(name, key=key)
-    fresh = st.file_uploader(
-        "upload .npy arrays (optional)", type=["npy"], accept_multiple_files=True, key="uk_upload"
-    )
-    uploads = kept_uploads(fresh)  # with the ones uploaded before in this session (page switches)
-    show_kept_uploads(fresh)
+    uploads = []
+    if allowed:  # an upload is read only by a run: where nothing may run, nothing is taken
+        fresh = st.file_uploader(
+            f"upload .npy arrays (optional; this session holds up to {SESSION_UPLOAD_FILES} files, "
+            f"{SESSION_UPLOAD_BYTES >> 20} MiB in all)",
+            type=["npy"],
+            accept_multiple_files=True,
+            key="uk_upload",
+            max_upload_size=UPLOAD_MAX_MB,
+        )
+        uploads, upload_problem = kept_uploads(fresh)  # with those kept from before (page switches)
+        if upload_problem:
+            st.error(upload_problem)
+        show_kept_uploads(fresh)
+    else:
+        st.caption("Uploading `.npy` arrays comes with running your own code (off in this session).")
     reference = st.text_area(
         "numpy reference (optional): one `NAME = EXPR` per line over the argument names, or `fn:NAME`",
         key="uk_reference",
