@@ -171,9 +171,48 @@ def test_scheduling_says_its_suggestion_is_a_built_in_kernel_instead_of_replacin
 
 def test_examples_on_built_in_pages_say_they_replace_your_kernel():
     at = _ran_yours()
-    for page in ("shared_memory", "flash_attention"):
-        at.switch_page(f"web/pages/{page}.py").run()
-        assert any("in place of yours" in c.value for c in at.caption), page
+    at.switch_page("web/pages/flash_attention.py").run()
+    assert any("in place of yours" in c.value for c in at.caption)
+
+
+def test_shared_memory_draws_your_kernel_and_runs_it_n_times():
+    """Shared memory takes the visitor's kernel (it used to offer only built-in examples): its shared
+    requests' bank ways from its own recording, then its own launch run N times in its sandbox."""
+    at = _ran_yours("reduction", accesses=True)
+    at.switch_page("web/pages/shared_memory.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("in place of yours" in c.value for c in at.caption)  # no built-in example offered
+    assert not [b for b in at.button if b.label.startswith("Load ")]
+    assert any("shared requests recorded" in plain(c.value) for c in at.caption)
+    assert at.get("plotly_chart")
+    go = at.button(key="smem_yours_runs_go")
+    go.click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    verdict = " ".join(plain(m.value) for m in at.markdown if "run" in m.value.lower())
+    assert "runs" in verdict and "8" in verdict, verdict
+    assert at.session_state["capture"].launch["user_kernel"]  # still the visitor's kernel
+    kept = at.session_state["_visitor_reruns"]
+    (runs_cap,) = kept.values()
+    assert runs_cap.launch["kernel_name"] == "block_sum" and runs_cap.launch["runs"]["count"] == 8
+
+
+def test_shared_memory_offers_to_record_your_kernel_first():
+    at = _ran_yours("reduction")
+    at.switch_page("web/pages/shared_memory.py").run()
+    assert not at.exception
+    assert any("not recorded when it ran" in plain(i.value) for i in at.info)
+    at.button(key="smem_record_yours").click().run()
+    assert at.session_state["page"] == "shared_memory"
+    assert at.session_state["capture"].requests is not None and at.get("plotly_chart")
+
+
+def test_memory_access_runs_your_kernel_n_times():
+    at = _ran_yours(accesses=True)
+    at.switch_page("web/pages/memory_access.py").run()
+    assert not any("python -m visualizer capture --source" in plain(c.value) for c in at.caption)
+    at.button(key="mem_yours_runs_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    assert any("gave one output" in plain(c.value) for c in at.caption)  # vector add has no race
 
 
 # -- a shared link ---------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from visualizer.figures.common import source_of, titled
 
 # the metrics drawn, in order (analysis/compare.METRICS names them); others stay in the table
 DRAWN = (
-    "device_ms", "launch_overhead_us", "bytes_moved", "global_ld_sectors_per_request",
+    "device_ms", "modelled_us", "hazards", "launch_overhead_us", "global_ld_sectors_per_request",
     "global_st_sectors_per_request", "shared_ld_wavefronts_per_request", "shared_st_wavefronts_per_request",
-    "occupancy",
+    "branch_efficiency", "occupancy",
 )  # fmt: skip
 COLORS = ("#8c8c8c", "#0b5fff")  # A grey ("before"), B blue ("after")
 

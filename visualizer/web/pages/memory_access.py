@@ -463,12 +463,20 @@ else:
     st.caption(
         "No hazards: no two threads touched one word without a barrier between them, and every shared read was written first."
     )
-if cap.launch.get("user_kernel"):  # the panel runs built-in kernels by name; a visitor's, from its page
-    st.caption(
-        "To run your kernel many times (seeded schedules, races made visible): "
-        "`python -m visualizer capture --source FILE.py --kernel NAME ... --runs 8 --seed 1` "
-        "(on a GPU add `--delays`: seeded per-warp delays before its loads, stores, atomics and barriers)."
-    )
+if cap.launch.get("user_kernel"):  # the visitor's launch again, in a sandbox of its own (web/visitor_runs.py)
+    from visualizer.web.visitor_runs import runs_of
+
+    run_many = runs_of(cap)
+    written = [str(w) for w in cap.launch.get("written") or []] or list(cap.outputs)
+    if run_many is None or not written:
+        st.caption(
+            "To run your kernel many times here, run it on the Your kernel page in this session first."
+        )
+    else:
+        runs_panel(
+            as_text(cap.launch["kernel"], 60), cap.launch["params"], cap.launch["backend"], 0, written[0],
+            "mem_yours_runs", run_many=run_many, identity=id(cap),
+        )  # fmt: skip
 else:
     runs_panel(
         kernel, params, "sim", 0, spec.outputs[0], "mem_runs"
