@@ -28,6 +28,12 @@ def test_compare_page_from_a_link():
     assert "transpose_tiled: 32 → 4 sectors per global store request" in text, text
     assert "cmp_pair=transpose" in text and "page=compare" in text  # the link reproduces the pair
     assert at.get("plotly_chart")
+    # on the simulator the headline is what it can count, its model named; never the simulation's CPU time
+    changed = next(m.value for m in at.main.markdown if m.value.startswith("- ")).replace("\\", "")
+    first = changed.splitlines()[0].replace("\u200b", "")
+    assert first.startswith("- transpose_tiled: 4.50x faster (modelled device time"), first
+    assert "CPU" not in changed and "slower" not in changed
+    assert not any("not recorded yet" in c.value for c in at.main.caption)  # the stale branch note
 
 
 def test_compare_custom_pair_and_bad_parameters():

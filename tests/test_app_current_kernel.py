@@ -377,3 +377,34 @@ def test_on_the_gpu_your_kernel_is_current_and_its_link_runs_it_there_again():
     assert again.measured and again.launch["kernel"] == "matmul_tiled (yours)" and again.check["correct"]
     assert opened.session_state["page"] == "occupancy"
     np.testing.assert_array_equal(again.outputs["C"], cap.outputs["C"])
+
+
+def test_compare_offers_your_kernel_and_an_edited_copy_of_it():
+    """With the visitor's kernel current, Compare compares versions of it (it used to show a built-in
+    pair silently); an edited copy without its loop barrier is said to race, before any speed."""
+    at = _ran_yours("reduction", accesses=True)
+    at.switch_page("web/pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="cmp_pair").value == "yours"
+    assert at.selectbox(key="cmp_yours_b").value == "edited"
+    key = next(t.key for t in at.text_area if t.key.startswith("cmp_yours_src_"))
+    source = at.text_area(key=key).value
+    assert "def block_sum" in source and not at.get("plotly_chart")  # nothing runs until asked
+    loop_barrier = "        cuda.syncthreads()\n        s //= 2"
+    assert loop_barrier in source
+    at.text_area(key=key).set_value(source.replace(loop_barrier, "        s //= 2"))
+    at.button(key="cmp_yours_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    said = next(plain(m.value) for m in at.main.markdown if m.value.startswith("- "))  # what changed
+    lines = said.splitlines()
+    b = at.session_state["_visitor_reruns"]
+    (edited,) = [c for k, c in b.items() if k[1] == "B"]
+    wrong = sum(o["mismatches"] for o in edited.check["outputs"].values())
+    first = 1 if wrong else 0  # a wrong output is said first, then the hazards
+    assert (not wrong) or lines[0].startswith("- B's output is wrong"), lines
+    assert lines[first].startswith("- B has ") and " hazards" in lines[first], lines
+    assert "CPU" not in said
+    assert at.get("plotly_chart")
+    # a built-in pair, chosen by hand, says it is not the visitor's kernel
+    at.selectbox(key="cmp_pair").set_value("transpose").run()
+    assert any("built-in kernels, not yours" in plain(c.value) for c in at.caption)

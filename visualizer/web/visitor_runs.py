@@ -4,13 +4,14 @@ and kept in the browser session so a page's rerun does not run their code again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import streamlit as st
 
 from visualizer.analysis.capture import Capture
 from visualizer.engine.runner import KernelError
 from visualizer.engine.user_runner import user_code_allowed
 from visualizer.specs import source as uspec
-from visualizer.specs.catalog import LaunchError
 from visualizer.web.guard import visitor_has_key
 
 KEPT_RUNS = 4  # captures of re-runs kept per browser session (each holds N copies of the outputs)
@@ -73,27 +74,42 @@ def runs_of(cap: Capture):
     return run_many
 
 
+@dataclass(frozen=True)
+class Version:
+    """A run of the visitor's kernel this session: its capture and the launch that made it."""
+
+    cap: Capture
+    launch: uspec.SourceLaunch | None
+    number: int
+
+    @property
+    def label(self) -> str:
+        launch = self.cap.launch
+        grid = "×".join(str(g) for g in launch["grid"] if g > 1) or "1"
+        block = "×".join(str(b) for b in launch["block"] if b > 1) or "1"
+        return f"version {self.number}: {launch['kernel_name']}, grid {grid} × block {block}, {launch['backend']}"
+
+
 def keep_version(cap: Capture) -> None:
     """Remember a visitor capture as a version Compare can offer (newest last, MAX_VERSIONS kept)."""
     if not cap.launch.get("user_kernel"):
         return
-    versions: list = st.session_state.setdefault("uk_versions", [])
-    if any(v is cap for v in versions):
+    kept: list = st.session_state.setdefault("uk_versions", [])
+    if any(v.cap is cap for v in kept):
         return
-    versions.append(cap)
-    del versions[:-MAX_VERSIONS]
+    number = kept[-1].number + 1 if kept else 1
+    kept.append(Version(cap, current_launch(cap), number))
+    del kept[:-MAX_VERSIONS]
 
 
-def versions() -> list[Capture]:
+def versions() -> list[Version]:
     return list(st.session_state.get("uk_versions") or [])
 
 
-def edited_copy(cap: Capture, source: str) -> uspec.SourceLaunch:
-    """The current visitor launch with another source (same kernel name, launch, arguments, reference);
-    every check of the Your kernel page again. LaunchError (one line) if the copy cannot run."""
-    launch = current_launch(cap)
-    if launch is None:
-        raise LaunchError("run your kernel on the Your kernel page first (this session has not run it)")
+def edited_copy(base: uspec.SourceLaunch, backend: str, source: str) -> uspec.SourceLaunch:
+    """A visitor launch with another source (same kernel name, launch, arguments, reference), through
+    every check of the Your kernel page again; LaunchError (one line) if the copy cannot run."""
+    launch = base
     store = st.session_state.get("uk_kept_uploads") or {}
     return uspec.plan_source_launch(
         str(source)[: uspec.MAX_SOURCE_BYTES + 1],
@@ -102,7 +118,7 @@ def edited_copy(cap: Capture, source: str) -> uspec.SourceLaunch:
         block=tuple(launch.launch.block),
         args={name: spec.text for name, spec in launch.args.items()},
         reference=list(launch.reference),
-        backend=cap.launch["backend"],
+        backend=backend,
         filename=launch.filename,
         allow_files=False,
         uploads=dict(store),
