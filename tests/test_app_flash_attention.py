@@ -280,6 +280,9 @@ def test_the_recorded_h200_file_renders_every_implementation(monkeypatch, mode):
     check_timing_chart(timing_chart(at), doc, mode)
     for name in legend(timing_chart(at)):  # a student reads names, not the bench's spellings
         assert name not in TIMING_STYLES and name not in TIMING_ALIASES
+    said = " ".join(c.value for c in at.main.caption)
+    assert "visualizer.tools.attention_bench" in said  # the command that runs today
+    assert "-m visualizer.attention_bench" not in said  # the module moved: that one fails
 
 
 def test_attention_timing_figure_from_the_sample():

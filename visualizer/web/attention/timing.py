@@ -10,6 +10,7 @@ from visualizer.figures.attention import (
     SDPA_DEFAULT,
     TIMING_ALIASES,
     attention_timing_figure,
+    rerun_command,
     timing_modes,
     timing_ms_table,
     timing_rows,
@@ -147,7 +148,7 @@ def timing_section(cap: Capture) -> None:
         st.caption(" ".join(f"**{k}**: {cfg[k]}." for k in DEFINED if cfg.get(k)))
     versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items() if v)
     recorded = (
-        f"Recorded with `{run['command']}`"
+        f"Recorded by attention_bench; to run it again: `{rerun_command(run['command'])}`"
         if run.get("command")
         else f"Converted from {run.get('converted_from', 'an unnamed source')}"
     )
