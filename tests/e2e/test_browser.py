@@ -191,11 +191,13 @@ def test_link_copied_after_page_switches_reproduces_the_view(page, app_url, brow
                 break
             fresh.wait_for_timeout(250)
         assert shown_metrics(fresh) == metrics
-        sidebar_page(fresh, "Grid layout")  # and the grid page remembers its colouring from the link
-        checked = main(fresh).locator("[data-testid=stRadio] input:checked")
-        assert checked.first.evaluate("(el) => el.closest('label').innerText").strip() == "lane"
+        assert "grid_color_by" not in link  # the link carries the shown page's choices, not every page's
     finally:
         fresh.context.close()
+    sidebar_page(page, "Grid layout")  # the session remembers the grid's colouring, and the link gets it back
+    checked = main(page).locator("[data-testid=stRadio] input:checked")
+    assert checked.first.evaluate("(el) => el.closest('label').innerText").strip() == "lane"
+    assert "grid_color_by=lane" in page.url
 
 
 @pytest.mark.parametrize(

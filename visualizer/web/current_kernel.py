@@ -28,7 +28,7 @@ from visualizer.analysis.capture import Capture
 from visualizer.engine.user_runner import user_code_allowed
 from visualizer.specs import source as uspec
 from visualizer.web.guard import visitor_has_key
-from visualizer.web.session import PAGE_QUERY_KEYS, as_text, backend_badge, dims_text
+from visualizer.web.session import PAGE_QUERY_KEYS, as_text, backend_badge, dims_text, keep_page_keys
 
 LINK_KEY = "yk"  # the query key of a visitor's kernel (in PAGE_QUERY_KEYS: not a kernel parameter)
 LINK_MAX_CHARS = 32_000  # the encoded text in a link; a kernel that needs more is not put in one
@@ -281,6 +281,7 @@ def _write_link(page: str | None) -> None:
             pass
     if page and st.query_params.get("page") != page:
         st.query_params["page"] = page
+    keep_page_keys(page)
     if text is None:
         if LINK_KEY in st.query_params:
             del st.query_params[LINK_KEY]
