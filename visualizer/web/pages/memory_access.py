@@ -325,8 +325,9 @@ if req.empty:
     how_made()
     st.stop()
 
-st.subheader("One warp request")
-lines = line_summary(req)
+lines = line_summary(
+    req
+)  # one warp request: its picker names it (a heading here pushed the chart below a 720-px fold)
 choices = [f"line {r.line}: {r.op} {r.array} ({r.space})" for r in lines.itertuples()]
 worst_line = max(
     range(len(lines)),
@@ -354,7 +355,9 @@ with p1:
                     )
                 )
         st.session_state[line_key] = choices[worst_line if linked is None else linked]
-    choice = st.selectbox("access (source line, op, array)", choices, key=line_key, on_change=_forget_block)
+    choice = st.selectbox(
+        "one warp request: access (source line, op, array)", choices, key=line_key, on_change=_forget_block
+    )
 pick = choices.index(choice) if choice in choices else worst_line
 row = lines.iloc[pick]
 mine = req[
