@@ -34,6 +34,9 @@ def test_compare_page_from_a_link():
     assert first.startswith("- transpose_tiled: 4.50x faster (modelled device time"), first
     assert "CPU" not in changed and "slower" not in changed
     assert not any("not recorded yet" in c.value for c in at.main.caption)  # the stale branch note
+    table = next(d.value for d in at.main.dataframe if "what" in d.value.columns)
+    branch = table[table["what"] == "branch efficiency"].iloc[0]
+    assert branch.iloc[2] == 100.0 and branch.iloc[3] == 100.0  # A and B: counted by the SIMT lens
 
 
 def test_compare_custom_pair_and_bad_parameters():

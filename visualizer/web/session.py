@@ -127,6 +127,17 @@ class RunConfig:
         return {"kernel": self.kernel, "backend": self.backend, **{k: str(v) for k, v in self.params}}
 
 
+def box_label(title: str, name: str, limit: int) -> str:
+    """What a select box shows for an option: its title when the box holds it whole, else its short
+    name (the box is a text input: a longer title is cut mid-word, as "Matrix multiply (shared-memory")."""
+    return title if len(title) <= limit else name
+
+
+def kernel_label(kernel: str, limit: int) -> str:
+    spec = catalog.KERNELS.get(kernel)
+    return box_label(spec.title, kernel, limit) if spec is not None else kernel
+
+
 def visible_kernels() -> list[str]:
     return [k for k in catalog.KERNELS if k not in HIDDEN_KERNELS]
 

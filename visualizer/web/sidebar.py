@@ -18,6 +18,7 @@ from visualizer.web.session import (
     capture_cache,
     capture_key,
     config_from_query,
+    kernel_label,
     run_capture,
     sync_query,
     visible_kernels,
@@ -41,7 +42,10 @@ LAYOUT_CSS = (
     "line-height:1.2}"
     "[data-baseweb='select'] > div{height:auto;min-height:2.5rem}</style>"
 )
-KERNEL_BOX_CHARS = 30  # a kernel name longer than this is cut in its box (an input): it is written out below
+KERNEL_BOX_CHARS = (
+    27  # a title longer than this is cut in its box (an input): the box shows the kernel's name,
+)
+# and the title is written out below it
 
 
 ROOT_PAGE = "view"  # the url_path the chosen page runs under: one page id whatever page is shown
@@ -196,7 +200,7 @@ def sidebar() -> None:
         kernel = st.selectbox(
             "Kernel",
             kernels,
-            format_func=lambda k: catalog.KERNELS[k].title,
+            format_func=lambda k: kernel_label(k, KERNEL_BOX_CHARS),
             key="kernel_pick",
             help=catalog.KERNELS[st.session_state.kernel_pick].summary,
         )

@@ -17,6 +17,7 @@ from visualizer.web.session import (
     as_text,
     cached_capture,
     from_link,
+    kernel_label,
     show_link_notices,
     to_link,
     visible_kernels,
@@ -43,7 +44,7 @@ notices = [
     from_link("cmp_b_params", ""),
 ]
 show_link_notices(*notices)
-c1, c2, c3, c4 = st.columns([3, 2, 3, 3])
+c1, c2 = st.columns([4, 1])  # the pair's whole title fits its box; A and B on the row under it
 pair_key = c1.selectbox(
     "Pair", choices, key="cmp_pair",
     format_func=lambda k: PAIRS[k].title if k in PAIRS else (
@@ -56,6 +57,7 @@ else:
     backend = c2.selectbox(
         "Backend", backends, key="cmp_backend", help="sim records every access; gpu measures device time"
     )
+c3, c4 = st.columns(2)
 if yours_current and pair_key != YOURS:
     st.caption(
         "These are built-in kernels, not yours: choose *Your kernel: two versions* to compare your own."
@@ -126,7 +128,9 @@ def _your_versions():
     ):
         backend_of = (version or va).cap.launch["backend"]
         sim = backend_of != "gpu"
-        if version is not None and (version.cap.requests is not None or not sim):
+        if version is not None and (
+            not sim or (version.cap.requests is not None and version.cap.branches is not None)
+        ):
             sides.append(version.cap)
             continue
         base = (version or va).launch
@@ -137,7 +141,7 @@ def _your_versions():
             launch = base if version is not None else edited_copy(base, backend_of, source)
             with st.spinner(f"Running {label} in a sandbox of its own…"):
                 sides.append(rerun(launch, backend_of, ("compare", label, launch.source, hash(str(launch.args))),
-                                   accesses=sim))  # fmt: skip
+                                   accesses=sim, branches=sim))  # fmt: skip
         except (LaunchError, KernelError) as exc:
             st.error(f"{label} did not run: {as_text(str(exc), limit=600)}")
             return None
@@ -150,8 +154,8 @@ if pair_key == YOURS:
     if caps is None:
         st.stop()
 elif pair_key == CUSTOM:
-    ka = c3.selectbox("A", kernels, key="cmp_a")
-    kb = c4.selectbox("B", kernels, key="cmp_b")
+    ka = c3.selectbox("A", kernels, key="cmp_a", format_func=lambda k: kernel_label(k, 40))
+    kb = c4.selectbox("B", kernels, key="cmp_b", format_func=lambda k: kernel_label(k, 40))
     pa = c3.text_input("A's parameters", key="cmp_a_params", placeholder="e.g. n=64 block=128")
     pb = c4.text_input("B's parameters", key="cmp_b_params", placeholder="defaults when empty")
     try:
@@ -176,7 +180,9 @@ if pair_key != YOURS:
     caps = []
 with st.spinner("Capturing both kernels…"):
     for kernel, params in sides if pair_key != YOURS else ():
-        options = {"accesses": True} if backend == "sim" else {}
+        options = (
+            {"accesses": True, "branches": True} if backend == "sim" else {}
+        )  # what the simulator counts
         try:
             caps.append(cached_capture(kernel, tuple(sorted(params.items())), backend, **options))
         except (LaunchError, KernelError) as exc:

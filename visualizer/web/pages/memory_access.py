@@ -23,6 +23,7 @@ from visualizer.web.session import (
     as_text,
     drop_link,
     from_link,
+    kernel_label,
     kernel_named,
     link_value,
     set_link,
@@ -256,7 +257,7 @@ else:
     c1, c2 = st.columns([2, 3])
     with c1:
         kernel = st.selectbox(
-            "kernel", kernels, format_func=lambda k: catalog.KERNELS[k].title, key="mem_kernel",
+            "kernel", kernels, format_func=lambda k: kernel_label(k, 36), key="mem_kernel",
             on_change=_forget_request,
         )  # fmt: skip
     spec = catalog.get(kernel)
