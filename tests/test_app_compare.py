@@ -31,7 +31,7 @@ def test_compare_page_from_a_link():
     # on the simulator the headline is what it can count, its model named; never the simulation's CPU time
     changed = next(m.value for m in at.main.markdown if m.value.startswith("- ")).replace("\\", "")
     first = changed.splitlines()[0].replace("\u200b", "")
-    assert first.startswith("- transpose_tiled: 4.50x faster (modelled device time"), first
+    assert first.startswith("- transpose_tiled: 4.50x faster (modelled time (memory traffic)"), first
     assert "CPU" not in changed and "slower" not in changed
     assert not any("not recorded yet" in c.value for c in at.main.caption)  # the stale branch note
     table = next(d.value for d in at.main.dataframe if "what" in d.value.columns)

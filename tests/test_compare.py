@@ -63,7 +63,7 @@ def test_compare_transpose_naive_vs_tiled(transpose_pair):
     diffs = cmp.differences(table)
     assert "transpose_tiled: 32 → 4 sectors per global store request" in diffs
     # the first line ranks what the simulator can count: the modelled time, its model named
-    assert diffs[0].startswith("transpose_tiled: 4.50x faster (modelled device time"), diffs
+    assert diffs[0].startswith("transpose_tiled: 4.50x faster (modelled time (memory traffic)"), diffs
     assert cmp.MODEL_NOTE in diffs[0]
     assert not any("CPU" in d or "wall" in d for d in diffs), diffs
     lines = cmp.lines(a, b)

@@ -43,10 +43,10 @@ CHECK_SOURCE = "the outputs checked against the reference"
 # metric -> (unit, what it means, lower is better?)
 METRICS: dict[str, tuple[str, str, bool | None]] = {
     "wrong_elements": ("", "output elements that differ from the reference", True),
-    "hazards": ("", "hazards (two threads, one word, no barrier between)", True),
+    "hazards": ("", "hazards (unordered threads, one word)", True),
     "device_ms": ("ms", "kernel time, clean build", True),
     "instrumented_ms": ("ms", "kernel time, instrumented build", True),
-    "modelled_us": ("µs", "modelled device time (memory traffic)", True),
+    "modelled_us": ("µs", "modelled time (memory traffic)", True),
     "sim_cpu_ms": ("ms", "CPU time of the simulation (not kernel time)", None),
     "launch_overhead_us": ("µs", "host launch overhead", True),
     "bytes_moved": ("B", "bytes the kernel moves", None),
