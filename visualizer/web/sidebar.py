@@ -29,18 +29,15 @@ BACKEND_LABELS = {"auto": "auto", "gpu": "GPU", "sim": "simulator"}
 BACKEND_HELP = "auto: the GPU if this machine has one, else the CUDA simulator on the CPU"
 # Projector fit (our own fixed CSS, no visitor text): Streamlit leaves ~130 px blank above every page's
 # title and ~80 px above the sidebar's first line, and its page title is 44 px tall, which pushed charts
-# and the sidebar's parameters below a 720-px screen's edge. A select box's chosen label wraps instead of
-# being cut ("Matrix multiply (shared-memory", "Transpose: naive vs shar").
+# and the sidebar's parameters below a 720-px screen's edge. (A select box's chosen option is an input's
+# text and cannot wrap: session.box_label keeps it whole instead.)
 LAYOUT_CSS = (
     "<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}"
     "[data-testid='stMain'] h1{font-size:2rem;padding-top:0.25rem;padding-bottom:0.5rem}"
     "[data-testid='stMain'] h2{font-size:1.5rem;padding-top:0.5rem;padding-bottom:0.25rem}"
     "[data-testid='stMain'] h3{font-size:1.25rem;padding-top:0.5rem;padding-bottom:0.25rem}"
     "[data-testid='stSidebarHeader']{height:2.5rem;margin-bottom:0}"
-    "[data-testid='stSidebarCollapseButton']{margin-top:-0.5rem}"
-    "[data-baseweb='select'] div[value]{white-space:normal;overflow:visible;text-overflow:clip;"
-    "line-height:1.2}"
-    "[data-baseweb='select'] > div{height:auto;min-height:2.5rem}</style>"
+    "[data-testid='stSidebarCollapseButton']{margin-top:-0.5rem}</style>"
 )
 KERNEL_BOX_CHARS = (
     27  # a title longer than this is cut in its box (an input): the box shows the kernel's name,
