@@ -184,9 +184,48 @@ def test_scheduling_says_its_suggestion_is_a_built_in_kernel_instead_of_replacin
 
 def test_examples_on_built_in_pages_say_they_replace_your_kernel():
     at = _ran_yours()
-    for page in ("shared_memory", "flash_attention"):
-        at.switch_page(f"web/pages/{page}.py").run()
-        assert any("in place of yours" in c.value for c in at.caption), page
+    at.switch_page("web/pages/flash_attention.py").run()
+    assert any("in place of yours" in c.value for c in at.caption)
+
+
+def test_shared_memory_draws_your_kernel_and_runs_it_n_times():
+    """Shared memory takes the visitor's kernel (it used to offer only built-in examples): its shared
+    requests' bank ways from its own recording, then its own launch run N times in its sandbox."""
+    at = _ran_yours("reduction", accesses=True)
+    at.switch_page("web/pages/shared_memory.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("in place of yours" in c.value for c in at.caption)  # no built-in example offered
+    assert not [b for b in at.button if b.label.startswith("Load ")]
+    assert any("shared requests recorded" in plain(c.value) for c in at.caption)
+    assert at.get("plotly_chart")
+    go = at.button(key="smem_yours_runs_go")
+    go.click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    verdict = " ".join(plain(m.value) for m in at.markdown if "run" in m.value.lower())
+    assert "runs" in verdict and "8" in verdict, verdict
+    assert at.session_state["capture"].launch["user_kernel"]  # still the visitor's kernel
+    kept = at.session_state["_visitor_reruns"]
+    (runs_cap,) = kept.values()
+    assert runs_cap.launch["kernel_name"] == "block_sum" and runs_cap.launch["runs"]["count"] == 8
+
+
+def test_shared_memory_offers_to_record_your_kernel_first():
+    at = _ran_yours("reduction")
+    at.switch_page("web/pages/shared_memory.py").run()
+    assert not at.exception
+    assert any("not recorded when it ran" in plain(i.value) for i in at.info)
+    at.button(key="smem_record_yours").click().run()
+    assert at.session_state["page"] == "shared_memory"
+    assert at.session_state["capture"].requests is not None and at.get("plotly_chart")
+
+
+def test_memory_access_runs_your_kernel_n_times():
+    at = _ran_yours(accesses=True)
+    at.switch_page("web/pages/memory_access.py").run()
+    assert not any("python -m visualizer capture --source" in plain(c.value) for c in at.caption)
+    at.button(key="mem_yours_runs_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    assert any("gave one output" in plain(c.value) for c in at.caption)  # vector add has no race
 
 
 # -- a shared link ---------------------------------------------------------------------------------
@@ -356,3 +395,34 @@ def test_on_the_gpu_your_kernel_is_current_and_its_link_runs_it_there_again():
     assert again.measured and again.launch["kernel"] == "matmul_tiled (yours)" and again.check["correct"]
     assert opened.session_state["page"] == "occupancy"
     np.testing.assert_array_equal(again.outputs["C"], cap.outputs["C"])
+
+
+def test_compare_offers_your_kernel_and_an_edited_copy_of_it():
+    """With the visitor's kernel current, Compare compares versions of it (it used to show a built-in
+    pair silently); an edited copy without its loop barrier is said to race, before any speed."""
+    at = _ran_yours("reduction", accesses=True)
+    at.switch_page("web/pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="cmp_pair").value == "yours"
+    assert at.selectbox(key="cmp_yours_b").value == "edited"
+    key = next(t.key for t in at.text_area if t.key.startswith("cmp_yours_src_"))
+    source = at.text_area(key=key).value
+    assert "def block_sum" in source and not at.get("plotly_chart")  # nothing runs until asked
+    loop_barrier = "        cuda.syncthreads()\n        s //= 2"
+    assert loop_barrier in source
+    at.text_area(key=key).set_value(source.replace(loop_barrier, "        s //= 2"))
+    at.button(key="cmp_yours_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    said = next(plain(m.value) for m in at.main.markdown if m.value.startswith("- "))  # what changed
+    lines = said.splitlines()
+    b = at.session_state["_visitor_reruns"]
+    (edited,) = [c for k, c in b.items() if k[1] == "B"]
+    wrong = sum(o["mismatches"] for o in edited.check["outputs"].values())
+    first = 1 if wrong else 0  # a wrong output is said first, then the hazards
+    assert (not wrong) or lines[0].startswith("- B's output is wrong"), lines
+    assert lines[first].startswith("- B has ") and " hazards" in lines[first], lines
+    assert "CPU" not in said
+    assert at.get("plotly_chart")
+    # a built-in pair, chosen by hand, says it is not the visitor's kernel
+    at.selectbox(key="cmp_pair").set_value("transpose").run()
+    assert any("built-in kernels, not yours" in plain(c.value) for c in at.caption)

@@ -28,7 +28,7 @@ from visualizer.analysis.capture import Capture
 from visualizer.engine.run.user_runner import user_code_allowed
 from visualizer.specs import source as uspec
 from visualizer.web.guard import visitor_has_key
-from visualizer.web.session import PAGE_QUERY_KEYS, as_text, backend_badge, dims_text
+from visualizer.web.session import PAGE_QUERY_KEYS, as_text, backend_badge, dims_text, keep_page_keys
 from visualizer.web.uploads import over_budget
 
 LINK_KEY = "yk"  # the query key of a visitor's kernel (in PAGE_QUERY_KEYS: not a kernel parameter)
@@ -256,6 +256,9 @@ def settle() -> None:
     run a link or the Memory access page asked for, go to the page it came from."""
     cap = visitor_capture()
     if cap is not None and st.session_state.get("_yk_cap") is not cap:
+        from visualizer.web.visitor_runs import keep_version
+
+        keep_version(cap)  # a version Compare can offer
         st.session_state._yk_cap = cap
         st.session_state._yk_text = encode_link(link_of(cap))
         st.session_state.pop("uk_link_notice", None)  # said before this run; the run is on the page now
@@ -288,6 +291,7 @@ def _write_link(page: str | None) -> None:
             pass
     if page and st.query_params.get("page") != page:
         st.query_params["page"] = page
+    keep_page_keys(page)
     if text is None:
         if LINK_KEY in st.query_params:
             del st.query_params[LINK_KEY]
@@ -425,10 +429,10 @@ def recorded_on(cap: Capture) -> str:
     return "gpu" if cap.launch.get("backend") == "gpu" else "sim"
 
 
-def record_accesses() -> None:
-    """Button callback (Memory access): the current visitor kernel again, recording its accesses on
-    the backend it ran on (``recorded_on``): on Your kernel, run there if this visitor may run code,
-    then back here."""
+def record_accesses(back: str = "memory_access") -> None:
+    """Button callback (Memory access, Shared memory): the current visitor kernel again, recording its
+    accesses on the backend it ran on (``recorded_on``): on Your kernel, run there if this visitor may
+    run code, then back to page ``back``."""
     cap = visitor_capture()
     if cap is None:
         return
@@ -438,7 +442,7 @@ def record_accesses() -> None:
     st.session_state.uk_link_notice = None
     if user_code_allowed(visitor_has_key())[0]:
         st.session_state.uk_link_run = True
-        st.session_state.uk_link_page = "memory_access"
+        st.session_state.uk_link_page = back
 
 
 # -- uploads kept for the session ----------------------------------------------------------------

@@ -74,6 +74,46 @@ PAGE_QUERY_KEYS = frozenset(
     }
 )  # fmt: skip
 LESSON_LINK_PREFIX = "l_"  # not the bare name: n, block, stride... are the sidebar kernel's parameters
+# Which page owns a page choice (by its key's prefix, or the whole key): the link carries only the shown
+# page's choices and the global ones (page, kernel, backend, parameters, yk); the others wait in the session
+# and come back into the link when their page is shown again.
+_KEY_OWNERS = (
+    ("grid_", "grid"), ("sched_", "scheduling"), ("sm", "scheduling"), ("smem_", "shared_memory"),
+    ("flow_", "memory_flow"), ("occ_", "occupancy"), ("mem_", "memory_access"), ("q_tile", "flash_attention"),
+    ("row", "flash_attention"), ("fa_", "flash_attention"), ("lesson", "lessons"), ("q", "lessons"),
+    ("teacher", "lessons"), (LESSON_LINK_PREFIX, "lessons"), ("cmp_", "compare"), ("asm_", "under_the_hood"),
+    ("simt_", "simt"),
+)  # fmt: skip
+
+
+def page_of_key(key: str) -> str | None:
+    """The page whose choice ``key`` is (None: a global key, or not a page choice)."""
+    if key not in PAGE_QUERY_KEYS:
+        return None
+    for prefix, page in _KEY_OWNERS:
+        if key == prefix or (prefix.endswith("_") and key.startswith(prefix)):
+            return page
+    return None
+
+
+def keep_page_keys(page: str | None) -> None:
+    """The link keeps the shown page's choices and the global keys: other pages' choices move into the
+    session (so the link does not grow with every page visited) and come back when their page shows."""
+    if not page:
+        return
+    kept: dict = st.session_state.setdefault("_other_pages_links", {})
+    for key in list(st.query_params):
+        owner = page_of_key(key)
+        if owner is not None and owner != page:
+            kept[key] = st.query_params[key]
+            try:
+                del st.query_params[key]
+            except StreamlitAPIException:  # a widget bound to the URL owns this key
+                kept.pop(key)
+    for key in [k for k in kept if page_of_key(k) == page]:
+        raw = kept.pop(key)
+        if key not in st.query_params:
+            st.query_params[key] = raw
 
 
 @dataclass(frozen=True)
@@ -88,6 +128,17 @@ class RunConfig:
 
     def to_query(self) -> dict[str, str]:
         return {"kernel": self.kernel, "backend": self.backend, **{k: str(v) for k, v in self.params}}
+
+
+def box_label(title: str, name: str, limit: int) -> str:
+    """What a select box shows for an option: its title when the box holds it whole, else its short
+    name (the box is a text input: a longer title is cut mid-word, as "Matrix multiply (shared-memory")."""
+    return title if len(title) <= limit else name
+
+
+def kernel_label(kernel: str, limit: int) -> str:
+    spec = catalog.KERNELS.get(kernel)
+    return box_label(spec.title, kernel, limit) if spec is not None else kernel
 
 
 def visible_kernels() -> list[str]:
@@ -346,6 +397,7 @@ def sync_query(config: RunConfig, page: str | None = None) -> None:
     for key, value in wanted.items():
         if st.query_params.get(key) != value:
             st.query_params[key] = value
+    keep_page_keys(page)
 
 
 def _parse_query_value(raw: str, like):

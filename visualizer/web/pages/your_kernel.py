@@ -29,6 +29,7 @@ from visualizer.web.current_kernel import (
     show_kept_uploads,
     show_link_notice,
 )
+from visualizer.web.did_work import did_work
 from visualizer.web.examples import EXAMPLES
 from visualizer.web.guard import visitor_has_key
 from visualizer.web.session import as_text, queue_text
@@ -254,7 +255,8 @@ if cap is not None and cap.launch.get("user_kernel"):
     m1.metric("grid", " × ".join(str(g) for g in launch["grid"] if g > 1) or "1")
     m2.metric("block", " × ".join(str(b) for b in launch["block"] if b > 1) or "1")
     m3.metric("threads", f"{launch['threads']:,}")
-    m4.metric("threads that did work", f"{int(cap.threads['active'].sum()):,}")
+    work_label, work_count, work_help = did_work(cap)
+    m4.metric(f"threads: {work_label}", f"{work_count:,}", help=work_help)
     check = cap.check
     if check.get("correct") is None:
         st.info("No numpy reference given: the outputs were not checked.")
