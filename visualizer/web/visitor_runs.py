@@ -1,5 +1,5 @@
 """A visitor's kernel run again for a page (Shared memory's and Memory access's N runs, Compare's edited
-copy): always in a fresh sandbox of its own (engine/user_runner.py), only for a visitor who may run code,
+copy): always in a fresh sandbox of its own (engine/run/user_runner.py), only for a visitor who may run code,
 and kept in the browser session so a page's rerun does not run their code again."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from visualizer.analysis.capture import Capture
-from visualizer.engine.runner import KernelError
-from visualizer.engine.user_runner import user_code_allowed
+from visualizer.engine.run.runner import KernelError
+from visualizer.engine.run.user_runner import user_code_allowed
 from visualizer.specs import source as uspec
 from visualizer.web.guard import visitor_has_key
 
@@ -48,7 +48,7 @@ def rerun(launch: uspec.SourceLaunch, backend: str, key: tuple, **options) -> Ca
     kept = _kept()
     if key in kept:
         return kept[key]
-    from visualizer.engine.user_runner import get_user_runner
+    from visualizer.engine.run.user_runner import get_user_runner
 
     cap = get_user_runner(backend).capture_source(launch, **options)
     while len(kept) >= KEPT_RUNS:
