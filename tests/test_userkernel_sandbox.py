@@ -2,6 +2,7 @@
 survives the time limit, no view of the server's files or the network, the reference runs inside."""
 
 import ast
+import json
 import os
 import re
 import socket
@@ -326,3 +327,50 @@ def test_a_reply_bigger_than_its_run_can_make_is_refused(runner):
     )
     msg = one_line_error(runner, source(flood), timeout=20)
     assert re.search(r"does not accept \(a message over 16 MiB\)", msg), msg
+
+
+def _kill_sandboxes(queue) -> None:
+    """A run stuck in a read (the old runner's recv_bytes): kill its sandbox so the test can end."""
+    for r in queue.runners:
+        if r._proc is not None:
+            try:
+                os.killpg(r._proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@pytest.mark.parametrize("where", ["header", "part"])
+def test_a_half_sent_message_ends_at_the_limit_and_the_slot_serves_the_next_run(mode, where):
+    """The visitor's code writes a length promising 1,000 bytes, one byte of them, and sleeps: the run
+    ends at its time limit with one line, its sandbox is killed, and the one slot serves the next run."""
+    if where == "header":
+        stall = "os.write(fd, struct.pack('!i', 1000) + b'[')\n"
+    else:  # a whole header that announces a part of 1,000 bytes; then one byte of that part
+        header = json.dumps([{"t": ["ok", 1, {"b": 0}]}, [1000]]).encode()
+        stall = (
+            f"h = {header!r}\nos.write(fd, struct.pack('!i', len(h)) + h + struct.pack('!i', 1000) + b'x')\n"
+        )
+    code = "import os, struct, sys, time\nfd = int(sys.argv[1])\n" + stall + "time.sleep(300)\n"
+    outcome: dict = {}
+    queue = UserRunQueue("sim", workers=1)
+
+    def run():
+        try:
+            queue.capture_source(plan(source(code)), timeout=15)
+        except KernelError as exc:
+            outcome["error"] = str(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(180)  # a hang guard only: the limit is 15 s
+    if t.is_alive():
+        _kill_sandboxes(queue)
+        pytest.fail("a half-sent message held its sandbox slot past the run's time limit")
+    try:
+        msg = outcome.get("error", "")
+        assert "stopped half-way through a message to the server" in msg, outcome
+        assert "\n" not in msg and "its sandbox was killed" in msg
+        assert not any(r.warm for r in queue.runners)  # the process group is gone
+        assert queue.capture_source(plan(source())).check["correct"] is True  # the slot serves the next
+    finally:
+        queue.close()

@@ -230,6 +230,11 @@ def reply_bytes(launch: SourceLaunch, accesses: bool) -> int:
 def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
     """The runner's messages about a lost worker, said in terms of the user-code limits."""
     cpu_limit = int(os.environ.get("VISUALIZER_USER_CPU_S", "120"))  # as the worker read it at its start
+    if "half-way through a message" in message:
+        return (
+            f"your code stopped half-way through a message to the server and did not finish it within "
+            f"{limit:.0f} s, the time limit for user code; its sandbox was killed"
+        )
     if "timed out" in message or "over the" in message:
         return (
             f"your kernel did not finish within {limit:.0f} s, the time limit for user code (an endless "
