@@ -374,3 +374,64 @@ def test_a_half_sent_message_ends_at_the_limit_and_the_slot_serves_the_next_run(
         assert queue.capture_source(plan(source())).check["correct"] is True  # the slot serves the next
     finally:
         queue.close()
+
+
+FORGED_LAUNCH = {
+    "grid": [1, 1, 1],
+    "block": [32, 1, 1],
+    "threads": 32,
+    "blocks": 1,
+    "threads_per_block": 32,
+    "recorded_per": "thread",
+    "source": "simulated",
+    "backend": "sim",
+    "user_kernel": True,
+    "kernel": "k (yours)",
+    "kernel_name": "k",
+    "filename": "k.py",
+    "kernel_source": "",
+    "params": {},
+    "written": ["out"],
+    "tile_operands": [],
+    "row_table": None,
+}
+
+
+@pytest.mark.parametrize(
+    "lie, said",
+    [
+        ({"threads": 50_000_000}, "its launch does not add up: 50000000 threads claimed"),
+        ({"grid": [2, 1, 1], "blocks": 2, "threads": 64, "_trace": 64}, "the run asked for grid [1, 1, 1]"),
+        ({"user_kernel": None}, "it does not say it ran a visitor's kernel"),
+        ({"_out": 4}, "out has shape (4,), not (32,)"),
+        ({"threads": float("inf")}, "threads is not a count (inf)"),
+    ],
+)
+def test_a_forged_reply_is_refused_in_one_line_before_anything_is_made_from_it(runner, lie, said):
+    """The visitor's code sends its own ~1 KB "ok" reply through the sandbox's socket (request 1 of a
+    fresh runner): the server holds it against the request and refuses it, allocating nothing from it."""
+    import tracemalloc
+
+    launch = {**FORGED_LAUNCH, **{k: v for k, v in lie.items() if not k.startswith("_")}}
+    forge = (
+        "import sys, time\n"
+        "import numpy as np\n"
+        "from multiprocessing.connection import Connection\n"
+        "from visualizer.engine.wire import Channel\n"
+        f"launch = {launch!r}\n".replace("inf", "float('inf')")
+        + f"records = {lie.get('_trace', 32)}\n"
+        + "reply = {'launch': launch, 'timing': {}, 'check': {'correct': True}, 'inputs': {'a': np.zeros(32, np.float32)},\n"
+        + "    'buffers': {'trace': np.zeros((3, records), np.int64), 'active': np.zeros(launch['blocks'] * 32, np.uint8)},\n"
+        + f"    'outputs': {{'out': np.zeros({lie.get('_out', 32)}, np.float32)}}}}\n"
+        + "Channel(Connection(int(sys.argv[1])), 1 << 20).send(('ok', 1, reply))\n"
+        + "time.sleep(60)\n"
+    )
+    tracemalloc.start()
+    try:
+        msg = one_line_error(runner, source(forge), timeout=60)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB allocated while reading a forged 1 KB reply"
+    assert "the sandbox's reply does not answer its request" in msg and said in msg, msg
+    assert not runner.warm

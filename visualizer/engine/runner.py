@@ -176,8 +176,13 @@ class Runner:
         args = self._popen_args(child.fileno())
         if self.device is not None:  # one GPU: a fault there restarts this worker alone
             args["env"] = {**args["env"], "CUDA_VISIBLE_DEVICES": self.device}
-        proc = subprocess.Popen(**args, stdin=subprocess.DEVNULL)
-        child.close()
+        close_after = args.pop("close_after", [])  # e.g. the pipe bubblewrap reads the seccomp filter from
+        try:
+            proc = subprocess.Popen(**args, stdin=subprocess.DEVNULL)
+        finally:
+            child.close()
+            for fd in close_after:
+                os.close(fd)
         self._proc, self._conn = proc, self._channel(Connection(parent.detach()))
         try:
             first = self._receive(None, START_TIMEOUT_S, None, "starting the worker")

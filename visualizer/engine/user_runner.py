@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from visualizer.analysis.capture import Capture, build_capture
+from visualizer.analysis.capture import Capture, Expected, ReplyError, build_capture
 from visualizer.engine import sandbox, wire
 from visualizer.engine.runner import KernelError, Runner, RunQueue, RunTimeout, resolve_backend
 from visualizer.specs.catalog import MAX_RUNS, LaunchError
@@ -184,12 +184,38 @@ class UserRunner(Runner):
             )
         if reply.kind == "error":
             raise KernelError(reply.payload.removeprefix("UserCodeError: "))
-        try:
-            return build_capture(reply.payload)
+        expected = expected_reply(launch, runs=int(runs), accesses=accesses, lens=branches or barriers)
+        try:  # held against the request before anything is made from it (analysis/capture.check_reply)
+            return build_capture(reply.payload, expected)
+        except ReplyError as exc:
+            raise KernelError(
+                f"the sandbox's reply does not answer its request ({exc}); nothing was made from it"[:300]
+            ) from None
         except Exception as exc:  # a reply shaped by the sandbox's code, not by ours: one line, never a crash
             raise KernelError(
                 f"the sandbox's reply could not be read ({type(exc).__name__}: {exc})"[:300]
             ) from None
+
+
+def expected_reply(launch: SourceLaunch, *, runs: int = 1, accesses: bool = False, lens: bool = False):
+    """What a run of ``launch`` must answer (analysis/capture.Expected): its grid and block, every array
+    argument's dtype and shape, user_kernel, the runs and lenses asked for."""
+    arrays: dict = {}
+    for name, spec in launch.args.items():
+        if spec.array is not None:
+            arrays[name] = (spec.array.dtype.str, tuple(spec.array.shape))
+        elif spec.kind == "rng":
+            arrays[name] = (None, tuple(spec.shape))
+        elif spec.is_array:
+            arrays[name] = (np.dtype(spec.dtype).str, tuple(spec.shape))
+    return Expected(
+        grid=tuple(launch.launch.grid),
+        block=tuple(launch.launch.block),
+        arrays=arrays,
+        runs=runs,
+        accesses=bool(accesses),
+        lens=bool(lens),
+    )
 
 
 PTX_REPLY_BYTES = 64 * 2**20  # PTX, SASS and ptxas's log of one kernel, as text
