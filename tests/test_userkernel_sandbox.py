@@ -435,3 +435,55 @@ def test_a_forged_reply_is_refused_in_one_line_before_anything_is_made_from_it(r
     assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB allocated while reading a forged 1 KB reply"
     assert "the sandbox's reply does not answer its request" in msg and said in msg, msg
     assert not runner.warm
+
+
+FORGED_FRAMES = {
+    "an unhashable kind": '[{"t": [["ok"], 1, {"d": []}]}, []]',
+    "an id of Infinity": '[{"t": ["ok", Infinity, {"d": []}]}, []]',
+    "blocks of 1e400": '[{"t": ["blocks", 1, 1e400]}, []]',
+    "progress of NaN": '[{"t": ["progress", 1, NaN]}, []]',
+    "a huge number": '[{"t": ["blocks", 1, 1' + "0" * 5000 + "]}, []]",
+    "deep nesting": "[" * 50_000 + "]" * 50_000,
+    "an unhashable dict key": '[{"t": ["ok", 1, {"d": [[["x"], 1]]}]}, []]',
+    "a shape of floats": '[{"t": ["ok", 1, {"d": [["a", {"a": ["<f8", [1e400], 0]}]]}]}, [8]]',
+    "part sizes of Infinity": '[{"t": ["ok", 1, {"d": []}]}, [Infinity]]',
+    "a tag holding a number": '[{"t": 7}, []]',
+    "threads of Infinity in a reply": '[{"t": ["ok", 1, {"d": [["launch", {"d": [["threads", Infinity]]}]]}]}, []]',
+}
+
+
+def _forge(header: str, parts: int = 0) -> str:
+    """Visitor code that writes one raw frame (and ``parts`` zero bytes as its parts) to the server."""
+    return (
+        "import os, struct, sys, time\n"
+        "fd = int(sys.argv[1])\n"
+        f"h = {header.encode()!r}\n"
+        "os.write(fd, struct.pack('!i', len(h)) + h)\n"
+        f"for n in [8] * {parts}:\n"
+        "    os.write(fd, struct.pack('!i', n) + bytes(n))\n"
+        "time.sleep(60)\n"
+    )
+
+
+@pytest.mark.parametrize("what", list(FORGED_FRAMES))
+def test_a_forged_message_is_one_line_in_the_server(what):
+    header = FORGED_FRAMES[what]
+    with UserRunner("sim") as runner:
+        msg = one_line_error(runner, source(_forge(header, parts=header.count("[8]"))), timeout=60)
+        assert not runner.warm
+    assert "does not accept" in msg or "does not answer its request" in msg, msg
+    assert len(msg) < 400, msg
+
+
+def test_a_forged_message_is_one_line_in_the_cli(tmp_path):
+    from tests.test_userkernel_capture import run_cli
+
+    path = tmp_path / "forged.py"
+    path.write_text(source(_forge(FORGED_FRAMES["an unhashable kind"])))
+    res = run_cli(
+        "--source", str(path), "--kernel", "k", "--grid", "1", "--block", "32",
+        "--arg", "a=arange:float32:32", "--arg", "out=zeros:float32:32", "--backend", "sim",
+        "--out", str(tmp_path / "bundle"),
+    )  # fmt: skip
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1 and "does not accept" in res.stderr, res.stderr
