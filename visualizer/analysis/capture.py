@@ -135,6 +135,15 @@ def check_reply(reply, expected: Expected | None = None) -> None:
     before a table is made from it: the launch it claims agrees with itself (threads = blocks x threads
     per block, grid x block) and its buffers with the launch; with ``expected``, it answers that request
     (grid, block, every array's dtype and shape, user_kernel, the runs and lenses asked for)."""
+    try:
+        _check_reply(reply, expected)
+    except ReplyError:
+        raise
+    except Exception as exc:  # a value of a type no check foresaw (an array where a word was): one line
+        raise ReplyError(f"it is malformed ({type(exc).__name__})") from None
+
+
+def _check_reply(reply, expected: Expected | None) -> None:
     if not isinstance(reply, dict):
         raise ReplyError("the reply is not a mapping")
     for key in ("launch", "timing", "buffers", "outputs", "inputs"):
@@ -153,7 +162,7 @@ def check_reply(reply, expected: Expected | None = None) -> None:
             f"{list(grid)} x block {list(block)}"
         )
     per = launch.get("recorded_per")
-    if per not in ("thread", "warp") or not isinstance(launch.get("source"), str):
+    if not isinstance(per, str) or per not in ("thread", "warp") or not isinstance(launch.get("source"), str):
         raise ReplyError("its launch says neither how it recorded nor where its numbers come from")
     records = blocks * tpb if per == "thread" else blocks * ((tpb + 31) // 32)
     trace, active = _array(bufs.get("trace"), "trace", 2), _array(bufs.get("active"), "active", 1)
@@ -177,7 +186,7 @@ def _check_expected(reply: dict, launch: dict, grid, block, want: Expected) -> N
     claimed = launch.get("user_kernel")
     if want.user_kernel and claimed is not True:
         raise ReplyError("it does not say it ran a visitor's kernel (user_kernel)")
-    if not want.user_kernel and claimed:
+    if not want.user_kernel and claimed is not None and claimed is not False:
         raise ReplyError("it claims a visitor's kernel")
     if want.user_kernel:
         if (
@@ -203,14 +212,19 @@ def _check_expected(reply: dict, launch: dict, grid, block, want: Expected) -> N
         raise ReplyError("its arrays are not the kernel's array arguments, each once")
     for name, got in {**outputs, **inputs}.items():
         _check_array(got, name, want.arrays[name])
-    if want.user_kernel and sorted(launch["written"]) != sorted(outputs):
+    written = launch.get("written")
+    if want.user_kernel and (
+        not all(isinstance(w, str) for w in written) or sorted(written) != sorted(outputs)
+    ):
         raise ReplyError("its written arrays are not its outputs")
     lens = launch.get("lens")
     if lens is not None and (not isinstance(lens, dict) or (lens and not want.lens)):
         raise ReplyError("it holds a SIMT lens nobody asked for")
     if want.runs > 1 or "runs" in reply or "runs" in launch:  # runs=1 with a schedule seed has them too
         runs, info = reply.get("runs"), launch.get("runs")
-        if not isinstance(runs, dict) or not isinstance(info, dict) or info.get("count") != want.runs:
+        if not isinstance(runs, dict) or not isinstance(info, dict) or type(info.get("count")) is not int:
+            raise ReplyError(f"it does not hold the {want.runs} run(s) asked for")
+        if info["count"] != want.runs:
             raise ReplyError(f"it does not hold the {want.runs} run(s) asked for")
         for name, got in runs.items():
             if name not in want.arrays:
