@@ -236,7 +236,26 @@ def _ptx_source(runner: UserRunner, launch: SourceLaunch, arch: str, timeout: fl
     reply = answer.payload
     if not isinstance(reply, dict) or not isinstance(reply.get("ptx"), str):
         raise KernelError("the sandbox's reply could not be read (no PTX in it)")
+    why = ptx_reply_problem(reply)
+    if why:
+        raise KernelError(f"the sandbox's reply could not be read ({why})")
     return reply
+
+
+def ptx_reply_problem(reply: dict) -> str | None:
+    """What is wrong with a compile reply's fields the pages read (text, or None where a tool is
+    missing; the missing tools' names; the tools' versions), or None."""
+    for key in ("ptx", "sass", "ptxas_log"):
+        if reply.get(key) is not None and not isinstance(reply[key], str):
+            return f"its {key} is not text"
+    missing, versions = reply.get("missing", []), reply.get("versions", {})
+    if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
+        return "its missing tools are not names"
+    if not isinstance(versions, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in versions.items()
+    ):
+        return "its tool versions are not text"
+    return None
 
 
 def reply_bytes(launch: SourceLaunch, accesses: bool) -> int:
