@@ -341,11 +341,12 @@ def _kill_sandboxes(queue) -> None:
                 pass
 
 
-@pytest.mark.parametrize("where", ["header", "part"])
+@pytest.mark.parametrize("where", ["header", "part", "header, in the SIMT lens's rerun"])
 def test_a_half_sent_message_ends_at_the_limit_and_the_slot_serves_the_next_run(mode, where):
     """The visitor's code writes a length promising 1,000 bytes, one byte of them, and sleeps: the run
     ends at its time limit with one line, its sandbox is killed, and the one slot serves the next run."""
-    if where == "header":
+    lens = {"branches": True} if "SIMT" in where else {}
+    if where.startswith("header"):
         stall = "os.write(fd, struct.pack('!i', 1000) + b'[')\n"
     else:  # a whole header that announces a part of 1,000 bytes; then one byte of that part
         header = json.dumps([{"t": ["ok", 1, {"b": 0}]}, [1000]]).encode()
@@ -358,7 +359,7 @@ def test_a_half_sent_message_ends_at_the_limit_and_the_slot_serves_the_next_run(
 
     def run():
         try:
-            queue.capture_source(plan(source(code)), timeout=15)
+            queue.capture_source(plan(source(code)), timeout=15, **lens)
         except KernelError as exc:
             outcome["error"] = str(exc)
 
