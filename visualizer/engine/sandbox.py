@@ -290,7 +290,7 @@ def isolation(backend: str = "sim") -> str:
         why = "bubblewrap (bwrap) is not installed"
     else:
         why = f"bubblewrap cannot start here: {_bwrap_probe(program, 'gpu' if backend == 'gpu' else 'sim')}"
-    return f"{RLIMITS_WORDS} ({why}): own process group, killed after each run; no filesystem or network isolation"
+    return f"{RLIMITS_WORDS} ({why}): own process group, killed after each run; no filesystem or network isolation, no seccomp filter"
 
 
 def limits_text() -> str:
