@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -267,6 +267,8 @@ WEIRD = st.one_of(
 
 @settings(FUZZ, max_examples=max(1, FUZZ_EXAMPLES // 3))  # each builds pandas tables: a third as many
 @given(st.lists(st.tuples(st.sampled_from(PATHS), WEIRD), min_size=1, max_size=3))
+@example([(("launch", "threads"), np.zeros((2, 1), np.float32))])  # the long run's find: a 2-line quote
+@example([(("launch", "recorded_per"), np.zeros(0, np.float32))])  # the first run's: an ambiguous truth
 def test_a_forged_reply_is_refused_in_one_line_or_builds_within_budget(changes):
     """A valid reply with up to three fields replaced by anything: check_reply refuses it (ReplyError,
     one line) or it is the launch asked for, and its tables are made within a small allocation."""

@@ -90,9 +90,14 @@ class Expected:
 INT64_MAX = 2**63 - 1
 
 
+def _quote(value) -> str:
+    """A value from a reply in a message: one line (a numpy array prints on several), a few words."""
+    return " ".join(str(value).split())[:40]
+
+
 def _count(value, what: str, low: int = 0) -> int:
     if type(value) is not int or not low <= value <= INT64_MAX:
-        raise ReplyError(f"{what} is not a count ({str(value)[:40]})")
+        raise ReplyError(f"{what} is not a count ({_quote(value)})")
     return value
 
 
@@ -158,7 +163,7 @@ def _check_reply(reply, expected: Expected | None) -> None:
         or _count(launch.get("threads"), "threads") != blocks * tpb
     ):
         raise ReplyError(
-            f"its launch does not add up: {str(launch.get('threads'))[:20]} threads claimed for grid "
+            f"its launch does not add up: {_quote(launch.get('threads'))} threads claimed for grid "
             f"{list(grid)} x block {list(block)}"
         )
     per = launch.get("recorded_per")
@@ -228,7 +233,7 @@ def _check_expected(reply: dict, launch: dict, grid, block, want: Expected) -> N
             raise ReplyError(f"it does not hold the {want.runs} run(s) asked for")
         for name, got in runs.items():
             if name not in want.arrays:
-                raise ReplyError(f"a run of an array that is not an argument ({str(name)[:40]})")
+                raise ReplyError(f"a run of an array that is not an argument ({_quote(name)})")
             dtype, shape = want.arrays[name]
             _check_array(got, f"runs of {name}", (dtype, (want.runs, *shape)))
         correct = reply.get("runs_correct")
@@ -246,7 +251,7 @@ def _check_expected(reply: dict, launch: dict, grid, block, want: Expected) -> N
 
 def _check_array(got, name: str, want: tuple) -> None:
     dtype, shape = want
-    _array(got, str(name)[:40])
+    _array(got, _quote(name))
     if got.shape != tuple(shape):
         raise ReplyError(f"{name} has shape {got.shape}, not {tuple(shape)}")
     if dtype is None:  # a record of plain fields
