@@ -11,8 +11,9 @@ With bubblewrap (``/usr/bin/bwrap``, Debian's ``bubblewrap``): new PID, network,
 namespaces (``--unshare-all``; as root the user namespace is left out so that the worker can become
 ``nobody``, whose process limit applies), ``--die-with-parent`` and ``--new-session``; the filesystem
 is a fresh root holding, read-only, /usr, a few files of /etc (the loader's cache), Python's own
-directories and the project's ``visualizer`` and ``kernels`` packages; /tmp is a private tmpfs; /dev
-is a minimal one (plus /dev/nvidia* for the GPU). When the worker dies, its PID namespace dies with it:
+directories and the project's ``visualizer`` and ``kernels`` packages; /tmp is a private tmpfs of
+``tmp_limit_mb()`` MiB, taken from the run's memory limit; /dev is a minimal one (plus /dev/nvidia*
+for the GPU); and a seccomp filter (engine/syscall_filter.py, ``--seccomp``) where it loads. When the worker dies, its PID namespace dies with it:
 no child survives, whatever it did (``setsid``, double fork).
 
 Without a working bubblewrap (not installed, or namespaces refused, as in some containers) the same
