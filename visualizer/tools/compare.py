@@ -47,7 +47,7 @@ def _capture_pair(name: str, backend: str, repeats: int):
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from visualizer.analysis import compare as cmp
-    from visualizer.tools.bundle import BundleError, load, save
+    from visualizer.tools.bundle import COMPARE_READS, BundleError, load, save
 
     try:
         if args.pair:
@@ -74,8 +74,14 @@ def main(argv: list[str]) -> int:
         else:
             if len(args.bundles) != 2:
                 raise CliError(f"expected two bundles (BUNDLE_A BUNDLE_B), got {len(args.bundles)}")
-            a, b = (load(d) for d in args.bundles)
-        table = cmp.compare(a, b)
+            a, b = (load(d, only=COMPARE_READS) for d in args.bundles)
+        try:
+            table = cmp.compare(a, b)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+            # a bundle that passed the reader's checks yet does not hold together: still one line
+            raise CliError(
+                f"the two bundles cannot be compared ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+            ) from None
     except (CliError, BundleError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
