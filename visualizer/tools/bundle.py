@@ -16,12 +16,14 @@ from visualizer.analysis.capture import Capture
 from visualizer.tools import atomic
 
 
-def save(cap: Capture, out_dir: str | Path) -> list[Path]:
+def save(cap: Capture, out_dir: str | Path, replaceable: dict | None = None) -> list[Path]:
     """Write the capture bundle: one Parquet file per table, launch.json, timing.json, arrays.npz.
 
     Atomically (tools/atomic.py): the files go into a temporary sibling directory that replaces
     ``out_dir`` only once all of them are written, so a killed or failed save (a full disk: OSError)
-    leaves the previous bundle as it was, or none, never a mix. ``out_dir`` is replaced as a whole.
+    leaves the previous bundle as it was, or none, never a mix. ``replaceable``: the previous bundle's
+    files when ``out_dir`` was checked (``atomic.bundle_files``, before the kernel ran); only they are
+    deleted, and a file made there meanwhile is kept (atomic.write_dir).
     """
 
     def fill(out: Path) -> list[str]:
@@ -47,7 +49,7 @@ def save(cap: Capture, out_dir: str | Path) -> list[Path]:
             names.append("runs.npz")
         return names
 
-    names = atomic.write_dir(out_dir, fill)
+    names = atomic.write_dir(out_dir, fill, replaceable)
     return [Path(out_dir) / name for name in names]
 
 
