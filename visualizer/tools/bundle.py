@@ -335,6 +335,19 @@ def _read_table(path: Path, columns, budget: list[int]):
         raise BundleError(f"{path}: not a readable Parquet table ({type(exc).__name__})") from None
 
 
+def read_meta(root: Path) -> tuple[dict, dict, dict]:
+    """launch.json (less its check), timing.json and the check, read and checked (BundleError)."""
+    if not root.is_dir():
+        raise BundleError(f"{root}: no such bundle directory")
+    launch = read_json(root, "launch.json")
+    timing = read_json(root, "timing.json")
+    for key in ("kernel", "backend", "source", "grid", "block", "threads_per_block"):
+        if key not in launch:
+            raise BundleError(f"{root / 'launch.json'}: missing {key!r}; not a capture bundle")
+    check_launch(launch, timing, root)
+    return launch, timing, launch.pop("check", None) or {}
+
+
 def load(bundle_dir: str | Path, only: dict[str, tuple[str, ...]] | None = None) -> Capture:
     """Read a bundle that ``save`` wrote back into a Capture (arrays.npz is not read: the tables,
     launch.json and timing.json are what comparisons and exports need). Raises BundleError.
@@ -344,15 +357,7 @@ def load(bundle_dir: str | Path, only: dict[str, tuple[str, ...]] | None = None)
     bounded in size before it is read, and launch.json's fields are checked for the types a reader uses.
     """
     root = Path(bundle_dir)
-    if not root.is_dir():
-        raise BundleError(f"{root}: no such bundle directory")
-    launch = read_json(root, "launch.json")
-    timing = read_json(root, "timing.json")
-    for key in ("kernel", "backend", "source", "grid", "block", "threads_per_block"):
-        if key not in launch:
-            raise BundleError(f"{root / 'launch.json'}: missing {key!r}; not a capture bundle")
-    check_launch(launch, timing, root)
-    check = launch.pop("check", None) or {}
+    launch, timing, check = read_meta(root)
     budget = [BUNDLE_READ_BUDGET]
 
     def table(name: str, required: bool = False, source: str | None = None):
