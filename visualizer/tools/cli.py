@@ -42,7 +42,8 @@ def cmd_kernels(argv: list[str]) -> int:
         print(f"{spec.name}: {spec.title}")
         print(f"    {spec.summary}")
         for prm in spec.params:
-            allowed = f"one of {list(prm.choices)}" if prm.choices else f"{prm.lo}..{prm.hi}"
+            lo, hi = prm.advertised  # what can launch, not the wider range the checks explain
+            allowed = f"one of {list(prm.choices)}" if prm.choices else f"{lo}..{hi}"
             print(f"    --param {prm.name}={prm.default:<8} {prm.help} ({allowed})")
     return 0
 
