@@ -199,6 +199,15 @@ def test_npy_headers_are_bounded_before_anything_is_allocated(data):
         assert array.nbytes <= len(data) and array.ndim <= 3 and not array.dtype.hasobject
 
 
+def test_a_header_numpy_cannot_tokenize_is_one_line():
+    """Found by the fuzz: numpy re-tokenizes a version 1.0 header, and an unclosed ``[`` raised
+    tokenize.TokenError out of load_npy (a traceback on the page and in the CLI)."""
+    data = b"\x93NUMPY\x01\x004\x00{'descr': <f4, 'fortran_order': False, 'shape': [, }"
+    with pytest.raises(LaunchError, match="not a readable .npy array") as err:
+        uspec.load_npy(data, "a=file:up.npy")
+    one_line(err.value)
+
+
 def test_a_header_claiming_a_terabyte_stays_under_the_budget():
     header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000,), }".ljust(117) + "\n"
     data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
