@@ -234,11 +234,14 @@ JSON_VALUES = st.recursive(
 
 @pytest.fixture(scope="module")
 def real_bundle(tmp_path_factory) -> Path:
-    """A real bundle with memory accesses (the most fields compare reads)."""
+    """A real bundle with memory accesses (the most fields compare reads); ``FUZZ_BUNDLE=DIR``: one
+    captured before (the long run reuses it)."""
+    if os.environ.get("FUZZ_BUNDLE"):
+        return Path(os.environ["FUZZ_BUNDLE"])
     out = tmp_path_factory.mktemp("fuzz") / "a"
     res = subprocess.run(
         [sys.executable, "-m", "visualizer", "capture", "transpose_tiled", "--accesses", "--backend", "sim"]
-        + ["--out", str(out)],
+        + ["--param", "rows=32", "--param", "cols=32", "--out", str(out)],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
