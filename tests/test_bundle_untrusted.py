@@ -399,3 +399,17 @@ def test_the_read_budget_is_checked_before_decoding(good, tmp_path, monkeypatch)
     monkeypatch.setattr(bundle, "BUNDLE_READ_BUDGET", 1000)
     with pytest.raises(BundleError, match="budget is 0 MiB"):
         load(good["a"])
+
+
+def test_compare_into_a_closed_pipe_is_quiet(good):
+    """``compare A B | head -1``: the reader leaves early (here at once: ``| true``, gone long before
+    the table is printed); no BrokenPipeError traceback."""
+    cmd = f"{sys.executable} -m visualizer compare {good['a']} {good['b']} | true"
+    res = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
