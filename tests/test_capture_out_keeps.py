@@ -143,3 +143,23 @@ def test_a_file_made_in_the_instant_of_the_swap_is_kept(tmp_path, monkeypatch):
     (kept,) = out.glob("launch.json.kept-*")  # never overwritten, never deleted: kept under a new name
     assert kept.read_text() == "the user's"
     assert partials(out) == []
+
+
+def test_a_killed_runs_leftovers_are_cleared_but_a_users_file_in_them_is_not(tmp_path):
+    """A run killed mid-swap can leave the user's file in its hidden sibling: the next write clears the
+    sibling's bundle files only, and leaves the directory while it holds anything else."""
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    out = tmp_path / "b"
+    stale = tmp_path / f".b{atomic.PARTIAL}{dead.pid}-0000abcd"
+    stale.mkdir()
+    (stale / "launch.json").write_text("{}")
+    (stale / "notes.txt").write_text("mine")
+    empty = tmp_path / f".b{atomic.PARTIAL}{dead.pid}-0000abce"
+    (empty / "old").mkdir(parents=True)
+    (empty / "old" / "threads.parquet").write_bytes(b"x")
+    atomic.write_dir(out, lambda d: (d / "launch.json").write_text("{}"))
+    assert (stale / "notes.txt").read_text() == "mine" and not (stale / "launch.json").exists()
+    assert not empty.exists()

@@ -156,9 +156,25 @@ def _remove_stale_kind(parent: Path, prefix: str) -> None:
         except OSError:
             continue
         if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
+            _remove_bundle_dir(entry)
         else:
             entry.unlink(missing_ok=True)
+
+
+def _remove_bundle_dir(directory: Path) -> None:
+    """A killed run's sibling: its bundle files are deleted, and it is removed only if that empties it.
+    A process killed mid-swap may have left a file the user made there (on its way to the new
+    bundle): then the directory stays, hidden, with it."""
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if is_bundle_file(entry.name) and entry.is_file(follow_symlinks=False):
+                    os.unlink(entry.path)
+                elif entry.name == "old" and entry.is_dir(follow_symlinks=False):  # write_dir's aside
+                    _remove_bundle_dir(Path(entry.path))
+        os.rmdir(directory)
+    except OSError:
+        pass
 
 
 def bundle_files(path: str | Path) -> dict[str, tuple[int, int, int, int]]:
