@@ -262,6 +262,12 @@ CORPUS = [
     ),  # fmt: skip
     ("branch-efficiency-text", set_launch("branch_efficiency", "high"), "'branch_efficiency' must be"),
     ("check-list", set_launch("check", [1]), "'check' must be an object"),
+    ("check-correct-text", set_launch("check.correct", "yes"), "'correct' must be"),
+    ("check-mismatches-text", set_launch("check.outputs.out", {"mismatches": "3"}), "'mismatches' must be"),
+    ("check-output-list", set_launch("check.outputs.out", [3]), "check output 'out' must be an object"),
+    ("hazards-list", set_launch("accesses.hazards", [1]), "'hazards' must be an object"),
+    ("hazards-raw-text", set_launch("accesses.hazards.RAW", "many"), "'RAW' must be"),
+    ("branches-efficiency-text", set_launch("branches", {"efficiency": "high"}), "'efficiency' must be"),
     (
         "timing-clean-text",
         edit_json("timing.json", lambda o: o.update(clean_ms="fast")),

@@ -245,9 +245,21 @@ def check_launch(launch: dict, timing: dict, root: Path) -> None:
         )
         if not ok:  # never a path: only the bundle's own NAME.parquet is read
             f.fail("row_table", "null or [NAME, [COLUMN, ...]] with NAME a table of the bundle (a-z, 0-9, _)")
-    check = launch.get("check")
-    if check is not None and not isinstance(check, dict):
-        f.fail("check", "an object")
+    if acc:
+        hazards = a.mapping("hazards")
+        for key in ("RAW", "WAR", "WAW"):
+            _Fields(hazards, f.where).number(key, integer=True, lo=0)
+    branches = _Fields(f.mapping("branches"), f.where)
+    branches.number("efficiency", lo=0, hi=100, nan=False)
+    branches.text("source")
+    check = _Fields(f.mapping("check"), f.where)  # compare says first whether an output is wrong
+    correct = check.obj.get("correct")
+    if correct is not None and not isinstance(correct, bool):
+        check.fail("correct", "true, false or null")
+    for name, res in check.mapping("outputs").items():
+        if not isinstance(res, dict):
+            raise BundleError(f"{f.where}: check output {name[:40]!r} must be an object")
+        _Fields(res, f.where).number("mismatches", integer=True, lo=0)
     t = _Fields(timing, root / "timing.json")
     for key in TIMING_NUMBERS:
         t.number(key)
