@@ -18,6 +18,7 @@ import io
 import math
 import os
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,7 +186,8 @@ def load_npy(data: bytes | str | Path, label: str) -> np.ndarray:
                 raise ValueError(f"format version {version[0]}.{version[1]} is not supported")
         except (MemoryError, RecursionError):  # numpy parses the header with ast: a deep one is refused
             raise LaunchError(f"{label}: not a readable .npy array (its header nests too deeply)") from None
-        except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
+        except (OSError, ValueError, EOFError, SyntaxError, TypeError, tokenize.TokenError) as exc:
+            # TokenError: numpy re-tokenizes a version 1.0 header ("'shape': [" never closes)
             why = " ".join(str(exc).split())[:120]
             raise LaunchError(f"{label}: not a readable .npy array ({why})") from None
         if dtype.hasobject:
@@ -333,7 +335,6 @@ def nesting_depth(text: str, stop_above: int | None = None) -> tuple[int, int]:
     tokenizer rejects is measured up to that point (ast.parse then reports the syntax error).
     Stops early once the depth passes ``stop_above``.
     """
-    import tokenize
 
     levels = [0]  # depth-building tokens since the last reset, per open bracket
     lambdas = [0]  # lambdas waiting for their ':' per open bracket (that ':' is no reset)
