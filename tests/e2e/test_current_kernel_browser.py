@@ -2,9 +2,11 @@
 carried by the address bar's link into a new browser context (run there only with the key)."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from .conftest import wait_for_app
 
@@ -66,8 +68,10 @@ def test_a_visitors_kernel_is_named_everywhere_and_its_link_opens_it(open_app, b
         wait_for_app(stranger)
         stranger.get_by_text("filled in below, not run").wait_for(timeout=60_000)
         editor = stranger.get_by_label("Kernel source (Python, Numba CUDA)")
-        assert "def vector_add" in editor.input_value()
-        assert stranger.get_by_role("button", name="Run your kernel", exact=True).is_disabled()
+        # the browser mounts the text area empty and fills it a moment later (seconds on a loaded
+        # machine, after the script has finished): wait for the source, do not read it once
+        expect(editor).to_have_value(re.compile(r"def vector_add"), timeout=60_000)
+        expect(stranger.get_by_role("button", name="Run your kernel", exact=True)).to_be_disabled()
         stranger.screenshot(path=str(shots / "link_without_key.png"))
     finally:
         stranger.context.close()
