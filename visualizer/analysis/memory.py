@@ -269,14 +269,26 @@ def _kind_pairs(a: pd.DataFrame, b: pd.DataFrame, value: str, strict: bool, epoc
     # only the x whose pairs come among the first MAX_PAIRS_PER_WORD of their word are paired out
     before = a.groupby("word")["n"].cumsum() - a["n"]
     first = a[before < MAX_PAIRS_PER_WORD].drop(columns="n")
-    cross = first.merge(b, on="word", suffixes=("_a", "_b"))
-    keep = cross["who_b"] != cross["who_a"]
-    keep &= (
-        cross[f"{value}_b"] > cross[f"{value}_a"] if strict else cross[f"{value}_b"] >= cross[f"{value}_a"]
-    )
-    if epochs:
-        keep &= (cross["block_a"] != cross["block_b"]) | (cross["epoch_a"] == cross["epoch_b"])
-    cross = cross[keep].sort_values(["word", "who_a", "who_b"], kind="stable")
+    rank = first.groupby("word").cumcount().to_numpy()
+    found = []
+    for r in range(MAX_PAIRS_PER_WORD):  # one x per word at a time: no join is longer than ``b``
+        cross = first[rank == r].merge(b, on="word", suffixes=("_a", "_b"))
+        if cross.empty:
+            continue
+        keep = cross["who_b"] != cross["who_a"]
+        keep &= (
+            cross[f"{value}_b"] > cross[f"{value}_a"]
+            if strict
+            else cross[f"{value}_b"] >= cross[f"{value}_a"]
+        )
+        if epochs:
+            keep &= (cross["block_a"] != cross["block_b"]) | (cross["epoch_a"] == cross["epoch_b"])
+        found.append(
+            cross[keep].sort_values(["word", "who_b"], kind="stable").groupby("word").head(MAX_PAIRS_PER_WORD)
+        )
+    if not found:
+        return pd.DataFrame(columns=[f"{c}_{s}" for c in cols for s in "ab"] + ["pairs"])
+    cross = pd.concat(found).sort_values(["word", "who_a", "who_b"], kind="stable")
     cross = cross.groupby("word").head(MAX_PAIRS_PER_WORD)
     return cross.join(total, on="word")
 
