@@ -328,3 +328,16 @@ def test_the_racy_4096_thread_scan_records_its_races_and_the_fixed_one_none():
     assert racy.launch["accesses"]["raced_blocks"] == 4 and not racy.check["correct"]
     assert fixed.launch["accesses"]["hazards"] == {"RAW": 0, "WAR": 0, "WAW": 0, "UNINIT": 0}
     assert fixed.check["correct"]
+
+
+def test_the_pairs_left_out_are_counted_and_said():
+    """20 threads store one shared word: 190 WAW pairs, 8 listed; the summary and the CLI say so."""
+    acc = [dict(thread=t, array=1, op=STORE, idx=(0, 0)) for t in range(20)]
+    acc += [dict(thread=t, array=1, op=STORE, idx=(0, 1)) for t in range(2)]  # 1 pair, listed
+    table = memory.accesses_table(buffers(acc))
+    haz = memory.hazards_table(table)
+    summ = memory.summary(memory.requests_table(table), haz, len(table))
+    assert (summ["race_pairs"], summ["race_pairs_listed"]) == (190 + 1, 8 + 1)
+    line = next(x for x in memory.describe(summ) if x.startswith("hazards:"))
+    assert "191 racing thread pairs, 9 listed: at most 8 per word and kind" in line, line
+    assert memory.race_pairs(haz)["pairs on the word"].tolist() == [190] * 8 + [1]

@@ -499,9 +499,23 @@ def summary(req: pd.DataFrame, haz: pd.DataFrame, accesses: int, limit: int | No
         int(races[["space", "array", "block", "index"]].drop_duplicates().shape[0]) if len(races) else 0
     )
     out["raced_blocks"] = int(races["block"].nunique()) if len(races) else 0
+    # every racing pair is counted; MAX_PAIRS_PER_WORD of each word and kind are listed as rows
+    out["race_pairs"] = int(_pairs_per_word(races).sum()) if len(races) else 0
+    out["race_pairs_listed"] = int(len(races))
     unin = haz[haz["kind"] == "UNINIT"] if len(haz) else haz
     out["uninit_reads"] = int(unin["pairs"].sum()) if len(unin) else 0
     return out
+
+
+def _pairs_per_word(races: pd.DataFrame) -> pd.Series:
+    """All racing thread pairs of each (word, kind) (a shared word is one block's, in one epoch)."""
+    shared = races["space"].astype(str) == "shared"
+    key = ["space", "array", "index", "kind"]
+    per = [
+        races[shared].groupby([*key, "block", "epoch"], observed=True)["pairs"].first(),
+        races[~shared].groupby(key, observed=True)["pairs"].first(),
+    ]
+    return pd.concat([p for p in per if len(p)]) if any(len(p) for p in per) else pd.Series(dtype=np.int64)
 
 
 def build(buffers: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
@@ -547,7 +561,14 @@ def describe(summ: dict) -> list[str]:
     h = summ["hazards"]
     lines.append(
         f"hazards: RAW {h['RAW']}, WAR {h['WAR']}, WAW {h['WAW']} ({summ['raced_words']} raced words in "
-        f"{summ['raced_blocks']} blocks); uninitialised shared reads: {summ['uninit_reads']}"
+        f"{summ['raced_blocks']} blocks"
+        + (
+            f"; {summ['race_pairs']:,} racing thread pairs, {summ['race_pairs_listed']:,} listed: at most "
+            f"{MAX_PAIRS_PER_WORD} per word and kind"
+            if summ.get("race_pairs", 0) > summ.get("race_pairs_listed", 0)
+            else ""
+        )
+        + f"); uninitialised shared reads: {summ['uninit_reads']}"
     )
     return lines
 
@@ -589,5 +610,6 @@ def race_pairs(haz: pd.DataFrame, limit: int = 200) -> pd.DataFrame:
             "first": "t" + races["thread_a"].astype(str) + " line " + races["line_a"].astype(str),
             "then": "t" + races["thread_b"].astype(str) + " line " + races["line_b"].astype(str),
             "barrier epoch": races["epoch"],
+            "pairs on the word": races["pairs"],  # of this kind; at most MAX_PAIRS_PER_WORD are rows
         }
     ).reset_index(drop=True)
