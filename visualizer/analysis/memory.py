@@ -613,3 +613,11 @@ def race_pairs(haz: pd.DataFrame, limit: int = 200) -> pd.DataFrame:
             "pairs on the word": races["pairs"],  # of this kind; at most MAX_PAIRS_PER_WORD are rows
         }
     ).reset_index(drop=True)
+
+
+def global_writers(acc: pd.DataFrame) -> int:
+    """Threads that stored to, or atomically updated, a global array: (block, thread) pairs."""
+    if acc is None or not len(acc):
+        return 0
+    sel = acc[(acc["space"].astype(str) == "global") & acc["op"].astype(str).isin(["store", "atomic"])]
+    return int(sel[["block", "thread"]].drop_duplicates().shape[0])
