@@ -226,7 +226,8 @@ def parse_arg(name: str, text: str, *, allow_files: bool = True, uploads: dict |
     kind = kind.strip().lower()
     if kind == "file":
         if uploads is not None and rest in uploads:
-            return ArgSpec(name, raw, "file", array=load_npy(uploads[rest], f"{name}={raw}"))
+            array = load_npy(uploads[rest], f"{name}={raw}")
+            return ArgSpec(name, raw, "file", dtype=array.dtype.name, shape=array.shape, array=array)
         if not allow_files:
             raise LaunchError(
                 f"{name}: file: arguments are not read from the server here; upload a .npy instead"
