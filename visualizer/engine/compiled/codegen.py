@@ -1,0 +1,349 @@
+"""Python source for the compiled engine, from a kernel's split body (translate.py).
+
+One kernel becomes one generated module:
+
+* ``__cc_flat``: the kernel as one thread runs it, barriers removed: numba's type inference of it
+  gives every per-thread variable's type (the dtype of its expansion array); never run;
+* ``__cc_region_K`` / ``__cc_cond_K``: one thread's part of the body between barriers (loads of the
+  expanded variables it touches, the statements, stores of those it writes);
+* ``__cc_block``: one block: shared arrays (poisoned), expansion arrays, then the item tree as loops
+  over the block's threads (default order: linear, x fastest; seeded: warps in a drawn order, a drawn
+  lane order, statement by statement, so one warp may run ahead of another between barriers);
+* ``__cc_grid``: every block, one after another (or in ``prange`` where the engine allows it).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import textwrap
+from dataclasses import dataclass, field
+
+from visualizer.engine.compiled.translate import (
+    IDS,
+    P,
+    Barrier,
+    BlockIf,
+    BlockWhile,
+    Cond,
+    CudaRewriter,
+    Names,
+    Region,
+    Splitter,
+    _refuse,
+    array_decl,
+    contains_barrier,
+    local_names,
+    names_in,
+    rewrite_returns,
+    walk_items,
+)
+
+HEAD = [P + "bx", P + "by", P + "bz", P + "bdx", P + "bdy", P + "bdz", P + "gdx", P + "gdy", P + "gdz"]
+CTX = "(" + ", ".join(P + i for i in IDS) + ")"
+
+
+@dataclass
+class Plan:
+    """A kernel split and rewritten, before types are known."""
+
+    name: str
+    params: list[str]
+    written_params: set[str]
+    items: list
+    regions: list
+    conds: list
+    shared: dict  # name -> (shape, dtype)
+    local_arrays: dict  # name -> (shape, dtype)
+    expanded: list[str]  # per-thread variables (sorted)
+    barrier_targets: set[str]
+    ns: dict  # the generated module's globals (device functions, helpers, arrays)
+    atomic_targets: set[str] = field(default_factory=set)
+    device_fns: list = field(default_factory=list)
+    has_block_control: bool = False  # a BlockIf / BlockWhile: a condition checked uniform at run time
+    n_barriers: int = 0
+
+
+def _unit_stmts(unit) -> list:
+    return unit.stmts if isinstance(unit, Region) else [ast.Expr(value=unit.expr)]
+
+
+def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -> Plan:
+    """Split ``fn`` at its barriers (soft: every statement between barriers its own region, for the
+    seeded schedules) and rewrite every region's ``cuda.*``."""
+    fn = copy.deepcopy(fn)
+    a = fn.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+        _refuse(fn, "a kernel with *args, **kwargs, keyword-only or default parameters")
+    params = [x.arg for x in a.args]
+    local = local_names(fn)
+    shared, local_arrays = {}, {}
+
+    class Decls(ast.NodeTransformer):  # array declarations out of the body, into the block's allocations
+        def visit_Assign(self, node):
+            d = array_decl(node, names, local)
+            if d is None:
+                return node
+            kind, name, shape, dtype = d
+            table = shared if kind == "shared" else local_arrays
+            if name in shared or name in local_arrays:
+                _refuse(node, f"{name!r} declared as an array twice")
+            table[name] = (shape, dtype)
+            return ast.copy_location(ast.Pass(), node)
+
+    body = [Decls().visit(s) for s in fn.body]
+    splitter = Splitter(names, local, soft)
+    items = splitter.split(body)
+    ns: dict = {}
+    rewriter = CudaRewriter(names, local | splitter.extra_vars, ns, False, compile_device)
+    for r in splitter.regions:
+        r.stmts = rewrite_returns([rewriter.visit(s) for s in r.stmts])
+        for s in r.stmts:
+            ast.fix_missing_locations(s)
+    for c in splitter.conds:
+        if contains_barrier(c.expr, names, local):
+            _refuse(c.expr, "a barrier inside a condition")
+        c.expr = ast.fix_missing_locations(rewriter.visit(c.expr))
+    arrays = set(shared) | set(local_arrays)
+    written_params = {p for p in params if any(p in names_in(_unit_stmts(u))[1] for u, _ in walk_items(items))}
+    candidates = (local | splitter.extra_vars) - arrays - (set(params) - written_params)
+    touched: dict[str, int] = {}
+    looped: set[str] = set()
+    for unit, in_loop in walk_items(items):
+        reads, writes = names_in(_unit_stmts(unit))
+        for v in (reads | writes) & candidates:
+            touched[v] = touched.get(v, 0) + 1
+            if in_loop:
+                looped.add(v)
+    votes = {it.pred for it in _barriers(items) if it.pred}
+    expanded = {v for v, k in touched.items() if k > 1} | looped | splitter.barrier_targets | votes | written_params
+    plan = Plan(
+        fn.name, params, written_params, items, splitter.regions, splitter.conds, shared, local_arrays,
+        sorted(expanded), splitter.barrier_targets, ns,
+    )  # fmt: skip
+    plan.atomic_targets = rewriter.usage.atomic_targets
+    plan.device_fns = rewriter.usage.device_calls
+    plan.has_block_control = bool(splitter.conds)
+    plan.n_barriers = sum(1 for _ in _barriers(items))
+    return plan
+
+
+def _barriers(items):
+    for it in items:
+        if isinstance(it, Barrier):
+            yield it
+        elif isinstance(it, BlockIf):
+            yield from _barriers(it.body)
+            yield from _barriers(it.orelse)
+        elif isinstance(it, BlockWhile):
+            yield from _barriers(it.body)
+
+
+def _src(node) -> str:
+    return ast.unparse(node)
+
+
+def _indent(lines: list[str], n: int) -> list[str]:
+    return [" " * n + x for x in lines]
+
+
+def flat_source(plan: Plan) -> str:
+    """The typing function: the kernel for one thread, barriers gone (module docstring)."""
+    out = [f"def {P}flat({', '.join(P + i for i in IDS)}, {', '.join(plan.params)}):", f"    {P}ctx = {CTX}"]
+    for name, (shape, dtype) in {**plan.shared, **plan.local_arrays}.items():
+        out.append(f"    {name} = {P}np.zeros({shape!r}, {P}np.{dtype.name})")
+
+    def emit(items) -> list[str]:
+        lines = []
+        for it in items:
+            if isinstance(it, list):
+                for r in it:
+                    lines += [x for s in r.stmts for x in _src(s).splitlines()]
+            elif isinstance(it, Barrier):
+                if it.target:
+                    lines.append(f"{it.target} = {P}i32(0)")
+            elif isinstance(it, BlockIf):
+                lines.append(f"if {_src(it.cond.expr)}:")
+                lines += _indent(emit(it.body) or ["pass"], 4)
+                lines.append("else:")
+                lines += _indent(emit(it.orelse) or ["pass"], 4)
+            elif isinstance(it, BlockWhile):
+                lines.append(f"while {_src(it.cond.expr)}:")
+                lines += _indent(emit(it.body) or ["pass"], 4)
+        return lines
+
+    body = emit(plan.items)
+    # the flat function has no alive array: a thread's return is a plain return
+    body = [x for x in body if not x.strip().startswith(f"{P}alive[")]
+    out += _indent(body or ["pass"], 4)
+    return "\n".join(out) + "\n"
+
+
+def unit_args(plan: Plan) -> list[str]:
+    return (
+        [P + "t", *HEAD, P + "alive"]
+        + [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
+        + list(plan.shared)
+        + [P + "e_" + v for v in plan.expanded]
+        + [P + "la_" + v for v in plan.local_arrays]
+    )
+
+
+def unit_source(plan: Plan, unit, fname: str) -> str:
+    args = unit_args(plan)
+    out = [
+        f"def {fname}({', '.join(args)}):",
+        f"    {P}tx = {P}t % {P}bdx",
+        f"    {P}ty = ({P}t // {P}bdx) % {P}bdy",
+        f"    {P}tz = {P}t // ({P}bdx * {P}bdy)",
+        f"    {P}ctx = {CTX}",
+    ]
+    stmts = _unit_stmts(unit)
+    reads, writes = names_in(stmts)
+    touched = reads | writes
+    for v in plan.local_arrays:
+        if v in touched:
+            out.append(f"    {v} = {P}la_{v}[{P}t]")
+    for v in plan.expanded:
+        if v in touched:
+            out.append(f"    {v} = {P}e_{v}[{P}t]")
+    if isinstance(unit, Cond):
+        out.append(f"    if {_src(unit.expr)}:")
+        out.append("        return True")
+        out.append("    return False")
+        return "\n".join(out) + "\n"
+    out += _indent([x for s in stmts for x in _src(s).splitlines()], 4)
+    for v in plan.expanded:
+        if v in writes:
+            out.append(f"    {P}e_{v}[{P}t] = {v}")
+    return "\n".join(out) + "\n"
+
+
+def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
+    """``__cc_block``: one block's threads through the item tree (module docstring)."""
+    params = [(P + "p_" + p) if p in plan.written_params else p for p in plan.params]
+    out = [f"def {P}block({', '.join(HEAD)}, {P}rng, {', '.join(params)}):"]
+    b = [f"{P}nthr = {P}bdx * {P}bdy * {P}bdz", f"{P}alive = {P}np.ones({P}nthr, {P}np.bool_)"]
+    for name, (shape, dtype) in plan.shared.items():
+        b.append(f"{name} = {P}np.empty({shape!r}, {P}np.{dtype.name})")
+        b.append(f"{name}.fill({P}poison_{name})")
+    for v in plan.expanded:
+        b.append(f"{P}e_{v} = {P}np.zeros({P}nthr, {P}np.{dtypes[v].name})")
+        if v in plan.written_params:
+            b.append(f"{P}e_{v}[:] = {P}p_{v}")
+    for v, (shape, dtype) in plan.local_arrays.items():
+        b.append(f"{P}la_{v} = {P}np.zeros(({P}nthr,) + {shape!r}, {P}np.{dtype.name})")
+    if seeded:
+        b += [
+            f"{P}lanes = {P}np.empty(32, {P}np.int64)",
+            f"{P}nw = ({P}nthr + 31) // 32",
+            f"{P}prog = {P}np.empty({P}nw, {P}np.int64)",
+            f"{P}pend = {P}np.empty({P}nw, {P}np.int64)",
+        ]
+    call_args = ", ".join([P + "u", *unit_args(plan)[1:]])
+
+    def group(regions: list[Region]) -> list[str]:
+        if not seeded:
+            assert len(regions) == 1
+            return [
+                f"for {P}u in range({P}nthr):",
+                f"    if {P}alive[{P}u]:",
+                f"        {P}region_{regions[0].index}({call_args})",
+            ]
+        m = len(regions)
+        lines = [
+            f"for {P}w in range({P}nw):",
+            f"    {P}prog[{P}w] = 0",
+            f"    {P}pend[{P}w] = {P}w",
+            f"{P}npend = {P}nw",
+            f"while {P}npend > 0:",
+            f"    {P}k = {P}rng_below({P}rng, {P}npend)",
+            f"    {P}w = {P}pend[{P}k]",
+            f"    {P}j = {P}prog[{P}w]",
+            f"    {P}prog[{P}w] = {P}j + 1",
+            f"    if {P}j + 1 == {m}:",
+            f"        {P}npend -= 1",
+            f"        {P}pend[{P}k] = {P}pend[{P}npend]",
+            f"    {P}cnt = min(32, {P}nthr - 32 * {P}w)",
+            f"    {P}shuffled_lanes({P}rng, {P}lanes, {P}cnt)",
+            f"    for {P}l in range({P}cnt):",
+            f"        {P}u = 32 * {P}w + {P}lanes[{P}l]",
+            f"        if {P}alive[{P}u]:",
+        ]
+        for j, r in enumerate(regions):
+            kw = "if" if j == 0 else "elif"
+            lines += [f"            {kw} {P}j == {j}:", f"                {P}region_{r.index}({call_args})"]
+        return lines
+
+    def uniform(c: Cond) -> list[str]:
+        return [
+            f"{P}first = True",
+            f"{P}c = False",
+            f"for {P}u in range({P}nthr):",
+            f"    if {P}alive[{P}u]:",
+            f"        {P}v = {P}cond_{c.index}({call_args})",
+            f"        if {P}first:",
+            f"            {P}c = {P}v",
+            f"            {P}first = False",
+            f"        elif {P}v != {P}c:",
+            f"            raise {P}Divergent({c.line})",
+        ]
+
+    def emit(items) -> list[str]:
+        lines = []
+        for it in items:
+            if isinstance(it, list):
+                lines += group(it)
+            elif isinstance(it, Barrier):
+                if it.kind == "sync":
+                    continue  # every region before it has run for every thread
+                lines += [
+                    f"{P}votes = 0",
+                    f"{P}nlive = 0",
+                    f"for {P}u in range({P}nthr):",
+                    f"    if {P}alive[{P}u]:",
+                    f"        {P}nlive += 1",
+                    f"        if {P}e_{it.pred}[{P}u]:",
+                    f"            {P}votes += 1",
+                ]
+                result = {"count": f"{P}votes", "and": f"1 if {P}votes == {P}nlive else 0",
+                          "or": f"1 if {P}votes > 0 else 0"}[it.kind]  # fmt: skip
+                if it.target and it.target in plan.expanded:
+                    lines += [f"{P}res = {result}", f"{P}e_{it.target}[:] = {P}res"]
+            elif isinstance(it, BlockIf):
+                lines += uniform(it.cond)
+                lines.append(f"if {P}c:")
+                lines += _indent(emit(it.body) or ["pass"], 4)
+                lines.append("else:")
+                lines += _indent(emit(it.orelse) or ["pass"], 4)
+            elif isinstance(it, BlockWhile):
+                lines.append("while True:")
+                lines += _indent(uniform(it.cond) + [f"if not {P}c:", "    break"] + emit(it.body), 4)
+        return lines
+
+    out += _indent(b + emit(plan.items), 4)
+    return "\n".join(out) + "\n"
+
+
+def grid_source(plan: Plan, parallel: bool) -> str:
+    params = [(P + "p_" + p) if p in plan.written_params else p for p in plan.params]
+    loop = f"{P}prange" if parallel else "range"
+    return textwrap.dedent(f"""\
+        def {P}grid({P}gdx, {P}gdy, {P}gdz, {P}bdx, {P}bdy, {P}bdz, {P}rng, {', '.join(params)}):
+            {P}nb = {P}gdx * {P}gdy * {P}gdz
+            for {P}b in {loop}({P}nb):  # blocks in np.ndindex(grid) order, as fastsim runs them
+                {P}block({P}b // ({P}gdy * {P}gdz), ({P}b // {P}gdz) % {P}gdy, {P}b % {P}gdz,
+                         {P}bdx, {P}bdy, {P}bdz, {P}gdx, {P}gdy, {P}gdz, {P}rng, {', '.join(params)})
+        """)
+
+
+def source_digest(*parts: str) -> str:
+    return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()[:16]
+
+
+def poison_globals(plan: Plan) -> dict:
+    from visualizer.engine.compiled.runtime import poison_value
+
+    return {f"{P}poison_{name}": poison_value(dtype) for name, (shape, dtype) in plan.shared.items()}
+
