@@ -5,7 +5,7 @@ One kernel becomes one generated module:
 * ``__cc_flat``: the kernel as one thread runs it, barriers removed: numba's type inference of it
   gives every per-thread variable's type (the dtype of its expansion array); never run;
 * ``__cc_region_K`` / ``__cc_cond_K``: one thread's part of the body between barriers (loads of the
-  expanded variables it touches, the statements, stores of those it writes);
+  expanded variables it touches, the statements, stores of those it writes), or a condition;
 * ``__cc_block``: one block: shared arrays (poisoned), expansion arrays, then the item tree as loops
   over the block's threads (default order: linear, x fastest; seeded: warps in a drawn order, a drawn
   lane order, statement by statement, so one warp may run ahead of another between barriers);
@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 
 from visualizer.engine.compiled.translate import (
     IDS,
-    P,
     Barrier,
     BlockIf,
     BlockWhile,
     Cond,
     CudaRewriter,
+    FoldConstantIfs,
     Names,
+    P,
     Region,
     Splitter,
     _refuse,
@@ -36,6 +37,7 @@ from visualizer.engine.compiled.translate import (
     contains_barrier,
     local_names,
     names_in,
+    refuse_spin_waits,
     rewrite_returns,
     walk_items,
 )
@@ -63,6 +65,34 @@ class Plan:
     device_fns: list = field(default_factory=list)
     has_block_control: bool = False  # a BlockIf / BlockWhile: a condition checked uniform at run time
     n_barriers: int = 0
+    candidates: set = field(default_factory=set)  # the kernel's own variables (what may be per thread)
+    remat: dict = field(default_factory=dict)  # array view -> (its one assignment, names it reads), in order
+
+
+def rematerialize(plan: Plan, is_array) -> None:
+    """An array view kept across a barrier (``kh = k[b, h]``) is not copied per thread: each region that
+    reads it evaluates its one assignment again, from per-thread copies of the numbers it reads. Only
+    where that is the same value: assigned once, at the top of the kernel, from names assigned once."""
+    stores: dict[str, int] = {}
+    for unit, _ in walk_items(plan.items):
+        for node in ast.walk(ast.Module(body=_unit_stmts(unit), type_ignores=[])):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                stores[node.id] = stores.get(node.id, 0) + 1
+    top = [s for it in plan.items if isinstance(it, list) for r in it for s in r.stmts]
+    for v in [v for v in plan.expanded if is_array(v)]:
+        stmt = next((s for s in top if isinstance(s, ast.Assign) and len(s.targets) == 1
+                     and isinstance(s.targets[0], ast.Name) and s.targets[0].id == v), None)  # fmt: skip
+        if stmt is None or stores.get(v) != 1:
+            return  # left expanded: typing refuses it in one line
+        deps = names_in(stmt.value)[0] & plan.candidates
+        if any(stores.get(d) != 1 or (is_array(d) and d not in plan.remat) for d in deps):
+            return
+        plan.remat[v] = (stmt, deps)
+        plan.expanded.remove(v)
+        for d in deps:
+            if d not in plan.remat and d not in plan.expanded:
+                plan.expanded.append(d)
+    plan.expanded.sort()
 
 
 def _unit_stmts(unit) -> list:
@@ -92,6 +122,8 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
             table[name] = (shape, dtype)
             return ast.copy_location(ast.Pass(), node)
 
+    fn = FoldConstantIfs(names, local).visit(fn)
+    refuse_spin_waits(fn, names, local)
     body = [Decls().visit(s) for s in fn.body]
     splitter = Splitter(names, local, soft)
     items = splitter.split(body)
@@ -106,7 +138,9 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
             _refuse(c.expr, "a barrier inside a condition")
         c.expr = ast.fix_missing_locations(rewriter.visit(c.expr))
     arrays = set(shared) | set(local_arrays)
-    written_params = {p for p in params if any(p in names_in(_unit_stmts(u))[1] for u, _ in walk_items(items))}
+    written_params = {
+        p for p in params if any(p in names_in(_unit_stmts(u))[1] for u, _ in walk_items(items))
+    }
     candidates = (local | splitter.extra_vars) - arrays - (set(params) - written_params)
     touched: dict[str, int] = {}
     looped: set[str] = set()
@@ -117,7 +151,9 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
             if in_loop:
                 looped.add(v)
     votes = {it.pred for it in _barriers(items) if it.pred}
-    expanded = {v for v, k in touched.items() if k > 1} | looped | splitter.barrier_targets | votes | written_params
+    expanded = (
+        {v for v, k in touched.items() if k > 1} | looped | splitter.barrier_targets | votes | written_params
+    )
     plan = Plan(
         fn.name, params, written_params, items, splitter.regions, splitter.conds, shared, local_arrays,
         sorted(expanded), splitter.barrier_targets, ns,
@@ -126,6 +162,7 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
     plan.device_fns = rewriter.usage.device_calls
     plan.has_block_control = bool(splitter.conds)
     plan.n_barriers = sum(1 for _ in _barriers(items))
+    plan.candidates = candidates
     return plan
 
 
@@ -191,33 +228,42 @@ def unit_args(plan: Plan) -> list[str]:
 
 
 def unit_source(plan: Plan, unit, fname: str) -> str:
-    args = unit_args(plan)
+    """One thread's unit: a region, or a condition (a function each: numba's cost of one function
+    grows faster than its size, so one function for all units compiled slower, 52 s against 18)."""
     out = [
-        f"def {fname}({', '.join(args)}):",
+        f"def {fname}({', '.join(unit_args(plan))}):",
         f"    {P}tx = {P}t % {P}bdx",
         f"    {P}ty = ({P}t // {P}bdx) % {P}bdy",
         f"    {P}tz = {P}t // ({P}bdx * {P}bdy)",
         f"    {P}ctx = {CTX}",
     ]
+    out += _indent(_unit_body(plan, unit), 4)
+    return "\n".join(out) + "\n"
+
+
+def _unit_body(plan: Plan, unit) -> list[str]:
+    out = []
     stmts = _unit_stmts(unit)
     reads, writes = names_in(stmts)
     touched = reads | writes
+    remats = [v for v in plan.remat if v in touched and v not in writes]
+    for v in remats:
+        touched |= plan.remat[v][1]
     for v in plan.local_arrays:
         if v in touched:
-            out.append(f"    {v} = {P}la_{v}[{P}t]")
+            out.append(f"{v} = {P}la_{v}[{P}t]")
     for v in plan.expanded:
         if v in touched:
-            out.append(f"    {v} = {P}e_{v}[{P}t]")
+            out.append(f"{v} = {P}e_{v}[{P}t]")
+    for v in remats:
+        out.append(f"{v} = {_src(plan.remat[v][0].value)}")
     if isinstance(unit, Cond):
-        out.append(f"    if {_src(unit.expr)}:")
-        out.append("        return True")
-        out.append("    return False")
-        return "\n".join(out) + "\n"
-    out += _indent([x for s in stmts for x in _src(s).splitlines()], 4)
+        return out + [f"if {_src(unit.expr)}:", "    return True", "return False"]
+    out += [x for s in stmts for x in _src(s).splitlines()]
     for v in plan.expanded:
         if v in writes:
-            out.append(f"    {P}e_{v}[{P}t] = {v}")
-    return "\n".join(out) + "\n"
+            out.append(f"{P}e_{v}[{P}t] = {v}")
+    return out + ["return False"]
 
 
 def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
@@ -330,11 +376,11 @@ def grid_source(plan: Plan, parallel: bool) -> str:
     params = [(P + "p_" + p) if p in plan.written_params else p for p in plan.params]
     loop = f"{P}prange" if parallel else "range"
     return textwrap.dedent(f"""\
-        def {P}grid({P}gdx, {P}gdy, {P}gdz, {P}bdx, {P}bdy, {P}bdz, {P}rng, {', '.join(params)}):
+        def {P}grid({P}gdx, {P}gdy, {P}gdz, {P}bdx, {P}bdy, {P}bdz, {P}rng, {", ".join(params)}):
             {P}nb = {P}gdx * {P}gdy * {P}gdz
             for {P}b in {loop}({P}nb):  # blocks in np.ndindex(grid) order, as fastsim runs them
                 {P}block({P}b // ({P}gdy * {P}gdz), ({P}b // {P}gdz) % {P}gdy, {P}b % {P}gdz,
-                         {P}bdx, {P}bdy, {P}bdz, {P}gdx, {P}gdy, {P}gdz, {P}rng, {', '.join(params)})
+                         {P}bdx, {P}bdy, {P}bdz, {P}gdx, {P}gdy, {P}gdz, {P}rng, {", ".join(params)})
         """)
 
 
@@ -346,4 +392,3 @@ def poison_globals(plan: Plan) -> dict:
     from visualizer.engine.compiled.runtime import poison_value
 
     return {f"{P}poison_{name}": poison_value(dtype) for name, (shape, dtype) in plan.shared.items()}
-

@@ -30,25 +30,34 @@ from visualizer.engine.compiled.codegen import (
     grid_source,
     plan_kernel,
     poison_globals,
+    rematerialize,
     source_digest,
     unit_source,
 )
 from visualizer.engine.compiled.translate import (
     IDS,
-    P,
     CudaRewriter,
     Names,
     NotCompiled,
+    P,
     _refuse,
     array_decl,
     contains_barrier,
     kernel_python_function,
     local_names,
+    refuse_spin_waits,
     walk_items,
 )
 from visualizer.engine.instrument_ast import function_source_tree
 
-JIT = {"cache": False, "boundscheck": True}  # an index out of range raises, as on fastsim
+# an index out of range raises, as on fastsim; x / 0.0 is inf, as on a GPU (not ZeroDivisionError)
+JIT = {"cache": False, "boundscheck": True, "error_model": "numpy"}
+# functions only compiled code calls: no wrapper for calls from Python (a second of compile each)
+INNER = {
+    **JIT,
+    "no_cpython_wrapper": True,
+    "no_cfunc_wrapper": True,
+}  # an index out of range raises, as on fastsim
 
 _lock = threading.RLock()
 _kernels: dict = {}
@@ -113,6 +122,7 @@ def compile_device(py_fn) -> DeviceFn:
     local = local_names(fd)
     if contains_barrier(fd, names, local):
         _refuse(fd, f"a barrier inside device function {fd.name!r}")
+    refuse_spin_waits(fd, names, local)
     _compiling.add(code)
     try:
         ns: dict = {}
@@ -125,7 +135,9 @@ def compile_device(py_fn) -> DeviceFn:
                 kind, name, shape, dtype = d
                 if kind == "shared":
                     _refuse(node, f"shared memory declared in device function {fd.name!r}")
-                return ast.copy_location(ast.parse(f"{name} = {P}np.zeros({shape!r}, {P}np.{dtype.name})").body[0], node)
+                return ast.copy_location(
+                    ast.parse(f"{name} = {P}np.zeros({shape!r}, {P}np.{dtype.name})").body[0], node
+                )
 
         rewriter = CudaRewriter(names, local, ns, True, compile_device)
         body = [rewriter.visit(Decls().visit(s)) for s in fd.body]
@@ -142,12 +154,14 @@ def compile_device(py_fn) -> DeviceFn:
             hit = _devices.get(name)
             if hit is not None:
                 return hit
-            src = f"def {name}({ast.unparse(args)}):\n" + "\n".join("    " + x for x in (unpack + "\n" + body_src).splitlines())
+            src = f"def {name}({ast.unparse(args)}):\n" + "\n".join(
+                "    " + x for x in (unpack + "\n" + body_src).splitlines()
+            )
             gns = {**_base_ns(), **ns}
             exec(compile(src + "\n", f"<compiled device {fd.name}>", "exec"), gns)  # noqa: S102 - generated here
             from numba import njit
 
-            dev = DeviceFn(name, njit(**JIT)(gns[name]), src)
+            dev = DeviceFn(name, njit(**INNER)(gns[name]), src)
             _devices[name] = dev
             return dev
     finally:
@@ -187,6 +201,12 @@ def _typemap(flat_fn, argtypes) -> dict:
     return res.typemap
 
 
+def _is_array(var: str, typemap: dict) -> bool:
+    from numba.core import types as nbt
+
+    return isinstance(typemap.get(var), nbt.Array)
+
+
 def _dtype_of(var: str, typemap: dict) -> np.dtype:
     from numba.core import types as nbt
     from numba.np.numpy_support import as_dtype
@@ -207,26 +227,39 @@ def _dtype_of(var: str, typemap: dict) -> np.dtype:
     raise NotCompiled(f"{var!r} ({t}) lives across a barrier; only numbers are kept per thread")
 
 
-def _serial_reason(plan: Plan) -> str | None:
+def _array_use(plan: Plan) -> tuple[set, set]:
+    """(parameters read, parameters written) through subscripts, atomics and device-function calls (a
+    device function may read and write any array it is given)."""
     params = set(plan.params)
-    global_atomics = plan.atomic_targets - set(plan.shared)
-    if global_atomics:
-        return f"atomics on global memory ({', '.join(sorted(global_atomics))})"
-    read, written = set(), set()
+    read, written = set(), set(plan.atomic_targets) & params
     for unit, _ in walk_items(plan.items):
         stmts = unit.stmts if hasattr(unit, "stmts") else [ast.Expr(value=unit.expr)]
         for s in stmts:
             for node in ast.walk(s):
                 if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
                     (written if isinstance(node.ctx, ast.Store) else read).add(node.value.id)
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.startswith(P + "dev_"):
-                    for a in node.args:  # a device function may read and write any array it is given
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id.startswith(P + "dev_")
+                ):
+                    for a in node.args:
                         if isinstance(a, ast.Name) and a.id in params:
                             read.add(a.id)
                             written.add(a.id)
-    both = (read & written) & params
+    return read & params, written & params
+
+
+def _serial_reason(plan: Plan) -> str | None:
+    global_atomics = plan.atomic_targets - set(plan.shared)
+    if global_atomics:
+        return f"atomics on global memory ({', '.join(sorted(global_atomics))})"
+    read, written = _array_use(plan)
+    both = read & written
     if both:
-        return f"global array read and written ({', '.join(sorted(both))}): another block's writes could be read"
+        return (
+            f"global array read and written ({', '.join(sorted(both))}): another block's writes could be read"
+        )
     return None
 
 
@@ -248,7 +281,9 @@ def kernel_tree(kernel=None, *, tree: ast.FunctionDef | None = None, namespace: 
     try:
         mod = function_source_tree(py_fn)
     except (OSError, TypeError, SyntaxError):
-        raise NotCompiled(f"the source of kernel {getattr(py_fn, '__name__', '?')!r} cannot be read") from None
+        raise NotCompiled(
+            f"the source of kernel {getattr(py_fn, '__name__', '?')!r} cannot be read"
+        ) from None
     fd = mod.body[0]
     if not isinstance(fd, ast.FunctionDef):
         raise NotCompiled("the kernel is not a def")
@@ -286,6 +321,7 @@ def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, t
             raise
         except Exception as e:  # noqa: BLE001 - numba's typing errors are many classes
             raise NotCompiled(_numba_reason(e)) from None
+        rematerialize(plan, lambda v: _is_array(v, typemap))
         dtypes = {v: _dtype_of(v, typemap) for v in plan.expanded}
         parts = [unit_source(plan, r, f"{P}region_{r.index}") for r in plan.regions]
         parts += [unit_source(plan, c, f"{P}cond_{c.index}") for c in plan.conds]
@@ -297,10 +333,10 @@ def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, t
         except SyntaxError as e:
             raise NotCompiled(f"generated code did not parse: {e}") from None
         for r in plan.regions:
-            gns[f"{P}region_{r.index}"] = njit(**JIT)(gns[f"{P}region_{r.index}"])
+            gns[f"{P}region_{r.index}"] = njit(**INNER)(gns[f"{P}region_{r.index}"])
         for c in plan.conds:
-            gns[f"{P}cond_{c.index}"] = njit(**JIT)(gns[f"{P}cond_{c.index}"])
-        gns[P + "block"] = njit(**JIT)(gns[P + "block"])
+            gns[f"{P}cond_{c.index}"] = njit(**INNER)(gns[f"{P}cond_{c.index}"])
+        gns[P + "block"] = njit(**INNER)(gns[P + "block"])
         grid = njit(**JIT)(gns[P + "grid"])
         from numba.core import types as nbt
 
@@ -388,19 +424,24 @@ def launch(kernel=None, griddim=1, blockdim=1, args=(), *, schedule=None, parall
         reason = "parallel blocks not asked for"
     grid = _parallel_grid(ck) if use_parallel else ck.grid
     rng = runtime.rng_state(*schedule) if seeded else np.zeros(1, np.uint64)
-    saved = [(a, a.copy()) for a in arrays if a.flags.writeable] if ck.plan.has_block_control else []
+    # what the kernel may write, kept so a launch stopped half-way is undone before fastsim runs it
+    # (arrays aliasing a written one are covered by its copy)
+    written = _array_use(ck.plan)[1]
+    saved = [(a, a.copy()) for p, a in zip(ck.plan.params, args, strict=True)
+             if p in written and isinstance(a, np.ndarray) and a.flags.writeable]  # fmt: skip
     t0 = time.process_time()
     try:
         grid(g[0], g[1], g[2], b[0], b[1], b[2], rng, *args)
-    except runtime.DivergentBarrier as e:
+    except Exception as e:  # noqa: BLE001 - any failure: undone, and fastsim runs it (its message)
         for a, copy_ in saved:
             a[...] = copy_
-        line = e.args[0] if e.args else "?"
-        raise NotCompiled(
-            f"a barrier under a condition that differs between the block's threads (line {line})"
-        ) from None
+        if isinstance(e, runtime.DivergentBarrier):
+            line = e.args[0] if e.args else "?"
+            raise NotCompiled(
+                f"a barrier under a condition that differs between the block's threads (line {line})"
+            ) from None
+        raise NotCompiled(f"the kernel raised {type(e).__name__} on the compiled engine") from None
     run_s = time.process_time() - t0
     sched = {"seed": int(schedule[0]), "run": int(schedule[1])} if seeded else None
     return LaunchReport("compiled", "parallel" if use_parallel else "serial", None if use_parallel else reason,
                         compile_s, run_s, sched, len(ck.plan.regions), ck.plan.n_barriers)  # fmt: skip
-

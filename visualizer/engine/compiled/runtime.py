@@ -32,7 +32,13 @@ class DivergentBarrier(Exception):
 # --- atomics: each returns the old value, as numba.cuda's do. Blocks that share global memory run
 # one after another (engine.py never runs those in prange), so a read-modify-write is atomic here.
 
-_JIT = {"cache": False, "boundscheck": True}
+_JIT = {
+    "cache": False,
+    "boundscheck": True,
+    "error_model": "numpy",
+    "no_cpython_wrapper": True,
+    "no_cfunc_wrapper": True,
+}
 
 
 @njit(**_JIT)
@@ -162,7 +168,7 @@ ATOMICS = {
 # bit for bit on any machine and numba version (numpy's generator inside njit is not promised to).
 
 
-@njit(cache=False)
+@njit(**_JIT)
 def rng_next(state):
     state[0] += np.uint64(0x9E3779B97F4A7C15)
     z = state[0]
@@ -171,13 +177,13 @@ def rng_next(state):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=False)
+@njit(**_JIT)
 def rng_below(state, n):
     """A draw in [0, n)."""
     return np.int64(rng_next(state) % np.uint64(n))
 
 
-@njit(cache=False)
+@njit(**_JIT)
 def shuffled_lanes(state, lanes, count):
     """lanes[:count] = 0..count-1 in a seeded order (Fisher-Yates)."""
     for i in range(count):

@@ -26,6 +26,7 @@ import copy
 import math
 import types
 from dataclasses import dataclass, field
+
 import numpy as np
 
 P = "__cc_"  # every name this engine adds starts so; a kernel's own names may not
@@ -44,7 +45,12 @@ ID_ATTRS = {
     ("gridDim", "y"): "gdy",
     ("gridDim", "z"): "gdz",
 }
-BARRIERS = {"syncthreads": "sync", "syncthreads_count": "count", "syncthreads_and": "and", "syncthreads_or": "or"}
+BARRIERS = {
+    "syncthreads": "sync",
+    "syncthreads_count": "count",
+    "syncthreads_and": "and",
+    "syncthreads_or": "or",
+}
 NO_OPS = {"threadfence", "threadfence_block", "threadfence_system"}  # blocks run one at a time: no reordering
 WARP_OPS = {
     "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync", "all_sync", "any_sync",
@@ -193,7 +199,8 @@ class CudaRewriter(ast.NodeTransformer):
     def visit_Attribute(self, node):
         path = cuda_attr_path(node, self.names, self.local)
         if path is None:
-            return self.generic_visit(node)
+            via_module = self.visit_Attribute_module(node)
+            return via_module if via_module is not None else self.generic_visit(node)
         if len(path) == 2 and tuple(path) in ID_ATTRS:
             return ast.copy_location(self.id_name(ID_ATTRS[tuple(path)]), node)
         if path == ["laneid"]:
@@ -201,6 +208,20 @@ class CudaRewriter(ast.NodeTransformer):
         if path == ["warpsize"]:
             return ast.copy_location(ast.Constant(32), node)
         _refuse(node, f"cuda.{'.'.join(path)} is not compiled for the CPU")
+
+    def visit_Attribute_module(self, node):
+        """``module.name`` where module is a kernel helper module (kernels.flat): the object it names."""
+        if isinstance(node.value, ast.Name) and node.value.id not in self.local:
+            found, mod = self.names.lookup(node.value.id)
+            if found and isinstance(mod, types.ModuleType) and not is_cuda_module(mod):
+                if mod.__name__.split(".")[0] in SAFE_MODULES:
+                    self.device_ns[node.value.id] = mod
+                    return node
+                if not hasattr(mod, node.attr):
+                    _refuse(node, f"{mod.__name__} has no {node.attr!r}")
+                ref = self.global_ref(f"{node.value.id}_{node.attr}", getattr(mod, node.attr), node)
+                return ast.copy_location(ref, node)
+        return None
 
     def visit_Name(self, node):
         if node.id.startswith(P):
@@ -288,7 +309,9 @@ class CudaRewriter(ast.NodeTransformer):
             from visualizer.engine.compiled.runtime import ATOMICS
 
             self.device_ns[helper] = ATOMICS[path[1]]
-            return ast.copy_location(ast.Call(func=ast.Name(id=helper, ctx=ast.Load()), args=args, keywords=[]), node)
+            return ast.copy_location(
+                ast.Call(func=ast.Name(id=helper, ctx=ast.Load()), args=args, keywords=[]), node
+            )
         if path == ["const", "array_like"] and len(args) == 1:
             return args[0]
         if path[-1] in NO_OPS or path == ["nanosleep"]:
@@ -351,6 +374,35 @@ def array_decl(stmt: ast.stmt, names: Names, local: set[str]):
     if path[0] == "shared" and (0 in shape):
         _refuse(stmt, "dynamic shared memory (a shape of 0) is not compiled yet")
     return path[0], stmt.targets[0].id, shape, dtype
+
+
+class FoldConstantIfs(ast.NodeTransformer):
+    """``if FLAG:`` on a compile-time constant keeps only the branch taken, as numba-cuda does when it
+    compiles (a barrier in the branch not taken is no barrier: reduction_race's ``if BARRIER:``)."""
+
+    def __init__(self, names: Names, local: set[str]):
+        self.names, self.local = names, local
+
+    def constant(self, test: ast.expr):
+        for sub in ast.walk(test):
+            if isinstance(sub, ast.Name):
+                found, value = self.names.lookup(sub.id)
+                if sub.id in self.local or not found or not isinstance(value, (bool, int, float)):
+                    return None
+            elif isinstance(sub, (ast.Call, ast.Attribute, ast.Subscript)):
+                return None
+        try:
+            return bool(const_eval(test, self.names))
+        except NotCompiled:
+            return None
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        value = self.constant(node.test)
+        if value is None:
+            return node
+        kept = node.body if value else node.orelse
+        return kept or [ast.copy_location(ast.Pass(), node)]
 
 
 # ----------------------------------------------------------------------------- region splitting
@@ -425,6 +477,25 @@ def contains_barrier(node: ast.AST, names: Names, local: set[str]) -> bool:
             if path and (path[0] in BARRIERS or path[:2] == ["cg", "this_grid"]):
                 return True
     return False
+
+
+def refuse_spin_waits(fn: ast.AST, names: Names, local: set[str]) -> None:
+    """A loop that waits on memory (``while flag[0] == 0``, ``while atomic.cas(...)``) waits for another
+    thread; here threads run one after another between barriers, so it could wait for ever: fastsim,
+    whose watchdog stops a stuck kernel, runs it."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.While):
+            for sub in ast.walk(node.test):
+                if isinstance(sub, ast.Subscript) or (
+                    isinstance(sub, ast.Call)
+                    and (cuda_attr_path(sub.func, names, local) or [""])[0] == "atomic"
+                ):
+                    _refuse(node, "a loop that waits on memory (a spin-wait) is run by fastsim")
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call):
+                    path = cuda_attr_path(sub.func, names, local) or [""]
+                    if path[0] in NO_OPS or path[0] == "nanosleep":
+                        _refuse(node, "a loop with a fence or sleep (a spin-wait) is run by fastsim")
 
 
 def _check_no_break(stmts: list, loop: ast.stmt):
@@ -525,7 +596,9 @@ class Splitter:
             ast.Assign(targets=[ast.Name(id=hi, ctx=ast.Store())], value=stop),
             ast.Assign(targets=[ast.Name(id=i, ctx=ast.Store())], value=start),
         ]
-        if step is None or (isinstance(step, ast.Constant) and isinstance(step.value, int) and step.value > 0):
+        if step is None or (
+            isinstance(step, ast.Constant) and isinstance(step.value, int) and step.value > 0
+        ):
             test = ast.parse(f"{i} < {hi}", mode="eval").body
             inc = step or ast.Constant(1)
         elif isinstance(step, ast.Constant) and isinstance(step.value, int) and step.value < 0:
@@ -537,7 +610,9 @@ class Splitter:
             test = ast.parse(f"({st} > 0 and {i} < {hi}) or ({st} < 0 and {i} > {hi})", mode="eval").body
             inc = ast.Name(id=st, ctx=ast.Load())
         body = [
-            ast.Assign(targets=[ast.Name(id=s.target.id, ctx=ast.Store())], value=ast.Name(id=i, ctx=ast.Load())),
+            ast.Assign(
+                targets=[ast.Name(id=s.target.id, ctx=ast.Store())], value=ast.Name(id=i, ctx=ast.Load())
+            ),
             ast.AugAssign(target=ast.Name(id=i, ctx=ast.Store()), op=ast.Add(), value=inc),
             *s.body,
         ]
@@ -586,14 +661,15 @@ def rewrite_returns(stmts: list) -> list:
 
     class R(ast.NodeTransformer):
         def visit_Return(self, node):
-            if node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+            if node.value is not None and not (
+                isinstance(node.value, ast.Constant) and node.value.value is None
+            ):
                 _refuse(node, "a kernel returns no value")
             mark = ast.parse(f"{P}alive[{P}t] = False").body[0]
-            return [located(mark, node), ast.copy_location(ast.Return(value=None), node)]
+            return [located(mark, node), ast.copy_location(ast.Return(value=ast.Constant(False)), node)]
 
     out = []
     for s in stmts:
         r = R().visit(s)
         out.extend(r if isinstance(r, list) else [r])
     return out
-
