@@ -199,3 +199,42 @@ def rng_state(seed: int, run: int) -> np.ndarray:
 
     digest = hashlib.sha256(f"compiled-schedule:{int(seed)}:{int(run)}".encode()).digest()
     return np.frombuffer(digest[:8], dtype=np.uint64).copy()
+
+
+# --- the ids lens's probes on this engine (kernels/probes.py's simulator versions are Python) ------
+# ctx is (t, tx, ty, tz, bx, by, bz, bdx, bdy, bdz, gdx, gdy, gdz): what a device function is given.
+
+MODEL_SMS = 132  # kernels/probes.py's: blocks round-robin over an H200's SMs (modelled)
+
+
+@njit(**_JIT)
+def model_smid(ctx):
+    """Modelled, as fastsim's: the block's linear index round-robin over MODEL_SMS."""
+    return (ctx[4] + ctx[10] * (ctx[5] + ctx[11] * ctx[6])) % MODEL_SMS
+
+
+def _cycle_counter():
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def read_cycles(typingctx):
+        def codegen(context, builder, signature, args):
+            fnty = ir.FunctionType(ir.IntType(64), [])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
+            return builder.call(fn, [])
+
+        return types.uint64(), codegen
+
+    return read_cycles
+
+
+_read_cycles = _cycle_counter()
+
+
+@njit(**_JIT)
+def model_globaltimer(ctx):
+    """The host's cycle counter: the simulator's order of events, not GPU time (like fastsim's host
+    clock; its unit is CPU cycles, not nanoseconds)."""
+    return _read_cycles()

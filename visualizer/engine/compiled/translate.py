@@ -262,6 +262,10 @@ class CudaRewriter(ast.NodeTransformer):
         if isinstance(value, Dispatcher):  # an njit function: callable as it is
             self.device_ns[name] = value
             return ast.Name(id=name, ctx=ast.Load())
+        sub = _probe_substitute(value)
+        if sub is not None:  # the ids lens's clock and SM: this engine's own (runtime.py)
+            self.device_ns[sub[0]] = sub[1]
+            return ast.Name(id=sub[0], ctx=ast.Load())
         fn = None
         if isinstance(value, types.FunctionType):
             fn = value
@@ -341,6 +345,21 @@ class CudaRewriter(ast.NodeTransformer):
         _refuse(node, "try/except in a kernel")
 
     visit_With = visit_TryStar = visit_Try
+
+
+def _probe_substitute(value):
+    """(generated name, njit function) for kernels/probes.py's simulator smid/globaltimer, else None."""
+    try:
+        from kernels import probes
+    except ImportError:
+        return None
+    from visualizer.engine.compiled import runtime
+
+    if value is getattr(probes, "smid", None):
+        return P + "dev_model_smid", runtime.model_smid
+    if value is getattr(probes, "globaltimer", None):
+        return P + "dev_model_globaltimer", runtime.model_globaltimer
+    return None
 
 
 def local_names(fn: ast.FunctionDef) -> set[str]:
