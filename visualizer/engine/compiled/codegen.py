@@ -67,6 +67,7 @@ class Plan:
     n_barriers: int = 0
     candidates: set = field(default_factory=set)  # the kernel's own variables (what may be per thread)
     remat: dict = field(default_factory=dict)  # array view -> (its one assignment, names it reads), in order
+    array_ndims: dict = field(default_factory=dict)  # every array name the regions index -> ndim
 
 
 def rematerialize(plan: Plan, is_array) -> None:
@@ -219,12 +220,49 @@ def flat_source(plan: Plan) -> str:
 
 def unit_args(plan: Plan) -> list[str]:
     return (
-        [P + "t", *HEAD, P + "alive"]
+        [P + "t", *HEAD, P + "alive", P + "err"]
         + [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
         + list(plan.shared)
         + [P + "e_" + v for v in plan.expanded]
         + [P + "la_" + v for v in plan.local_arrays]
     )
+
+
+class CheckedIndex(ast.NodeTransformer):
+    """``a[i, j]`` -> ``a[__cc_ix(i, a.shape[0], err), ...]`` for every array the kernel indexes: an
+    index out of range is noted in ``err`` and read as 0 (negative ones wrap, as numpy's do); the launch
+    then raises, undoes its writes and fastsim runs it (its IndexError). No exception in the loop:
+    numba's ``boundscheck`` (and a raise here) kept the tiled matmul's inner loop 14x slower."""
+
+    def __init__(self, arrays: dict, shapes: dict):
+        self.arrays = arrays  # name -> ndim
+        self.shapes = shapes  # shared and local arrays: name -> their constant shape
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if not (isinstance(node.value, ast.Name) and node.value.id in self.arrays):
+            return node
+        name, ndim = node.value.id, self.arrays[node.value.id]
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if ndim > 1 and not isinstance(node.slice, ast.Tuple):
+            _refuse(node, f"{name}[...] indexed by a tuple variable (write the indices out)")
+        checked = []
+        for d, e in enumerate(parts):
+            if isinstance(e, ast.Slice) or d >= ndim:
+                checked.append(e)
+                continue
+            if name in self.shapes:  # a constant bound: LLVM drops the check where a loop range proves it
+                shape = ast.Constant(self.shapes[name][d])
+            else:
+                shape = ast.parse(f"{name}.shape[{d}]", mode="eval").body
+            err = ast.Name(id=P + "err", ctx=ast.Load())
+            checked.append(
+                ast.Call(func=ast.Name(id=P + "ix", ctx=ast.Load()), args=[e, shape, err], keywords=[])
+            )
+        node.slice = (
+            ast.Tuple(elts=checked, ctx=ast.Load()) if isinstance(node.slice, ast.Tuple) else checked[0]
+        )
+        return ast.fix_missing_locations(node)
 
 
 def unit_source(plan: Plan, unit, fname: str) -> str:
@@ -257,9 +295,11 @@ def _unit_body(plan: Plan, unit) -> list[str]:
             out.append(f"{v} = {P}e_{v}[{P}t]")
     for v in remats:
         out.append(f"{v} = {_src(plan.remat[v][0].value)}")
+    shapes = {k: v[0] for k, v in {**plan.shared, **plan.local_arrays}.items()}
+    check = CheckedIndex(plan.array_ndims, shapes)
     if isinstance(unit, Cond):
-        return out + [f"if {_src(unit.expr)}:", "    return True", "return False"]
-    out += [x for s in stmts for x in _src(s).splitlines()]
+        return out + [f"if {_src(check.visit(copy.deepcopy(unit.expr)))}:", "    return True", "return False"]
+    out += [x for s in stmts for x in _src(check.visit(copy.deepcopy(s))).splitlines()]
     for v in plan.expanded:
         if v in writes:
             out.append(f"{P}e_{v}[{P}t] = {v}")
@@ -270,7 +310,11 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
     """``__cc_block``: one block's threads through the item tree (module docstring)."""
     params = [(P + "p_" + p) if p in plan.written_params else p for p in plan.params]
     out = [f"def {P}block({', '.join(HEAD)}, {P}rng, {', '.join(params)}):"]
-    b = [f"{P}nthr = {P}bdx * {P}bdy * {P}bdz", f"{P}alive = {P}np.ones({P}nthr, {P}np.bool_)"]
+    b = [
+        f"{P}nthr = {P}bdx * {P}bdy * {P}bdz",
+        f"{P}alive = {P}np.ones({P}nthr, {P}np.bool_)",
+        f"{P}err = {P}np.zeros(1, {P}np.int64)",
+    ]
     for name, (shape, dtype) in plan.shared.items():
         b.append(f"{name} = {P}np.empty({shape!r}, {P}np.{dtype.name})")
         b.append(f"{name}.fill({P}poison_{name})")
@@ -368,7 +412,7 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
                 lines += _indent(uniform(it.cond) + [f"if not {P}c:", "    break"] + emit(it.body), 4)
         return lines
 
-    out += _indent(b + emit(plan.items), 4)
+    out += _indent(b + emit(plan.items) + [f"return {P}err[0]"], 4)
     return "\n".join(out) + "\n"
 
 
@@ -378,9 +422,12 @@ def grid_source(plan: Plan, parallel: bool) -> str:
     return textwrap.dedent(f"""\
         def {P}grid({P}gdx, {P}gdy, {P}gdz, {P}bdx, {P}bdy, {P}bdz, {P}rng, {", ".join(params)}):
             {P}nb = {P}gdx * {P}gdy * {P}gdz
+            {P}bad = 0
             for {P}b in {loop}({P}nb):  # blocks in np.ndindex(grid) order, as fastsim runs them
-                {P}block({P}b // ({P}gdy * {P}gdz), ({P}b // {P}gdz) % {P}gdy, {P}b % {P}gdz,
+                {P}bad += {P}block({P}b // ({P}gdy * {P}gdz), ({P}b // {P}gdz) % {P}gdy, {P}b % {P}gdz,
                          {P}bdx, {P}bdy, {P}bdz, {P}gdx, {P}gdy, {P}gdz, {P}rng, {", ".join(params)})
+            if {P}bad:
+                raise IndexError("an index out of bounds")
         """)
 
 

@@ -61,6 +61,8 @@ INNER = {
 
 _lock = threading.RLock()
 _kernels: dict = {}
+# the kernel's regions check their own indexes (codegen.CheckedIndex): numba's boundscheck off there
+REGION = {**INNER, "boundscheck": False}
 _devices: dict = {}
 _compiling: set = set()  # device functions being translated (recursion is refused)
 
@@ -80,6 +82,7 @@ def _base_ns() -> dict:
         P + "rng_below": runtime.rng_below,
         P + "shuffled_lanes": runtime.shuffled_lanes,
         P + "Divergent": runtime.DivergentBarrier,
+        P + "ix": runtime.check_index,
     }
 
 
@@ -316,12 +319,17 @@ def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, t
         t0 = time.process_time()
         try:
             exec(compile(flat, f"<compiled {plan.name}>", "exec"), gns)  # noqa: S102 - generated here
-            typemap = _typemap(gns[P + "flat"], argtypes) if plan.expanded else {}
+            typemap = _typemap(gns[P + "flat"], argtypes)
         except NotCompiled:
             raise
         except Exception as e:  # noqa: BLE001 - numba's typing errors are many classes
             raise NotCompiled(_numba_reason(e)) from None
         rematerialize(plan, lambda v: _is_array(v, typemap))
+        from numba.core import types as nbt
+
+        for k, t in typemap.items():
+            if isinstance(t, nbt.Array):
+                plan.array_ndims[k.split(".")[0]] = t.ndim
         dtypes = {v: _dtype_of(v, typemap) for v in plan.expanded}
         parts = [unit_source(plan, r, f"{P}region_{r.index}") for r in plan.regions]
         parts += [unit_source(plan, c, f"{P}cond_{c.index}") for c in plan.conds]
@@ -333,10 +341,10 @@ def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, t
         except SyntaxError as e:
             raise NotCompiled(f"generated code did not parse: {e}") from None
         for r in plan.regions:
-            gns[f"{P}region_{r.index}"] = njit(**INNER)(gns[f"{P}region_{r.index}"])
+            gns[f"{P}region_{r.index}"] = njit(**REGION)(gns[f"{P}region_{r.index}"])
         for c in plan.conds:
-            gns[f"{P}cond_{c.index}"] = njit(**INNER)(gns[f"{P}cond_{c.index}"])
-        gns[P + "block"] = njit(**INNER)(gns[P + "block"])
+            gns[f"{P}cond_{c.index}"] = njit(**REGION)(gns[f"{P}cond_{c.index}"])
+        gns[P + "block"] = njit(**REGION)(gns[P + "block"])  # indexes only its own arrays, in range
         grid = njit(**JIT)(gns[P + "grid"])
         from numba.core import types as nbt
 

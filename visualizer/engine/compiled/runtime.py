@@ -201,6 +201,18 @@ def rng_state(seed: int, run: int) -> np.ndarray:
     return np.frombuffer(digest[:8], dtype=np.uint64).copy()
 
 
+@njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True, inline="always")
+def check_index(i, n, err):
+    """One index of a kernel's array access: wrapped if negative (numpy's rule, fastsim's); one outside
+    the dimension is noted in err and reads as 0 (codegen.CheckedIndex)."""
+    if i < 0:
+        i += n
+    if i < 0 or i >= n:
+        err[0] = 1
+        return 0
+    return i
+
+
 # --- the ids lens's probes on this engine (kernels/probes.py's simulator versions are Python) ------
 # ctx is (t, tx, ty, tz, bx, by, bz, bdx, bdy, bdz, gdx, gdy, gdz): what a device function is given.
 
