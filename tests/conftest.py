@@ -55,6 +55,9 @@ def open_app(switch_to: str | None = None, *, direct: bool = False, timeout: int
     if not direct or switch_to is None:
         at.run()
         assert not at.exception, [e.value for e in at.exception]
+        if "token" in query:  # that run only judged the key (web/guard.py take_token): now the page
+            at.run()
+            assert not at.exception, [e.value for e in at.exception]
     if switch_to is not None:
         at.switch_page(f"web/pages/{switch_to}.py").run()
         assert not at.exception, [e.value for e in at.exception]

@@ -28,6 +28,15 @@ def test_compare_page_from_a_link():
     assert "transpose_tiled: 32 → 4 sectors per global store request" in text, text
     assert "cmp_pair=transpose" in text and "page=compare" in text  # the link reproduces the pair
     assert at.get("plotly_chart")
+    # on the simulator the headline is what it can count, its model named; never the simulation's CPU time
+    changed = next(m.value for m in at.main.markdown if m.value.startswith("- ")).replace("\\", "")
+    first = changed.splitlines()[0].replace("\u200b", "")
+    assert first.startswith("- transpose_tiled: 4.50x faster (modelled time (memory traffic)"), first
+    assert "CPU" not in changed and "slower" not in changed
+    assert not any("not recorded yet" in c.value for c in at.main.caption)  # the stale branch note
+    table = next(d.value for d in at.main.dataframe if "what" in d.value.columns)
+    branch = table[table["what"] == "branch efficiency"].iloc[0]
+    assert branch.iloc[2] == 100.0 and branch.iloc[3] == 100.0  # A and B: counted by the SIMT lens
 
 
 def test_compare_custom_pair_and_bad_parameters():

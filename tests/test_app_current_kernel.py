@@ -132,6 +132,19 @@ def test_a_bad_link_is_one_line_on_the_page_and_the_app_keeps_serving():
     assert not at.exception and at.get("plotly_chart")
 
 
+@pytest.mark.parametrize("token", [None, TOKEN])
+def test_a_link_with_a_lone_surrogate_is_one_line_and_your_kernel_keeps_serving(token):
+    """Issue 36: JSON's "\\ud800" in a shared link's source crashed Your kernel for whoever opened it."""
+    text = _pack({**STATE.as_json(), "source": STATE.source + "# \ud800\n"})
+    at = _app({"backend": "sim", "yk": text}, token=token)
+    at.switch_page("web/pages/your_kernel.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [plain(e.value) for e in at.error]
+    assert any("The link's kernel was not loaded" in e and "lone surrogate" in e for e in errors), errors
+    assert "yk" not in at.query_params
+    assert "\ud800" not in at.text_area(key="uk_source").value  # the example, not the link's text
+
+
 # -- the current kernel in the sidebar, the URL and the pages -------------------------------------
 
 
@@ -171,9 +184,48 @@ def test_scheduling_says_its_suggestion_is_a_built_in_kernel_instead_of_replacin
 
 def test_examples_on_built_in_pages_say_they_replace_your_kernel():
     at = _ran_yours()
-    for page in ("shared_memory", "flash_attention"):
-        at.switch_page(f"web/pages/{page}.py").run()
-        assert any("in place of yours" in c.value for c in at.caption), page
+    at.switch_page("web/pages/flash_attention.py").run()
+    assert any("in place of yours" in c.value for c in at.caption)
+
+
+def test_shared_memory_draws_your_kernel_and_runs_it_n_times():
+    """Shared memory takes the visitor's kernel (it used to offer only built-in examples): its shared
+    requests' bank ways from its own recording, then its own launch run N times in its sandbox."""
+    at = _ran_yours("reduction", accesses=True)
+    at.switch_page("web/pages/shared_memory.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("in place of yours" in c.value for c in at.caption)  # no built-in example offered
+    assert not [b for b in at.button if b.label.startswith("Load ")]
+    assert any("shared requests recorded" in plain(c.value) for c in at.caption)
+    assert at.get("plotly_chart")
+    go = at.button(key="smem_yours_runs_go")
+    go.click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    verdict = " ".join(plain(m.value) for m in at.markdown if "run" in m.value.lower())
+    assert "runs" in verdict and "8" in verdict, verdict
+    assert at.session_state["capture"].launch["user_kernel"]  # still the visitor's kernel
+    kept = at.session_state["_visitor_reruns"]
+    (runs_cap,) = kept.values()
+    assert runs_cap.launch["kernel_name"] == "block_sum" and runs_cap.launch["runs"]["count"] == 8
+
+
+def test_shared_memory_offers_to_record_your_kernel_first():
+    at = _ran_yours("reduction")
+    at.switch_page("web/pages/shared_memory.py").run()
+    assert not at.exception
+    assert any("not recorded when it ran" in plain(i.value) for i in at.info)
+    at.button(key="smem_record_yours").click().run()
+    assert at.session_state["page"] == "shared_memory"
+    assert at.session_state["capture"].requests is not None and at.get("plotly_chart")
+
+
+def test_memory_access_runs_your_kernel_n_times():
+    at = _ran_yours(accesses=True)
+    at.switch_page("web/pages/memory_access.py").run()
+    assert not any("python -m visualizer capture --source" in plain(c.value) for c in at.caption)
+    at.button(key="mem_yours_runs_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    assert any("gave one output" in plain(c.value) for c in at.caption)  # vector add has no race
 
 
 # -- a shared link ---------------------------------------------------------------------------------
@@ -253,10 +305,10 @@ def test_uploads_survive_page_switches():
     assert not any("kept from before" in plain(c.value) for c in at.caption)
 
 
-def test_kept_uploads_are_bounded_and_the_uploader_always_wins(monkeypatch):
+def test_kept_uploads_stay_within_the_sessions_budget(monkeypatch):
     import streamlit as st
 
-    from visualizer.web import current_kernel
+    from visualizer.web import current_kernel, uploads
 
     class Upload:
         def __init__(self, name, data):
@@ -265,17 +317,22 @@ def test_kept_uploads_are_bounded_and_the_uploader_always_wins(monkeypatch):
         def getvalue(self):
             return self.data
 
-    monkeypatch.setattr(current_kernel, "MAX_KEPT_BYTES", 10)
+    def names(got):
+        files, problem = got
+        return [u.name for u in files], problem
+
+    monkeypatch.setattr(uploads, "SESSION_UPLOAD_BYTES", 10)
+    monkeypatch.setattr(uploads, "SESSION_UPLOAD_FILES", 3)
     st.session_state.pop("uk_kept_uploads", None)  # bare mode: a session state of its own
-    assert [u.name for u in current_kernel.kept_uploads([Upload("a", b"1234"), Upload("b", b"12345")])] == [
-        "a",
-        "b",
-    ]
-    assert [u.name for u in current_kernel.kept_uploads(None)] == ["a", "b"]  # the page was left and back
-    assert [u.name for u in current_kernel.kept_uploads([Upload("c", b"123456")])] == ["c"]  # oldest dropped
-    big = current_kernel.kept_uploads([Upload("big", b"x" * 20)])
-    assert [(u.name, u.getvalue()) for u in big] == [("big", b"x" * 20)]  # used now, too big to keep
-    assert current_kernel.kept_uploads(None) == []
+    kept = current_kernel.kept_uploads
+    assert names(kept([Upload("a", b"1234"), Upload("b", b"12345")])) == (["a", "b"], None)
+    assert names(kept(None)) == (["a", "b"], None)  # the page was left and back
+    assert names(kept([Upload("c", b"123456")])) == (["c"], None)  # the oldest kept make room
+    # over the budget in the uploader alone: one line, and none of it used or kept
+    files, problem = names(kept([Upload("big", b"x" * 20)]))
+    assert files == ["c"] and "not used" in problem and "\n" not in problem, problem
+    files, problem = names(kept([Upload(f"f{i}", b"1") for i in range(4)]))
+    assert files == ["c"] and "4 uploaded files" in problem
     st.session_state.pop("uk_kept_uploads", None)
 
 
@@ -338,3 +395,34 @@ def test_on_the_gpu_your_kernel_is_current_and_its_link_runs_it_there_again():
     assert again.measured and again.launch["kernel"] == "matmul_tiled (yours)" and again.check["correct"]
     assert opened.session_state["page"] == "occupancy"
     np.testing.assert_array_equal(again.outputs["C"], cap.outputs["C"])
+
+
+def test_compare_offers_your_kernel_and_an_edited_copy_of_it():
+    """With the visitor's kernel current, Compare compares versions of it (it used to show a built-in
+    pair silently); an edited copy without its loop barrier is said to race, before any speed."""
+    at = _ran_yours("reduction", accesses=True)
+    at.switch_page("web/pages/compare.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="cmp_pair").value == "yours"
+    assert at.selectbox(key="cmp_yours_b").value == "edited"
+    key = next(t.key for t in at.text_area if t.key.startswith("cmp_yours_src_"))
+    source = at.text_area(key=key).value
+    assert "def block_sum" in source and not at.get("plotly_chart")  # nothing runs until asked
+    loop_barrier = "        cuda.syncthreads()\n        s //= 2"
+    assert loop_barrier in source
+    at.text_area(key=key).set_value(source.replace(loop_barrier, "        s //= 2"))
+    at.button(key="cmp_yours_go").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    said = next(plain(m.value) for m in at.main.markdown if m.value.startswith("- "))  # what changed
+    lines = said.splitlines()
+    b = at.session_state["_visitor_reruns"]
+    (edited,) = [c for k, c in b.items() if k[1] == "B"]
+    wrong = sum(o["mismatches"] for o in edited.check["outputs"].values())
+    first = 1 if wrong else 0  # a wrong output is said first, then the hazards
+    assert (not wrong) or lines[0].startswith("- B's output is wrong"), lines
+    assert lines[first].startswith("- B has ") and " hazards" in lines[first], lines
+    assert "CPU" not in said
+    assert at.get("plotly_chart")
+    # a built-in pair, chosen by hand, says it is not the visitor's kernel
+    at.selectbox(key="cmp_pair").set_value("transpose").run()
+    assert any("built-in kernels, not yours" in plain(c.value) for c in at.caption)

@@ -83,7 +83,7 @@ def test_flash_page_renders_loop_row_state_smem_and_timing(flash_page):
     assert "227 KB opt-in" in gauge["layout"]["title"]["text"]
     (timing,) = [f for t, f in figs.items() if t.startswith("Attention forward vs seq_len")]
     assert "measured (GPU)" in timing["layout"]["title"]["text"]
-    assert any("nothing on this page is GPU time" in w.value for w in at.warning)
+    assert any("Nothing on this page is GPU time" in c.value for c in at.caption)
     assert any("matches the float64 numpy reference" in s.value for s in at.success)
     assert not [t for t in figs if t.startswith("Loop orders")]  # FA1 comparison is off at first
 
@@ -146,7 +146,7 @@ def test_gpu_capture_also_shows_this_sessions_kernel_times(flash_page):
     at.session_state.capture = dataclasses.replace(cap, launch=launch, timing=timing)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not any("nothing on this page is GPU time" in w.value for w in at.warning)
+    assert not any("Nothing on this page is GPU time" in c.value for c in at.caption)
     labels = {m.label: m.value for m in at.metric}
     assert labels["clean kernel"] == "20.0 µs" and labels["instrumented kernel"] == "30.0 µs"
     assert any("This session's run" in m.value for m in at.markdown)
@@ -154,7 +154,7 @@ def test_gpu_capture_also_shows_this_sessions_kernel_times(flash_page):
 
 def test_other_kernel_explains_and_loads_the_example():
     at = open_page("vector_add", n=256, block=64)
-    assert any("need a **flash_attention** or **flash_attention_fast** run" in i.value for i in at.info)
+    assert any("need **flash_attention** (example" in i.value and "flash_attention_fast" in i.value for i in at.info)
     assert not [t for t in charts(at) if t.startswith("FlashAttention")]
     assert [t for t in charts(at) if t.startswith("Attention forward vs seq_len")]  # recorded timings stay
 
@@ -280,6 +280,9 @@ def test_the_recorded_h200_file_renders_every_implementation(monkeypatch, mode):
     check_timing_chart(timing_chart(at), doc, mode)
     for name in legend(timing_chart(at)):  # a student reads names, not the bench's spellings
         assert name not in TIMING_STYLES and name not in TIMING_ALIASES
+    said = " ".join(c.value for c in at.main.caption)
+    assert "visualizer.tools.attention_bench" in said  # the command that runs today
+    assert "-m visualizer.attention_bench" not in said  # the module moved: that one fails
 
 
 def test_attention_timing_figure_from_the_sample():
@@ -376,7 +379,7 @@ def test_fast_kernel_page_maps_q_tiles_to_paired_blocks():
     assert len(loop["frames"]) == 4 and "simulated" in title
     assert any("block x = 1 computes the middle Q tile only" in c.value for c in at.caption)
     assert any("matches the float64 numpy reference" in s.value for s in at.success)
-    assert any("nothing on this page is GPU time" in w.value for w in at.warning)
+    assert any("Nothing on this page is GPU time" in c.value for c in at.caption)
     assert not [t for t in at.toggle if t.key == "fa_fa1"]  # the FA1 model is the teaching kernel's
 
     at.number_input(key="q_tile").set_value(0).run()

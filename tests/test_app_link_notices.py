@@ -44,3 +44,20 @@ def test_a_long_hostile_link_value_is_cut_and_escaped():
     (notice,) = [w.value for w in at.warning if "was ignored" in w.value]
     assert len(notice) < 200 and "x" * 60 not in notice
     assert "\\[click\\]\\(http" in notice  # shown literally, not as a link
+
+
+def test_the_link_keeps_only_the_shown_pages_choices_and_the_global_ones():
+    """It used to grow with every page visited (~40 parameters); now another page's choices wait in the
+    session and come back into the link when their page is shown again."""
+    at = open_app("grid", kernel="vector_add", backend="sim", n="200", block="48")
+    at.radio(key="grid_color_by").set_value("lane").run()
+    assert str(at.query_params.get("grid_color_by")).strip("[]'\"") == "lane"
+    for page in ("scheduling", "memory_flow", "occupancy", "compare"):
+        at.switch_page(f"web/pages/{page}.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+    keys = set(at.query_params)
+    assert "grid_color_by" not in keys and not any(k.startswith(("sched_", "flow_", "occ_")) for k in keys)
+    assert all(k in {"page", "kernel", "backend", "n", "block"} or k.startswith("cmp_") for k in keys), keys
+    at.switch_page("web/pages/grid.py").run()
+    assert str(at.query_params.get("grid_color_by")).strip("[]'\"") == "lane"  # back with its page
+    assert at.radio(key="grid_color_by").value == "lane"

@@ -23,6 +23,8 @@ def _your_kernel_page(token: str | None = TOKEN) -> AppTest:
     at.query_params["backend"] = "sim"
     if token is not None:
         at.query_params["token"] = token
+        at.run()  # the key is judged and taken out of the browser's history; nothing else is drawn
+        assert not at.exception, [e.value for e in at.exception]
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     at.switch_page("web/pages/your_kernel.py").run()
@@ -101,6 +103,19 @@ def test_edited_kernel_with_a_bug_gives_one_line_and_the_page_keeps_working():
     assert _button(at, "Run your kernel").disabled
 
 
+def test_the_run_that_finds_the_key_draws_nothing_but_the_history_scrubber():
+    """Issue 36: the key's history entry must be replaced before anything else renders (each URL
+    write of a page pushes an entry, and the key's would stay behind it). In a browser, the scrubber
+    replaces the entry and asks for the next run (tests/e2e/test_key_history_browser.py)."""
+    at = AppTest.from_file(ENTRY, default_timeout=180)
+    at.query_params.update(backend="sim", token=TOKEN)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    main = [e for e in at.main if getattr(e, "type", None) != "bidi_component"]
+    assert not at.title and not at.sidebar.children and len(at.main.children) <= 1, main
+    assert at.query_params["token"] == TOKEN  # untouched by the server: no URL write before the scrub
+
+
 def test_the_link_with_the_key_turns_code_on_and_leaves_the_url():
     at = _your_kernel_page()
     assert "token" not in at.query_params  # a link copied from the address bar does not carry it
@@ -136,7 +151,7 @@ def test_without_the_key_the_page_says_how_and_runs_nothing(token):
     if token is not None:  # the page the link opened said so, and the key left the URL
         first = AppTest.from_file(ENTRY, default_timeout=180)
         first.query_params["token"] = token
-        first.run()
+        first.run().run()  # judged, then the page
         assert (
             any("not this server's" in w.value for w in first.warning) and "token" not in first.query_params
         )
@@ -223,3 +238,42 @@ def test_an_upload_named_like_an_address_is_never_a_link_on_any_page():
         ]
         assert any("www.evil.example.npy" in plain(t) for t in shown), page  # it is shown...
         assert not [t for t in shown if re.search(r"www\.", t)], page  # ...and never as an address
+
+
+# -- uploads: only where code may run, within the session's budget (issue 36) --------------------
+
+
+def _npy(values) -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(values, dtype=np.float32))
+    return buf.getvalue()
+
+
+def test_a_session_without_the_key_gets_no_uploader():
+    at = _your_kernel_page(token=None)
+    assert not at.get("file_uploader"), "an upload is read only by a run: no uploader where nothing runs"
+    assert any("Uploading `.npy` arrays comes with running your own code" in c.value for c in at.caption)
+    assert _your_kernel_page().get("file_uploader")  # the key: the uploader is there
+
+
+def test_a_keyed_session_over_its_upload_budget_gets_one_line():
+    from visualizer.web.uploads import SESSION_UPLOAD_FILES
+
+    at = _your_kernel_page()
+    uploader = at.file_uploader[0]
+    for i in range(SESSION_UPLOAD_FILES + 1):
+        uploader.upload(f"a{i}.npy", _npy([i]))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [plain(e.value) for e in at.error]
+    assert (
+        len(errors) == 1
+        and "not used" in errors[0]
+        and f"{SESSION_UPLOAD_FILES + 1} uploaded files" in errors[0]
+    )
+    assert "\n" not in errors[0]
+    assert not at.session_state["uk_kept_uploads"]  # nothing of it kept for the session

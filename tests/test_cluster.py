@@ -285,3 +285,22 @@ def test_serve_hands_the_pool_size_and_the_cluster_to_the_app(monkeypatch, capsy
         serve.main(["--cluster", "tcp://127.0.0.1:8786", "--port", "8599"])
     assert seen[runner.CLUSTER_ENV] == "tcp://127.0.0.1:8786"
     assert "Dask cluster at tcp://127.0.0.1:8786" in capsys.readouterr().out
+
+
+def test_localcluster_without_distributed_says_so_in_one_line_and_leaves_no_temp_dir(
+    monkeypatch, tmp_path, capsys
+):
+    import importlib.util
+    import tempfile
+
+    from visualizer.tools import localcluster
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name, *a)
+    )
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a leftover dir would appear
+    assert localcluster.main(["--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "distributed" in err
+    assert list(tmp_path.iterdir()) == []

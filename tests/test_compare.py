@@ -46,17 +46,62 @@ def test_compare_transpose_naive_vs_tiled(transpose_pair):
     # the unpadded tile's column reads are 32-way conflicts: 32 wavefronts per shared load request
     assert math.isnan(row(table, "shared_ld_wavefronts_per_request")["a"])
     assert row(table, "shared_ld_wavefronts_per_request")["b"] == 32.0
-    assert row(table, "device_ms")["a_source"].startswith("simulated")
+    # the simulator has no GPU time: the CPU time of the simulation has its own row, never ranked
+    dev = row(table, "device_ms")
+    assert math.isnan(dev["a"]) and dev["a_note"] == cmp.NO_GPU_TIME
+    cpu = row(table, "sim_cpu_ms")
+    assert cpu["a"] > 0 and cpu["a_source"] == cmp.SIM_TIME_SOURCE and "not kernel time" in cpu["what"]
     assert math.isnan(row(table, "launch_overhead_us")["a"])  # measured on a GPU only, never invented
+    # modelled from the recorded sectors: naive 128 x 4 load + 128 x 32 store sectors, tiled 128 x (4 + 4)
+    model = row(table, "modelled_us")
+    assert model["a"] == pytest.approx((128 * 4 + 128 * 32) * 32 / cmp.H200_HBM_GBS / 1e3)
+    assert model["b"] == pytest.approx((128 * 4 + 128 * 4) * 32 / cmp.H200_HBM_GBS / 1e3)
     branch = row(table, cmp.BRANCH_EFFICIENCY)
     assert math.isnan(branch["a"]) and branch["a_note"] == cmp.BRANCH_NOTE
+    assert row(table, "wrong_elements")[["a", "b"]].tolist() == [0.0, 0.0]
+    assert row(table, "hazards")[["a", "b"]].tolist() == [0.0, 0.0]
     diffs = cmp.differences(table)
     assert "transpose_tiled: 32 → 4 sectors per global store request" in diffs
-    assert any(d.startswith("transpose_tiled: ") and "CPU wall time" in d for d in diffs if "x " in d)
+    # the first line ranks what the simulator can count: the modelled time, its model named
+    assert diffs[0].startswith("transpose_tiled: 4.50x faster (modelled time (memory traffic)"), diffs
+    assert cmp.MODEL_NOTE in diffs[0]
+    assert not any("CPU" in d or "wall" in d for d in diffs), diffs
     lines = cmp.lines(a, b)
     assert set(lines["side"]) == {"A", "B"}
     naive_store = lines[(lines["side"] == "A") & (lines["op"] == "store")]
     assert naive_store["sectors_per_request"].tolist() == [32.0]
+
+
+def test_branch_efficiency_comes_from_the_simt_lens(sim_runner):
+    small = {"n": 512, "reps": 4, "block": 64}
+    a = sim_runner.capture("branch_lanes", small, branches=True, time_clean=False)
+    b = sim_runner.capture("branch_warps", small, branches=True, time_clean=False)
+    table = cmp.compare(a, b)
+    eff = row(table, cmp.BRANCH_EFFICIENCY)
+    assert eff["a"] == a.launch["branches"]["efficiency"] and eff["b"] == b.launch["branches"]["efficiency"]
+    assert eff["a"] < eff["b"] == 100.0 and eff["a_note"] == ""
+    assert any("branch efficiency" in d for d in cmp.differences(table))
+
+
+def test_a_wrong_racy_b_is_said_before_any_speed(sim_runner, tmp_path, capsys):
+    """CLI compare of a right and a racy bundle: rows for B's wrong output and B's hazards, first."""
+    params = {"n": 256, "block": 64}
+    a = sim_runner.capture("reduction", params, accesses=True)
+    b = sim_runner.capture("reduction_race", params, accesses=True)
+    save(a, tmp_path / "a")
+    save(b, tmp_path / "b")
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    wrong = int(sum(o["mismatches"] for o in b.check["outputs"].values()))
+    hazards = sum(b.launch["accesses"]["hazards"][k] for k in ("RAW", "WAR", "WAW"))
+    assert wrong > 0 and hazards > 0
+    diffs = out.split("differences:")[1].strip().splitlines()
+    assert diffs[0].strip() == (
+        f"reduction_race's output is wrong: {wrong:,} element{'s' if wrong > 1 else ''} differ from the "
+        "reference (A's is right)"
+    )
+    assert diffs[1].strip().startswith(f"reduction_race has {hazards:,} hazards")
+    assert "output elements that differ from the reference" in out  # the table's row
 
 
 def test_labels_name_what_differs(sim_runner):

@@ -116,6 +116,30 @@ def test_origin_must_be_an_allowed_http_origin():
     assert refusal("127.0.0.1:8501", "http://evil.example", None) is not None
 
 
+@pytest.mark.parametrize(
+    "host, origin, scheme, same",
+    [
+        ("127.0.0.1:8501", "http://127.0.0.1:8501", "http", True),
+        ("localhost", "http://localhost", "http", True),  # port 80 both ways
+        ("localhost:80", "http://localhost", "http", True),
+        ("[::1]:8501", "http://[0:0::1]:8501", None, True),  # one address, two spellings
+        ("LocalHost:8501", "http://localhost:8501", None, True),
+        ("127.0.0.1:8501", "http://127.0.0.1:9999", "http", False),  # another local port
+        ("127.0.0.1:8501", "http://127.0.0.1", "http", False),
+        ("127.0.0.1:8501", "https://127.0.0.1:8501", "http", False),  # another scheme
+        ("127.0.0.1", "https://127.0.0.1", "http", False),  # 443 against the request's 80
+        ("127.0.0.1:8501", "http://127.0.0.2:8501", "http", False),  # another loopback address
+        ("127.0.0.1:8501", "http://localhost:8501", "http", False),
+        ("127.0.0.1:8501", "http://127.0.0.1:8501/", "http", True),
+        ("127.0.0.1:8501", "http://127.0.0.1:8501#x", "http", False),
+        ("127.0.0.1:8501", "http://127.0.0.1:99999", "http", False),
+    ],
+)
+def test_an_origin_is_served_only_when_it_is_the_requests_own(host, origin, scheme, same):
+    assert origin_allowed(origin, host=host, scheme=scheme) is same, (host, origin)
+    assert (refusal(host, origin, None, scheme=scheme) is None) is same
+
+
 def test_a_remote_client_needs_allow_remote_and_a_mapped_local_one_does_not():
     assert refusal("127.0.0.1:8501", None, "::ffff:127.0.0.1") is None  # `streamlit run` on '::'
     assert refusal("127.0.0.1:8501", None, "127.0.0.1") is None
@@ -218,6 +242,12 @@ def test_hostguard_refuses_a_rebinding_page_before_the_app():
             assert sent[0]["status"] == 403 and b"evil.example" in sent[1]["body"]
         else:
             assert sent == [{"type": "websocket.close", "code": 1008}]
+
+
+def test_hostguard_refuses_a_page_on_another_local_port_for_http_and_websocket():
+    other = [("host", "127.0.0.1:8501"), ("origin", "http://127.0.0.1:9999")]
+    for kind in ("http", "websocket"):
+        assert _call({"names": (), "remote": False}, kind, other)[0] == [], kind
 
 
 def test_hostguard_passes_loopback_and_refuses_odd_requests():

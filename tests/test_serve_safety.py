@@ -70,12 +70,25 @@ def test_dry_run_starts_streamlit_through_the_guard():
     assert res.returncode == 0, res.stderr
     cmd = res.stdout.split()
     assert cmd[1:4] == ["-m", "visualizer.web.server", "run"]  # the bootstrap that installs HostGuard
-    hosts = [cmd[i + 1] for i, word in enumerate(cmd) if word == "--server.allowedHosts"]
-    assert hosts == ["localhost", "127.0.0.1", "::1", "gpu-box.lab"]
+    # HostGuard alone judges Hosts, for HTTP and websocket alike: Streamlit's own name list disagreed
+    assert "--server.allowedHosts" not in cmd
     assert cmd[cmd.index("--browser.serverAddress") + 1] == "127.0.0.1"
     res = run("serve", "--address", "0.0.0.0", "--allow-remote", "--dry-run")
     cmd = res.stdout.split()
     assert cmd[cmd.index("--browser.serverAddress") + 1] == "localhost" and "--server.allowedHosts" not in cmd
+
+
+def test_uploads_are_capped_by_serve_and_by_the_config_file():
+    """server.maxUploadSize is the per-session budget's file size, wherever the server is started from."""
+    import tomllib
+
+    from visualizer.web.uploads import SESSION_UPLOAD_BYTES, UPLOAD_MAX_MB
+
+    cmd = run("serve", "--dry-run").stdout.split()
+    assert cmd[cmd.index("--server.maxUploadSize") + 1] == str(UPLOAD_MAX_MB)
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["maxUploadSize"] == UPLOAD_MAX_MB
+    assert UPLOAD_MAX_MB << 20 <= SESSION_UPLOAD_BYTES  # one file fits the session's budget
 
 
 def _free_port() -> int:
@@ -143,6 +156,79 @@ def test_serve_prints_the_key_link_and_refuses_foreign_hosts_on_every_route(tmp_
         assert token not in _get(url + "/")[1]
     finally:
         _stop(proc)
+
+
+def _handshake(port: int, host: str, origin: str | None) -> int:
+    """The HTTP status of a websocket handshake on Streamlit's stream, as a browser sends it."""
+    request = (
+        f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: streamlit\r\n" + (f"Origin: {origin}\r\n" if origin else "") + "\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(request.encode())
+        head = b""
+        while b"\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+    return int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else 0
+
+
+@pytest.fixture(scope="module")
+def served_port(tmp_path_factory):
+    """`python -m visualizer serve` bound to 127.0.0.1, for every Host/Origin case below."""
+    port, log = _free_port(), tmp_path_factory.mktemp("serve") / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("VISUALIZER_TOKEN", "VISUALIZER_ALLOW_USER_CODE")}
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "visualizer", "serve", "--port", str(port)],
+            cwd=log.parent,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**env, "PYTHONPATH": str(ROOT), "NUMBA_ENABLE_CUDASIM": "1"},
+            start_new_session=True,
+        )
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        yield port
+    finally:
+        _stop(proc)
+
+
+# (Host, Origin) -> served? The server listens on 127.0.0.1; a client may name it by any loopback
+# address or localhost (issue 36: HTTP served 127.0.0.2 and [::ffff:7f00:1], the websocket refused
+# them), and an Origin must be the request's own: same name, scheme and port.
+HOST_ORIGIN_CASES = [
+    ("127.0.0.1:{p}", None, True),
+    ("127.0.0.1:{p}", "http://127.0.0.1:{p}", True),
+    ("localhost:{p}", "http://localhost:{p}", True),
+    ("[::1]:{p}", "http://[::1]:{p}", True),
+    ("[::ffff:7f00:1]:{p}", None, True),
+    ("[::ffff:7f00:1]:{p}", "http://[::ffff:7f00:1]:{p}", True),
+    ("[::ffff:127.0.0.1]:{p}", "http://[::ffff:127.0.0.1]:{p}", True),
+    ("127.0.0.2:{p}", "http://127.0.0.2:{p}", True),
+    ("127.255.255.254:{p}", None, True),
+    ("127.0.0.1:{p}", "http://127.0.0.1:{other}", False),  # a page on another local port
+    ("localhost:{p}", "http://localhost:{other}", False),
+    ("127.0.0.1:{p}", "https://127.0.0.1:{p}", False),  # another scheme is another origin
+    ("127.0.0.1:{p}", "http://127.0.0.2:{p}", False),  # another loopback address, the same port
+    ("127.0.0.1:{p}", "http://localhost:{p}", False),
+    ("127.0.0.1:{p}", "http://evil.example:{p}", False),
+    ("evil.example:{p}", "http://evil.example:{p}", False),  # DNS rebinding
+    ("127.0.0.1.nip.io:{p}", None, False),
+    ("10.0.0.5:{p}", None, False),  # an address of this machine, without --allow-remote
+]
+
+
+@pytest.mark.parametrize("host, origin, served", HOST_ORIGIN_CASES)
+def test_http_and_websocket_agree_on_every_host_and_origin(served_port, host, origin, served):
+    port, other = served_port, served_port + 1 if served_port < 65535 else served_port - 1
+    host, origin = host.format(p=port, other=other), origin and origin.format(p=port, other=other)
+    status, body = _get(f"http://127.0.0.1:{port}/", host=host, origin=origin)
+    ws = _handshake(port, host, origin)
+    assert (status, ws) == ((200, 101) if served else (403, 403)), (host, origin, status, ws, body[:200])
 
 
 AUDIT = """

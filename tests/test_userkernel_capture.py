@@ -252,3 +252,46 @@ def test_cpu_time_limit_stops_a_spinning_kernel(monkeypatch):
         with pytest.raises(KernelError, match=r"more than 2 s of CPU time, the limit for user code"):
             runner.capture_source(sl, timeout=60)
         assert runner.restarts == 1
+
+
+HALO_CONV = """
+from numba import cuda, float32
+
+OUT_TILE = 6
+R = 1
+IN_TILE = OUT_TILE + 2 * R
+
+
+@cuda.jit
+def conv1d(x, out):
+    tile = cuda.shared.array(IN_TILE, dtype=float32)
+    tx = cuda.threadIdx.x
+    i = cuda.blockIdx.x * OUT_TILE + tx - R  # every thread loads one input, halo included
+    if 0 <= i < x.size:
+        tile[tx] = x[i]
+    else:
+        tile[tx] = 0
+    cuda.syncthreads()
+    o = cuda.blockIdx.x * OUT_TILE + tx - R
+    if R <= tx < IN_TILE - R and o < out.size:  # only the inner threads compute an output
+        out[o] = tile[tx - 1] + tile[tx] + tile[tx + 1]
+"""
+
+
+def test_did_work_of_a_halo_kernel_counts_the_threads_that_wrote(user_runner):
+    """A tiled stencil's halo loaders pass every guard (no early return), so the inferred rule counts
+    them; with the accesses recorded, "did work" is the threads that wrote global memory."""
+    from visualizer.web.did_work import did_work
+
+    launch = plan_source_launch(
+        HALO_CONV, "conv1d", grid="4", block="8", args={"x": "rand:float32:24", "out": "zeros:float32:24"},
+        reference=["out=np.convolve(np.pad(x, 1), np.ones(3, np.float32), 'valid')"],
+    )  # fmt: skip
+    plain = user_runner.capture_source(launch)
+    assert plain.check["correct"]
+    label, n, how = did_work(plain)
+    assert (label, n) == ("past its guards", 32) and "halo" in how  # what the inferred rule counts
+    recorded = user_runner.capture_source(launch, accesses=True)
+    label, n, how = did_work(recorded)
+    assert (label, n) == ("wrote global memory", 24)  # 4 blocks x 6 inner threads; the halo loaders not
+    assert "recorded accesses" in how

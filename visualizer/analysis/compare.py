@@ -5,12 +5,14 @@ Pure pandas. ``metrics(cap)`` reads one Capture into a tidy table of (metric, un
 memory accesses; ``differences(...)`` states what changed, one sentence each ("transpose_tiled: 32 →
 4 sectors per global store request"; "3.10x faster (device time, measured)").
 
-Where a number comes from is kept per cell: a GPU capture's device time is *measured*, a
-simulator capture's time is CPU wall time of the simulation (``simulated``), accesses are
-``recorded addresses, simulator``, occupancy is ``modelled (occupancy calculator)`` from the
-registers the GPU build reported. A metric a capture did not record is NaN with the reason in
-``note``, never a guess. Branch efficiency is not recorded by any backend yet: its row is there,
-empty, with that reason (``BRANCH_EFFICIENCY``), for the engine to fill when it records branches.
+Where a number comes from is kept per cell: a GPU capture's device time is *measured*; the simulator
+has no GPU time (its row is empty there, with the reason), and the CPU time the simulation took has a
+row of its own that says so and is never ranked. Accesses are ``recorded addresses, simulator``;
+``modelled_us`` is a named model of device time from the recorded sectors (``MODEL_NOTE``); occupancy is
+``modelled (occupancy calculator)`` from the registers the GPU build reported; branch efficiency comes
+from the SIMT lens when the capture recorded branches. A metric a capture did not record is NaN with
+the reason in ``note``, never a guess. ``differences`` says first whether B's output is wrong and how
+many hazards it has, then time: measured where both sides ran on a GPU, else the modelled time.
 """
 
 from __future__ import annotations
@@ -20,19 +22,32 @@ import math
 import numpy as np
 import pandas as pd
 
-from visualizer.analysis.provenance import MEASURED_GPU, is_measured, labelled, modelled
+from visualizer.analysis.provenance import MEASURED_GPU, labelled, modelled
+from visualizer.specs.gpus import H200_HBM_GBS, SECTOR_BYTES
 
 ACCESS_SOURCE = "recorded addresses, simulator"
 OCCUPANCY_SOURCE = modelled("occupancy calculator, registers and shared memory of the GPU build")
 WORK_SOURCE = modelled("the kernel spec's bytes and flops")
 NOT_RECORDED = "not recorded"
 BRANCH_EFFICIENCY = "branch_efficiency"
-BRANCH_NOTE = "not recorded yet: no backend records branch divergence (a later issue)"
+BRANCH_NOTE = "not recorded: capture with the SIMT lens (branches) to count it"
+SIM_TIME_SOURCE = "CPU time of the simulation (Python on this machine), not kernel time"
+NO_GPU_TIME = "no GPU time on the simulator (see the modelled time and the counts)"
+MODEL_NOTE = (
+    f"global sectors recorded × {SECTOR_BYTES} B ÷ {H200_HBM_GBS:,.0f} GB/s (an H200's HBM3e, measured copy): "
+    "memory traffic only, every sector from DRAM, no cache, latency or launch"
+)
+MODEL_SOURCE = modelled(MODEL_NOTE)
+CHECK_SOURCE = "the outputs checked against the reference"
 
 # metric -> (unit, what it means, lower is better?)
 METRICS: dict[str, tuple[str, str, bool | None]] = {
+    "wrong_elements": ("", "output elements that differ from the reference", True),
+    "hazards": ("", "hazards (unordered threads, one word)", True),
     "device_ms": ("ms", "kernel time, clean build", True),
     "instrumented_ms": ("ms", "kernel time, instrumented build", True),
+    "modelled_us": ("µs", "modelled time (memory traffic)", True),
+    "sim_cpu_ms": ("ms", "CPU time of the simulation (not kernel time)", None),
     "launch_overhead_us": ("µs", "host launch overhead", True),
     "bytes_moved": ("B", "bytes the kernel moves", None),
     "gbs": ("GB/s", "bandwidth, clean build", False),
@@ -55,10 +70,36 @@ METRICS: dict[str, tuple[str, str, bool | None]] = {
 COLUMNS = ["metric", "unit", "what", "value", "text", "source", "note"]
 
 
-def _time_source(cap) -> str:
-    if cap.measured:
-        return MEASURED_GPU
-    return "simulated (CPU wall time of the simulation, not GPU time)"
+def _wrong_elements(cap) -> tuple[float | None, str]:
+    """(output elements that differ from the reference, note); None when nothing was checked."""
+    check = cap.check or {}
+    outs = check.get("outputs") or {}
+    if check.get("correct") is None or not outs:
+        return None, "not checked: no reference"
+    return float(sum(int(o.get("mismatches", 0)) for o in outs.values())), ""
+
+
+def _hazards(cap) -> float | None:
+    """Read-after-write, write-after-read and write-after-write hazards recorded (None: not recorded)."""
+    summ = cap.launch.get("accesses")
+    if not summ or "hazards" not in summ:
+        return None
+    return float(sum(int(summ["hazards"].get(k, 0)) for k in ("RAW", "WAR", "WAW")))
+
+
+def _modelled_us(summ: dict | None) -> float | None:
+    """MODEL_NOTE's device time from every recorded global sector (None: sampled warps or no record)."""
+    if not summ or summ.get("sample") is not None:
+        return None
+    sectors = int(summ.get("global_ld_sectors", 0)) + int(summ.get("global_st_sectors", 0))
+    return sectors * SECTOR_BYTES / H200_HBM_GBS / 1e3  # bytes / (GB/s) = ns; / 1e3 = µs
+
+
+def branch_efficiency(cap) -> float | None:
+    """Branch efficiency (%) the SIMT lens recorded for this capture, if it ran with it."""
+    summ = cap.launch.get("branches")
+    eff = summ.get("efficiency") if isinstance(summ, dict) else None
+    return None if eff is None else float(eff)
 
 
 def _row(metric: str, value, source: str, note: str = "", text: str | None = None) -> dict:
@@ -114,10 +155,36 @@ def _occupancy(cap) -> tuple[float | None, str, str]:
 def metrics(cap) -> pd.DataFrame:
     """One capture's numbers: a row per METRICS entry (value NaN and a note where not recorded)."""
     t, launch = cap.timing, cap.launch
-    ts = _time_source(cap)
+    summ = launch.get("accesses")
+    no_acc = "not recorded: capture with accesses (simulator)"
+    wrong, wrong_note = _wrong_elements(cap)
+    hazards = _hazards(cap)
+    gpu = cap.measured
+    modelled_us = _modelled_us(summ)
     rows = [
-        _row("device_ms", t.get("clean_ms"), ts),
-        _row("instrumented_ms", t.get("instrumented_ms"), ts),
+        _row("wrong_elements", wrong, CHECK_SOURCE, wrong_note),
+        _row("hazards", hazards, ACCESS_SOURCE, "" if hazards is not None else no_acc),
+        _row("device_ms", t.get("clean_ms") if gpu else None, MEASURED_GPU, "" if gpu else NO_GPU_TIME),
+        _row(
+            "instrumented_ms",
+            t.get("instrumented_ms") if gpu else None,
+            MEASURED_GPU,
+            "" if gpu else NO_GPU_TIME,
+        ),
+        _row(
+            "modelled_us",
+            modelled_us,
+            MODEL_SOURCE,
+            ""
+            if modelled_us is not None
+            else ("not modelled: only sampled warps recorded" if summ else no_acc),
+        ),
+        _row(
+            "sim_cpu_ms",
+            None if gpu else (t.get("clean_ms") or t.get("instrumented_ms")),
+            SIM_TIME_SOURCE,
+            "" if not gpu else "measured device time above",
+        ),
         _row(
             "launch_overhead_us",
             t.get("launch_overhead_us"),
@@ -135,8 +202,6 @@ def metrics(cap) -> pd.DataFrame:
     occ, limiter, note = _occupancy(cap)
     rows.append(_row("occupancy", occ, OCCUPANCY_SOURCE, note))
     rows.append(_row("occupancy_limiter", limiter or None, OCCUPANCY_SOURCE, note))
-    summ = launch.get("accesses")
-    no_acc = "not recorded: capture with accesses (simulator)"
     for key in ("global_ld", "global_st"):
         per = _per_request(summ, key, f"{key}_sectors") if summ else None
         rows.append(_row(f"{key}_sectors_per_request", per, ACCESS_SOURCE, "" if per is not None else
@@ -149,8 +214,9 @@ def metrics(cap) -> pd.DataFrame:
                          (no_acc if not summ else "no such requests")))  # fmt: skip
     bank = (summ["shared_ld_bank_conflicts"] + summ["shared_st_bank_conflicts"]) if summ else None
     rows.append(_row("shared_bank_conflicts", bank, ACCESS_SOURCE, "" if summ else no_acc))
-    branch = launch.get(BRANCH_EFFICIENCY)  # the place for it: filled once a backend records branches
-    rows.append(_row(BRANCH_EFFICIENCY, branch, launch["source"], "" if branch is not None else BRANCH_NOTE))
+    branch = branch_efficiency(cap)
+    where = (launch.get("branches") or {}).get("source") or launch["source"]
+    rows.append(_row(BRANCH_EFFICIENCY, branch, where, "" if branch is not None else BRANCH_NOTE))
     return labelled(pd.DataFrame(rows, columns=COLUMNS), launch["source"], column=False)
 
 
@@ -184,7 +250,7 @@ def compare(a, b) -> pd.DataFrame:
     out["a_text"], out["b_text"] = ma["text"].to_numpy(), mb["text"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = out["b"] / out["a"]
-    out["ratio"] = ratio.where(np.isfinite(ratio))
+    out["ratio"] = ratio.where(np.isfinite(ratio) & (out["metric"] != "sim_cpu_ms"))  # never ranked
     out["a_source"], out["b_source"] = ma["source"].to_numpy(), mb["source"].to_numpy()
     out["a_note"], out["b_note"] = ma["note"].to_numpy(), mb["note"].to_numpy()
     source = a.source if a.source == b.source else f"A: {a.source}; B: {b.source}"
@@ -218,15 +284,45 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
 
 
-def differences(table: pd.DataFrame) -> list[str]:
-    """One sentence per metric that differs between A and B, in METRICS order, naming B's kernel.
+def _count(n: float, word: str) -> str:
+    return f"{n:,.0f} {word}{'' if n == 1 else 's'}"
 
-    Times say "faster"/"slower" with their ratio and where the time comes from; counts say "a -> b".
+
+def _verdicts(table: pd.DataFrame, name_b: str) -> list[str]:
+    """Whether B's output is wrong and whether it races, said before any speed (a fast wrong kernel is
+    not an improvement)."""
+    rows = table.set_index("metric")
+    out = []
+    w = rows.loc["wrong_elements"] if "wrong_elements" in rows.index else None
+    if w is not None and not math.isnan(w["b"]) and w["b"] > 0:
+        was = "" if math.isnan(w["a"]) else (" (A's is right)" if w["a"] == 0 else f" (A: {_fmt(w['a'])})")
+        out.append(f"{name_b}'s output is wrong: {_count(w['b'], 'element')} differ from the reference{was}")
+    elif w is not None and not math.isnan(w["a"]) and w["a"] > 0 and w["b"] == 0:
+        out.append(f"{name_b}'s output is right; A's was wrong ({_count(w['a'], 'element')} differed)")
+    h = rows.loc["hazards"] if "hazards" in rows.index else None
+    if h is not None and not math.isnan(h["b"]) and h["b"] > 0:
+        was = "" if math.isnan(h["a"]) else f" (A has {_fmt(h['a'])})"
+        out.append(f"{name_b} has {_count(h['b'], 'hazard')}: threads touch one word with no barrier "
+                   f"between them{was}")  # fmt: skip
+    elif h is not None and not math.isnan(h["a"]) and h["a"] > 0 and h["b"] == 0:
+        out.append(f"{name_b} has no hazards (A had {_fmt(h['a'])})")
+    return out
+
+
+def differences(table: pd.DataFrame) -> list[str]:
+    """One sentence per metric that differs between A and B, naming B: first whether B's output is wrong
+    and whether it races, then time (device time where both were measured on a GPU, else the modelled
+    time, its model named), then the counts in METRICS order.
+
+    The simulation's CPU time is never among them: it says how long Python took, not the kernel.
     Metrics equal on both sides, or not recorded on one, are left out.
     """
     name_b = table.attrs.get("labels", ("A", "B"))[1]
-    out = []
+    out = _verdicts(table, name_b)
+    timed = []
     for r in table.itertuples(index=False):
+        if r.metric in ("wrong_elements", "hazards", "sim_cpu_ms"):
+            continue
         if r.metric == "occupancy_limiter":
             if r.a_text and r.b_text and r.a_text != r.b_text:
                 out.append(f"{name_b}: occupancy limited by {r.b_text} (was {r.a_text})")
@@ -234,16 +330,20 @@ def differences(table: pd.DataFrame) -> list[str]:
         if math.isnan(r.a) or math.isnan(r.b) or r.a == r.b:
             continue
         unit = f" {r.unit}" if r.unit and r.unit != "%" else r.unit
-        if r.metric in ("device_ms", "instrumented_ms") and r.a > 0 and r.b > 0:
+        if r.metric in ("device_ms", "instrumented_ms", "modelled_us") and r.a > 0 and r.b > 0:
+            if r.metric == "modelled_us" and not math.isnan(table.set_index("metric").loc["device_ms", "b"]):
+                continue  # measured device time is there: the model is in the table, not a headline
             speed = r.a / r.b
             word = "faster" if speed > 1 else "slower"
             times = speed if speed > 1 else 1 / speed
-            where = "measured on the GPU" if is_measured(r.a_source) and is_measured(r.b_source) else (
-                "CPU wall time of the simulation, not GPU time")  # fmt: skip
-            out.append(f"{name_b}: {times:.2f}x {word} ({r.what}: {_fmt(r.a)} → {_fmt(r.b)} ms, {where})")
+            where = "measured on the GPU" if r.metric != "modelled_us" else f"modelled: {MODEL_NOTE}"
+            timed.append(
+                f"{name_b}: {times:.2f}x {word} ({r.what}: {_fmt(r.a)} → {_fmt(r.b)}{unit}, {where})"
+            )
         else:
             out.append(f"{name_b}: {_fmt(r.a)} → {_fmt(r.b)}{unit} {r.what}")
-    return out
+    verdicts = len(_verdicts(table, name_b))
+    return out[:verdicts] + timed + out[verdicts:]
 
 
 def as_text(table: pd.DataFrame) -> str:

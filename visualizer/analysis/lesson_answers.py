@@ -17,13 +17,10 @@ import pandas as pd
 
 from visualizer.analysis.capture import Capture
 from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
-from visualizer.analysis.transfers import MODEL_GPUS, flow_model, modelled_gpu_timing
+from visualizer.analysis.transfers import flow_model, modelled_gpu_timing
 
 # The GPU models the lessons offer (their occupancy calculator arch); same names as the other pages.
 GPU_ARCHS = {"H200": "sm_90", "A100": "sm_80", "RTX 4090": "sm_89", "RTX 3090": "sm_86", "T4": "sm_75"}
-# The smallest GPU time of a launch the project measured on the H200 (docs/benchmarks.md, vector
-# add of 1,000 elements: 4 us of device time). Used only in the clearly-labelled modelled estimate.
-MEASURED_LAUNCH_FLOOR_US = 4.0
 
 
 @dataclass
@@ -137,26 +134,44 @@ def numpy_time_us(cap: Capture, repeats: int = 7) -> float:
     return best / 1e3
 
 
+FLOW_STEPS = ("allocate", "copy_in", "kernel", "copy_out")  # what a GPU answer costs a numpy caller
+
+
 def gpu_time_us(cap: Capture, gpu: str = "H200") -> tuple[float, str]:
-    """(kernel time in µs, where it comes from): the recorded device time of a GPU capture, else a
-    modelled estimate: the kernel's bytes ÷ ``gpu``'s memory bandwidth, plus the smallest launch the
-    project measured on the H200 (a kernel is never faster than that)."""
-    if cap.measured and cap.timing.get("clean_ms") is not None:
-        return float(cap.timing["clean_ms"]) * 1e3, "measured: GPU device time of this run (clean build)"
-    nbytes = float(cap.timing.get("bytes_moved") or 0.0)
-    kernel_us = nbytes / (MODEL_GPUS[gpu]["mem_gbs"] * 1e3)  # bytes / (GB/s) = ns; /1e3 = µs
-    return kernel_us + MEASURED_LAUNCH_FLOOR_US, (
-        f"modelled, not measured: {nbytes:,.0f} bytes ÷ {MODEL_GPUS[gpu]['mem_gbs']:,.0f} GB/s "
-        f"({gpu} {MODEL_GPUS[gpu]['mem']}) + {MEASURED_LAUNCH_FLOOR_US:g} µs (the shortest launch "
-        "measured on the H200, docs/benchmarks.md)"
+    """(µs, where it comes from) for c = a + b on the GPU as a numpy caller gets it: allocate the device
+    arrays, copy a and b in, launch the kernel, copy c back (FLOW_STEPS). A GPU capture's own host step
+    times (measured); else the memory flow's model of the same bytes on ``gpu``
+    (transfers.modelled_gpu_timing: latencies measured on the H200 host, specs/gpus.py's bandwidths)."""
+    if cap.measured and all(k in (cap.timing.get("host_steps_ns") or {}) for k in FLOW_STEPS):
+        steps = cap.timing["host_steps_ns"]
+        return sum(float(steps[k]) for k in FLOW_STEPS) / 1e3, (
+            "measured on the GPU: this run's allocate, copy in, kernel launch and copy back"
+        )
+    bytes_in, bytes_out = data_bytes(cap)
+    steps = modelled_gpu_timing(bytes_in, bytes_out, gpu, len(cap.inputs), len(cap.outputs))["host_steps_ns"]
+    m = flow_model(gpu)
+    return sum(float(steps[k]) for k in FLOW_STEPS) / 1e3, (
+        f"modelled, not measured, for a {gpu}: allocate, copy {bytes_in:,} bytes in, launch "
+        f"({m['launch_ns'] / 1e3:,.0f} µs) and run the kernel at {m['mem_gbs']:,.0f} GB/s, copy "
+        f"{bytes_out:,} bytes back; {m['bandwidths']}"
     )
+
+
+def kernel_only_us(cap: Capture, gpu: str = "H200") -> float:
+    """The kernel step alone (launch + its bytes at device-memory bandwidth, or the measured step)."""
+    if cap.measured and "kernel" in (cap.timing.get("host_steps_ns") or {}):
+        return float(cap.timing["host_steps_ns"]["kernel"]) / 1e3
+    bytes_in, bytes_out = data_bytes(cap)
+    return modelled_gpu_timing(bytes_in, bytes_out, gpu)["host_steps_ns"]["kernel"] / 1e3
 
 
 def faster_side(cap: Capture, numpy_us: float, gpu: str = "H200") -> Answer:
     """Which is faster for this launch's data: numpy on the CPU or the kernel on the GPU."""
     g_us, g_source = gpu_time_us(cap, gpu)
     value = "numpy (CPU)" if numpy_us < g_us else "GPU kernel"
-    return Answer(value, {"numpy_us": numpy_us, "gpu_us": g_us, "n": cap.launch["params"].get("n")}, g_source)
+    facts = {"numpy_us": numpy_us, "gpu_us": g_us, "kernel_us": kernel_only_us(cap, gpu),
+             "n": cap.launch["params"].get("n")}  # fmt: skip
+    return Answer(value, facts, g_source)
 
 
 def data_bytes(cap: Capture) -> tuple[int, int]:

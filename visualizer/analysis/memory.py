@@ -571,3 +571,11 @@ def race_pairs(haz: pd.DataFrame, limit: int = 200) -> pd.DataFrame:
             "barrier epoch": races["epoch"],
         }
     ).reset_index(drop=True)
+
+
+def global_writers(acc: pd.DataFrame) -> int:
+    """Threads that stored to, or atomically updated, a global array: (block, thread) pairs."""
+    if acc is None or not len(acc):
+        return 0
+    sel = acc[(acc["space"].astype(str) == "global") & acc["op"].astype(str).isin(["store", "atomic"])]
+    return int(sel[["block", "thread"]].drop_duplicates().shape[0])

@@ -4,6 +4,8 @@ sheet's peaks for other GPUs), with the label that says which is which."""
 
 from __future__ import annotations
 
+from visualizer.specs.gpus import H200_HBM_GBS, H200_HOST, MODEL_GPUS  # noqa: F401  (the pages read them here too)
+
 # (key in host_steps_ns, label, CUDA runtime call, what the worker calls in Numba)
 STEPS = (
     ("allocate", "allocate", "cudaMalloc", "cuda.device_array"),
@@ -70,36 +72,6 @@ def flow_steps(timing: dict, launch: dict, bytes_in: int, bytes_out: int) -> lis
     for r in rows:
         r["share"] = 100.0 * r["dur_us"] / total
     return rows
-
-
-# Host-side costs measured on the project's H200 machine (docs/hostlink_h200.json, 2026-12-01), each
-# step as the worker makes it: Numba's DeviceNDArray.copy_to_device / copy_to_host of a pageable numpy
-# array, cuda.device_array, a kernel launch; each synchronised, median of 50. A copy costs its
-# latency (the 4 kB copy's whole time: Numba's call, the driver, the PCIe round trip) plus its bytes
-# at the bandwidth of the 1 MB -> 16 MB slope. Pinned host memory reached 54 GB/s of PCIe 5.0 x16's
-# nominal 64 GB/s; the worker's pageable arrays go through a staging buffer, hence 11-13 GB/s.
-H200_HOST = {
-    "launch_ns": 23_040.0,  # empty kernel[1, 1] launch + synchronise
-    "alloc_ns": 44_260.0,  # cuda.device_array of 4 kB, per array
-    "h2d_latency_ns": 120_990.0,
-    "h2d_gbs": 13.2,
-    "d2h_latency_ns": 37_430.0,
-    "d2h_gbs": 10.9,
-    "pinned_gbs": 54.0,
-}
-H200_HBM_GBS = 4247.0  # device-to-device copy measured on the H200 (docs/benchmarks.md); 4,800 nominal
-
-# The GPUs the modelled flow offers. The H200's host link and memory are as measured here; the others'
-# are nominal peaks (vendor data sheets: PCIe x16, one direction; device memory), so their copies and
-# kernels are lower bounds. Every GPU gets the H200 host's measured latencies (host software: Numba,
-# the driver), which no data sheet gives.
-MODEL_GPUS = {
-    "H200": {"pcie_gbs": 64.0, "link": "PCIe 5.0 x16", "mem_gbs": 4800.0, "mem": "HBM3e", "measured": True},
-    "A100": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 2039.0, "mem": "HBM2e"},
-    "RTX 4090": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 1008.0, "mem": "GDDR6X"},
-    "RTX 3090": {"pcie_gbs": 32.0, "link": "PCIe 4.0 x16", "mem_gbs": 936.0, "mem": "GDDR6X"},
-    "T4": {"pcie_gbs": 16.0, "link": "PCIe 3.0 x16", "mem_gbs": 320.0, "mem": "GDDR6"},
-}
 
 
 def flow_model(gpu: str) -> dict:

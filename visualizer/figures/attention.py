@@ -555,6 +555,13 @@ TIMING_PANELS = (
 )
 TIMING_ROW_COLUMNS = ("seq_len", "impl", "causal", "ms", "tflops")
 TIMING_KIND = "visualizer.attention_bench timings"  # attention_bench.JSON_KIND
+BENCH_MODULE = "visualizer.tools.attention_bench"  # where the benchmark lives now
+
+
+def rerun_command(command: str) -> str:
+    """A recorded benchmark command as it runs today: recordings made before the tools moved name
+    ``-m visualizer.attention_bench``."""
+    return str(command).replace("-m visualizer.attention_bench", f"-m {BENCH_MODULE}")
 
 
 def timing_label(impl: str, backends=()) -> str:

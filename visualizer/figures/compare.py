@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -12,9 +13,9 @@ from visualizer.figures.common import source_of, titled
 
 # the metrics drawn, in order (analysis/compare.METRICS names them); others stay in the table
 DRAWN = (
-    "device_ms", "launch_overhead_us", "bytes_moved", "global_ld_sectors_per_request",
+    "device_ms", "modelled_us", "hazards", "launch_overhead_us", "global_ld_sectors_per_request",
     "global_st_sectors_per_request", "shared_ld_wavefronts_per_request", "shared_st_wavefronts_per_request",
-    "occupancy",
+    "branch_efficiency", "occupancy",
 )  # fmt: skip
 COLORS = ("#8c8c8c", "#0b5fff")  # A grey ("before"), B blue ("after")
 
@@ -38,8 +39,10 @@ def compare_figure(table: pd.DataFrame, height: int = 360) -> go.Figure:
     rows = rows[~(rows["a"].isna() & rows["b"].isna())]
     la, lb = table.attrs.get("labels", ("A", "B"))
     n = max(len(rows), 1)
-    titles = [f"{r.what}<br>({r.unit}, {_short_source(r.a_source or r.b_source)})" if r.unit else r.what
-              for r in rows.itertuples()]  # fmt: skip
+    width = max(12, 130 // n)  # characters a panel's title holds before it runs into its neighbour's
+    titles = ["<br>".join(textwrap.wrap(
+        f"{r.what} ({r.unit + ', ' if r.unit else ''}{_short_source(r.a_source or r.b_source)})", width))
+        for r in rows.itertuples()]  # fmt: skip
     fig = make_subplots(
         rows=1, cols=n, subplot_titles=titles or ["nothing recorded on both"], horizontal_spacing=0.04
     )
@@ -63,7 +66,7 @@ def compare_figure(table: pd.DataFrame, height: int = 360) -> go.Figure:
     fig.update_annotations(font_size=11)
     fig.update_layout(
         title=titled(f"{la} (A) vs {lb} (B): each panel one metric, both on its one scale", source_of(table)),
-        height=height, bargap=0.25, margin={"t": 130, "b": 30, "l": 40, "r": 10},
+        height=height, bargap=0.25, margin={"t": 150, "b": 30, "l": 40, "r": 10},
         legend={"orientation": "h", "y": -0.05, "x": 0},
     )  # fmt: skip
     return fig

@@ -27,7 +27,7 @@ def time_bars_figure(rows: list[tuple[str, float, str]], title: str) -> go.Figur
     values = [max(r[1], 1e-3) for r in rows]
     fig = go.Figure(
         go.Bar(
-            y=labels, x=values, orientation="h", marker_color=["#1f77b4", "#76B900"][: len(rows)] * len(rows),
+            y=labels, x=values, orientation="h", marker_color=(["#1f77b4", "#76B900", "#2ca02c"] * len(rows))[: len(rows)],
             text=[f"{v:,.2f} µs" for v in values], textposition="auto", textangle=0,
             hovertext=[r[2] for r in rows], hoverinfo="text+x",
         )

@@ -39,7 +39,7 @@ def _capture_pair(name: str, backend: str, repeats: int):
     caps = []
     with Runner(backend) as runner:
         for side in (pair.a, pair.b):
-            opts = {"accesses": True} if runner.backend == "sim" else {}
+            opts = {"accesses": True, "branches": True} if runner.backend == "sim" else {}
             caps.append(runner.capture(side.kernel, side.params_for(runner.backend), repeats=repeats, **opts))
     return caps
 

@@ -10,7 +10,9 @@ and no dashboard, so nothing listens beyond this machine and nothing contacts an
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
+
+
+class ClusterUnavailable(RuntimeError):
+    """The cluster cannot start here (a missing package); the message is one line."""
 
 
 def _env() -> dict:
@@ -51,12 +57,24 @@ class LocalCluster:
         """``allowed_failures``: how many lost workers a task survives (Dask's default is 3: it runs
         again elsewhere); 0 makes a worker killed mid-run the visitor's one-line error. ``gpu_ids``: the
         CUDA_VISIBLE_DEVICES of each GPU worker (default 0, 1, ...)."""
+        if importlib.util.find_spec("distributed") is None:
+            raise ClusterUnavailable(
+                "the local cluster needs Dask's distributed package: pip install -r requirements-cluster.txt"
+            )
         self.port = free_port()
         self.address = f"tcp://{LOOPBACK}:{self.port}"
-        self.dir = Path(tempfile.mkdtemp(prefix="visualizer-dask-"))
-        self.log_dir = Path(log_dir or self.dir)
+        self.dir = Path(tempfile.mkdtemp(prefix="visualizer-dask-"))  # the workers' scratch, removed in stop
+        self.log_dir = Path(log_dir or self.dir / "logs")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.procs: list[subprocess.Popen] = []
         self._logs = []
+        try:
+            self._start_all(workers, gpu_workers, allowed_failures, gpu_ids)
+        except BaseException:
+            self.stop()  # no process or temp dir outlives a cluster that did not start
+            raise
+
+    def _start_all(self, workers, gpu_workers, allowed_failures, gpu_ids) -> None:
         scheduler = [
             sys.executable, "-m", "distributed.cli.dask_scheduler",
             "--host", LOOPBACK, "--port", str(self.port), "--no-dashboard", "--no-jupyter",
@@ -139,6 +157,7 @@ class LocalCluster:
                 p.wait(timeout=5)
         for log in self._logs:
             log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)  # the workers' scratch (and the logs, unless log_dir)
 
     def __enter__(self):
         return self
@@ -249,7 +268,12 @@ def main(argv: list[str]) -> int:
     if not 0 <= args.workers <= 64 or not 0 <= args.gpu_workers <= 16 or args.workers + args.gpu_workers < 1:
         print("error: --workers 0..64 and --gpu-workers 0..16, at least one worker in all", file=sys.stderr)
         return 2
-    with LocalCluster(args.workers, args.gpu_workers) as cluster:
+    try:
+        cluster = LocalCluster(args.workers, args.gpu_workers)
+    except (ClusterUnavailable, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ClusterUnavailable) else 1
+    with cluster:
         print(f"Dask scheduler: {cluster.address} (127.0.0.1 only); serve --cluster {cluster.address}")
         sys.stdout.flush()
         try:

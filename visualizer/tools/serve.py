@@ -25,6 +25,7 @@ from visualizer.web.hostcheck import (
     normal_name,
     valid_allow_name,
 )
+from visualizer.web.uploads import UPLOAD_MAX_MB
 
 ROOT = Path(__file__).resolve().parents[2]
 __all__ = ["ALLOW_REMOTE_ENV", "is_loopback", "main", "streamlit_command"]
@@ -38,12 +39,13 @@ SAFE_FLAGS = {
     "client.showErrorDetails": "none",
     "client.toolbarMode": "minimal",
     "global.developmentMode": "false",
+    "server.maxUploadSize": str(UPLOAD_MAX_MB),  # one .npy file; a session's budget: web/uploads.py
 }
 WILDCARDS = ("0.0.0.0", "::")
 MAX_SIM_WORKERS = 256
 
 
-def streamlit_command(address: str, port: int, allow_hosts: tuple[str, ...] = ()) -> list[str]:
+def streamlit_command(address: str, port: int) -> list[str]:
     """The command that starts Streamlit through the app's bootstrap (``python -m visualizer.web.server``, web/server.py),
     which puts the Host check in front of every request before handing over to Streamlit's CLI."""
     flags = {
@@ -57,9 +59,10 @@ def streamlit_command(address: str, port: int, allow_hosts: tuple[str, ...] = ()
     cmd = [sys.executable, "-m", "visualizer.web.server", "run", str(ROOT / "visualizer" / "app.py")]
     for name, value in flags.items():
         cmd += [f"--{name}", value]
-    if is_loopback(address):  # Streamlit's own websocket Host list, a second lock behind HostGuard
-        for name in ("localhost", "127.0.0.1", "::1", *allow_hosts):
-            cmd += ["--server.allowedHosts", name]
+    # No --server.allowedHosts: Streamlit judges the websocket's Host by comparing names, so it refused
+    # 127.0.0.2 and [::ffff:7f00:1], which HostGuard serves over HTTP (a page that loads and never
+    # connects). HostGuard's one judgement (hostcheck.refusal) decides every request and websocket,
+    # and the app script repeats it; serve does not start without HostGuard (web/server.py boot).
     return cmd
 
 
@@ -161,7 +164,7 @@ def main(argv: list[str]) -> int:
         if problem:
             print(f"error: --cluster: {problem}", file=sys.stderr)
             return 2
-    cmd = streamlit_command(args.address, args.port, allow_hosts)
+    cmd = streamlit_command(args.address, args.port)
     if args.dry_run:
         print(" ".join(cmd))
         return 0

@@ -28,7 +28,8 @@ from visualizer.analysis.capture import Capture
 from visualizer.engine.user_runner import user_code_allowed
 from visualizer.specs import source as uspec
 from visualizer.web.guard import visitor_has_key
-from visualizer.web.session import PAGE_QUERY_KEYS, as_text, backend_badge, dims_text
+from visualizer.web.session import PAGE_QUERY_KEYS, as_text, backend_badge, dims_text, keep_page_keys
+from visualizer.web.uploads import over_budget
 
 LINK_KEY = "yk"  # the query key of a visitor's kernel (in PAGE_QUERY_KEYS: not a kernel parameter)
 LINK_MAX_CHARS = 32_000  # the encoded text in a link; a kernel that needs more is not put in one
@@ -38,8 +39,6 @@ MAX_DIM = 2**31 - 1
 BACKEND_CHOICES = ("auto", "gpu", "sim")  # the Your kernel page's backend radio
 GRID_MODE = "grid"  # the Your kernel page's launch mode that takes a grid (its MODES[1])
 YOUR_PAGE = "your_kernel"
-MAX_KEPT_UPLOADS = uspec.MAX_ARGS
-MAX_KEPT_BYTES = 256 * 2**20  # per browser session: a classroom server holds many
 YOURS_REPLACED = (
     "Loading an example runs a built-in kernel: it becomes the current kernel in place of yours, which "
     "stays on the Your kernel page (run it again there)."
@@ -102,9 +101,20 @@ def _dims(value, what: str) -> tuple[int, ...]:
 def _text(value, what: str, limit: int) -> str:
     if not isinstance(value, str):
         raise LinkError(f"its {what} is not text")
-    if len(value.encode("utf-8", "surrogatepass")) > limit:
+    if len(value) > limit:  # a character is at least a byte: refused before encoding it
+        raise LinkError(f"its {what} is over {limit:,} bytes")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800"): no page, parser or browser takes it
+        raise LinkError(f"its {what} is not valid Unicode text (a lone surrogate)") from None
+    if size > limit:
         raise LinkError(f"its {what} is over {limit:,} bytes")
     return value
+
+
+def _shown_name(name: str) -> str:
+    """A field name from a link, quoted in a message: printable, encodable, short."""
+    return as_text(name.encode("utf-8", "replace").decode("utf-8", "replace"), 40)
 
 
 def decode_link(text) -> KernelLink:
@@ -136,7 +146,7 @@ def decode_link(text) -> KernelLink:
         raise LinkError("it is not a link of this version of the app")
     unknown = set(data) - _FIELDS
     if unknown:
-        raise LinkError(f"it has a field this app does not know ({as_text(sorted(unknown)[0], 40)})")
+        raise LinkError(f"it has a field this app does not know ({_shown_name(sorted(unknown)[0])})")
     kernel = _text(data.get("kernel"), "kernel name", 100)
     if not kernel.isidentifier():
         raise LinkError("its kernel name is not a Python identifier")
@@ -144,7 +154,7 @@ def decode_link(text) -> KernelLink:
     if not isinstance(args, dict) or len(args) > uspec.MAX_ARGS:
         raise LinkError(f"its arguments are not up to {uspec.MAX_ARGS} name: text pairs")
     for name, value in args.items():
-        if not name.isidentifier() or len(name) > 100:
+        if len(name) > 100 or not name.isidentifier():
             raise LinkError("an argument's name is not a Python identifier")
         _text(value, f"argument {name}", uspec.MAX_FIELD_CHARS)
     reference = data.get("reference", [])
@@ -246,6 +256,9 @@ def settle() -> None:
     run a link or the Memory access page asked for, go to the page it came from."""
     cap = visitor_capture()
     if cap is not None and st.session_state.get("_yk_cap") is not cap:
+        from visualizer.web.visitor_runs import keep_version
+
+        keep_version(cap)  # a version Compare can offer
         st.session_state._yk_cap = cap
         st.session_state._yk_text = encode_link(link_of(cap))
         st.session_state.pop("uk_link_notice", None)  # said before this run; the run is on the page now
@@ -278,6 +291,7 @@ def _write_link(page: str | None) -> None:
             pass
     if page and st.query_params.get("page") != page:
         st.query_params["page"] = page
+    keep_page_keys(page)
     if text is None:
         if LINK_KEY in st.query_params:
             del st.query_params[LINK_KEY]
@@ -415,10 +429,10 @@ def recorded_on(cap: Capture) -> str:
     return "gpu" if cap.launch.get("backend") == "gpu" else "sim"
 
 
-def record_accesses() -> None:
-    """Button callback (Memory access): the current visitor kernel again, recording its accesses on
-    the backend it ran on (``recorded_on``): on Your kernel, run there if this visitor may run code,
-    then back here."""
+def record_accesses(back: str = "memory_access") -> None:
+    """Button callback (Memory access, Shared memory): the current visitor kernel again, recording its
+    accesses on the backend it ran on (``recorded_on``): on Your kernel, run there if this visitor may
+    run code, then back to page ``back``."""
     cap = visitor_capture()
     if cap is None:
         return
@@ -428,7 +442,7 @@ def record_accesses() -> None:
     st.session_state.uk_link_notice = None
     if user_code_allowed(visitor_has_key())[0]:
         st.session_state.uk_link_run = True
-        st.session_state.uk_link_page = "memory_access"
+        st.session_state.uk_link_page = back
 
 
 # -- uploads kept for the session ----------------------------------------------------------------
@@ -445,18 +459,25 @@ class KeptUpload:
         return self.data
 
 
-def kept_uploads(fresh) -> list[KeptUpload]:
+def kept_uploads(fresh) -> tuple[list[KeptUpload], str | None]:
     """The files in the uploader now, plus those kept from before in this session (a name uploaded
-    again is the new file). The session keeps at most MAX_KEPT_UPLOADS files and MAX_KEPT_BYTES in
-    all for later (the oldest are dropped first); what is in the uploader now is always used."""
+    again is the new file), within the session's budget (web/uploads.py: SESSION_UPLOAD_FILES files,
+    SESSION_UPLOAD_BYTES in all); and one line when the files in the uploader alone are over it (they
+    are then neither used nor kept). Kept files make room for new ones, the oldest first. Session
+    state only: the bytes go when the session ends, never into a cache shared beyond it."""
     store: dict = st.session_state.setdefault("uk_kept_uploads", {})
     now = {f.name: f.getvalue() for f in fresh or []}
+    problem = over_budget([len(d) for d in now.values()])
+    if problem is not None:
+        return [KeptUpload(n, d) for n, d in store.items()], as_text(
+            f"Your uploads were not used: {problem}."
+        )
     for name, data in now.items():
         store.pop(name, None)
         store[name] = data
-    while store and (len(store) > MAX_KEPT_UPLOADS or sum(len(d) for d in store.values()) > MAX_KEPT_BYTES):
-        store.pop(next(iter(store)))
-    return [KeptUpload(n, d) for n, d in {**store, **now}.items()]
+    while store and over_budget([len(d) for d in store.values()]) is not None:
+        store.pop(next(iter(store)))  # the oldest kept file; those in the uploader fit (checked above)
+    return [KeptUpload(n, d) for n, d in store.items()], None
 
 
 def show_kept_uploads(fresh) -> None:

@@ -11,6 +11,10 @@ With ``--allow-remote`` (a classroom) an IP address typed in the address bar is 
 a rebinding page always has a *name*, so an address literal cannot be one. Names the classroom
 uses still need ``--allow-host NAME``.
 
+An ``Origin`` must be the request's own origin: the Host's name, the request's scheme and the same
+port (the same-origin rule). Loopback is one place with many ports: a page another local program
+serves on another port is another origin, and gets neither a reply nor a websocket.
+
 ``HostGuard`` is the ASGI middleware ``python -m visualizer serve`` installs in front of
 Streamlit's Starlette app (web/server.py, started by tools/serve.py); ``refusal`` is also called by the app script
 (visualizer/ui/guard.py) so that ``streamlit run`` users are covered too. Nothing here imports
@@ -104,17 +108,61 @@ def host_allowed(host: str | None, names: Iterable[str] = (), remote: bool = Fal
     return name in {normal_name(n) for n in names}
 
 
-def origin_allowed(origin: str | None, names: Iterable[str] = (), remote: bool = False) -> bool:
-    """No Origin (not a browser's cross-site request) or an http(s) origin whose host is allowed."""
+def _port(parts, scheme: str | None) -> int | None:
+    """The port a URL's parts name, or its scheme's default; None when neither says."""
+    if parts.port is not None:
+        return parts.port
+    return {"http": 80, "https": 443}.get(scheme or "")
+
+
+def _same_name(a: str, b: str) -> bool:
+    ip_a, ip_b = _ip(a), _ip(b)
+    if ip_a is not None or ip_b is not None:
+        return ip_a == ip_b  # [::1] and [0:0::1] are one address; 127.0.0.1 and localhost are not one name
+    return normal_name(a) == normal_name(b)
+
+
+def origin_allowed(
+    origin: str | None,
+    names: Iterable[str] = (),
+    remote: bool = False,
+    host: str | None = None,
+    scheme: str | None = None,
+) -> bool:
+    """No Origin (not a browser's cross-site request), or this server's own origin: an http(s)
+    origin whose host is allowed and, when the request's ``host`` (its Host header) is known, the
+    same name, scheme and port as the request. A page on another local port, or on another loopback
+    address that happens to use the same port, is another origin (and gets no websocket).
+    ``scheme`` is the request's, "http" or "https", when known (HostGuard knows it; the app script
+    does not)."""
     if origin is None:
         return True
     try:
         parts = urlsplit(origin)
+        origin_port = _port(parts, parts.scheme)
     except ValueError:
         return False
-    if parts.scheme not in ("http", "https") or parts.path not in ("", "/") or parts.query:
+    if (
+        parts.scheme not in ("http", "https")
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.hostname is None
+        or not host_allowed(parts.netloc, names, remote)
+    ):
         return False
-    return host_allowed(parts.netloc, names, remote)
+    if scheme is not None and parts.scheme != scheme:
+        return False
+    if host is None:
+        return True
+    name = host_name(host)
+    if name is None:
+        return False
+    try:
+        host_port = _port(urlsplit(f"//{host}"), scheme or parts.scheme)
+    except ValueError:
+        return False
+    return _same_name(name, parts.hostname) and host_port == origin_port
 
 
 def _shown(text: str) -> str:
@@ -128,10 +176,14 @@ def refusal(
     client: str | None,
     names: Iterable[str] = (),
     remote: bool = False,
+    scheme: str | None = None,
 ) -> str | None:
     """Why a request is refused (one line; quotes the visitor's text, so escape it before markdown),
     or None when it may be served. ``host`` None and ``client`` None mean "not known" (AppTest has no
-    HTTP request; a browser always sends a Host, and HostGuard refuses a request without one)."""
+    HTTP request; a browser always sends a Host, and HostGuard refuses a request without one).
+    The one judgement for every HTTP request and every websocket, by HostGuard and by the app script
+    alike: a Host that is a loopback address (any of 127.0.0.0/8, ::1, ::ffff:127.x) or localhost,
+    a listed name, or (remote) any address; an Origin that is the request's own (``origin_allowed``)."""
     names = tuple(names)
     if host is not None and not host_allowed(host, names, remote):
         return (
@@ -139,7 +191,7 @@ def refusal(
             "only (a page that points its own name at this machine is refused). Its operator can allow "
             "a name with `python -m visualizer serve --allow-host NAME`."
         )
-    if not origin_allowed(origin, names, remote):
+    if not origin_allowed(origin, names, remote, host=host, scheme=scheme):
         return f"This visualizer refuses requests made by the page {_shown(str(origin))}."
     if client is not None and not remote and not is_loopback_ip(client):
         return (
@@ -176,7 +228,8 @@ class HostGuard:
         host = hosts[0].decode("latin-1")
         origin = origins[0].decode("latin-1") if origins else None
         client = scope.get("client")
-        return refusal(host, origin, client[0] if client else "", self.names, self.remote)
+        scheme = "https" if scope.get("scheme") in ("https", "wss") else "http"
+        return refusal(host, origin, client[0] if client else "", self.names, self.remote, scheme)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):

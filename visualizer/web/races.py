@@ -36,8 +36,13 @@ def runs_caption(sim: bool, delays: bool) -> str:
     )
 
 
-def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, key: str) -> None:
-    """Widgets (runs, schedule seed, a Run button), then the heat map, the strip and the verdict."""
+def runs_panel(
+    kernel: str, params: dict, backend: str, seed: int, output: str, key: str, run_many=None, identity=None
+) -> None:
+    """Widgets (runs, schedule seed, a Run button), then the heat map, the strip and the verdict.
+
+    ``run_many(n, schedule_seed, delays)`` captures the N runs when the kernel is not a built-in one
+    (a visitor's, in its sandbox: web/visitor_runs.py); it raises LaunchError or KernelError."""
     st.subheader(f"Run {kernel} many times")
     sim = backend == "sim"
     c1, c2, c3 = st.columns([1, 1, 2])
@@ -49,18 +54,31 @@ def runs_panel(kernel: str, params: dict, backend: str, seed: int, output: str, 
         sched = int(st.number_input(label, 0, 2**31 - 1, 1, key=f"{key}_seed", disabled=not (sim or delays)))
     with c3:
         st.caption(runs_caption(sim, delays))
-    want = (kernel, tuple(sorted(params.items())), backend, seed, n, sched, delays)  # what a click asked for
+    # what a click asked for (``identity``: which visitor's run, when the kernel is theirs)
+    want = (
+        kernel,
+        tuple(sorted((k, str(v)) for k, v in params.items())),
+        backend,
+        seed,
+        n,
+        sched,
+        delays,
+        identity,
+    )
     if st.button(f"Run {n} times", key=f"{key}_go"):
         st.session_state[f"{key}_ran"] = want
     if st.session_state.get(f"{key}_ran") != want:  # N runs cost N launches: only when asked, for this launch
         return
     try:
         with st.spinner(f"Running {kernel} {n} times…"):
-            cap = cached_capture(
-                kernel, tuple(sorted(params.items())), backend, seed, runs=n,
-                schedule_seed=sched if sim or delays else None, time_clean=False,
-                **({"accesses": True} if sim else {}), **({"delays": True} if delays else {}),
-            )  # fmt: skip
+            if run_many is not None:
+                cap = run_many(n, sched if sim or delays else None, delays)
+            else:
+                cap = cached_capture(
+                    kernel, tuple(sorted(params.items())), backend, seed, runs=n,
+                    schedule_seed=sched if sim or delays else None, time_clean=False,
+                    **({"accesses": True} if sim else {}), **({"delays": True} if delays else {}),
+                )  # fmt: skip
     except (LaunchError, KernelError) as exc:
         st.error(f"Could not run {kernel} {n} times: {exc}")
         return

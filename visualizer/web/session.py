@@ -26,6 +26,9 @@ HIDDEN_KERNELS = ("out_of_bounds_write",)  # the fault demo is for tests and the
 CACHE_MAX_BYTES = 512 * 2**20  # captures kept for every visitor (each capture's tables and arrays)
 MESSAGE_MAX_CHARS = 300
 LINK_VALUE_CHARS = 40  # a link's bad value is quoted up to this many characters
+# a link's value longer than this is refused before it is parsed (no control or parameter takes more;
+# a kernel's packed source travels in ``yk``, bounded by current_kernel.LINK_MAX_CHARS instead)
+LINK_VALUE_MAX_CHARS = 1000
 
 _AUTOLINK = re.compile(r"([:@])")
 # Characters that start Markdown, HTML or Streamlit markup (links, images, emphasis, code, colour
@@ -71,6 +74,46 @@ PAGE_QUERY_KEYS = frozenset(
     }
 )  # fmt: skip
 LESSON_LINK_PREFIX = "l_"  # not the bare name: n, block, stride... are the sidebar kernel's parameters
+# Which page owns a page choice (by its key's prefix, or the whole key): the link carries only the shown
+# page's choices and the global ones (page, kernel, backend, parameters, yk); the others wait in the session
+# and come back into the link when their page is shown again.
+_KEY_OWNERS = (
+    ("grid_", "grid"), ("sched_", "scheduling"), ("sm", "scheduling"), ("smem_", "shared_memory"),
+    ("flow_", "memory_flow"), ("occ_", "occupancy"), ("mem_", "memory_access"), ("q_tile", "flash_attention"),
+    ("row", "flash_attention"), ("fa_", "flash_attention"), ("lesson", "lessons"), ("q", "lessons"),
+    ("teacher", "lessons"), (LESSON_LINK_PREFIX, "lessons"), ("cmp_", "compare"), ("asm_", "under_the_hood"),
+    ("simt_", "simt"),
+)  # fmt: skip
+
+
+def page_of_key(key: str) -> str | None:
+    """The page whose choice ``key`` is (None: a global key, or not a page choice)."""
+    if key not in PAGE_QUERY_KEYS:
+        return None
+    for prefix, page in _KEY_OWNERS:
+        if key == prefix or (prefix.endswith("_") and key.startswith(prefix)):
+            return page
+    return None
+
+
+def keep_page_keys(page: str | None) -> None:
+    """The link keeps the shown page's choices and the global keys: other pages' choices move into the
+    session (so the link does not grow with every page visited) and come back when their page shows."""
+    if not page:
+        return
+    kept: dict = st.session_state.setdefault("_other_pages_links", {})
+    for key in list(st.query_params):
+        owner = page_of_key(key)
+        if owner is not None and owner != page:
+            kept[key] = st.query_params[key]
+            try:
+                del st.query_params[key]
+            except StreamlitAPIException:  # a widget bound to the URL owns this key
+                kept.pop(key)
+    for key in [k for k in kept if page_of_key(k) == page]:
+        raw = kept.pop(key)
+        if key not in st.query_params:
+            st.query_params[key] = raw
 
 
 @dataclass(frozen=True)
@@ -87,6 +130,17 @@ class RunConfig:
         return {"kernel": self.kernel, "backend": self.backend, **{k: str(v) for k, v in self.params}}
 
 
+def box_label(title: str, name: str, limit: int) -> str:
+    """What a select box shows for an option: its title when the box holds it whole, else its short
+    name (the box is a text input: a longer title is cut mid-word, as "Matrix multiply (shared-memory")."""
+    return title if len(title) <= limit else name
+
+
+def kernel_label(kernel: str, limit: int) -> str:
+    spec = catalog.KERNELS.get(kernel)
+    return box_label(spec.title, kernel, limit) if spec is not None else kernel
+
+
 def visible_kernels() -> list[str]:
     return [k for k in catalog.KERNELS if k not in HIDDEN_KERNELS]
 
@@ -96,6 +150,11 @@ def config_from_query(query: dict[str, str]) -> tuple[RunConfig, str | None]:
     kernel = query.get("kernel", DEFAULT_KERNEL)
     backend = query.get("backend", "auto")
     try:
+        for key, value in query.items():
+            if key not in PAGE_QUERY_KEYS and len(str(key)) + len(str(value)) > LINK_VALUE_MAX_CHARS:
+                raise LaunchError(
+                    f"{catalog.quoted(key)}={catalog.quoted(value)} is over {LINK_VALUE_MAX_CHARS:,} characters"
+                )
         spec = catalog.get(kernel)
         if kernel in HIDDEN_KERNELS:
             raise LaunchError(f"kernel {catalog.quoted(kernel)} cannot be run from the app")
@@ -338,6 +397,7 @@ def sync_query(config: RunConfig, page: str | None = None) -> None:
     for key, value in wanted.items():
         if st.query_params.get(key) != value:
             st.query_params[key] = value
+    keep_page_keys(page)
 
 
 def _parse_query_value(raw: str, like):
@@ -368,6 +428,8 @@ def link_value(key: str, default, allowed=None, raw: str | None = None) -> tuple
     if raw is None:
         return default, None
     try:
+        if len(raw) > LINK_VALUE_MAX_CHARS:
+            raise ValueError("too long to be read")
         parsed = _parse_query_value(raw, default)
     except ValueError:
         parsed, why = None, "not a value this control takes"
@@ -383,6 +445,22 @@ def link_value(key: str, default, allowed=None, raw: str | None = None) -> tuple
     if isinstance(default, bool) and why == "not a value this control takes":
         why = "1 for on, 0 for off"
     return default, as_text(f"The link's {key}={shown} was ignored ({why}); showing {used} instead.")
+
+
+def question_from_link(raw: str | None, count: int) -> tuple[int, str | None]:
+    """A lesson's question a link's ``q`` names (1..count; 0 or none: all of them), and a one-line
+    notice (escaped) when the link's value was ignored."""
+    if raw is None or raw == "0":
+        return 0, None
+    # ASCII digits only: str.isdigit is true for '²', which int() refuses
+    if raw.isascii() and raw.isdigit() and len(raw) <= 6 and 1 <= int(raw) <= count:
+        return int(raw), None
+    shown = raw if len(raw) <= LINK_VALUE_CHARS else raw[: LINK_VALUE_CHARS - 1] + "…"
+    return 0, as_text(
+        f"The link's q={shown} was ignored (this lesson's questions are "
+        + ("1" if count == 1 else f"1 to {count}")
+        + "); showing all its questions instead."
+    )
 
 
 def from_link(key: str, default, allowed=None) -> str | None:

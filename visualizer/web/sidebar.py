@@ -18,6 +18,7 @@ from visualizer.web.session import (
     capture_cache,
     capture_key,
     config_from_query,
+    kernel_label,
     run_capture,
     sync_query,
     visible_kernels,
@@ -26,19 +27,22 @@ from visualizer.web.session import (
 MAX_BLOCK_SLIDER = 1024  # CUDA's limit on threads per block
 BACKEND_LABELS = {"auto": "auto", "gpu": "GPU", "sim": "simulator"}
 BACKEND_HELP = "auto: the GPU if this machine has one, else the CUDA simulator on the CPU"
-RUN_STICKY_CSS = (
-    "<style>.st-key-sidebar_run{position:sticky;bottom:0.75rem;z-index:5;"
-    "box-shadow:0 0 0 0.6rem var(--secondary-background-color, #EEF2F7);border-radius:0.5rem}</style>"
-)
 # Projector fit (our own fixed CSS, no visitor text): Streamlit leaves ~130 px blank above every page's
-# title and ~80 px above the sidebar's first line, which pushes charts and the sidebar's parameters
-# below a 720-px screen's edge.
+# title and ~80 px above the sidebar's first line, and its page title is 44 px tall, which pushed charts
+# and the sidebar's parameters below a 720-px screen's edge. (A select box's chosen option is an input's
+# text and cannot wrap: session.box_label keeps it whole instead.)
 LAYOUT_CSS = (
     "<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}"
+    "[data-testid='stMain'] h1{font-size:2rem;padding-top:0.25rem;padding-bottom:0.5rem}"
+    "[data-testid='stMain'] h2{font-size:1.5rem;padding-top:0.5rem;padding-bottom:0.25rem}"
+    "[data-testid='stMain'] h3{font-size:1.25rem;padding-top:0.5rem;padding-bottom:0.25rem}"
     "[data-testid='stSidebarHeader']{height:2.5rem;margin-bottom:0}"
     "[data-testid='stSidebarCollapseButton']{margin-top:-0.5rem}</style>"
 )
-KERNEL_BOX_CHARS = 30  # a kernel name longer than this is cut in its box (an input): it is written out below
+KERNEL_BOX_CHARS = (
+    27  # a title longer than this is cut in its box (an input): the box shows the kernel's name,
+)
+# and the title is written out below it
 
 
 ROOT_PAGE = "view"  # the url_path the chosen page runs under: one page id whatever page is shown
@@ -193,7 +197,7 @@ def sidebar() -> None:
         kernel = st.selectbox(
             "Kernel",
             kernels,
-            format_func=lambda k: catalog.KERNELS[k].title,
+            format_func=lambda k: kernel_label(k, KERNEL_BOX_CHARS),
             key="kernel_pick",
             help=catalog.KERNELS[st.session_state.kernel_pick].summary,
         )
@@ -210,6 +214,10 @@ def sidebar() -> None:
             key="backend_pick",
             help=BACKEND_HELP,
         )
+        # Run above the parameters, in the sidebar's flow: below them it fell under a 720-px screen's edge
+        # for kernels with many parameters, and kept sticky there it covered the control under it. A
+        # parameter changed and not run yet is named above the charts with a Run of its own.
+        submitted = st.button("Run", type="primary", use_container_width=True, key="sidebar_run")
         current = config.param_dict if config.kernel == kernel else spec.defaults()
         values = {p.name: _param_widget(spec, p, current.get(p.name, p.default)) for p in spec.params}
         try:
@@ -221,10 +229,6 @@ def sidebar() -> None:
         except catalog.LaunchError:
             launch = None
         wanted = RunConfig(kernel, backend, tuple(sorted(values.items())))
-        # Kernels with many parameters push Run below a 720-px screen: it sticks to the sidebar's
-        # bottom edge until the sidebar is scrolled to it (our own fixed CSS, no visitor text).
-        st.html(RUN_STICKY_CSS)
-        submitted = st.button("Run", type="primary", use_container_width=True, key="sidebar_run")
         submitted = submitted or st.session_state.pop("run_requested", False)
         if launch is not None:
             st.caption(

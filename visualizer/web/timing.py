@@ -86,6 +86,19 @@ def gpu_timing_notes(t: dict) -> list[str]:
     return notes
 
 
+def sim_time_caption(t: dict) -> str:
+    """The simulator's times, said for what they are: CPU time of Python simulating each thread, which
+    ranks nothing about the kernel (Compare ranks counted sectors and a named model instead)."""
+    took = t.get("instrumented_ms") or t.get("clean_ms")
+    return (
+        "No GPU here: no kernel time is measured, and none is shown. "
+        + (f"The simulation took {fmt_ms(took)} of CPU time (Python running every thread); " if took else "")
+        + "that is the simulator's speed, not the kernel's, and a clean and an instrumented run's times "
+        "differ by its noise. The counts (sectors, wavefronts, bank conflicts, branch efficiency) are on "
+        "the pages and in Compare."
+    )
+
+
 @st.fragment
 def timing_panel() -> None:
     cap = st.session_state.get("capture")
@@ -137,12 +150,7 @@ def timing_panel() -> None:
             for note in gpu_timing_notes(t):
                 st.caption(note)
         else:
-            st.caption(
-                "Simulator wall time on the CPU: not GPU time; the ratio only shows the probes' cost here. "
-                "No device time or launch overhead is measured without a GPU."
-            )
-            st.metric("simulated, clean", fmt_ms(t.get("clean_ms")))
-            st.metric("simulated, instrumented", fmt_ms(t.get("instrumented_ms")))
+            st.caption(sim_time_caption(t))
         baseline = numpy_baseline_ms(cap)
         if baseline is not None:
             st.caption(f"numpy on the CPU (baseline): {fmt_ms(baseline)}")

@@ -10,6 +10,7 @@ from visualizer.figures.attention import (
     SDPA_DEFAULT,
     TIMING_ALIASES,
     attention_timing_figure,
+    rerun_command,
     timing_modes,
     timing_ms_table,
     timing_rows,
@@ -66,6 +67,7 @@ def _pick_mode(cap: Capture, modes: list[str]) -> str:
         modes,
         key="fa_timing_mode",
         horizontal=True,
+        label_visibility="collapsed",  # one row: the options say what they are; the chart sits under it
         help="causal: each query attends only to keys at or before it, so half the score matrix is skipped",
     )
     to_link("fa_timing_mode")
@@ -102,11 +104,10 @@ def timing_section(cap: Capture) -> None:
             session_timing(cap)
         st.caption("The chart and tables below are a recorded H200 run, not this session's run.")
     else:
-        st.warning(
-            "This session runs on the CUDA simulator: **nothing on this page is GPU time.** The simulator's "
-            "times are CPU wall time of the worker process, which runs every CUDA thread as Python code on "
-            "one OS thread. The chart and tables below are recorded results of a "
-            "real NVIDIA H200 run, not this session's run."
+        st.caption(  # a caption, not a box: the chart must start above a 720-px projector's fold
+            ":orange[**Nothing on this page is GPU time from this session**] (it runs on the CUDA simulator: "
+            "CPU time of Python running every thread). The chart and tables below are a recorded NVIDIA H200 "
+            "run, not this session's."
         )
     doc = _read_timings()
     if doc is None:
@@ -147,7 +148,7 @@ def timing_section(cap: Capture) -> None:
         st.caption(" ".join(f"**{k}**: {cfg[k]}." for k in DEFINED if cfg.get(k)))
     versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items() if v)
     recorded = (
-        f"Recorded with `{run['command']}`"
+        f"Recorded by attention_bench; to run it again: `{rerun_command(run['command'])}`"
         if run.get("command")
         else f"Converted from {run.get('converted_from', 'an unnamed source')}"
     )

@@ -15,6 +15,7 @@ from visualizer.figures.grid import (
 )
 from visualizer.specs.launch import ceil_div
 from visualizer.web.charts import chart
+from visualizer.web.did_work import did_work
 from visualizer.web.session import from_link, require_capture, show_link_notices, to_link
 
 st.title("Grid layout")
@@ -48,13 +49,14 @@ except (ValueError, KeyError) as exc:
     st.stop()
 chart(fig, key="grid_chart")  # right under the controls: on a 720-px projector it starts on screen
 
-active = int(threads["active"].sum())
+work_label, active, work_help = did_work(cap)
 warps_per_block = ceil_div(launch["threads_per_block"], 32)
 last_warp_lanes = launch["threads_per_block"] - 32 * (warps_per_block - 1)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("threads launched", f"{launch['threads']:,}")
-c2.metric("did work", f"{active:,}")
-c3.metric("idle", f"{launch['threads'] - active:,}", help="threads whose bounds check failed, e.g. i >= n")
+c2.metric(work_label, f"{active:,}", help=work_help)
+c3.metric("idle" if work_label == "did work" else "the rest", f"{launch['threads'] - active:,}",
+          help=f"threads launched that did not count as '{work_label}'")  # fmt: skip
 c4.metric(
     "warps per block",
     warps_per_block,

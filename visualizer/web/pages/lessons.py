@@ -28,6 +28,7 @@ from visualizer.web.session import (
     drop_link,
     from_link,
     link_value,
+    question_from_link,
     run_capture,
     set_link,
     show_link_notices,
@@ -225,19 +226,9 @@ top2.toggle(
 )
 to_link("lesson", "teacher")
 lesson = get(name)
-if q_raw not in (None, "0"):
-    count = len(lesson.questions)
-    if q_raw.isdigit() and 1 <= int(q_raw) <= count:
-        st.session_state.q = int(q_raw)
-    else:
-        shown_raw = q_raw if len(q_raw) <= 40 else q_raw[:39] + "…"
-        notices.append(
-            as_text(
-                f"The link's q={shown_raw} was ignored (this lesson's questions are "
-                + ("1" if count == 1 else f"1 to {count}")
-                + "); showing all its questions instead."
-            )
-        )
+if q_raw is not None:
+    st.session_state.q, q_notice = question_from_link(q_raw, len(lesson.questions))
+    notices.append(q_notice)
 if st.session_state.q:
     set_link("q", st.session_state.q)
 else:

@@ -23,6 +23,7 @@ from visualizer.web.session import (
     as_text,
     drop_link,
     from_link,
+    kernel_label,
     kernel_named,
     link_value,
     set_link,
@@ -256,7 +257,7 @@ else:
     c1, c2 = st.columns([2, 3])
     with c1:
         kernel = st.selectbox(
-            "kernel", kernels, format_func=lambda k: catalog.KERNELS[k].title, key="mem_kernel",
+            "kernel", kernels, format_func=lambda k: kernel_label(k, 36), key="mem_kernel",
             on_change=_forget_request,
         )  # fmt: skip
     spec = catalog.get(kernel)
@@ -325,8 +326,9 @@ if req.empty:
     how_made()
     st.stop()
 
-st.subheader("One warp request")
-lines = line_summary(req)
+lines = line_summary(
+    req
+)  # one warp request: its picker names it (a heading here pushed the chart below a 720-px fold)
 choices = [f"line {r.line}: {r.op} {r.array} ({r.space})" for r in lines.itertuples()]
 worst_line = max(
     range(len(lines)),
@@ -354,7 +356,9 @@ with p1:
                     )
                 )
         st.session_state[line_key] = choices[worst_line if linked is None else linked]
-    choice = st.selectbox("access (source line, op, array)", choices, key=line_key, on_change=_forget_block)
+    choice = st.selectbox(
+        "one warp request: access (source line, op, array)", choices, key=line_key, on_change=_forget_block
+    )
 pick = choices.index(choice) if choice in choices else worst_line
 row = lines.iloc[pick]
 mine = req[
@@ -463,12 +467,20 @@ else:
     st.caption(
         "No hazards: no two threads touched one word without a barrier between them, and every shared read was written first."
     )
-if cap.launch.get("user_kernel"):  # the panel runs built-in kernels by name; a visitor's, from its page
-    st.caption(
-        "To run your kernel many times (seeded schedules, races made visible): "
-        "`python -m visualizer capture --source FILE.py --kernel NAME ... --runs 8 --seed 1` "
-        "(on a GPU add `--delays`: seeded per-warp delays before its loads, stores, atomics and barriers)."
-    )
+if cap.launch.get("user_kernel"):  # the visitor's launch again, in a sandbox of its own (web/visitor_runs.py)
+    from visualizer.web.visitor_runs import runs_of
+
+    run_many = runs_of(cap)
+    written = [str(w) for w in cap.launch.get("written") or []] or list(cap.outputs)
+    if run_many is None or not written:
+        st.caption(
+            "To run your kernel many times here, run it on the Your kernel page in this session first."
+        )
+    else:
+        runs_panel(
+            as_text(cap.launch["kernel"], 60), cap.launch["params"], cap.launch["backend"], 0, written[0],
+            "mem_yours_runs", run_many=run_many, identity=id(cap),
+        )  # fmt: skip
 else:
     runs_panel(
         kernel, params, "sim", 0, spec.outputs[0], "mem_runs"

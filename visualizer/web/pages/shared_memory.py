@@ -22,6 +22,7 @@ from visualizer.web.memory import race_words_panel
 from visualizer.web.races import runs_panel
 from visualizer.web.session import (
     RunConfig,
+    as_text,
     cached_capture,
     from_link,
     require_capture,
@@ -182,6 +183,72 @@ def reduction_section(cap: Capture) -> None:
     )
 
 
+def visitor_section(cap: Capture) -> None:
+    """A visitor's kernel: its shared-memory requests (bank ways per warp and line), the hazards in
+    shared memory, and its launch run N times, all from its own recording (no built-in kernel runs)."""
+    from visualizer.figures.memory import raced_words_figure, requests_heatmap
+    from visualizer.web.current_kernel import record_accesses
+    from visualizer.web.visitor_runs import may_run, runs_of
+
+    launch = cap.launch
+    smem = int(launch.get("static_smem_bytes") or 0)
+    if cap.requests is None:
+        c1, c2 = st.columns([2, 1], vertical_alignment="center")
+        c1.info(
+            f"Your kernel declares {smem:,} B of static shared memory per block; its loads and stores were "
+            "not recorded when it ran. **Record them:** it runs again with every access recorded (on the "
+            "Your kernel page), then this page draws its shared memory.",
+            icon=":material/memory:",
+        )
+        c2.button("Record my kernel's accesses", key="smem_record_yours", on_click=record_accesses,
+                  args=("shared_memory",), type="primary", use_container_width=True)  # fmt: skip
+        allowed, why = may_run()
+        if not allowed:
+            st.caption(f"The Your kernel page is filled in for it, but running your own code is {why}.")
+    else:
+        shared = cap.requests[cap.requests["space"].astype(str) == "shared"]
+        if shared.empty:
+            st.info(
+                f"Your kernel made no shared-memory request ({smem:,} B declared per block): nothing to draw "
+                "here. Memory access draws its global loads and stores."
+            )
+        else:
+            chart(requests_heatmap(cap.requests, "shared"), key="smem_yours_banks_chart")
+            summ = launch.get("accesses") or {}
+            conflicts = int(summ.get("shared_ld_bank_conflicts", 0)) + int(
+                summ.get("shared_st_bank_conflicts", 0)
+            )
+            st.caption(
+                f"{len(shared):,} shared requests recorded; {conflicts:,} extra wavefronts (bank conflicts). "
+                "A cell is one warp's request at one source line: the bank ways it needed (1 = no conflict)."
+            )
+        haz = cap.hazards if cap.hazards is not None else None
+        if haz is not None and len(haz):
+            races = haz[haz["kind"] != "UNINIT"]
+            if len(races):
+                chart(raced_words_figure(haz), key="smem_yours_race_chart")
+            with st.expander(f"Hazards: {len(haz):,} rows", expanded=False):
+                st.dataframe(haz, hide_index=True)
+        else:
+            st.caption("No hazards: no two threads touched one word without a barrier between them.")
+    run_many = runs_of(cap)
+    written = [str(w) for w in launch.get("written") or []] or list(cap.outputs)
+    if run_many is None or not written:
+        st.caption(
+            "To run your kernel many times here, run it on the Your kernel page in this session first."
+        )
+        return
+    output = (
+        st.selectbox("output compared across runs", written, key="smem_yours_output")
+        if len(written) > 1
+        else written[0]
+    )
+    runs_panel(
+        as_text(launch["kernel"], 60), launch["params"], launch["backend"], 0, output, "smem_yours_runs",
+        run_many=run_many, identity=id(cap),
+    )  # fmt: skip
+
+
 def other_kernel(cap: Capture) -> None:
     kernel = cap.launch["kernel"]
     st.info(
@@ -202,18 +269,17 @@ def other_kernel(cap: Capture) -> None:
 
 
 st.title("Shared memory")
-st.markdown(
-    "Shared memory is a small, fast scratchpad that all threads of one block share: a block stages data "
-    "there once and every thread reuses it. Because threads fill and read it at different moments, "
-    "`cuda.syncthreads()` barriers decide when everyone may read what others wrote. **Try:** run "
-    "*Matrix multiply (shared-memory tiles)* with `"
+st.markdown(  # three lines at 1280 px: the tile chart must start above a 720-px projector's fold
+    "Shared memory is a scratchpad the threads of one block share: a block stages data there once and every "
+    "thread reuses it, and `cuda.syncthreads()` barriers decide when everyone may read what others wrote. "
+    "**Try:** *Matrix multiply (shared-memory tiles)* with `"
     + ", ".join(f"{k}={v}" for k, v in EXAMPLES["matmul_tiled"])
-    + "` and step through one block's tiles; "
-    "then run *Reduction* and compare it with *reduction_race*, the same tree without its barrier."
+    + "`, then *Reduction* against *reduction_race*, the same tree without its barrier."
 )
-capture = require_capture()
-st.caption(f"Data source: {capture.source}")
-if capture.launch["kernel"] == "matmul_tiled":
+capture = require_capture(source=lambda cap: cap.source)
+if capture.launch.get("user_kernel"):
+    visitor_section(capture)
+elif capture.launch["kernel"] == "matmul_tiled":
     matmul_section(capture)
 elif capture.launch["kernel"] in REDUCTIONS:
     reduction_section(capture)

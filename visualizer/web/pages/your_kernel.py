@@ -21,6 +21,7 @@ from visualizer.engine.user_runner import (
 )
 from visualizer.specs import source as uspec
 from visualizer.specs.catalog import LaunchError
+from visualizer.web import upload_gate
 from visualizer.web.current_kernel import (
     kept_uploads,
     link_run_requested,
@@ -28,9 +29,11 @@ from visualizer.web.current_kernel import (
     show_kept_uploads,
     show_link_notice,
 )
+from visualizer.web.did_work import did_work
 from visualizer.web.examples import EXAMPLES
 from visualizer.web.guard import visitor_has_key
 from visualizer.web.session import as_text, queue_text
+from visualizer.web.uploads import SESSION_UPLOAD_BYTES, SESSION_UPLOAD_FILES, UPLOAD_MAX_MB
 
 BACKENDS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
 MODES = ("one thread per element", "grid")
@@ -79,6 +82,8 @@ st.markdown(
 
 show_link_notice()  # a shared link's kernel: filled in, run or not, and why
 allowed, why = user_code_allowed(visitor_has_key())
+# the server's upload store takes files only from a session that may run code (web/upload_gate.py)
+(upload_gate.allow if allowed else upload_gate.forbid)(upload_gate.current_session_id())
 if not allowed:
     st.warning(
         f"Running your own code is {why}.\n\nOr run your kernel from the command line: "
@@ -140,11 +145,22 @@ with right:
         key = f"uk_arg_{name}"
         st.session_state.setdefault(key, "zeros:float32:1000")
         arg_texts[name] = st.text_input(name, key=key)
-    fresh = st.file_uploader(
-        "upload .npy arrays (optional)", type=["npy"], accept_multiple_files=True, key="uk_upload"
-    )
-    uploads = kept_uploads(fresh)  # with the ones uploaded before in this session (page switches)
-    show_kept_uploads(fresh)
+    uploads = []
+    if allowed:  # an upload is read only by a run: where nothing may run, nothing is taken
+        fresh = st.file_uploader(
+            f"upload .npy arrays (optional; this session holds up to {SESSION_UPLOAD_FILES} files, "
+            f"{SESSION_UPLOAD_BYTES >> 20} MiB in all)",
+            type=["npy"],
+            accept_multiple_files=True,
+            key="uk_upload",
+            max_upload_size=UPLOAD_MAX_MB,
+        )
+        uploads, upload_problem = kept_uploads(fresh)  # with those kept from before (page switches)
+        if upload_problem:
+            st.error(upload_problem)
+        show_kept_uploads(fresh)
+    else:
+        st.caption("Uploading `.npy` arrays comes with running your own code (off in this session).")
     reference = st.text_area(
         "numpy reference (optional): one `NAME = EXPR` per line over the argument names, or `fn:NAME`",
         key="uk_reference",
@@ -239,7 +255,8 @@ if cap is not None and cap.launch.get("user_kernel"):
     m1.metric("grid", " × ".join(str(g) for g in launch["grid"] if g > 1) or "1")
     m2.metric("block", " × ".join(str(b) for b in launch["block"] if b > 1) or "1")
     m3.metric("threads", f"{launch['threads']:,}")
-    m4.metric("threads that did work", f"{int(cap.threads['active'].sum()):,}")
+    work_label, work_count, work_help = did_work(cap)
+    m4.metric(f"threads: {work_label}", f"{work_count:,}", help=work_help)
     check = cap.check
     if check.get("correct") is None:
         st.info("No numpy reference given: the outputs were not checked.")
