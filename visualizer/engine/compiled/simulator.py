@@ -20,11 +20,11 @@ ENGINES = ("compiled", "fastsim")
 KEEP = 64
 LAUNCHES: list[dict] = []
 _state = threading.local()
-_installed = {"done": False}
+_installed = {"done": False, "default": "fastsim"}
 
 
 def current_engine() -> str:
-    return getattr(_state, "engine", "compiled")
+    return getattr(_state, "engine", _installed["default"])
 
 
 @contextmanager
@@ -58,8 +58,12 @@ def _host_array(arg):
     return None
 
 
-def install() -> None:
-    """fastsim, then the compiled engine in front of it (idempotent)."""
+def install(default: str = "fastsim") -> None:
+    """fastsim, then the compiled engine in front of it (idempotent). ``default``: the engine of launches
+    outside any ``engine(...)`` block; "fastsim" leaves a process (a test session) as it was."""
+    if default not in ENGINES:
+        raise ValueError(f"unknown simulator engine {default!r} (known: {', '.join(ENGINES)})")
+    _installed["default"] = default
     if _installed["done"]:
         return
     from numba.cuda.simulator import kernel as simkernel
