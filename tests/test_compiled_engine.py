@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numba import cuda
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -308,3 +309,44 @@ def test_parallel_blocks_only_where_order_cannot_matter():
     r = launch(histogram_global, n // 256, 256, [x, bins, n], parallel=True)
     assert r.blocks == "serial" and "atomics on global memory" in r.serial_reason
     np.testing.assert_array_equal(bins, np.bincount(x, minlength=8))
+
+
+@cuda.jit
+def fill(out):  # module level: the simulator swaps this module's `cuda` while it runs
+    out[cuda.grid(1)] = 7
+
+
+def test_router_leaves_launches_to_fastsim_unless_asked():
+    router.install()
+    out = np.zeros(64, np.int32)
+    before = len(router.LAUNCHES)
+    fill[2, 32](out)  # outside engine(...): fastsim, as before the router was installed
+    assert len(router.LAUNCHES) == before and (out == 7).all()
+    with router.engine("compiled"):
+        fill[2, 32](out)
+    assert router.last_launch()["engine"] == "compiled"
+    with pytest.raises(ValueError, match="unknown simulator engine"):
+        with router.engine("gpu"):
+            pass
+
+
+def test_a_rewritten_copy_is_not_compiled_from_the_file():
+    """The instrumented build is exec'd from a rewritten tree with the kernel's file and lines: reading
+    the file would compile the original. Given as a function it falls back; as tree + namespace it runs."""
+    import ast
+
+    from kernels.vector_add import vector_add
+    from visualizer.engine.instrument import instrument_function
+
+    traced, tree = instrument_function(vector_add, did_work="i < n")
+    n = 300
+    a, b, c = np.arange(n, dtype=np.float32), np.ones(n, np.float32), np.zeros(n, np.float32)
+    trace, active = np.zeros((3, 512), np.int64), np.zeros(512, np.uint8)
+    with pytest.raises(NotCompiled, match="rewritten copy"):
+        launch(traced, 4, 128, [a, b, c, n, trace, active])
+    fd = next(f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == traced.__name__)
+    launch(None, 4, 128, [a, b, c, n, trace, active], tree=fd, namespace=traced.__globals__)
+    np.testing.assert_array_equal(c, a + b)
+    assert active.sum() == n  # the ids lens recorded who did work
+    np.testing.assert_array_equal(trace[0, ::128], [0, 1, 2, 3])  # SM modelled: blocks round-robin
+    assert (trace[2] >= trace[1]).all() and trace[1].min() > 0

@@ -121,6 +121,7 @@ def compile_device(py_fn) -> DeviceFn:
     fd = tree.body[0]
     if not isinstance(fd, ast.FunctionDef):
         raise NotCompiled(f"device function {py_fn.__name__!r} is not a def")
+    _check_source_matches(fd, py_fn)
     names = Names(namespace_of(py_fn))
     local = local_names(fd)
     if contains_barrier(fd, names, local):
@@ -290,8 +291,21 @@ def kernel_tree(kernel=None, *, tree: ast.FunctionDef | None = None, namespace: 
     fd = mod.body[0]
     if not isinstance(fd, ast.FunctionDef):
         raise NotCompiled("the kernel is not a def")
+    _check_source_matches(fd, py_fn)
     fd.decorator_list = []
     return fd, namespace_of(py_fn)
+
+
+def _check_source_matches(fd: ast.FunctionDef, py_fn) -> None:
+    """The source read from the file must be this function's: a function exec'd from a rewritten tree
+    (an instrumented build keeps the kernel's file and lines) would otherwise be compiled as the file's
+    original. Its name and parameters tell them apart; such a kernel is passed as tree + namespace."""
+    code = py_fn.__code__
+    params = [a.arg for a in fd.args.args]
+    if fd.name != py_fn.__name__ or params != list(code.co_varnames[: code.co_argcount]):
+        raise NotCompiled(
+            f"the source in {code.co_filename} is not {py_fn.__name__}'s own (a rewritten copy)"
+        )
 
 
 def copy_fd(fd):
