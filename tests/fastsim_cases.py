@@ -579,6 +579,55 @@ def k_long_atomic_loop(total, reps):
         cuda.atomic.add(total, 0, 1)
 
 
+# Spins through atomics and warp intrinsics (issue 39): each step repeats the last, nothing changes.
+@cuda.jit
+def k_blocks_wait_for_each_other(flags, out):
+    b = cuda.blockIdx.x
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.exch(flags, b, 1)
+        while cuda.atomic.add(flags, 1 - b, 0) == 0:  # INTERBLOCK SPIN LINE: block 1 never runs first
+            pass
+    out[b] = 1
+
+
+@cuda.jit
+def k_syncwarp_spin(out):
+    s = cuda.shared.array(1, int32)
+    t = cuda.threadIdx.x
+    if t == 0:
+        s[0] = 0
+    cuda.syncthreads()
+    if t == 0:
+        while s[0] == 0:
+            cuda.syncwarp(1)  # SYNCWARP SPIN LINE: s[0] is written after the barrier below
+    cuda.syncthreads()  # SYNCWARP BARRIER LINE
+    if t == 32:
+        s[0] = 1
+    out[t] = 1
+
+
+@cuda.jit
+def k_long_warp_loop(out, reps):
+    t = cuda.threadIdx.x
+    acc = 0
+    for i in range(reps):  # every lane's steps differ (i, acc): slow, but not a spin
+        acc += cuda.shfl_xor_sync(0xFFFFFFFF, i, 1)
+        cuda.syncwarp()
+    out[t] = acc
+
+
+@cuda.jit
+def k_polls_until_another_thread_sets(flag, out):
+    t = cuda.threadIdx.x
+    if t == 0:
+        while cuda.atomic.add(flag, 0, 0) < 90000:  # polls while the others move the flag on
+            pass
+    else:
+        for _ in range(3000):
+            cuda.atomic.add(flag, 0, 1)
+    out[t] = 1
+
+
 def timed_raised(fn):
     t = time.monotonic()
     err = raised(fn)
@@ -605,6 +654,32 @@ def long_atomic_loop():
     total = np.zeros(1, np.int64)
     err = timed_raised(lambda: k_long_atomic_loop[1, 64](total, 6000))
     return {**err, "total": total}
+
+
+@hang_case
+def blocks_wait_for_each_other():
+    return timed_raised(
+        lambda: k_blocks_wait_for_each_other[2, 32](np.zeros(2, np.int32), np.zeros(2, np.int32))
+    )
+
+
+@hang_case
+def syncwarp_spin():
+    return timed_raised(lambda: k_syncwarp_spin[1, 64](np.zeros(64, np.int32)))
+
+
+@hang_case
+def long_warp_loop():
+    out = np.zeros(64, np.int64)
+    err = timed_raised(lambda: k_long_warp_loop[1, 64](out, 3000))
+    return {**err, "out": out}
+
+
+@hang_case
+def polls_until_another_thread_sets():
+    flag, out = np.zeros(1, np.int32), np.zeros(32, np.int32)
+    err = timed_raised(lambda: k_polls_until_another_thread_sets[1, 32](flag, out))
+    return {**err, "flag": flag, "out": out}
 
 
 @cuda.jit

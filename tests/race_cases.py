@@ -68,3 +68,37 @@ def source(name: str, racy: bool) -> str:
     src, *_, bad, good = CASES[name]
     key = "BARRIER" if "BARRIER" in src else "UPDATE"
     return textwrap.dedent(src).replace(key, bad if racy else good)
+
+
+# A Kogge-Stone inclusive scan (PMPP ch. 11) of 4,096 threads, 1,024 to a block (issue 39): with the
+# barrier between each step's reads and its writes left out, every word of every step races; the
+# hazard pairing once took minutes on it, the race-free twin seconds.
+SCAN = """
+from numba import cuda, float32
+
+N = 1024
+
+@cuda.jit
+def scan(x, out):
+    s = cuda.shared.array(N, float32)
+    t = cuda.threadIdx.x
+    i = cuda.blockIdx.x * N + t
+    s[t] = x[i]
+    stride = 1
+    while stride < N:
+        cuda.syncthreads()
+        v = s[t]
+        if t >= stride:
+            v += s[t - stride]
+        BARRIER
+        s[t] = v
+        stride *= 2
+    out[i] = s[t]
+"""
+SCAN_LAUNCH = dict(kernel="scan", grid="4", block="1024",
+                   args={"x": "ones:float32:4096", "out": "zeros:float32:4096"},
+                   reference=["out = np.cumsum(x.reshape(4, 1024), axis=1).reshape(-1).astype(np.float32)"])  # fmt: skip
+
+
+def scan_source(racy: bool) -> str:
+    return textwrap.dedent(SCAN).replace("BARRIER", "pass" if racy else "cuda.syncthreads()")

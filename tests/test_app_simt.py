@@ -140,3 +140,30 @@ def test_a_visitors_kernel_gets_the_lens_from_the_page(monkeypatch):
     assert "**9 of 64** warps diverged" in _numbers(at)
     at.switch_page("web/pages/simt.py").run()  # the lens's capture is kept: no second run, no button
     assert not [b for b in at.button if b.label.startswith("Record which lanes")] and _charts(at)
+
+
+def test_a_session_whose_key_was_withdrawn_starts_no_sandbox_on_the_page(monkeypatch):
+    """The operator changed the key after this session ran its kernel: the SIMT page offers no run
+    (user_code_allowed answers (allowed, why); a tuple is always true, so the old check let it run)."""
+    from tests.test_app_your_kernel import TOKEN, _button, _your_kernel_page
+
+    monkeypatch.setenv("VISUALIZER_TOKEN", TOKEN)
+    monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)
+    at = _your_kernel_page()
+    at.selectbox(key="uk_example").set_value("reduction").run()
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception and at.session_state["capture"].launch["user_kernel"]
+    at.switch_page("web/pages/simt.py").run()
+    assert [b for b in at.button if b.label.startswith("Record which lanes")]  # with the key: offered
+
+    started = []
+    monkeypatch.setattr("visualizer.web.simt.visitor_lens_capture", lambda *a, **k: started.append(a))
+    monkeypatch.setenv("VISUALIZER_TOKEN", "another-key-" + "z" * 32)  # the operator withdrew the key
+    at.switch_page("web/pages/simt.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [b for b in at.button if b.label.startswith("Record which lanes")]
+    assert any("Running your own code is off for this browser session" in i.value for i in at.info), [
+        i.value for i in at.info
+    ]
+    assert not started

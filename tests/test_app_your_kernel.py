@@ -87,6 +87,28 @@ def test_uploaded_npy_is_an_argument(tmp_path):
     assert any("upload a .npy" in plain(e.value) for e in at.error)
 
 
+def test_under_the_hood_compiles_a_kernel_fed_from_an_uploaded_npy():
+    """Issue 39: the compile request carried the uploaded array into JSON ("Object of type ndarray is
+    not JSON serializable"); the array is typed by its dtype and shape (float64 here)."""
+    import io
+
+    import numpy as np
+
+    at = _your_kernel_page()
+    buf = io.BytesIO()
+    np.save(buf, np.arange(1000, dtype=np.float64))
+    at.file_uploader[0].upload("mine.npy", buf.getvalue()).run()
+    at.text_input(key="uk_arg_a").set_value("file:mine.npy")
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    at.switch_page("web/pages/under_the_hood.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.main.error, [e.value for e in at.main.error]
+    codes = "\n".join(c.value for c in at.main.code)
+    assert "ld.global.f64" in codes or "LDG.E.64" in codes, codes[:500]
+
+
 def test_edited_kernel_with_a_bug_gives_one_line_and_the_page_keeps_working():
     at = _your_kernel_page()
     src = at.text_area(key="uk_source").value.replace("c[i] = a[i] + b[i]", "c[i + 1] = a[i] + b[i]")

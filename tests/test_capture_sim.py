@@ -103,7 +103,7 @@ def test_timeout_kills_and_restarts_worker():
 
     with Runner("sim") as runner:
         with pytest.raises(KernelError, match="timed out"):
-            runner.capture("matmul_tiled", {"n": 128, "tile": 16}, timeout=0.5)  # ~2 s
+            runner.capture("matmul_naive", {"n": 160, "tile": 16}, timeout=0.5)  # ~7 s of CPU
         assert runner.restarts == 1
         cap = runner.capture("vector_add", {"n": 32, "block": 32})
         assert cap.check["correct"]

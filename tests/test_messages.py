@@ -29,6 +29,11 @@ def test_a_message_round_trips_as_its_tuple():
         ("ok", 1, "not a reply"),
         ("ok", 1, {}, 7),  # a detail that is not text
         ["ok", 1, {}],  # a list, not a tuple
+        (["ok"], 1, {}),  # an unhashable kind: a TypeError before, uncaught by the runner
+        ({"k": 1}, 1, {}),
+        ("blocks", 1, 2**70),  # more blocks than any launch
+        ("progress", 1, float("nan")),
+        ("ok", float("inf"), {}),
     ],
 )
 def test_a_malformed_tuple_is_refused(bad):

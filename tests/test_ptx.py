@@ -158,3 +158,55 @@ def test_a_visitors_kernel_is_compiled_inside_its_sandbox(tmp_path):
     fma = _line_of(src, "acc += a_tile[ty, k] * b_tile[k, tx]")
     assert "fma.rn.f32" in set(mine.loc[mine["line"] == fma, "opcode"])
     assert not marker.exists()  # the server's tmp is not the sandbox's
+
+
+NPY_KERNEL = """
+from numba import cuda
+
+
+@cuda.jit
+def scale(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 2 * x[i]
+"""
+
+
+def test_cli_asm_of_a_kernel_fed_from_a_npy_file(tmp_path, capsys):
+    """A .npy argument is typed by its dtype and shape (issue 39: the request once went to the
+    compiler as JSON with the array in it, and asm ended in a traceback)."""
+    import json
+
+    import numpy as np
+
+    from visualizer.tools.cli import main
+
+    (tmp_path / "k.py").write_text(NPY_KERNEL)
+    np.save(tmp_path / "x.npy", np.arange(256, dtype=np.float64))
+    argv = ["asm", "--source", str(tmp_path / "k.py"), "--kernel", "scale", "--grid", "2", "--block", "128",
+            "--arg", f"x=file:{tmp_path / 'x.npy'}", "--arg", "out=zeros:float32:256"]  # fmt: skip
+    assert main([*argv, "--json"]) == 0, capsys.readouterr().err
+    got = json.loads(capsys.readouterr().out)
+    line = _line_of(NPY_KERNEL, "out[i] = 2 * x[i]")
+    assert next(r for r in got["lines"] if r["line"] == line)["ptx"] > 0
+    assert main([*argv, "--show", "ptx"]) == 0
+    shown = capsys.readouterr().out
+    assert "ld.global.f64" in shown and "st.global.f32" in shown  # x typed as the file's float64
+
+
+def test_typed_only_keeps_dtype_and_shape_and_drops_the_values():
+    import json
+
+    import numpy as np
+
+    request = {"op": "ptx_source", "args": {"x": {"kind": "file", "text": "file:x.npy", "dtype": "",
+               "shape": [], "value": None, "array": np.ones((3, 4), ">i2")}, "n": {"kind": "scalar",
+               "value": 5}}}  # fmt: skip
+    typed = ptx.typed_only(request)
+    json.dumps(typed)
+    assert typed["args"]["x"]["kind"] == "zeros" and typed["args"]["x"]["shape"] == [3, 4]
+    assert (
+        np.dtype(typed["args"]["x"]["dtype"]) == np.dtype(">i2")
+        and typed["args"]["n"] == request["args"]["n"]
+    )
+    assert isinstance(request["args"]["x"]["array"], np.ndarray)  # the caller's request is left alone

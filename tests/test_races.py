@@ -376,9 +376,13 @@ RACE_FREE = [
 ]  # fmt: skip  (flash_attention_fast stays: its warp shuffles and tensor-core tiles under seeded schedules)
 
 
+# the heaviest at its defaults, made lighter: one head of two (each head is a grid row of the same work)
+LIGHTER = {"flash_attention_fast": {"heads": 1}}
+
+
 @pytest.mark.parametrize("kernel", RACE_FREE)
 def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, kernel):
-    cap = runner.capture(kernel, {}, runs=3, schedule_seed=1, time_clean=False)
+    cap = runner.capture(kernel, LIGHTER.get(kernel, {}), runs=3, schedule_seed=1, time_clean=False)
     assert cap.launch["runs"]["distinct"] == 1, kernel
     assert all(cap.launch["runs"]["correct"]), kernel
     assert all(s["seed"] == 1 and s["steps"] > 0 for s in cap.launch["runs"]["schedules"])  # really seeded
@@ -386,7 +390,9 @@ def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, ke
 
 @pytest.mark.parametrize("kernel", RACE_FREE)
 def test_every_race_free_builtin_stays_right_with_the_delays_pass(runner, kernel):
-    cap = runner.capture(kernel, {}, runs=2, schedule_seed=1, delays=True, time_clean=False)
+    cap = runner.capture(
+        kernel, LIGHTER.get(kernel, {}), runs=2, schedule_seed=1, delays=True, time_clean=False
+    )
     r = cap.launch["runs"]
     assert r["delay_sites"] and r["distinct"] == 1 and all(r["correct"]), kernel
     assert all(s["delay_slots"] == 256 * len(r["delay_sites"]) for s in r["schedules"])

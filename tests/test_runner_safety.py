@@ -73,9 +73,10 @@ def test_extra_request_options_reach_the_worker_unchanged(monkeypatch):
 def test_timeout_names_the_limit_and_restarts():
     with Runner("sim", run_timeout=0.5) as runner:
         with pytest.raises(KernelError, match=r"timed out: over the simulator's limit of 0.5 s per run"):
-            runner.capture("matmul_tiled", {"n": 128, "tile": 16})  # ~2 s
+            runner.capture("matmul_naive", {"n": 160, "tile": 16})  # ~7 s of CPU: far past 0.5 s anywhere
         assert runner.restarts == 1
-        assert shows(runner.capture("vector_add", {"n": 32, "block": 32}), "vector_add", n=32)
+        # the restarted worker works; how fast it starts is the machine's business (a hang guard only)
+        assert shows(runner.capture("vector_add", {"n": 32, "block": 32}, timeout=600), "vector_add", n=32)
 
 
 def test_a_run_past_its_cpu_time_is_stopped_by_the_kernel(monkeypatch):

@@ -254,6 +254,40 @@ def test_cpu_time_limit_stops_a_spinning_kernel(monkeypatch):
         assert runner.restarts == 1
 
 
+SPINS = {
+    # two blocks, each waiting for the other's flag through atomics (blocks run one at a time here)
+    "flags": (
+        "from numba import cuda\n\n@cuda.jit\ndef k(flags, out):\n    b = cuda.blockIdx.x\n"
+        "    if cuda.threadIdx.x == 0:\n        cuda.atomic.exch(flags, b, 1)\n"
+        "        while cuda.atomic.add(flags, 1 - b, 0) == 0:\n            pass\n    out[b] = 1\n",
+        {"flags": "zeros:int32:2", "out": "zeros:int32:2"},
+        r"threads spin: .* thread \(0,0,0\) is spinning at k\.py:8",
+    ),
+    # a spin on syncwarp(1) for a value written after a barrier
+    "syncwarp": (
+        "from numba import cuda, int32\n\n@cuda.jit\ndef k(flags, out):\n    s = cuda.shared.array(1, int32)\n"
+        "    t = cuda.threadIdx.x\n    if t == 0:\n        s[0] = 0\n    cuda.syncthreads()\n    if t == 0:\n"
+        "        while s[0] == 0:\n            cuda.syncwarp(1)\n    cuda.syncthreads()\n    if t == 1:\n"
+        "        s[0] = 1\n    out[0] = 1\n",
+        {"flags": "zeros:int32:2", "out": "zeros:int32:2"},
+        r"deadlock: .* 31 threads \(1,0,0\)\.\.\(31,0,0\) wait at a barrier at k\.py:13; "
+        r"thread \(0,0,0\) is spinning at k\.py:12",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SPINS))
+def test_a_spin_through_atomics_or_syncwarp_is_one_line_naming_threads_and_line(monkeypatch, name):
+    """Issue 39: these ran to the sandbox's wall-clock limit and ended with no thread or line."""
+    monkeypatch.setenv("FASTSIM_STALL_S", "1")  # the sandboxed worker's simulator reads it at its start
+    src, args, words = SPINS[name]
+    sl = plan_source_launch(src, "k", grid="2", block="32", args=args, filename="k.py")
+    with UserRunner("sim") as runner, pytest.raises(KernelError) as err:
+        runner.capture_source(sl, time_clean=False)
+    msg = str(err.value)
+    assert "\n" not in msg and re.search(words, msg), msg
+
+
 HALO_CONV = """
 from numba import cuda, float32
 

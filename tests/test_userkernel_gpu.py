@@ -99,3 +99,30 @@ def test_illegal_address_is_reported_and_the_worker_restarts(gpu_user_runner):
         backend="gpu",
     )
     assert gpu_user_runner.capture_source(ok).check["correct"]
+
+
+def test_the_gpu_sandbox_runs_under_the_seccomp_filter(gpu_user_runner):
+    """The GPU path (bubblewrap with /dev/nvidia* bound) loads the filter, the CUDA driver works under it
+    (the textbook kernels above ran with it), and the visitor's code gets EPERM for what it denies."""
+    import ast
+    import errno
+
+    from visualizer.engine.run import sandbox
+
+    if sandbox.isolation_mode("gpu") != "bwrap":
+        pytest.skip(f"no bubblewrap on this GPU machine: {sandbox.isolation('gpu')}")
+    assert "seccomp filter: sockets only AF_UNIX" in sandbox.isolation("gpu"), sandbox.isolation("gpu")
+    probe = (
+        "import socket\nfrom numba import cuda\nseen = {}\n"
+        "for name, family in (('AF_VSOCK', 40), ('AF_INET', 2), ('AF_NETLINK', 16)):\n"
+        "    try:\n        socket.socket(family, socket.SOCK_DGRAM).close()\n        seen[name] = 'allowed'\n"
+        "    except OSError as exc:\n        seen[name] = exc.errno\n"
+        "seen['devices'] = len(cuda.gpus)\n"
+        "raise RuntimeError(repr(seen))\n\n@cuda.jit\ndef k(a):\n    a[0] = 1\n"
+    )
+    sl = plan_source_launch(probe, "k", grid="1", block="1", args={"a": "zeros:float32:1"}, backend="gpu")
+    with pytest.raises(KernelError) as err:
+        gpu_user_runner.capture_source(sl, repeats=1)
+    seen = ast.literal_eval(str(err.value).rsplit("RuntimeError: ", 1)[1])
+    assert seen.pop("devices") >= 1  # the driver answered under the filter
+    assert seen == {"AF_VSOCK": errno.EPERM, "AF_INET": errno.EPERM, "AF_NETLINK": errno.EPERM}, seen

@@ -113,3 +113,21 @@ def test_a_record_of_plain_fields_travels_and_an_object_field_does_not():
     assert (back["s1"] == states["s1"]).all()
     with pytest.raises(wire.WireError):
         wire._decode({"s": [[["x", "O"]], [1], 0]}, [b"\0" * 8])
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"sass": ["not", "text"]}, "its sass is not text"),
+        ({"ptxas_log": 7}, "its ptxas_log is not text"),
+        ({"missing": "ptxas"}, "its missing tools are not names"),
+        ({"versions": {"numba": ["0.68"]}}, "its tool versions are not text"),
+        ({}, None),
+    ],
+)
+def test_a_compile_reply_s_fields_are_checked_before_a_page_reads_them(change, why):
+    from visualizer.engine.run.user_runner import ptx_reply_problem
+
+    reply = {"ptx": ".version 8.0", "sass": None, "ptxas_log": None, "missing": ["nvdisasm"]}
+    reply["versions"] = {"numba": "0.68.1", "ptxas": None}
+    assert ptx_reply_problem({**reply, **change}) == why

@@ -1,6 +1,9 @@
 """Your kernel in a real browser: edit the example, run it on the simulator, then see it on the grid page."""
 
+import re
+
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.e2e
 
@@ -10,7 +13,7 @@ def test_paste_run_and_see_the_grid(open_app, app_token, tmp_path):
     assert page.get_by_test_id("stException").count() == 0
     editor = page.get_by_label("Kernel source (Python, Numba CUDA)")
     editor.wait_for(timeout=60_000)
-    assert "def vector_add" in editor.input_value()
+    expect(editor).to_have_value(re.compile(r"def vector_add"), timeout=60_000)  # mounted empty, then filled
     # the user's edit: a scaled add, with the reference to match
     editor.fill(editor.input_value().replace("c[i] = a[i] + b[i]", "c[i] = 2 * a[i] + b[i]"))
     editor.blur()

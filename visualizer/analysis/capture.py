@@ -13,6 +13,7 @@ Tables (each says where its numbers come from in a ``source`` column and in ``df
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,6 +81,225 @@ class Capture:
 
 
 _FIELDS = ("accesses", "requests", "hazards", "branches", "barriers")
+
+
+class ReplyError(ValueError):
+    """A worker's reply that is not one, or does not answer the request that asked for it (one line)."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a request asked for, to hold its reply against (a visitor's run: UserRunner makes it).
+
+    ``arrays``: every array argument, name -> (dtype string, shape); dtype None for a record of plain
+    fields (numba's RNG states), whose shape alone is known before the run."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    arrays: dict[str, tuple[str | None, tuple[int, ...]]]
+    user_kernel: bool = True
+    runs: int = 1
+    accesses: bool = False
+    lens: bool = False
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _quote(value) -> str:
+    """A value from a reply in a message: one line (a numpy array prints on several), a few words."""
+    return " ".join(str(value).split())[:40]
+
+
+def _count(value, what: str, low: int = 0) -> int:
+    if type(value) is not int or not low <= value <= INT64_MAX:
+        raise ReplyError(f"{what} is not a count ({_quote(value)})")
+    return value
+
+
+def _dims(value, what: str) -> tuple[int, int, int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 3:
+        raise ReplyError(f"{what} is not three dimensions")
+    return tuple(_count(v, what, 1) for v in value)
+
+
+def _array(value, what: str, ndim: int | None = None) -> np.ndarray:
+    if not isinstance(value, np.ndarray) or value.dtype.hasobject:
+        raise ReplyError(f"{what} is not a plain array")
+    if ndim is not None and value.ndim != ndim:
+        raise ReplyError(f"{what} has {value.ndim} dimensions, not {ndim}")
+    return value
+
+
+def _finite(obj, what: str, depth: int = 0) -> None:
+    """Numbers in launch.json and timing: finite, and ints within int64 (pages format and convert them)."""
+    if depth > 16:
+        raise ReplyError(f"{what} is nested too deep")
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return
+    if isinstance(obj, int):
+        if abs(obj) > INT64_MAX:
+            raise ReplyError(f"a number in {what} is out of range")
+    elif isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise ReplyError(f"a number in {what} is not finite ({obj})")
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _finite(v, what, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _finite(v, what, depth + 1)
+
+
+def check_reply(reply, expected: Expected | None = None) -> None:
+    """Refuse (ReplyError, one line) a reply whose numbers would make anything here wrong or huge,
+    before a table is made from it: the launch it claims agrees with itself (threads = blocks x threads
+    per block, grid x block) and its buffers with the launch; with ``expected``, it answers that request
+    (grid, block, every array's dtype and shape, user_kernel, the runs and lenses asked for)."""
+    try:
+        _check_reply(reply, expected)
+    except ReplyError:
+        raise
+    except Exception as exc:  # a value of a type no check foresaw (an array where a word was): one line
+        raise ReplyError(f"it is malformed ({type(exc).__name__})") from None
+
+
+def _check_reply(reply, expected: Expected | None) -> None:
+    if not isinstance(reply, dict):
+        raise ReplyError("the reply is not a mapping")
+    for key in ("launch", "timing", "buffers", "outputs", "inputs"):
+        if not isinstance(reply.get(key), dict):
+            raise ReplyError(f"the reply has no {key}")
+    launch, bufs = reply["launch"], reply["buffers"]
+    grid, block = _dims(launch.get("grid"), "grid"), _dims(launch.get("block"), "block")
+    blocks, tpb = math.prod(grid), math.prod(block)
+    if (
+        _count(launch.get("blocks"), "blocks") != blocks
+        or _count(launch.get("threads_per_block"), "threads per block") != tpb
+        or _count(launch.get("threads"), "threads") != blocks * tpb
+    ):
+        raise ReplyError(
+            f"its launch does not add up: {_quote(launch.get('threads'))} threads claimed for grid "
+            f"{list(grid)} x block {list(block)}"
+        )
+    per = launch.get("recorded_per")
+    if not isinstance(per, str) or per not in ("thread", "warp") or not isinstance(launch.get("source"), str):
+        raise ReplyError("its launch says neither how it recorded nor where its numbers come from")
+    records = blocks * tpb if per == "thread" else blocks * ((tpb + 31) // 32)
+    trace, active = _array(bufs.get("trace"), "trace", 2), _array(bufs.get("active"), "active", 1)
+    if trace.shape != (3, records) or trace.dtype.kind not in "iu" or active.shape != (blocks * tpb,):
+        raise ReplyError(f"its trace buffers do not match its launch of {blocks * tpb:,} threads")
+    for name, table, ndim in (("tiles", "tile_operands", 4), ("rows", "row_table", 4)):
+        if name in bufs:
+            _array(bufs[name], name, ndim)
+            if not launch.get(table):
+                raise ReplyError(f"it has {name} but no {table}")
+    if expected is not None:
+        _check_expected(reply, launch, grid, block, expected)
+
+
+def _check_expected(reply: dict, launch: dict, grid, block, want: Expected) -> None:
+    if grid != tuple(want.grid) or block != tuple(want.block):
+        raise ReplyError(
+            f"it claims grid {list(grid)} x block {list(block)}; the run asked for "
+            f"grid {list(want.grid)} x block {list(want.block)}"
+        )
+    claimed = launch.get("user_kernel")
+    if want.user_kernel and claimed is not True:
+        raise ReplyError("it does not say it ran a visitor's kernel (user_kernel)")
+    if not want.user_kernel and claimed is not None and claimed is not False:
+        raise ReplyError("it claims a visitor's kernel")
+    if want.user_kernel:
+        if (
+            launch.get("tile_operands")
+            or launch.get("row_table")
+            or {"tiles", "rows"} & set(reply["buffers"])
+        ):
+            raise ReplyError("a visitor's kernel records no tiles or row state")
+        check = reply.get("check")
+        if not isinstance(check, dict) or not (
+            check.get("correct") is None or type(check["correct"]) is bool
+        ):
+            raise ReplyError("it has no reference check")
+        for key in ("kernel", "kernel_name", "filename", "kernel_source"):
+            if not isinstance(launch.get(key), str):
+                raise ReplyError(f"its launch has no {key}")
+        if not isinstance(launch.get("params"), dict) or not isinstance(launch.get("written"), list):
+            raise ReplyError("its launch has no parameters")
+    _finite(launch, "its launch")
+    _finite(reply["timing"], "its timing")
+    outputs, inputs = reply["outputs"], reply["inputs"]
+    if set(outputs) & set(inputs) or set(outputs) | set(inputs) != set(want.arrays):
+        raise ReplyError("its arrays are not the kernel's array arguments, each once")
+    for name, got in {**outputs, **inputs}.items():
+        _check_array(got, name, want.arrays[name])
+    written = launch.get("written")
+    if want.user_kernel and (
+        not all(isinstance(w, str) for w in written) or sorted(written) != sorted(outputs)
+    ):
+        raise ReplyError("its written arrays are not its outputs")
+    lens = launch.get("lens")
+    if lens is not None and (not isinstance(lens, dict) or (lens and not want.lens)):
+        raise ReplyError("it holds a SIMT lens nobody asked for")
+    if want.runs > 1 or "runs" in reply or "runs" in launch:  # runs=1 with a schedule seed has them too
+        runs, info = reply.get("runs"), launch.get("runs")
+        if not isinstance(runs, dict) or not isinstance(info, dict) or type(info.get("count")) is not int:
+            raise ReplyError(f"it does not hold the {want.runs} run(s) asked for")
+        if info["count"] != want.runs:
+            raise ReplyError(f"it does not hold the {want.runs} run(s) asked for")
+        for name, got in runs.items():
+            if name not in want.arrays:
+                raise ReplyError(f"a run of an array that is not an argument ({_quote(name)})")
+            dtype, shape = want.arrays[name]
+            _check_array(got, f"runs of {name}", (dtype, (want.runs, *shape)))
+        correct = reply.get("runs_correct")
+        if want.user_kernel and (
+            not isinstance(correct, list)
+            or len(correct) != want.runs
+            or not all(c is None or type(c) is bool for c in correct)
+        ):
+            raise ReplyError("its runs are not each checked")
+    if "accesses" in reply:
+        if not want.accesses:
+            raise ReplyError("it holds memory accesses nobody asked for")
+        _check_accesses(reply["accesses"])
+
+
+def _check_array(got, name: str, want: tuple) -> None:
+    dtype, shape = want
+    _array(got, _quote(name))
+    if got.shape != tuple(shape):
+        raise ReplyError(f"{name} has shape {got.shape}, not {tuple(shape)}")
+    if dtype is None:  # a record of plain fields
+        if got.dtype.fields is None:
+            raise ReplyError(f"{name} is not a record array")
+    elif (got.dtype.kind, got.dtype.itemsize) != (np.dtype(dtype).kind, np.dtype(dtype).itemsize):
+        raise ReplyError(f"{name} has dtype {got.dtype}, not {np.dtype(dtype)}")  # byte order aside
+
+
+def _check_accesses(acc) -> None:
+    if not isinstance(acc, dict):
+        raise ReplyError("its memory accesses are not a mapping")
+    records, columns, arrays = acc.get("records"), acc.get("columns"), acc.get("arrays")
+    _array(records, "access records", 2)
+    if (
+        records.dtype.kind not in "iu"
+        or not isinstance(columns, list)
+        or len(columns) != records.shape[1]
+        or not all(isinstance(c, str) for c in columns)
+    ):
+        raise ReplyError("its access records do not match their columns")
+    if not isinstance(arrays, list) or not all(
+        isinstance(a, dict)
+        and isinstance(a.get("name"), str)
+        and isinstance(a.get("space"), str)
+        and type(a.get("itemsize")) is int
+        and isinstance(a.get("shape"), list)
+        and len(a["shape"]) <= 32
+        and all(type(n) is int and 0 <= n <= INT64_MAX for n in a["shape"])
+        for a in arrays
+    ):
+        raise ReplyError("its accessed arrays are not described")
 
 
 def _label(df: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -198,8 +418,10 @@ def check_outputs(spec: catalog.KernelSpec, params: dict, inputs: dict, outputs:
     return result
 
 
-def build_capture(reply: dict) -> Capture:
-    """A worker's reply (engine/capture/pipeline.py), built-in kernel or a visitor's, as tables."""
+def build_capture(reply: dict, expected: Expected | None = None) -> Capture:
+    """A worker's reply (engine/capture/pipeline.py), built-in kernel or a visitor's, as tables; checked
+    first (``check_reply``: against the request when ``expected`` says what it asked for), ReplyError."""
+    check_reply(reply, expected)
     launch, timing, bufs = reply["launch"], reply["timing"], reply["buffers"]
     records = bufs["trace"].T  # the kernel writes (3, records); tables read one record per row
     t0 = int(records[:, 1].min()) if len(records) else 0

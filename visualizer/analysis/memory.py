@@ -221,46 +221,125 @@ def _thread_first(a: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return loads.join(stores, how="outer").reset_index()
 
 
-def _pairs(word: pd.DataFrame) -> list[tuple]:
-    """Hazard pairs of one word's threads (one row per thread: load/store seq and line)."""
-    out = []
-    writers = word[word["store_seq"].notna()]
-    readers = word[word["load_seq"].notna()]
-    w = writers[["thread", "store_seq", "store_line"]].to_numpy()
-    r = readers[["thread", "load_seq", "load_line"]].to_numpy()
-    waw = [
-        (int(w[i][0]), int(w[j][0]), int(w[i][2]), int(w[j][2]))
-        for i in range(len(w))
-        for j in range(i + 1, len(w))
+def _group_ids(a: pd.DataFrame, b: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """One integer per distinct value of ``cols``, shared by the rows of ``a`` and ``b``."""
+    both = pd.concat([a[cols], b[cols]], ignore_index=True)
+    ids = both.groupby(cols, sort=False, observed=True).ngroup().to_numpy(np.int64)
+    return ids[: len(a)], ids[len(a) :]
+
+
+def _count_after(gq, vq, gt, vt, strict: bool) -> np.ndarray:
+    """For each query (group gq, value vq): the targets of its group with a value > vq (strict) or
+    >= vq, by binary search in the targets sorted by (group, value): no pair is formed to count."""
+    if len(gq) == 0 or len(gt) == 0:
+        return np.zeros(len(gq), np.int64)
+    _, rank = np.unique(np.concatenate([vq, vt]), return_inverse=True)
+    scale = np.int64(rank.max() + 2)
+    keys = np.sort(gt * scale + rank[len(vq) :])
+    end = np.searchsorted(keys, (gq + 1) * scale, "left")
+    return end - np.searchsorted(keys, gq * scale + rank[: len(vq)], "right" if strict else "left")
+
+
+def _kind_pairs(a: pd.DataFrame, b: pd.DataFrame, value: str, strict: bool, epochs: bool) -> pd.DataFrame:
+    """One hazard kind over whole tables: for each word, the pairs (x of ``a``, y of ``b``) of
+    different threads (``who``) with y's ``value`` after x's (> when strict, else >=); with
+    ``epochs`` (global memory) a pair in one block counts only within one barrier epoch. Returns
+    the first MAX_PAIRS_PER_WORD pairs of each word in (who_a, who_b) order, each row with the
+    word's count of all its pairs (``pairs``); the pairs are counted, not formed, so a word every
+    thread touches costs no more than its rows."""
+    cols = ["word", "who", "block", "thread", "epoch", "seq", "line"]
+    a, b = a[cols].reset_index(drop=True), b[cols].reset_index(drop=True)
+    if a.empty or b.empty:
+        return pd.DataFrame(columns=[f"{c}_{s}" for c in cols for s in "ab"] + ["pairs"])
+    # how many partners each x has: all of its word's, less those in its block in another epoch
+    levels = [(["word"], 1)] + ([(["word", "block"], -1), (["word", "block", "epoch"], 1)] if epochs else [])
+    n = np.zeros(len(a), np.int64)
+    for group, sign in levels:
+        ga, gb = _group_ids(a, b, group)
+        n += sign * _count_after(ga, a[value].to_numpy(), gb, b[value].to_numpy(), strict)
+    if value != "who":  # the thread itself, counted above when its own access is after: not a pair
+        own = a.reset_index().merge(b, on=["word", "who"], suffixes=("", "_b"))
+        later = own["seq_b"] > own["seq"] if strict else own["seq_b"] >= own["seq"]
+        if epochs:
+            later &= own["epoch_b"] == own["epoch"]
+        np.subtract.at(n, own.loc[later, "index"].to_numpy(), 1)
+    a["n"] = n
+    a = a[a["n"] > 0].sort_values(["word", "who"], kind="stable")
+    total = a.groupby("word")["n"].sum().rename("pairs")
+    # only the x whose pairs come among the first MAX_PAIRS_PER_WORD of their word are paired out
+    before = a.groupby("word")["n"].cumsum() - a["n"]
+    first = a[before < MAX_PAIRS_PER_WORD].drop(columns="n")
+    rank = first.groupby("word").cumcount().to_numpy()
+    found = []
+    for r in range(MAX_PAIRS_PER_WORD):  # one x per word at a time: no join is longer than ``b``
+        cross = first[rank == r].merge(b, on="word", suffixes=("_a", "_b"))
+        if cross.empty:
+            continue
+        keep = cross["who_b"] != cross["who_a"]
+        keep &= (
+            cross[f"{value}_b"] > cross[f"{value}_a"]
+            if strict
+            else cross[f"{value}_b"] >= cross[f"{value}_a"]
+        )
+        if epochs:
+            keep &= (cross["block_a"] != cross["block_b"]) | (cross["epoch_a"] == cross["epoch_b"])
+        found.append(
+            cross[keep].sort_values(["word", "who_b"], kind="stable").groupby("word").head(MAX_PAIRS_PER_WORD)
+        )
+    if not found:
+        return pd.DataFrame(columns=[f"{c}_{s}" for c in cols for s in "ab"] + ["pairs"])
+    cross = pd.concat(found).sort_values(["word", "who_a", "who_b"], kind="stable")
+    cross = cross.groupby("word").head(MAX_PAIRS_PER_WORD)
+    return cross.join(total, on="word")
+
+
+def _race_pairs(writers: pd.DataFrame, readers: pd.DataFrame, epochs: bool) -> list[tuple[str, pd.DataFrame]]:
+    """RAW, WAR and WAW pairs (see ``_kind_pairs``) of per-thread first stores and first loads.
+
+    Which came first is each thread's own program order: RAW when the read is a later access of its
+    thread than the write is of its thread, else WAR; WAW between any two writers, lower thread first."""
+    return [
+        ("RAW", _kind_pairs(writers, readers, "seq", strict=True, epochs=epochs)),
+        ("WAR", _kind_pairs(readers, writers, "seq", strict=False, epochs=epochs)),
+        ("WAW", _kind_pairs(writers, writers, "who", strict=True, epochs=epochs)),
     ]
-    raw, war = [], []
-    for tw, sw, lw in w:
-        for tr, sr, lr in r:
-            if tw == tr:
-                continue
-            if sr > sw:
-                raw.append((int(tw), int(tr), int(lw), int(lr)))
-            else:
-                war.append((int(tr), int(tw), int(lr), int(lw)))
-    for kind, pairs in (("RAW", raw), ("WAR", war), ("WAW", waw)):
-        if pairs:
-            pairs.sort()
-            out.extend((kind, *p, len(pairs)) for p in pairs[:MAX_PAIRS_PER_WORD])
-    return out
+
+
+def _hazard_rows(kind: str, space: str, pairs: pd.DataFrame, words: pd.DataFrame) -> pd.DataFrame:
+    """A ``_kind_pairs`` table as rows of HAZARD_COLUMNS (``words``: array and index of each word)."""
+    p = pairs.join(words, on="word")
+    return pd.DataFrame(
+        {
+            "kind": kind,
+            "space": space,
+            "array": p["array"],
+            "index": p["index"],
+            "block": p["block_a"],
+            "epoch": p["epoch_a"],
+            "thread_a": p["thread_a"],
+            "thread_b": p["thread_b"],
+            "line_a": p["line_a"],
+            "line_b": p["line_b"],
+            "block_b": p["block_b"],
+            "epoch_b": p["epoch_b"],
+            "pairs": p["pairs"],
+        },
+        columns=HAZARD_COLUMNS,
+    )
 
 
 def hazards_table(acc: pd.DataFrame) -> pd.DataFrame:
     """RAW/WAR/WAW between unordered threads, and UNINIT shared reads (see the module docstring)."""
-    rows: list[dict] = []
+    parts = [pd.DataFrame(columns=HAZARD_COLUMNS)]
     if not acc.empty:
         a = acc[["block", "thread", "tseq", "array", "space", "op", "index", "epoch", "line"]].copy()
         a["array"] = a["array"].astype(str)
         a["space"] = a["space"].astype(str)
         a["op"] = a["op"].astype(str)
-        rows += _shared_hazards(a[a["space"] == "shared"])
-        rows += _global_hazards(a[a["space"] == "global"])
-        rows += _uninit(a[a["space"] == "shared"])
-    df = pd.DataFrame(rows, columns=HAZARD_COLUMNS)
+        parts += _shared_hazards(a[a["space"] == "shared"])
+        parts += _global_hazards(a[a["space"] == "global"])
+        parts.append(pd.DataFrame(_uninit(a[a["space"] == "shared"]), columns=HAZARD_COLUMNS))
+    df = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
     for c in HAZARD_COLUMNS:
         if c not in ("kind", "space", "array"):
             df[c] = df[c].astype(np.int64)
@@ -273,7 +352,8 @@ def hazards_table(acc: pd.DataFrame) -> pd.DataFrame:
     return _label(df, acc.attrs.get("source"))
 
 
-def _shared_hazards(sh: pd.DataFrame) -> list[dict]:
+def _shared_hazards(sh: pd.DataFrame) -> list[pd.DataFrame]:
+    """Shared words two threads of one block touch in one barrier epoch, one of them storing."""
     if sh.empty:
         return []
     keys = ["block", "epoch", "array", "index"]
@@ -282,32 +362,20 @@ def _shared_hazards(sh: pd.DataFrame) -> list[dict]:
     hot = stats[(stats["threads"] > 1) & (stats["stores"] > 0)].reset_index()[keys]
     if hot.empty:
         return []
-    sub = plain.merge(hot, on=keys)
-    per = _thread_first(sub, keys)
-    out = []
-    for (block, epoch, array, index), word in per.groupby(keys, sort=True, observed=True):
-        for kind, ta, tb, la, lb, n in _pairs(word):
-            out.append(
-                dict(
-                    kind=kind,
-                    space="shared",
-                    array=array,
-                    index=index,
-                    block=block,
-                    epoch=epoch,
-                    thread_a=ta,
-                    thread_b=tb,
-                    line_a=la,
-                    line_b=lb,
-                    block_b=block,
-                    epoch_b=epoch,
-                    pairs=n,
-                )
-            )
-    return out
+    per = _thread_first(plain.merge(hot, on=keys), keys)
+    per["word"] = per.groupby(keys, sort=True, observed=True).ngroup()
+    per["who"] = per["thread"]
+    words = per.drop_duplicates("word").set_index("word")[["array", "index"]]
+
+    def side(seq: str, line: str) -> pd.DataFrame:
+        rows = per[per[seq].notna()]
+        return rows.assign(seq=rows[seq].astype(np.int64), line=rows[line].astype(np.int64))
+
+    pairs = _race_pairs(side("store_seq", "store_line"), side("load_seq", "load_line"), epochs=False)
+    return [_hazard_rows(kind, "shared", p, words) for kind, p in pairs if len(p)]
 
 
-def _global_hazards(gl: pd.DataFrame) -> list[dict]:
+def _global_hazards(gl: pd.DataFrame) -> list[pd.DataFrame]:
     """Global words touched by >= 2 (block, thread) with a store, by threads nothing orders."""
     if gl.empty:
         return []
@@ -319,65 +387,17 @@ def _global_hazards(gl: pd.DataFrame) -> list[dict]:
     hot = stats[(stats["threads"] > 1) & (stats["stores"] > 0)].reset_index()[keys]
     if hot.empty:
         return []
-    sub = plain.merge(hot, on=keys)
     first = (
-        sub.groupby([*keys, "block", "thread", "op"], observed=True)
+        plain.merge(hot, on=keys)
+        .groupby([*keys, "block", "thread", "op"], observed=True)
         .agg(seq=("tseq", "min"), line=("line", "first"), epoch=("epoch", "min"))
         .reset_index()
     )
-    out = []
-    for (array, index), word in first.groupby(keys, sort=True, observed=True):
-        recs = word.to_dict("records")
-        found: dict[str, list] = {"RAW": [], "WAR": [], "WAW": []}
-        for i, x in enumerate(recs):
-            for y in recs[i + 1 :]:
-                if (x["block"], x["thread"]) == (y["block"], y["thread"]):
-                    continue
-                if x["op"] == "load" and y["op"] == "load":
-                    continue
-                if x["block"] == y["block"] and x["epoch"] != y["epoch"]:
-                    continue  # a barrier between them orders the two
-                if x["op"] == "store" and y["op"] == "store":
-                    kind, first_, second = "WAW", x, y
-                else:
-                    w, r = (x, y) if x["op"] == "store" else (y, x)
-                    if r["seq"] > w["seq"]:
-                        kind, first_, second = "RAW", w, r
-                    else:
-                        kind, first_, second = "WAR", r, w
-                found[kind].append(
-                    (
-                        first_["block"],
-                        first_["thread"],
-                        second["block"],
-                        second["thread"],
-                        first_["line"],
-                        second["line"],
-                        first_["epoch"],
-                        second["epoch"],
-                    )
-                )
-        for kind, pairs in found.items():
-            pairs = sorted(set(pairs))
-            for ba, ta, bb, tb, la, lb, ea, eb in pairs[:MAX_PAIRS_PER_WORD]:
-                out.append(
-                    dict(
-                        kind=kind,
-                        space="global",
-                        array=array,
-                        index=index,
-                        block=ba,
-                        epoch=ea,
-                        thread_a=ta,
-                        thread_b=tb,
-                        line_a=la,
-                        line_b=lb,
-                        block_b=bb,
-                        epoch_b=eb,
-                        pairs=len(pairs),
-                    )
-                )
-    return out
+    first["word"] = first.groupby(keys, sort=True, observed=True).ngroup()
+    first["who"] = first["block"] * (1 << 20) + first["thread"]
+    words = first.drop_duplicates("word").set_index("word")[keys]
+    pairs = _race_pairs(first[first["op"] == "store"], first[first["op"] == "load"], epochs=True)
+    return [_hazard_rows(kind, "global", p, words) for kind, p in pairs if len(p)]
 
 
 def _uninit(sh: pd.DataFrame) -> list[dict]:
@@ -479,9 +499,23 @@ def summary(req: pd.DataFrame, haz: pd.DataFrame, accesses: int, limit: int | No
         int(races[["space", "array", "block", "index"]].drop_duplicates().shape[0]) if len(races) else 0
     )
     out["raced_blocks"] = int(races["block"].nunique()) if len(races) else 0
+    # every racing pair is counted; MAX_PAIRS_PER_WORD of each word and kind are listed as rows
+    out["race_pairs"] = int(_pairs_per_word(races).sum()) if len(races) else 0
+    out["race_pairs_listed"] = int(len(races))
     unin = haz[haz["kind"] == "UNINIT"] if len(haz) else haz
     out["uninit_reads"] = int(unin["pairs"].sum()) if len(unin) else 0
     return out
+
+
+def _pairs_per_word(races: pd.DataFrame) -> pd.Series:
+    """All racing thread pairs of each (word, kind) (a shared word is one block's, in one epoch)."""
+    shared = races["space"].astype(str) == "shared"
+    key = ["space", "array", "index", "kind"]
+    per = [
+        races[shared].groupby([*key, "block", "epoch"], observed=True)["pairs"].first(),
+        races[~shared].groupby(key, observed=True)["pairs"].first(),
+    ]
+    return pd.concat([p for p in per if len(p)]) if any(len(p) for p in per) else pd.Series(dtype=np.int64)
 
 
 def build(buffers: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
@@ -527,7 +561,14 @@ def describe(summ: dict) -> list[str]:
     h = summ["hazards"]
     lines.append(
         f"hazards: RAW {h['RAW']}, WAR {h['WAR']}, WAW {h['WAW']} ({summ['raced_words']} raced words in "
-        f"{summ['raced_blocks']} blocks); uninitialised shared reads: {summ['uninit_reads']}"
+        f"{summ['raced_blocks']} blocks"
+        + (
+            f"; {summ['race_pairs']:,} racing thread pairs, {summ['race_pairs_listed']:,} listed: at most "
+            f"{MAX_PAIRS_PER_WORD} per word and kind"
+            if summ.get("race_pairs", 0) > summ.get("race_pairs_listed", 0)
+            else ""
+        )
+        + f"); uninitialised shared reads: {summ['uninit_reads']}"
     )
     return lines
 
@@ -569,6 +610,7 @@ def race_pairs(haz: pd.DataFrame, limit: int = 200) -> pd.DataFrame:
             "first": "t" + races["thread_a"].astype(str) + " line " + races["line_a"].astype(str),
             "then": "t" + races["thread_b"].astype(str) + " line " + races["line_b"].astype(str),
             "barrier epoch": races["epoch"],
+            "pairs on the word": races["pairs"],  # of this kind; at most MAX_PAIRS_PER_WORD are rows
         }
     ).reset_index(drop=True)
 

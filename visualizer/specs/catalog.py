@@ -16,6 +16,7 @@ import numpy as np
 from visualizer.specs.attention import SPECS as ATTENTION_SPECS
 from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as before)
     BARRIER_STEPS,
+    BLOCK_SHOWN,
     GPU_MAX_CAPTURE_BYTES,
     GPU_MEMORY_FRACTION,
     MAX_RUNS,
@@ -27,6 +28,7 @@ from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as 
     SIM_THREAD_STEP_US,
     THREAD_ROW_BYTES,
     THREAD_START_STEPS,
+    TILE_SHOWN,
     Cost,
     DeviceLimits,
     KernelSpec,
@@ -113,7 +115,9 @@ VECTOR_ADD = KernelSpec(
     summary="c[i] = a[i] + b[i], one thread per element; threads past n idle.",
     params=(
         Param("n", 1000, 1, 2**30, "number of elements"),
-        Param("block", 128, 0, 2048, "threads per block"),  # range admits 0/2048 so checks say why
+        Param(
+            "block", 128, 0, 2048, "threads per block", shown=BLOCK_SHOWN
+        ),  # range admits 0/2048 so checks say why
     ),
     args=("a", "b", "c", "n"),
     outputs=("c",),
@@ -185,7 +189,7 @@ def _matmul_reference(x: dict, p: dict) -> dict[str, np.ndarray]:
 
 _MATMUL_PARAMS = (
     Param("n", 48, 1, 16384, "matrix size (n x n)"),
-    Param("tile", 16, 0, 64, "tile edge: blocks are tile x tile threads"),
+    Param("tile", 16, 0, 64, "tile edge: blocks are tile x tile threads", shown=TILE_SHOWN),
 )
 
 MATMUL_NAIVE = KernelSpec(
@@ -266,7 +270,7 @@ def _reduction_reference(x: dict, p: dict) -> dict[str, np.ndarray]:
 
 _REDUCTION_PARAMS = (
     Param("n", 1000, 1, 2**30, "number of elements"),
-    Param("block", 128, 0, 2048, "threads per block (a power of two)"),
+    Param("block", 128, 0, 2048, "threads per block (a power of two)", shown=BLOCK_SHOWN),
 )
 
 REDUCTION = KernelSpec(
@@ -325,7 +329,10 @@ OUT_OF_BOUNDS_WRITE = KernelSpec(
     title="Out-of-bounds write (fault demo)",
     summary="FAULTS ON PURPOSE: every thread writes 2^36 elements past its array. "
     "The GPU reports an illegal address; the runner recovers for the next launch.",
-    params=(Param("n", 256, 1, 65536, "threads"), Param("block", 128, 0, 2048, "threads per block")),
+    params=(
+        Param("n", 256, 1, 65536, "threads"),
+        Param("block", 128, 0, 2048, "threads per block", shown=BLOCK_SHOWN),
+    ),
     args=("c", "offset"),
     outputs=("c",),
     plan=lambda p: Launch(

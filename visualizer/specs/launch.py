@@ -38,6 +38,13 @@ class Param:
     hi: int
     help: str
     choices: tuple[int, ...] = ()  # when set, only these values are allowed
+    # the range a listing advertises: the values that can launch, where lo..hi is wider so that the
+    # launch check says why an end cannot run (block 0 or 2048: "exceeds the limit of 1024 threads")
+    shown: tuple[int, int] | None = None
+
+    @property
+    def advertised(self) -> tuple[int, int]:
+        return self.shown or (self.lo, self.hi)
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ def limits_from_info(info: dict | None) -> DeviceLimits:
 
 # The simulator (visualizer/engine/sim/fastsim.py) runs every CUDA thread as Python code on one OS thread,
 # ~5-30 us each (measured, docs/benchmarks.md): 2^19 threads is a capture of seconds to a minute.
+BLOCK_SHOWN = (1, 1024)  # threads per block that launch (DeviceLimits.max_threads_per_block)
+TILE_SHOWN = (1, 32)  # a tile x tile block: 32 x 32 = 1024 threads
 SIM_MAX_THREADS = 1 << 19  # 524,288; stock cudasim's ~0.1-2 ms per thread held this at 65,536
 
 # Admission by cost (see launch_cost). A thread-step is about 1 us of one core simulating: one

@@ -12,6 +12,7 @@ import numpy as np
 
 from visualizer.specs.launch import (  # noqa: E402
     BARRIER_STEPS,
+    BLOCK_SHOWN,
     THREAD_START_STEPS,
     KernelSpec,
     Launch,
@@ -121,7 +122,7 @@ _HISTOGRAM_PARAMS = (
     Param("n", 4096, 1, 1 << 22, "number of values"),
     Param("nbins", 64, 1, 1024, "number of bins"),
     Param("hot", 0, 0, 100, "percent of the values that fall in bin 0 (skew: contention on one bin)"),
-    Param("block", 256, 0, 2048, "threads per block"),
+    Param("block", 256, 0, 2048, "threads per block", shown=BLOCK_SHOWN),
 )
 
 

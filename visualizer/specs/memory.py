@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from visualizer.specs.launch import KernelSpec, Launch, Param, ceil_div  # noqa: E402
+from visualizer.specs.launch import BLOCK_SHOWN, KernelSpec, Launch, Param, ceil_div  # noqa: E402
 
 _TRANSPOSE_PARAMS = (
     Param("rows", 64, 1, 8192, "rows of the input matrix"),
@@ -107,7 +107,7 @@ STRIDED_COPY = KernelSpec(
     params=(
         Param("n", 1024, 1, 1 << 22, "elements copied"),
         Param("stride", 1, 1, 32, "distance between neighbouring threads' source elements"),
-        Param("block", 128, 0, 2048, "threads per block"),
+        Param("block", 128, 0, 2048, "threads per block", shown=BLOCK_SHOWN),
     ),
     args=("src", "dst", "n", "stride"),
     outputs=("dst",),

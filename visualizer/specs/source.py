@@ -18,6 +18,7 @@ import io
 import math
 import os
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,7 +186,8 @@ def load_npy(data: bytes | str | Path, label: str) -> np.ndarray:
                 raise ValueError(f"format version {version[0]}.{version[1]} is not supported")
         except (MemoryError, RecursionError):  # numpy parses the header with ast: a deep one is refused
             raise LaunchError(f"{label}: not a readable .npy array (its header nests too deeply)") from None
-        except (OSError, ValueError, EOFError, SyntaxError, TypeError) as exc:
+        except (OSError, ValueError, EOFError, SyntaxError, TypeError, tokenize.TokenError) as exc:
+            # TokenError: numpy re-tokenizes a version 1.0 header ("'shape': [" never closes)
             why = " ".join(str(exc).split())[:120]
             raise LaunchError(f"{label}: not a readable .npy array ({why})") from None
         if dtype.hasobject:
@@ -224,7 +226,8 @@ def parse_arg(name: str, text: str, *, allow_files: bool = True, uploads: dict |
     kind = kind.strip().lower()
     if kind == "file":
         if uploads is not None and rest in uploads:
-            return ArgSpec(name, raw, "file", array=load_npy(uploads[rest], f"{name}={raw}"))
+            array = load_npy(uploads[rest], f"{name}={raw}")
+            return ArgSpec(name, raw, "file", dtype=array.dtype.name, shape=array.shape, array=array)
         if not allow_files:
             raise LaunchError(
                 f"{name}: file: arguments are not read from the server here; upload a .npy instead"
@@ -333,7 +336,6 @@ def nesting_depth(text: str, stop_above: int | None = None) -> tuple[int, int]:
     tokenizer rejects is measured up to that point (ast.parse then reports the syntax error).
     Stops early once the depth passes ``stop_above``.
     """
-    import tokenize
 
     levels = [0]  # depth-building tokens since the last reset, per open bracket
     lambdas = [0]  # lambdas waiting for their ':' per open bracket (that ':' is no reset)

@@ -11,13 +11,16 @@
   bundle as it was; temporary siblings left by killed processes are removed by the next write.
 
 A bundle directory is replaced as a whole, so ``bundle_dir_problem`` refuses a directory that holds
-anything but bundle files (it would be deleted with the old bundle).
+anything but bundle files before the work begins. Only the previous bundle's files as they were then
+(``bundle_files``) are deleted at the swap: a file that appeared in the directory while the kernel ran
+is kept (moved in beside the new bundle), or, if the new bundle takes its name, the save is refused.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import secrets
 import shutil
@@ -153,31 +156,133 @@ def _remove_stale_kind(parent: Path, prefix: str) -> None:
         except OSError:
             continue
         if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
+            _remove_bundle_dir(entry)
         else:
             entry.unlink(missing_ok=True)
 
 
-def write_dir(path: str | Path, fill: Callable[[Path], object]):
+def _remove_bundle_dir(directory: Path) -> None:
+    """A killed run's sibling: its bundle files are deleted, and it is removed only if that empties it.
+    A process killed mid-swap may have left a file the user made there (on its way to the new
+    bundle): then the directory stays, hidden, with it."""
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if is_bundle_file(entry.name) and entry.is_file(follow_symlinks=False):
+                    os.unlink(entry.path)
+                elif entry.name == "old" and entry.is_dir(follow_symlinks=False):  # write_dir's aside
+                    _remove_bundle_dir(Path(entry.path))
+        os.rmdir(directory)
+    except OSError:
+        pass
+
+
+def bundle_files(path: str | Path) -> dict[str, tuple[int, int, int, int]]:
+    """The bundle files in ``path`` now, by name: (device, inode, size, mtime). Taken when the out
+    directory is checked, before the kernel runs: the previous bundle a capture may replace is these
+    files, unchanged; anything else found at the swap appeared during the run and is kept."""
+    target = Path(path).absolute()
+    out = {}
+    try:
+        with os.scandir(target.resolve()) as entries:
+            for entry in entries:
+                if is_bundle_file(entry.name) and entry.is_file(follow_symlinks=False):
+                    out[entry.name] = _identity(entry.stat(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return out
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class OutDirChanged(OSError):
+    """A file with a name the new bundle takes appeared (or changed) in the out directory during the run."""
+
+
+def _not_replaceable(directory: Path, replaceable: dict) -> list[str]:
+    """Entries of ``directory`` that are not the previous bundle's files as they were checked."""
+    out = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False) and replaceable.get(entry.name) == _identity(
+                entry.stat(follow_symlinks=False)
+            ):
+                continue
+            out.append(entry.name)
+    return out
+
+
+def _retire(old: Path, new: Path, replaceable: dict) -> list[str]:
+    """Delete the previous bundle's files from ``old`` (swapped out); move everything else (made
+    during the run) into ``new`` beside the new bundle. Only files inspected here are deleted, and
+    ``old`` is removed only once empty. Returns the names kept."""
+    kept = []
+    while True:
+        for name in _not_replaceable(old, replaceable):
+            dest = new / name
+            if dest.exists() or dest.is_symlink():  # appeared in the instant of the swap: never overwrite
+                dest = new / f"{name}.kept-{secrets.token_hex(4)}"
+            os.rename(old / name, dest)
+            kept.append(dest.name)
+        for name in replaceable:
+            try:
+                st = os.lstat(old / name)
+            except FileNotFoundError:
+                continue
+            if _identity(st) == replaceable[name] and not os.path.islink(old / name):
+                os.unlink(old / name)
+        try:
+            os.rmdir(old)
+            return kept
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # something arrived meanwhile: look again
+
+
+def write_dir(path: str | Path, fill: Callable[[Path], object], replaceable: dict | None = None):
     """Write a bundle directory atomically: ``fill(tmp_dir)`` writes its files; returns what fill returned.
 
-    Every file ``fill`` leaves in the directory is flushed to disk before the swap.
+    Every file ``fill`` leaves in the directory is flushed to disk before the swap. ``replaceable``:
+    ``bundle_files(path)`` as it was before the work began (default: now); only those files, unchanged,
+    are deleted with the previous bundle. Anything else there (a file the user made in the directory
+    while the kernel ran) is kept, moved in beside the new bundle; one that has a name the new bundle
+    takes makes the save fail (``OutDirChanged``) with nothing changed.
     """
     target = Path(path).absolute()
     if target.is_symlink():
         target = target.resolve()
+    if replaceable is None:
+        replaceable = bundle_files(target)
     parent = target.parent
     parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(parent, target.name)
     tmp = _sibling(target, _mkdir)
+    swapped = False
     try:
         result = fill(tmp)
         for entry in tmp.iterdir():
             _fsync(entry)
         _fsync(tmp)
         if target.exists():
-            if _exchange(tmp, target):  # tmp now holds the old bundle
-                shutil.rmtree(tmp, ignore_errors=True)
+            ours = {e.name for e in tmp.iterdir()}
+            clash = sorted(n for n in _not_replaceable(target, replaceable) if n in ours)
+            if clash:
+                raise OutDirChanged(
+                    errno.EEXIST,
+                    f"{', '.join(clash[:3])} appeared or changed in it while the kernel ran (left as it is)",
+                )
+        try:
+            os.rename(tmp, target)  # a new directory (or an empty one made during the run)
+            swapped = True
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            if _exchange(tmp, target):  # tmp now holds the previous directory
+                swapped = True
+                _retire(tmp, target, replaceable)
             else:
                 aside = _sibling(target, _mkdir)
                 os.rename(target, aside / "old")
@@ -186,11 +291,12 @@ def write_dir(path: str | Path, fill: Callable[[Path], object]):
                 except BaseException:
                     os.rename(aside / "old", target)  # put the previous bundle back
                     raise
-                shutil.rmtree(aside, ignore_errors=True)
-        else:
-            os.rename(tmp, target)
+                swapped = True
+                _retire(aside / "old", target, replaceable)
+                os.rmdir(aside)
         _fsync(parent)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not swapped:
+            shutil.rmtree(tmp, ignore_errors=True)  # only our own new files: the swap has not happened
         raise
     return result

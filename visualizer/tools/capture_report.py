@@ -45,13 +45,14 @@ def lens_options(args) -> dict:
     return out
 
 
-def save_bundle(cap, out: str):
-    """The bundle written (tools/bundle.py, atomically), or None after saying why it was not."""
+def save_bundle(cap, out: str, replaceable: dict | None):
+    """The bundle written (tools/bundle.py, atomically), or None after saying why it was not.
+    ``replaceable``: ``atomic.bundle_files(out)`` taken before the kernel ran (what may be replaced)."""
     from visualizer.tools.args import save_error
     from visualizer.tools.bundle import save
 
     try:
-        return save(cap, out)
+        return save(cap, out, replaceable)
     except OSError as exc:  # a full disk: the previous bundle (if any) is left as it was
         print(save_error(out, exc), file=sys.stderr)
         return None

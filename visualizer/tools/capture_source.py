@@ -109,6 +109,9 @@ def cmd_capture_source(argv: list[str]) -> int:
     if problem:  # before the kernel runs, as for built-in kernels, so no work is lost
         print(f"error: --out: {problem}", file=sys.stderr)
         return 2
+    from visualizer.tools.atomic import bundle_files
+
+    previous = bundle_files(args.out)  # only these may be replaced: not what appears during the run
 
     from visualizer.engine.run.runner import KernelError, resolve_backend
     from visualizer.engine.run.user_runner import UserRunner, arrays_after
@@ -168,7 +171,7 @@ def cmd_capture_source(argv: list[str]) -> int:
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    written = save_bundle(cap, args.out)
+    written = save_bundle(cap, args.out, previous)
     if written is None:
         return 1
     info, check = cap.launch, cap.check

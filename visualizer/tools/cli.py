@@ -42,7 +42,8 @@ def cmd_kernels(argv: list[str]) -> int:
         print(f"{spec.name}: {spec.title}")
         print(f"    {spec.summary}")
         for prm in spec.params:
-            allowed = f"one of {list(prm.choices)}" if prm.choices else f"{prm.lo}..{prm.hi}"
+            lo, hi = prm.advertised  # what can launch, not the wider range the checks explain
+            allowed = f"one of {list(prm.choices)}" if prm.choices else f"{lo}..{hi}"
             print(f"    --param {prm.name}={prm.default:<8} {prm.help} ({allowed})")
     return 0
 
@@ -116,6 +117,9 @@ def cmd_capture(argv: list[str]) -> int:
     if problem:  # before the kernel runs, so no work is lost
         print(f"error: --out: {problem}", file=sys.stderr)
         return 2
+    from visualizer.tools.atomic import bundle_files
+
+    previous = bundle_files(args.out)  # only these may be replaced: not what appears during the run
 
     from visualizer.engine.run.runner import KernelError, Runner
     from visualizer.specs.catalog import KERNELS, LaunchError
@@ -136,7 +140,7 @@ def cmd_capture(argv: list[str]) -> int:
     except KernelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    written = save_bundle(cap, args.out)
+    written = save_bundle(cap, args.out, previous)
     if written is None:
         return 1
     launch, check = cap.launch, cap.check

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
-from visualizer.tools.args import CliError, OneLineParser, writable_dir
+from visualizer.tools.args import CliError, OneLineParser, save_error, writable_dir
 
 
 def parser() -> OneLineParser:
@@ -47,7 +48,7 @@ def _capture_pair(name: str, backend: str, repeats: int):
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from visualizer.analysis import compare as cmp
-    from visualizer.tools.bundle import BundleError, load, save
+    from visualizer.tools.bundle import COMPARE_READS, BundleError, load, save
 
     try:
         if args.pair:
@@ -55,6 +56,10 @@ def main(argv: list[str]) -> int:
                 raise CliError("give either two bundles or --pair, not both")
             if args.out and writable_dir(args.out):
                 raise CliError(f"--out: {writable_dir(args.out)}")
+            if args.out:  # what each side's directory holds before the run: only that may be replaced
+                from visualizer.tools.atomic import bundle_files
+
+                previous = {side: bundle_files(Path(args.out) / side) for side in "ab"}
             from visualizer.engine.run.runner import KernelError
             from visualizer.specs.catalog import LaunchError
 
@@ -66,16 +71,24 @@ def main(argv: list[str]) -> int:
                 print(f"error: {exc}", file=sys.stderr)
                 return 1
             if args.out:
-                from pathlib import Path
-
-                Path(args.out).mkdir(parents=True, exist_ok=True)
-                save(a, Path(args.out) / "a")
-                save(b, Path(args.out) / "b")
+                try:
+                    Path(args.out).mkdir(parents=True, exist_ok=True)
+                    save(a, Path(args.out) / "a", previous["a"])
+                    save(b, Path(args.out) / "b", previous["b"])
+                except OSError as exc:  # a full disk, or a file made in OUT/a meanwhile: one line
+                    print(save_error(args.out, exc), file=sys.stderr)
+                    return 1
         else:
             if len(args.bundles) != 2:
                 raise CliError(f"expected two bundles (BUNDLE_A BUNDLE_B), got {len(args.bundles)}")
-            a, b = (load(d) for d in args.bundles)
-        table = cmp.compare(a, b)
+            a, b = (load(d, only=COMPARE_READS) for d in args.bundles)
+        try:
+            table = cmp.compare(a, b)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+            # a bundle that passed the reader's checks yet does not hold together: still one line
+            raise CliError(
+                f"the two bundles cannot be compared ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+            ) from None
     except (CliError, BundleError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -79,12 +79,34 @@ def _child_env() -> dict:
     return env
 
 
+def typed_only(request: dict) -> dict:
+    """The request with each loaded array (a .npy's contents) replaced by its dtype and shape, as
+    zeros of them: compiling types the arguments and reads none of their values, and the request
+    goes to the compiler as JSON, which carries no arrays."""
+    args = request.get("args")
+    if not isinstance(args, dict):
+        return request
+    typed = {}
+    for name, arg in args.items():
+        array = arg.get("array") if isinstance(arg, dict) else None
+        if hasattr(array, "dtype") and hasattr(array, "shape"):
+            arg = {
+                **arg,
+                "kind": "zeros",
+                "dtype": array.dtype.str,
+                "shape": list(array.shape),
+                "array": None,
+            }
+        typed[name] = arg
+    return {**request, "args": typed}
+
+
 def compile_ptx(request: dict, timeout: float = COMPILE_TIMEOUT_S) -> dict:
     """Run one ``ptx_compile`` request in a child process; its reply, or AsmError (one line)."""
     try:
         done = subprocess.run(
             [sys.executable, "-m", "visualizer.engine.capture.ptx_compile"],
-            input=json.dumps(request), capture_output=True, text=True, timeout=timeout,
+            input=json.dumps(typed_only(request)), capture_output=True, text=True, timeout=timeout,
             env=_child_env(), cwd=str(ROOT),
         )  # fmt: skip
     except subprocess.TimeoutExpired:

@@ -18,6 +18,7 @@ from typing import Any
 
 KINDS = frozenset({"ready", "blocks", "progress", "ok", "error", "invalid", "fatal"})
 FAILURES = frozenset({"error", "invalid", "fatal"})
+MAX_COUNT = 1 << 40  # blocks or progress: more than any launch has (catalog admits far fewer)
 
 
 class MalformedMessage(ValueError):
@@ -38,13 +39,16 @@ class Message:
     @classmethod
     def from_wire(cls, msg) -> Message:
         """The message a tuple holds, checked: kind, id and the payload's type for its kind."""
-        if not isinstance(msg, tuple) or not 2 <= len(msg) <= 4 or msg[0] not in KINDS:
+        # the kind is checked to be a str first: a list or a dict there is unhashable (TypeError)
+        if not isinstance(msg, tuple) or not 2 <= len(msg) <= 4 or type(msg[0]) is not str:
+            raise MalformedMessage("malformed message from the worker")
+        if msg[0] not in KINDS:
             raise MalformedMessage("malformed message from the worker")
         kind, rid, payload = msg[0], msg[1], msg[2] if len(msg) > 2 else None
         detail = msg[3] if len(msg) > 3 else None
         if rid is not None and type(rid) is not int:
             raise MalformedMessage("malformed message from the worker: its request id")
-        if kind in ("blocks", "progress") and (type(payload) is not int or payload < 0):
+        if kind in ("blocks", "progress") and (type(payload) is not int or not 0 <= payload <= MAX_COUNT):
             raise MalformedMessage(f"malformed {kind} message from the worker")
         if kind in FAILURES and not isinstance(payload, str):
             raise MalformedMessage("malformed error message from the worker")

@@ -23,6 +23,7 @@ from typing import Any
 
 from visualizer.analysis.capture import Capture, build_capture
 from visualizer.engine.capture.request import CaptureRequest
+from visualizer.engine.run import wire
 from visualizer.engine.run.messages import MalformedMessage, Message
 from visualizer.specs.catalog import LaunchError, admit_capture, limits_from_info
 
@@ -30,13 +31,16 @@ BACKENDS = ("auto", "gpu", "sim")
 START_TIMEOUT_S = 180.0  # importing numba and creating a CUDA context can take a while on a cold machine
 # Per-run wall-clock limits. The simulator's is short: catalog.SIM_MAX_THREAD_STEPS admits runs of
 # ~20 s on an idle core, and a run past this is stopped so it cannot hold a worker for long.
-SIM_RUN_TIMEOUT_S = 60.0
+SIM_RUN_TIMEOUT_S = float(os.environ.get("VISUALIZER_SIM_TIMEOUT_S", "60"))  # the test suite raises it
 GPU_RUN_TIMEOUT_S = 300.0  # compiles both builds, then times each over repeats (and torch)
 RUN_TIMEOUT_S = {"sim": SIM_RUN_TIMEOUT_S, "gpu": GPU_RUN_TIMEOUT_S}
 # CPU seconds one run may use in a simulator worker (the kernel enforces it: SIGXCPU); above the
 # wall limit, so the wall limit speaks first, but it holds even if the app stops watching.
 SIM_RUN_CPU_S = 90
 SIM_MEMORY_BYTES = 8 * 2**30  # address space of one simulator worker (RLIMIT_AS)
+# the most bytes one message of a built-in kernels' worker may take (a pickled reply): the catalog admits
+# far smaller captures; a length over it is refused before anything is allocated
+BUILTIN_MESSAGE_BYTES = 16 * 2**30
 
 
 SIM_WORKERS_ENV = "VISUALIZER_SIM_WORKERS"  # `serve --sim-workers N` sets it for the app
@@ -174,8 +178,13 @@ class Runner:
         args = self._popen_args(child.fileno())
         if self.device is not None:  # one GPU: a fault there restarts this worker alone
             args["env"] = {**args["env"], "CUDA_VISIBLE_DEVICES": self.device}
-        proc = subprocess.Popen(**args, stdin=subprocess.DEVNULL)
-        child.close()
+        close_after = args.pop("close_after", [])  # e.g. the pipe bubblewrap reads the seccomp filter from
+        try:
+            proc = subprocess.Popen(**args, stdin=subprocess.DEVNULL)
+        finally:
+            child.close()
+            for fd in close_after:
+                os.close(fd)
         self._proc, self._conn = proc, self._channel(Connection(parent.detach()))
         try:
             first = self._receive(None, START_TIMEOUT_S, None, "starting the worker")
@@ -203,8 +212,9 @@ class Runner:
         return code
 
     def _channel(self, conn: Connection):
-        """The connection to the worker as this runner speaks it (UserRunner: no pickles)."""
-        return conn
+        """The connection to the worker as this runner speaks it (UserRunner: no pickles); every read
+        from it has a deadline and a byte budget (engine/run/wire.py)."""
+        return wire.PickleChannel(conn, BUILTIN_MESSAGE_BYTES)
 
     def _stop(self, kill: bool = False) -> None:
         """Ask the worker to leave (or kill it: a busy worker never reads the request to leave)."""
@@ -248,13 +258,29 @@ class Runner:
                     last_call = time.monotonic()
                     progress(done, total)
                 continue
-            try:
-                msg = Message.from_wire(self._conn.recv())
+            try:  # a deadline on every read: a message stopped half-way cannot hold this past the limit
+                msg = Message.from_wire(self._conn.recv(deadline=deadline))
+            except wire.WireTimeout:
+                where = "simulator" if self.backend == "sim" else "GPU"
+                raise RunTimeout(
+                    f"{what} timed out: over the {where}'s limit of {timeout:g} s per run "
+                    "(its worker stopped half-way through a message)"
+                ) from None
+            except wire.WireError as exc:  # a refused message (a sandbox's), not a lost worker
+                self._stop(kill=True)
+                self.restarts += 1
+                raise KernelError(f"{what}: {exc}; the worker was stopped") from None
             except (EOFError, OSError):
                 return self._died(what)
             except MalformedMessage as exc:
                 self._stop(kill=True)
                 raise KernelError(f"{what}: {exc}; the worker was stopped") from None
+            except Exception as exc:  # a pickle our worker should never send: one line
+                self._stop(kill=True)
+                self.restarts += 1
+                raise KernelError(
+                    f"{what}: an unreadable message ({type(exc).__name__}); the worker was stopped"
+                ) from None
             if msg.request_id != rid:
                 continue  # left over from an earlier request
             if msg.kind == "blocks":  # a launch begins: its blocks, times the launches of this request

@@ -11,8 +11,9 @@ With bubblewrap (``/usr/bin/bwrap``, Debian's ``bubblewrap``): new PID, network,
 namespaces (``--unshare-all``; as root the user namespace is left out so that the worker can become
 ``nobody``, whose process limit applies), ``--die-with-parent`` and ``--new-session``; the filesystem
 is a fresh root holding, read-only, /usr, a few files of /etc (the loader's cache), Python's own
-directories and the project's ``visualizer`` and ``kernels`` packages; /tmp is a private tmpfs; /dev
-is a minimal one (plus /dev/nvidia* for the GPU). When the worker dies, its PID namespace dies with it:
+directories and the project's ``visualizer`` and ``kernels`` packages; /tmp is a private tmpfs of
+``tmp_limit_mb()`` MiB, taken from the run's memory limit; /dev is a minimal one (plus /dev/nvidia*
+for the GPU); and a seccomp filter (engine/run/syscall_filter.py, ``--seccomp``) where it loads. When the worker dies, its PID namespace dies with it:
 no child survives, whatever it did (``setsid``, double fork).
 
 Without a working bubblewrap (not installed, or namespaces refused, as in some containers) the same
@@ -45,9 +46,25 @@ MEMORY_LIMIT_MB = int(os.environ.get("VISUALIZER_USER_MEMORY_MB", "4096"))
 MAX_PROCESSES = 32
 MAX_FILE_BYTES = 64 << 20  # largest file it may write (RLIMIT_FSIZE): /tmp is private and dies with it
 MAX_OPEN_FILES = 256  # RLIMIT_NOFILE (the CUDA driver alone opens a few dozen)
+# the sandbox's private /tmp (a tmpfs: memory) is part of the run's memory, not beside it: the process
+# may use MEMORY_LIMIT_MB less this, so the two together stay within MEMORY_LIMIT_MB
+TMP_LIMIT_MB_DEFAULT = 256
+TMP_ENV = "VISUALIZER_SANDBOX_TMP_MB"  # set for the worker: the MiB of its /tmp, taken from its memory
+SECCOMP_ENV = "VISUALIZER_SECCOMP"  # on (default) where bubblewrap loads it; off: never (for a test)
 NOBODY = 65534
 
 BWRAP_WORDS = "bubblewrap: no network, read-only filesystem, private /tmp, own PID namespace"
+
+
+def tmp_limit_mb() -> int:
+    """MiB of the sandbox's /tmp (VISUALIZER_USER_TMP_MB), at most half the run's memory."""
+    try:
+        want = int(os.environ.get("VISUALIZER_USER_TMP_MB", str(TMP_LIMIT_MB_DEFAULT)))
+    except ValueError:
+        want = TMP_LIMIT_MB_DEFAULT
+    return max(1, min(want, MEMORY_LIMIT_MB // 2))
+
+
 RLIMITS_WORDS = "rlimits only"
 
 
@@ -122,7 +139,9 @@ def bwrap_args(backend: str, as_root: bool | None = None) -> list[str]:
     args += ["--perms", "0755", "--dir", "/etc"]  # bubblewrap would make it 0700: nobody could not read it
     for f in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "passwd", "group"):
         args += ["--ro-bind-try", f"/etc/{f}", f"/etc/{f}"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    # /tmp sized: without --size a tmpfs may take half the machine's memory, outside every rlimit
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmp_limit_mb() << 20)]
+    args += ["--tmpfs", "/tmp"]
     made = {"/", "/tmp", "/usr", "/proc", "/dev", "/etc"}
 
     def bind(path: str, how: str = "--ro-bind") -> None:
@@ -174,24 +193,67 @@ def _wants_bwrap() -> bool:
     return os.environ.get(SANDBOX_ENV, "auto").strip().lower() not in ("rlimits", "off", "0", "none")
 
 
-@functools.cache
-def _bwrap_probe(program: str, backend: str) -> str | None:
-    """Does bubblewrap start Python with numpy here (namespaces allowed, every bind found)? None if it
-    does, else the last line it said."""
+def _wants_seccomp() -> bool:
+    return os.environ.get(SECCOMP_ENV, "on").strip().lower() not in ("off", "0", "no", "false")
+
+
+def _run_probe(program: str, backend: str, seccomp: bool, check: str) -> str | None:
+    """Run ``check`` (Python code) in bubblewrap with this backend's arguments (and the seccomp filter);
+    None if it exits 0, else the last line said."""
+    from visualizer.engine.run import syscall_filter
+
+    fds = [syscall_filter.pipe_fd()] if seccomp else []
+    extra = ["--seccomp", str(fds[0])] if seccomp else []
     try:
         done = subprocess.run(
-            [program, *bwrap_args(backend), "--", sys.executable, "-c", "import numpy"],
+            [program, *bwrap_args(backend), *extra, "--", sys.executable, "-c", check],
             env=sandbox_env_base(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=60,
+            pass_fds=fds,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{type(exc).__name__}: {exc}"[:200]
+    finally:
+        for fd in fds:
+            os.close(fd)
     if done.returncode == 0:
         return None
     lines = done.stderr.decode(errors="replace").strip().splitlines() or [f"exit code {done.returncode}"]
     return lines[-1][:200]
+
+
+@functools.cache
+def _bwrap_probe(program: str, backend: str) -> str | None:
+    """Does bubblewrap start Python with numpy here (namespaces allowed, every bind found)? None if it
+    does, else the last line it said."""
+    return _run_probe(program, backend, False, "import numpy")
+
+
+SECCOMP_CHECK = (
+    "import socket, numpy\n"
+    "try:\n    socket.socket(socket.AF_INET)\nexcept PermissionError:\n    pass\n"
+    "else:\n    raise SystemExit('the filter let an AF_INET socket through')\n"
+)
+
+
+@functools.cache
+def _seccomp_probe(program: str, backend: str) -> str | None:
+    """Does bubblewrap load the seccomp filter here, and does it hold (an AF_INET socket refused)?"""
+    return _run_probe(program, backend, True, SECCOMP_CHECK)
+
+
+def seccomp_on(backend: str = "sim") -> bool:
+    """Whether sandboxed runs get the seccomp filter (bubblewrap in force, and the filter loads)."""
+    program = bwrap_program()
+    kind = "gpu" if backend == "gpu" else "sim"
+    return (
+        _wants_seccomp()
+        and isolation_mode(backend) == "bwrap"
+        and program is not None
+        and _seccomp_probe(program, kind) is None
+    )
 
 
 def sandbox_env_base() -> dict[str, str]:
@@ -210,7 +272,18 @@ def isolation_mode(backend: str = "sim") -> str:
 def isolation(backend: str = "sim") -> str:
     """The isolation in force for visitor code, in words (the Your kernel page and the README say it)."""
     if isolation_mode(backend) == "bwrap":
-        return BWRAP_WORDS + (", runs as the user nobody" if os.geteuid() == 0 else "")
+        words = BWRAP_WORDS + (", runs as the user nobody" if os.geteuid() == 0 else "")
+        if seccomp_on(backend):
+            from visualizer.engine.run.syscall_filter import DESCRIPTION
+
+            return f"{words}; {DESCRIPTION}"
+        program = bwrap_program()
+        why = (
+            f"turned off by {SECCOMP_ENV}"
+            if not _wants_seccomp()
+            else _seccomp_probe(program, "gpu" if backend == "gpu" else "sim")
+        )
+        return f"{words}; no seccomp filter ({why})"
     program = bwrap_program()
     if not _wants_bwrap():
         why = f"bubblewrap is turned off by {SANDBOX_ENV}"
@@ -218,14 +291,15 @@ def isolation(backend: str = "sim") -> str:
         why = "bubblewrap (bwrap) is not installed"
     else:
         why = f"bubblewrap cannot start here: {_bwrap_probe(program, 'gpu' if backend == 'gpu' else 'sim')}"
-    return f"{RLIMITS_WORDS} ({why}): own process group, killed after each run; no filesystem or network isolation"
+    return f"{RLIMITS_WORDS} ({why}): own process group, killed after each run; no filesystem or network isolation, no seccomp filter"
 
 
 def limits_text() -> str:
     return (
         f"{CPU_LIMIT_S} s of CPU time, {MEMORY_LIMIT_MB} MiB of memory beyond Python and numba "
-        f"(address space on the simulator, data segment on a GPU), {MAX_PROCESSES} processes, "
-        f"{MAX_FILE_BYTES >> 20} MiB files, {MAX_OPEN_FILES} open files"
+        f"(address space on the simulator, data segment on a GPU; with bubblewrap {tmp_limit_mb()} MiB of it "
+        f"is the private /tmp), {MAX_PROCESSES} processes, {MAX_FILE_BYTES >> 20} MiB files, "
+        f"{MAX_OPEN_FILES} open files"
     )
 
 
@@ -233,15 +307,34 @@ def popen_args(fd: int, backend: str) -> dict:
     """subprocess.Popen's arguments for one sandboxed worker that talks over ``fd``."""
     command = [sys.executable, "-m", "visualizer.engine.run.sandbox", str(fd), backend]
     env = sandbox_env(backend)
+    fds, close_after = [fd], []
     if env[SANDBOX_ENV + "_MODE"] == "bwrap":
         # the worker sees the fd under the same number: bubblewrap passes inherited descriptors on
-        command = [bwrap_program(), *bwrap_args(backend), "--", *command]
+        seccomp = []
+        if seccomp_on(backend):  # bubblewrap reads the filter from this pipe and loads it before the exec
+            from visualizer.engine.run import syscall_filter
+
+            filter_fd = syscall_filter.pipe_fd()
+            fds.append(filter_fd)
+            close_after.append(filter_fd)
+            seccomp = ["--seccomp", str(filter_fd)]
+        command = [bwrap_program(), *bwrap_args(backend), *seccomp, "--", *command]
         cwd = "/"
+        env[TMP_ENV] = str(tmp_limit_mb())
     else:
         cwd = "/tmp" if os.path.isdir("/tmp") else "/"
+        env[TMP_ENV] = "0"  # no private /tmp: nothing of the memory limit goes to it
     # what the visitor's code prints goes nowhere: never into the operator's terminal or the server's log
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    return {"args": command, "env": env, "cwd": cwd, "pass_fds": [fd], "start_new_session": True, **quiet}
+    return {
+        "args": command,
+        "env": env,
+        "cwd": cwd,
+        "pass_fds": fds,
+        "start_new_session": True,
+        "close_after": close_after,  # descriptors the caller closes once the process started
+        **quiet,
+    }
 
 
 def exit_status(code: int | None, mode: str) -> int | None:
@@ -300,7 +393,8 @@ def run_limits(backend) -> dict:
     soft = int(usage.ru_utime + usage.ru_stime) + 1 + CPU_LIMIT_S
     resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
     which, field = (resource.RLIMIT_AS, "VmSize") if backend.simulator else (resource.RLIMIT_DATA, "VmData")
-    cap = (_vm_kib(field) << 10) + (MEMORY_LIMIT_MB << 20)
+    tmp_mb = int(os.environ.get(TMP_ENV, "0") or 0)  # the private /tmp's share of the memory limit
+    cap = (_vm_kib(field) << 10) + ((MEMORY_LIMIT_MB - tmp_mb) << 20)
     _hard(which, cap)
     return {"cpu_s": soft, "memory_bytes": cap}
 

@@ -16,7 +16,7 @@ import signal
 
 import numpy as np
 
-from visualizer.analysis.capture import Capture, build_capture
+from visualizer.analysis.capture import Capture, Expected, ReplyError, build_capture
 from visualizer.engine.capture.request import CaptureRequest
 from visualizer.engine.lenses import reply_bytes as lens_reply_bytes
 from visualizer.engine.run import sandbox, wire
@@ -169,12 +169,44 @@ class UserRunner(Runner):
             )
         if reply.kind == "error":
             raise KernelError(reply.payload.removeprefix("UserCodeError: "))
-        try:
-            return build_capture(reply.payload)
+        asked = typed.lenses  # the reply carries the access records and the SIMT lens's logs when asked
+        expected = expected_reply(
+            launch,
+            runs=int(runs),
+            accesses="accesses" in asked,
+            lens=bool({"branches", "barriers"} & set(asked)),
+        )
+        try:  # held against the request before anything is made from it (analysis/capture.check_reply)
+            return build_capture(reply.payload, expected)
+        except ReplyError as exc:
+            raise KernelError(
+                f"the sandbox's reply does not answer its request ({exc}); nothing was made from it"[:300]
+            ) from None
         except Exception as exc:  # a reply shaped by the sandbox's code, not by ours: one line, never a crash
             raise KernelError(
                 f"the sandbox's reply could not be read ({type(exc).__name__}: {exc})"[:300]
             ) from None
+
+
+def expected_reply(launch: SourceLaunch, *, runs: int = 1, accesses: bool = False, lens: bool = False):
+    """What a run of ``launch`` must answer (analysis/capture.Expected): its grid and block, every array
+    argument's dtype and shape, user_kernel, the runs and lenses asked for."""
+    arrays: dict = {}
+    for name, spec in launch.args.items():
+        if spec.array is not None:
+            arrays[name] = (spec.array.dtype.str, tuple(spec.array.shape))
+        elif spec.kind == "rng":
+            arrays[name] = (None, tuple(spec.shape))
+        elif spec.is_array:
+            arrays[name] = (np.dtype(spec.dtype).str, tuple(spec.shape))
+    return Expected(
+        grid=tuple(launch.launch.grid),
+        block=tuple(launch.launch.block),
+        arrays=arrays,
+        runs=runs,
+        accesses=bool(accesses),
+        lens=bool(lens),
+    )
 
 
 PTX_REPLY_BYTES = 64 * 2**20  # PTX, SASS and ptxas's log of one kernel, as text
@@ -195,7 +227,26 @@ def _ptx_source(runner: UserRunner, launch: SourceLaunch, arch: str, timeout: fl
     reply = answer.payload
     if not isinstance(reply, dict) or not isinstance(reply.get("ptx"), str):
         raise KernelError("the sandbox's reply could not be read (no PTX in it)")
+    why = ptx_reply_problem(reply)
+    if why:
+        raise KernelError(f"the sandbox's reply could not be read ({why})")
     return reply
+
+
+def ptx_reply_problem(reply: dict) -> str | None:
+    """What is wrong with a compile reply's fields the pages read (text, or None where a tool is
+    missing; the missing tools' names; the tools' versions), or None."""
+    for key in ("ptx", "sass", "ptxas_log"):
+        if reply.get(key) is not None and not isinstance(reply[key], str):
+            return f"its {key} is not text"
+    missing, versions = reply.get("missing", []), reply.get("versions", {})
+    if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
+        return "its missing tools are not names"
+    if not isinstance(versions, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in versions.items()
+    ):
+        return "its tool versions are not text"
+    return None
 
 
 def reply_bytes(launch: SourceLaunch) -> int:
@@ -208,6 +259,11 @@ def reply_bytes(launch: SourceLaunch) -> int:
 def _explain(message: str, limit: float, exit_code: int | None = None) -> str:
     """The runner's messages about a lost worker, said in terms of the user-code limits."""
     cpu_limit = int(os.environ.get("VISUALIZER_USER_CPU_S", "120"))  # as the worker read it at its start
+    if "half-way through a message" in message:
+        return (
+            f"your code stopped half-way through a message to the server and did not finish it within "
+            f"{limit:.0f} s, the time limit for user code; its sandbox was killed"
+        )
     if "timed out" in message or "over the" in message:
         return (
             f"your kernel did not finish within {limit:.0f} s, the time limit for user code (an endless "

@@ -23,7 +23,12 @@ Where this engine differs on purpose (hardware is what it follows):
   another block's or an earlier launch's data (stock hands block 1 what block 0 left behind);
 * a kernel that stops making progress (a barrier that can never release, a thread spinning) or
   that runs past a CPU-time limit is stopped with a one-line ``KernelHangError`` that says which
-  threads wait at which barrier and where the others are (stock hangs for ever);
+  threads wait at which barrier and where the others are (stock hangs for ever). A thread that
+  spins through atomics, fences or warp intrinsics (a flag polled with ``atomic.add(f, i, 0)``, a
+  loop around ``syncwarp``) is spinning when each such step repeats one of its last few: the same
+  line, the same local values, the same arguments and results. Steps like that are no progress;
+  they are compared only after ``STALL_S / 4`` without a thread finishing or a barrier releasing,
+  so kernels that make progress pay nothing for it;
 * an exception whose class cannot be rebuilt from one message argument is re-raised as its own
   class anyway (stock loses it and reports success);
 * ``syncthreads_count/and/or`` count the votes of the threads still running only (stock also counts
@@ -445,6 +450,10 @@ class SimThread:
         self.glet = None
         self.wop = None  # (intrinsic, mask, value, argument) while at a warp intrinsic
         self.wresult = None
+        self.steps: set = set()  # its last few atomic/fence/warp steps, while no progress is made
+        self.step_count = 0  # its steps while they are compared (one in STEP_SAMPLE is)
+        self.spinning = False  # its last such step repeated one of them
+        self.spin_where = None  # (file, line) of that step
 
     # threading.Thread look-alikes, for code that calls threading.current_thread() in a kernel
     @property
@@ -534,6 +543,7 @@ class SimThread:
                 "(undefined on a GPU)"
             )
         self.wop = (kind, mask, value, arg)
+        _note_step(self, lambda: ("warp", kind, mask, _plain(value), arg, _plain(self.wresult)))
         self._wait(WARP, f"cuda.{kind}")
         return self.wresult
 
@@ -566,6 +576,69 @@ def _with_where(e: BaseException, t: SimThread) -> BaseException:
     except BaseException:
         pass
     return RuntimeError(f"{where}: {cls.__name__}: {text}")
+
+
+_PLAIN = (int, float, complex, bool, str, bytes, type(None), np.generic)
+STEP_SAMPLE = 4  # one step in this many is compared (a key costs about as much as the step)
+_ENGINE_CODE: dict = {}  # code object -> whether it is the simulator's or ours, not the kernel's
+
+
+def _plain(v):
+    """A hashable stand-in for a value in a step's key: the value itself, or an object's identity
+    (arrays: a spin reads one, it does not replace it)."""
+    if isinstance(v, _PLAIN):
+        return v
+    if isinstance(v, tuple):
+        return tuple(_plain(x) for x in v)
+    return ("object", id(v))
+
+
+def _engine_code(code) -> bool:
+    known = _ENGINE_CODE.get(code)
+    if known is None:
+        import numba.cuda.simulator as simpkg
+
+        skip = (*_ENGINE_DIRS, os.path.dirname(os.path.abspath(simpkg.__file__)))
+        known = _ENGINE_CODE[code] = os.path.abspath(code.co_filename).startswith(skip)
+    return known
+
+
+def _watching(launch) -> bool:
+    """Whether steps are compared now: no thread finished and no barrier released for STALL_S / 4."""
+    return launch.watching
+
+
+def _note_step(t, step) -> None:
+    """Mark thread t spinning when this atomic/fence/warp step repeats one of its last few: the same
+    step (arguments, results) on the same kernel line with the same local values. Compared only
+    while no progress is made (``_watching``); ``step()`` makes the step's key."""
+    if not _watching(t._launch):
+        t.spinning = False
+        if t.steps:
+            t.steps.clear()
+        return
+    t.step_count += 1
+    if t.step_count % STEP_SAMPLE:  # the others keep the last verdict: a spin repeats every step
+        return
+    f = sys._getframe(1)
+    while f is not None and _engine_code(f.f_code):
+        f = f.f_back
+    if f is None:
+        t.spinning = False
+        return
+    key = (step(), f.f_code, f.f_lasti, tuple((k, _plain(v)) for k, v in f.f_locals.items()))
+    try:
+        seen = key in t.steps
+    except TypeError:  # something unhashable inside: not compared
+        t.spinning = False
+        return
+    if seen:
+        t.spinning, t.spin_where = True, (f.f_code.co_filename, f.f_lineno)
+        return
+    if len(t.steps) >= 8:
+        t.steps.clear()
+    t.steps.add(key)
+    t.spinning = False
 
 
 def _shfl_source(kind: str, lane: int, b) -> int:
@@ -636,8 +709,13 @@ class _Launch:
         from numba.cuda.simulator.kernelapi import Dim3
 
         self.points = [Dim3(x, y, z) for z in range(bz) for y in range(by) for x in range(bx)]
-        self.last_progress = time.monotonic()  # a thread finished, reached a barrier or passed one
-        self.yields = self.yields_at_progress = 0  # switches at atomics and fences
+        # progress counts; the watchdog times them in the launching thread's CPU seconds (every
+        # simulated thread runs on it), so a loaded machine does not look like a stalled kernel
+        self.progress = 0  # a thread finished, reached a barrier or passed one, or took a step (an
+        # atomic, a fence, a warp intrinsic) that did not repeat an earlier one of its own
+        self.hard = 0  # a thread finished, or a block or grid barrier released
+        self.watching = False  # no hard progress for STALL_S / 4: steps are compared (_note_step)
+        self.yields = 0  # switches at atomics and fences
         self.watchdog = _Watchdog(self)
         self.schedule = _state.schedule  # a seeded interleaving, or None: linear order
         self.no_switch = 0  # inside an atomic: a seeded schedule does not switch
@@ -700,13 +778,16 @@ class _Launch:
                 prev.shared[2] = sh._dyn_poisoned
             sh._allocations, sh._dynshared, sh._dyn_poisoned = b.shared
 
-    def _release(self, group):
+    def _release(self, group, hard: bool = True):
+        """Let a barrier's (hard) or a warp rendezvous's threads go on; progress unless they spin."""
         for t in group:
             t.state = RUNNING
+        if hard or not all(t.spinning for t in group):
+            self.progress += 1
+            if hard:
+                self.hard += 1
         self.ready.extend(group)
         group.clear()
-        self.last_progress = time.monotonic()
-        self.yields_at_progress = self.yields
 
     def _fail(self, t, exc):
         """Abort the launch with exc, reported as thread t's."""
@@ -729,7 +810,8 @@ class _Launch:
         self.live = len(threads)
         grid_waiting = self.grid_waiting = []
         cur_block = None
-        self.last_progress = time.monotonic()
+        self.progress += 1
+        self.hard += 1
         try:
             while ready:
                 t = ready.popleft() if sch is None else ready.pop_next()
@@ -756,13 +838,14 @@ class _Launch:
                 if state is YIELDED:
                     ready.append(t)
                     self.yields += 1
+                    if not t.spinning:
+                        self.progress += 1
                     continue
                 if state is PREEMPTED:
                     ready.append(t)
                     continue
-                if state is not DONE:  # reached a barrier: progress (a spinning thread reaches none)
-                    self.last_progress = time.monotonic()
-                    self.yields_at_progress = self.yields
+                if state is not DONE and not (state is WARP and t.spinning):  # reached a barrier: progress
+                    self.progress += 1
                 if state is BARRIER:
                     b.waiting.append(t)
                     if len(b.waiting) == b.live:  # every live thread of the block is at the barrier
@@ -784,8 +867,8 @@ class _Launch:
                     b.live -= 1
                     self.live -= 1
                     b.alive[t.thread_id] = False
-                    self.last_progress = time.monotonic()
-                    self.yields_at_progress = self.yields
+                    self.progress += 1
+                    self.hard += 1
                     if b.waiting and len(b.waiting) == b.live:  # the last thread not at the barrier exited
                         self._release(b.waiting)
                     if grid_waiting and len(grid_waiting) == self.live:
@@ -842,7 +925,7 @@ class _Launch:
     def _warp_done(self, members):
         for x in members:
             x.wop = None
-        self._release(list(members))
+        self._release(list(members), hard=False)
 
     def _warp_resolve(self, b, w, key, group):
         kind, mask = key
@@ -992,7 +1075,9 @@ class _Launch:
         for t in self.threads:
             if t.state == DONE:
                 continue
-            if t is self.current:
+            if t.spinning and t.spin_where is not None and t.state not in (BARRIER, GRID):
+                key = (1, f"spinning at {os.path.basename(t.spin_where[0])}:{t.spin_where[1]}")
+            elif t is self.current:
                 key = (1, f"running at {_user_line(running_frame)}")
             elif t.glet is None:
                 key = (2, "not started yet")
@@ -1022,7 +1107,13 @@ class _Launch:
         else:
             where = f"in block {list(self.block_idx) if self.block_idx is not None else '?'}"
         detail = "; ".join(parts) if parts else "no live threads"
-        return f"{why} {where}: {detail}; {done} of its threads had finished; launch stopped"
+        hint = ""
+        if self.nblocks > 1 and not self.coop and any(t.spinning for t in self.threads if t.state != DONE):
+            hint = (
+                " (blocks run one after another here, as CUDA allows: a wait for another block's write needs "
+                "a cooperative launch)"
+            )
+        return f"{why} {where}: {detail}; {done} of its threads had finished; launch stopped{hint}"
 
 
 def _thread_span(ts: list[SimThread]) -> str:
@@ -1074,6 +1165,9 @@ class _Watchdog:
             self._cpu0 = time.clock_gettime(self._clock)
         except (AttributeError, OSError):
             self._clock, self._cpu0 = None, time.monotonic()
+        # (progress count, CPU and wall time it was first seen at); (hard count, CPU time)
+        self._progress_seen = (launch.progress, self._cpu0, time.monotonic())
+        self._hard_seen = (launch.hard, self._cpu0)
         self._thread = threading.Thread(target=self._watch, name="fastsim-watchdog", daemon=True)
         self._thread.start()
 
@@ -1097,17 +1191,38 @@ class _Watchdog:
                     return
                 if self.fired_at is None:
                     why = None
-                    idle = time.monotonic() - launch.last_progress
+                    # CPU seconds of the launching thread since progress; and a wall-clock backstop for a
+                    # thread blocked in a call that uses no CPU (6 x the limit: a loaded machine is slow,
+                    # but a thread that gets the CPU at all does not go that long without a step)
+                    now = time.monotonic()
+                    cpu = time.clock_gettime(self._clock) if self._clock is not None else now
+                    if launch.progress != self._progress_seen[0]:
+                        self._progress_seen = (launch.progress, cpu, now)
+                    if launch.hard != self._hard_seen[0]:
+                        self._hard_seen = (launch.hard, cpu)
+                    launch.watching = cpu - self._hard_seen[1] > self.stall_s / 4
+                    idle = cpu - self._progress_seen[1]
+                    wall_idle = now - self._progress_seen[2]
+                    span = f"{idle:.0f} s of CPU time"
+                    if wall_idle > 6 * self.stall_s:
+                        idle, span = wall_idle, f"{wall_idle:.0f} s (wall clock)"
                     limit = f"FASTSIM_STALL_S={self.stall_s:g}"
                     if idle > self.stall_s and any(t.state in BLOCKED for t in launch.threads):
                         why = (
-                            f"deadlock: no thread finished or passed a barrier for {idle:.0f} s ({limit}) while "
+                            f"deadlock: no thread finished or passed a barrier for {span} ({limit}) while "
                             "threads wait at a barrier"
                         )
-                    elif idle > self.stall_s and launch.yields == launch.yields_at_progress:
-                        # one thread has run all along: no barrier, atomic, fence or end reached
-                        # (many threads taking turns at atomics may be real work: the CPU limit decides)
-                        why = f"a thread ran {idle:.0f} s without reaching a barrier, an atomic or its end ({limit})"
+                    elif idle > self.stall_s and any(t.spinning and t.state != DONE for t in launch.threads):
+                        why = (
+                            f"threads spin: for {span} no thread finished or passed a barrier, and each "
+                            f"atomic, fence or warp step repeated an earlier one of its thread ({limit})"
+                        )
+                    elif idle > self.stall_s:
+                        # one thread has run all along: no barrier, atomic, fence or end reached (threads
+                        # taking turns at atomics that do not repeat themselves are progress)
+                        why = (
+                            f"a thread ran {span} without reaching a barrier, an atomic or its end ({limit})"
+                        )
                     elif self.cpu_s() > self.cpu_limit_s:
                         why = f"CPU-time limit of {self.cpu_limit_s:g} s exceeded (FASTSIM_CPU_LIMIT_S)"
                     if why is None:
@@ -1287,9 +1402,12 @@ def _block_done() -> None:
         _state.block_done()
 
 
-def _yield():
+def _yield(step=lambda: ("yield",)):
+    """The running thread lets the others run (an atomic, a fence, a sleep); ``step()`` keys the step
+    for the spin check (_note_step)."""
     launch = _state.launch
     if launch is not None and launch.current is not None:
+        _note_step(launch.current, step)
         launch.current.yield_now()
 
 
@@ -1461,7 +1579,7 @@ def _install_grid_sync_and_atomics(kernelapi) -> None:
                     launch.no_switch -= 1
             if heard is not None and target is not None:
                 target(args[1] if _indexed else 0, sys._getframe(1))
-            _yield()
+            _yield(lambda: ("atomic", _op, _plain(args), _plain(old)))
             return old
 
         atomic.__name__ = name

@@ -36,15 +36,11 @@ launch = cap.launch
 lensed, error = (cap, None) if cap.branches is not None else (None, None)
 if lensed is None and launch.get("user_kernel"):
     run_launch = st.session_state.get("uk_launch")
-    allowed = user_code_allowed(visitor_has_key())
+    allowed, why = user_code_allowed(visitor_has_key())  # (bool, reason): the bool decides
     if run_launch is None or not allowed:
         st.info(
             "The lens runs your kernel again with its probes. "
-            + (
-                "Run it on the **Your kernel** page first."
-                if allowed
-                else "Running your own code is off here."
-            )
+            + ("Run it on the **Your kernel** page first." if allowed else f"Running your own code is {why}.")
         )
         st.stop()
     key = ("simt_visitor", id(cap))

@@ -189,8 +189,8 @@ with right:
     on = "gpu" if backend == "gpu" or (backend == "auto" and gpu_present()) else "sim"
     st.caption(
         f"Each run gets a fresh process of its own, never this server, and nothing of it stays. "
-        f"Isolation in force: **{sandbox.isolation(on)}**. Stopped after {RUN_TIMEOUT_S:.0f} s (wall "
-        f"clock); hard limits: {sandbox.limits_text()}."
+        f"Isolation in force: **{sandbox.isolation(on)}**. The run in it is stopped after {RUN_TIMEOUT_S:.0f} "
+        f"s (wall clock); hard limits: {sandbox.limits_text()}. Its tables are built here after it."
     )
 
 if run and not allowed:  # a disabled button is a hint to the browser; the server decides
@@ -214,8 +214,13 @@ elif run:
         with st.status(f"Running {kernel} on the {BACKENDS[chosen]}…", expanded=False) as status:
             bar = st.progress(0.0, text="starting the worker")
 
-            def progress(done, total):
-                bar.progress(min(done / total, 1.0), text=f"{done} of {total} blocks")
+            def progress(done, total):  # after the last block: the copy back and the tables, here
+                text = (
+                    f"{done} of {total} blocks"
+                    if done < total
+                    else f"all {total} blocks ran; building the tables"
+                )
+                bar.progress(min(done / total, 1.0), text=text)
 
             def waiting(ahead, running):  # another visitor's code holds every sandbox slot
                 text = queue_text(ahead, running, chosen)

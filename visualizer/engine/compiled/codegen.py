@@ -1,0 +1,441 @@
+"""Python source for the compiled engine, from a kernel's split body (translate.py).
+
+One kernel becomes one generated module:
+
+* ``__cc_flat``: the kernel as one thread runs it, barriers removed: numba's type inference of it
+  gives every per-thread variable's type (the dtype of its expansion array); never run;
+* ``__cc_region_K`` / ``__cc_cond_K``: one thread's part of the body between barriers (loads of the
+  expanded variables it touches, the statements, stores of those it writes), or a condition;
+* ``__cc_block``: one block: shared arrays (poisoned), expansion arrays, then the item tree as loops
+  over the block's threads (default order: linear, x fastest; seeded: warps in a drawn order, a drawn
+  lane order, statement by statement, so one warp may run ahead of another between barriers);
+* ``__cc_grid``: every block, one after another (or in ``prange`` where the engine allows it).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import textwrap
+from dataclasses import dataclass, field
+
+from visualizer.engine.compiled.translate import (
+    IDS,
+    Barrier,
+    BlockIf,
+    BlockWhile,
+    Cond,
+    CudaRewriter,
+    FoldConstantIfs,
+    Names,
+    P,
+    Region,
+    Splitter,
+    _refuse,
+    array_decl,
+    contains_barrier,
+    local_names,
+    names_in,
+    refuse_spin_waits,
+    rewrite_returns,
+    walk_items,
+)
+
+HEAD = [P + "bx", P + "by", P + "bz", P + "bdx", P + "bdy", P + "bdz", P + "gdx", P + "gdy", P + "gdz"]
+CTX = "(" + ", ".join(P + i for i in IDS) + ")"
+
+
+@dataclass
+class Plan:
+    """A kernel split and rewritten, before types are known."""
+
+    name: str
+    params: list[str]
+    written_params: set[str]
+    items: list
+    regions: list
+    conds: list
+    shared: dict  # name -> (shape, dtype)
+    local_arrays: dict  # name -> (shape, dtype)
+    expanded: list[str]  # per-thread variables (sorted)
+    barrier_targets: set[str]
+    ns: dict  # the generated module's globals (device functions, helpers, arrays)
+    atomic_targets: set[str] = field(default_factory=set)
+    device_fns: list = field(default_factory=list)
+    has_block_control: bool = False  # a BlockIf / BlockWhile: a condition checked uniform at run time
+    n_barriers: int = 0
+    candidates: set = field(default_factory=set)  # the kernel's own variables (what may be per thread)
+    remat: dict = field(default_factory=dict)  # array view -> (its one assignment, names it reads), in order
+    array_ndims: dict = field(default_factory=dict)  # every array name the regions index -> ndim
+
+
+def rematerialize(plan: Plan, is_array) -> None:
+    """An array view kept across a barrier (``kh = k[b, h]``) is not copied per thread: each region that
+    reads it evaluates its one assignment again, from per-thread copies of the numbers it reads. Only
+    where that is the same value: assigned once, at the top of the kernel, from names assigned once."""
+    stores: dict[str, int] = {}
+    for unit, _ in walk_items(plan.items):
+        for node in ast.walk(ast.Module(body=_unit_stmts(unit), type_ignores=[])):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                stores[node.id] = stores.get(node.id, 0) + 1
+    top = [s for it in plan.items if isinstance(it, list) for r in it for s in r.stmts]
+    for v in [v for v in plan.expanded if is_array(v)]:
+        stmt = next((s for s in top if isinstance(s, ast.Assign) and len(s.targets) == 1
+                     and isinstance(s.targets[0], ast.Name) and s.targets[0].id == v), None)  # fmt: skip
+        if stmt is None or stores.get(v) != 1:
+            return  # left expanded: typing refuses it in one line
+        deps = names_in(stmt.value)[0] & plan.candidates
+        if any(stores.get(d) != 1 or (is_array(d) and d not in plan.remat) for d in deps):
+            return
+        plan.remat[v] = (stmt, deps)
+        plan.expanded.remove(v)
+        for d in deps:
+            if d not in plan.remat and d not in plan.expanded:
+                plan.expanded.append(d)
+    plan.expanded.sort()
+
+
+def _unit_stmts(unit) -> list:
+    return unit.stmts if isinstance(unit, Region) else [ast.Expr(value=unit.expr)]
+
+
+def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -> Plan:
+    """Split ``fn`` at its barriers (soft: every statement between barriers its own region, for the
+    seeded schedules) and rewrite every region's ``cuda.*``."""
+    fn = copy.deepcopy(fn)
+    a = fn.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
+        _refuse(fn, "a kernel with *args, **kwargs, keyword-only or default parameters")
+    params = [x.arg for x in a.args]
+    local = local_names(fn)
+    shared, local_arrays = {}, {}
+
+    class Decls(ast.NodeTransformer):  # array declarations out of the body, into the block's allocations
+        def visit_Assign(self, node):
+            d = array_decl(node, names, local)
+            if d is None:
+                return node
+            kind, name, shape, dtype = d
+            table = shared if kind == "shared" else local_arrays
+            if name in shared or name in local_arrays:
+                _refuse(node, f"{name!r} declared as an array twice")
+            table[name] = (shape, dtype)
+            return ast.copy_location(ast.Pass(), node)
+
+    fn = FoldConstantIfs(names, local).visit(fn)
+    refuse_spin_waits(fn, names, local)
+    body = [Decls().visit(s) for s in fn.body]
+    splitter = Splitter(names, local, soft)
+    items = splitter.split(body)
+    ns: dict = {}
+    rewriter = CudaRewriter(names, local | splitter.extra_vars, ns, False, compile_device)
+    for r in splitter.regions:
+        r.stmts = rewrite_returns([rewriter.visit(s) for s in r.stmts])
+        for s in r.stmts:
+            ast.fix_missing_locations(s)
+    for c in splitter.conds:
+        if contains_barrier(c.expr, names, local):
+            _refuse(c.expr, "a barrier inside a condition")
+        c.expr = ast.fix_missing_locations(rewriter.visit(c.expr))
+    arrays = set(shared) | set(local_arrays)
+    written_params = {
+        p for p in params if any(p in names_in(_unit_stmts(u))[1] for u, _ in walk_items(items))
+    }
+    candidates = (local | splitter.extra_vars) - arrays - (set(params) - written_params)
+    touched: dict[str, int] = {}
+    looped: set[str] = set()
+    for unit, in_loop in walk_items(items):
+        reads, writes = names_in(_unit_stmts(unit))
+        for v in (reads | writes) & candidates:
+            touched[v] = touched.get(v, 0) + 1
+            if in_loop:
+                looped.add(v)
+    votes = {it.pred for it in _barriers(items) if it.pred}
+    expanded = (
+        {v for v, k in touched.items() if k > 1} | looped | splitter.barrier_targets | votes | written_params
+    )
+    plan = Plan(
+        fn.name, params, written_params, items, splitter.regions, splitter.conds, shared, local_arrays,
+        sorted(expanded), splitter.barrier_targets, ns,
+    )  # fmt: skip
+    plan.atomic_targets = rewriter.usage.atomic_targets
+    plan.device_fns = rewriter.usage.device_calls
+    plan.has_block_control = bool(splitter.conds)
+    plan.n_barriers = sum(1 for _ in _barriers(items))
+    plan.candidates = candidates
+    return plan
+
+
+def _barriers(items):
+    for it in items:
+        if isinstance(it, Barrier):
+            yield it
+        elif isinstance(it, BlockIf):
+            yield from _barriers(it.body)
+            yield from _barriers(it.orelse)
+        elif isinstance(it, BlockWhile):
+            yield from _barriers(it.body)
+
+
+def _src(node) -> str:
+    return ast.unparse(node)
+
+
+def _indent(lines: list[str], n: int) -> list[str]:
+    return [" " * n + x for x in lines]
+
+
+def flat_source(plan: Plan) -> str:
+    """The typing function: the kernel for one thread, barriers gone (module docstring)."""
+    out = [f"def {P}flat({', '.join(P + i for i in IDS)}, {', '.join(plan.params)}):", f"    {P}ctx = {CTX}"]
+    for name, (shape, dtype) in {**plan.shared, **plan.local_arrays}.items():
+        out.append(f"    {name} = {P}np.zeros({shape!r}, {P}np.{dtype.name})")
+
+    def emit(items) -> list[str]:
+        lines = []
+        for it in items:
+            if isinstance(it, list):
+                for r in it:
+                    lines += [x for s in r.stmts for x in _src(s).splitlines()]
+            elif isinstance(it, Barrier):
+                if it.target:
+                    lines.append(f"{it.target} = {P}i32(0)")
+            elif isinstance(it, BlockIf):
+                lines.append(f"if {_src(it.cond.expr)}:")
+                lines += _indent(emit(it.body) or ["pass"], 4)
+                lines.append("else:")
+                lines += _indent(emit(it.orelse) or ["pass"], 4)
+            elif isinstance(it, BlockWhile):
+                lines.append(f"while {_src(it.cond.expr)}:")
+                lines += _indent(emit(it.body) or ["pass"], 4)
+        return lines
+
+    body = emit(plan.items)
+    # the flat function has no alive array: a thread's return is a plain return
+    body = [x for x in body if not x.strip().startswith(f"{P}alive[")]
+    out += _indent(body or ["pass"], 4)
+    return "\n".join(out) + "\n"
+
+
+def unit_args(plan: Plan) -> list[str]:
+    return (
+        [P + "t", *HEAD, P + "alive", P + "err"]
+        + [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
+        + list(plan.shared)
+        + [P + "e_" + v for v in plan.expanded]
+        + [P + "la_" + v for v in plan.local_arrays]
+    )
+
+
+class CheckedIndex(ast.NodeTransformer):
+    """``a[i, j]`` -> ``a[__cc_ix(i, a.shape[0], err), ...]`` for every array the kernel indexes: an
+    index out of range is noted in ``err`` and read as 0 (negative ones wrap, as numpy's do); the launch
+    then raises, undoes its writes and fastsim runs it (its IndexError). No exception in the loop:
+    numba's ``boundscheck`` (and a raise here) kept the tiled matmul's inner loop 14x slower."""
+
+    def __init__(self, arrays: dict, shapes: dict):
+        self.arrays = arrays  # name -> ndim
+        self.shapes = shapes  # shared and local arrays: name -> their constant shape
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if not (isinstance(node.value, ast.Name) and node.value.id in self.arrays):
+            return node
+        name, ndim = node.value.id, self.arrays[node.value.id]
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if ndim > 1 and not isinstance(node.slice, ast.Tuple):
+            _refuse(node, f"{name}[...] indexed by a tuple variable (write the indices out)")
+        checked = []
+        for d, e in enumerate(parts):
+            if isinstance(e, ast.Slice) or d >= ndim:
+                checked.append(e)
+                continue
+            if name in self.shapes:  # a constant bound: LLVM drops the check where a loop range proves it
+                shape = ast.Constant(self.shapes[name][d])
+            else:
+                shape = ast.parse(f"{name}.shape[{d}]", mode="eval").body
+            err = ast.Name(id=P + "err", ctx=ast.Load())
+            checked.append(
+                ast.Call(func=ast.Name(id=P + "ix", ctx=ast.Load()), args=[e, shape, err], keywords=[])
+            )
+        node.slice = (
+            ast.Tuple(elts=checked, ctx=ast.Load()) if isinstance(node.slice, ast.Tuple) else checked[0]
+        )
+        return ast.fix_missing_locations(node)
+
+
+def unit_source(plan: Plan, unit, fname: str) -> str:
+    """One thread's unit: a region, or a condition (a function each: numba's cost of one function
+    grows faster than its size, so one function for all units compiled slower, 52 s against 18)."""
+    out = [
+        f"def {fname}({', '.join(unit_args(plan))}):",
+        f"    {P}tx = {P}t % {P}bdx",
+        f"    {P}ty = ({P}t // {P}bdx) % {P}bdy",
+        f"    {P}tz = {P}t // ({P}bdx * {P}bdy)",
+        f"    {P}ctx = {CTX}",
+    ]
+    out += _indent(_unit_body(plan, unit), 4)
+    return "\n".join(out) + "\n"
+
+
+def _unit_body(plan: Plan, unit) -> list[str]:
+    out = []
+    stmts = _unit_stmts(unit)
+    reads, writes = names_in(stmts)
+    touched = reads | writes
+    remats = [v for v in plan.remat if v in touched and v not in writes]
+    for v in remats:
+        touched |= plan.remat[v][1]
+    for v in plan.local_arrays:
+        if v in touched:
+            out.append(f"{v} = {P}la_{v}[{P}t]")
+    for v in plan.expanded:
+        if v in touched:
+            out.append(f"{v} = {P}e_{v}[{P}t]")
+    for v in remats:
+        out.append(f"{v} = {_src(plan.remat[v][0].value)}")
+    shapes = {k: v[0] for k, v in {**plan.shared, **plan.local_arrays}.items()}
+    check = CheckedIndex(plan.array_ndims, shapes)
+    if isinstance(unit, Cond):
+        return out + [f"if {_src(check.visit(copy.deepcopy(unit.expr)))}:", "    return True", "return False"]
+    out += [x for s in stmts for x in _src(check.visit(copy.deepcopy(s))).splitlines()]
+    for v in plan.expanded:
+        if v in writes:
+            out.append(f"{P}e_{v}[{P}t] = {v}")
+    return out + ["return False"]
+
+
+def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
+    """``__cc_block``: one block's threads through the item tree (module docstring)."""
+    params = [(P + "p_" + p) if p in plan.written_params else p for p in plan.params]
+    out = [f"def {P}block({', '.join(HEAD)}, {P}rng, {', '.join(params)}):"]
+    b = [
+        f"{P}nthr = {P}bdx * {P}bdy * {P}bdz",
+        f"{P}alive = {P}np.ones({P}nthr, {P}np.bool_)",
+        f"{P}err = {P}np.zeros(1, {P}np.int64)",
+    ]
+    for name, (shape, dtype) in plan.shared.items():
+        b.append(f"{name} = {P}np.empty({shape!r}, {P}np.{dtype.name})")
+        b.append(f"{name}.fill({P}poison_{name})")
+    for v in plan.expanded:
+        b.append(f"{P}e_{v} = {P}np.zeros({P}nthr, {P}np.{dtypes[v].name})")
+        if v in plan.written_params:
+            b.append(f"{P}e_{v}[:] = {P}p_{v}")
+    for v, (shape, dtype) in plan.local_arrays.items():
+        b.append(f"{P}la_{v} = {P}np.zeros(({P}nthr,) + {shape!r}, {P}np.{dtype.name})")
+    if seeded:
+        b += [
+            f"{P}lanes = {P}np.empty(32, {P}np.int64)",
+            f"{P}nw = ({P}nthr + 31) // 32",
+            f"{P}prog = {P}np.empty({P}nw, {P}np.int64)",
+            f"{P}pend = {P}np.empty({P}nw, {P}np.int64)",
+        ]
+    call_args = ", ".join([P + "u", *unit_args(plan)[1:]])
+
+    def group(regions: list[Region]) -> list[str]:
+        if not seeded:
+            assert len(regions) == 1
+            return [
+                f"for {P}u in range({P}nthr):",
+                f"    if {P}alive[{P}u]:",
+                f"        {P}region_{regions[0].index}({call_args})",
+            ]
+        m = len(regions)
+        lines = [
+            f"for {P}w in range({P}nw):",
+            f"    {P}prog[{P}w] = 0",
+            f"    {P}pend[{P}w] = {P}w",
+            f"{P}npend = {P}nw",
+            f"while {P}npend > 0:",
+            f"    {P}k = {P}rng_below({P}rng, {P}npend)",
+            f"    {P}w = {P}pend[{P}k]",
+            f"    {P}j = {P}prog[{P}w]",
+            f"    {P}prog[{P}w] = {P}j + 1",
+            f"    if {P}j + 1 == {m}:",
+            f"        {P}npend -= 1",
+            f"        {P}pend[{P}k] = {P}pend[{P}npend]",
+            f"    {P}cnt = min(32, {P}nthr - 32 * {P}w)",
+            f"    {P}shuffled_lanes({P}rng, {P}lanes, {P}cnt)",
+            f"    for {P}l in range({P}cnt):",
+            f"        {P}u = 32 * {P}w + {P}lanes[{P}l]",
+            f"        if {P}alive[{P}u]:",
+        ]
+        for j, r in enumerate(regions):
+            kw = "if" if j == 0 else "elif"
+            lines += [f"            {kw} {P}j == {j}:", f"                {P}region_{r.index}({call_args})"]
+        return lines
+
+    def uniform(c: Cond) -> list[str]:
+        return [
+            f"{P}first = True",
+            f"{P}c = False",
+            f"for {P}u in range({P}nthr):",
+            f"    if {P}alive[{P}u]:",
+            f"        {P}v = {P}cond_{c.index}({call_args})",
+            f"        if {P}first:",
+            f"            {P}c = {P}v",
+            f"            {P}first = False",
+            f"        elif {P}v != {P}c:",
+            f"            raise {P}Divergent({c.line})",
+        ]
+
+    def emit(items) -> list[str]:
+        lines = []
+        for it in items:
+            if isinstance(it, list):
+                lines += group(it)
+            elif isinstance(it, Barrier):
+                if it.kind == "sync":
+                    continue  # every region before it has run for every thread
+                lines += [
+                    f"{P}votes = 0",
+                    f"{P}nlive = 0",
+                    f"for {P}u in range({P}nthr):",
+                    f"    if {P}alive[{P}u]:",
+                    f"        {P}nlive += 1",
+                    f"        if {P}e_{it.pred}[{P}u]:",
+                    f"            {P}votes += 1",
+                ]
+                result = {"count": f"{P}votes", "and": f"1 if {P}votes == {P}nlive else 0",
+                          "or": f"1 if {P}votes > 0 else 0"}[it.kind]  # fmt: skip
+                if it.target and it.target in plan.expanded:
+                    lines += [f"{P}res = {result}", f"{P}e_{it.target}[:] = {P}res"]
+            elif isinstance(it, BlockIf):
+                lines += uniform(it.cond)
+                lines.append(f"if {P}c:")
+                lines += _indent(emit(it.body) or ["pass"], 4)
+                lines.append("else:")
+                lines += _indent(emit(it.orelse) or ["pass"], 4)
+            elif isinstance(it, BlockWhile):
+                lines.append("while True:")
+                lines += _indent(uniform(it.cond) + [f"if not {P}c:", "    break"] + emit(it.body), 4)
+        return lines
+
+    out += _indent(b + emit(plan.items) + [f"return {P}err[0]"], 4)
+    return "\n".join(out) + "\n"
+
+
+def grid_source(plan: Plan, parallel: bool) -> str:
+    params = [(P + "p_" + p) if p in plan.written_params else p for p in plan.params]
+    loop = f"{P}prange" if parallel else "range"
+    return textwrap.dedent(f"""\
+        def {P}grid({P}gdx, {P}gdy, {P}gdz, {P}bdx, {P}bdy, {P}bdz, {P}rng, {", ".join(params)}):
+            {P}nb = {P}gdx * {P}gdy * {P}gdz
+            {P}bad = 0
+            for {P}b in {loop}({P}nb):  # blocks in np.ndindex(grid) order, as fastsim runs them
+                {P}bad += {P}block({P}b // ({P}gdy * {P}gdz), ({P}b // {P}gdz) % {P}gdy, {P}b % {P}gdz,
+                         {P}bdx, {P}bdy, {P}bdz, {P}gdx, {P}gdy, {P}gdz, {P}rng, {", ".join(params)})
+            if {P}bad:
+                raise IndexError("an index out of bounds")
+        """)
+
+
+def source_digest(*parts: str) -> str:
+    return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()[:16]
+
+
+def poison_globals(plan: Plan) -> dict:
+    from visualizer.engine.compiled.runtime import poison_value
+
+    return {f"{P}poison_{name}": poison_value(dtype) for name, (shape, dtype) in plan.shared.items()}

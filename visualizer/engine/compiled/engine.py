@@ -1,0 +1,469 @@
+"""Compile a kernel for the CPU (translate.py, codegen.py, numba's ``@njit``) and launch it.
+
+A kernel is compiled once per (generated source, argument types, schedule kind) in this process and
+kept (a slider change that keeps the source and the types reuses it); compile time is reported apart
+from run time. Anything the compiler can't take raises ``NotCompiled(reason)``, one line: the caller
+runs fastsim instead. A launch's arrays are restored before that is raised where the kernel had
+already started (a barrier found under a divergent condition at run time), so fastsim starts clean.
+
+Blocks run one after another, in fastsim's order, unless the launch asks for ``parallel`` and the
+result cannot depend on the blocks' order: no atomics on global memory, no global array both read and
+written, no two argument arrays overlapping, no seeded schedule. The launch's report says which ran.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from visualizer.engine.compiled import runtime
+from visualizer.engine.compiled.codegen import (
+    Plan,
+    block_source,
+    flat_source,
+    grid_source,
+    plan_kernel,
+    poison_globals,
+    rematerialize,
+    source_digest,
+    unit_source,
+)
+from visualizer.engine.compiled.translate import (
+    IDS,
+    CudaRewriter,
+    Names,
+    NotCompiled,
+    P,
+    _refuse,
+    array_decl,
+    contains_barrier,
+    kernel_python_function,
+    local_names,
+    refuse_spin_waits,
+    walk_items,
+)
+from visualizer.engine.instrument.ast_tools import function_source_tree
+
+# an index out of range raises, as on fastsim; x / 0.0 is inf, as on a GPU (not ZeroDivisionError)
+JIT = {"cache": False, "boundscheck": True, "error_model": "numpy"}
+# functions only compiled code calls: no wrapper for calls from Python (a second of compile each)
+INNER = {
+    **JIT,
+    "no_cpython_wrapper": True,
+    "no_cfunc_wrapper": True,
+}  # an index out of range raises, as on fastsim
+
+_lock = threading.RLock()
+_kernels: dict = {}
+# the kernel's regions check their own indexes (codegen.CheckedIndex): numba's boundscheck off there
+REGION = {**INNER, "boundscheck": False}
+_devices: dict = {}
+_compiling: set = set()  # device functions being translated (recursion is refused)
+
+
+def namespace_of(py_fn) -> dict:
+    ns = dict(py_fn.__globals__)
+    for name, cell in zip(py_fn.__code__.co_freevars, py_fn.__closure__ or (), strict=True):
+        ns[name] = cell.cell_contents
+    return ns
+
+
+def _base_ns() -> dict:
+    return {
+        P + "np": np,
+        P + "i32": np.int32,
+        P + "prange": __import__("numba").prange,
+        P + "rng_below": runtime.rng_below,
+        P + "shuffled_lanes": runtime.shuffled_lanes,
+        P + "Divergent": runtime.DivergentBarrier,
+        P + "ix": runtime.check_index,
+    }
+
+
+def _numba_reason(e: Exception) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    head = lines[0] if lines else type(e).__name__
+    return f"numba's CPU target refused it: {head}"
+
+
+def _object_key(ns: dict) -> tuple:
+    """The non-constant globals a generated module reads (arrays, njit functions): by identity."""
+    return tuple(sorted((k, id(v)) for k, v in ns.items() if not k.startswith(P + "dev_")))
+
+
+# ----------------------------------------------------------------------------- device functions
+
+
+@dataclass
+class DeviceFn:
+    name: str
+    dispatcher: Any
+    source: str
+
+
+def compile_device(py_fn) -> DeviceFn:
+    """A device function (a plain function or ``@cuda.jit(device=True)``) as an njit function taking
+    the calling thread's ids first."""
+    code = py_fn.__code__
+    if code in _compiling:
+        raise NotCompiled(f"device function {py_fn.__name__!r} calls itself (recursion is not compiled)")
+    try:
+        tree = function_source_tree(py_fn)
+    except (OSError, TypeError, SyntaxError):
+        raise NotCompiled(f"the source of device function {py_fn.__name__!r} cannot be read") from None
+    fd = tree.body[0]
+    if not isinstance(fd, ast.FunctionDef):
+        raise NotCompiled(f"device function {py_fn.__name__!r} is not a def")
+    _check_source_matches(fd, py_fn)
+    names = Names(namespace_of(py_fn))
+    local = local_names(fd)
+    if contains_barrier(fd, names, local):
+        _refuse(fd, f"a barrier inside device function {fd.name!r}")
+    refuse_spin_waits(fd, names, local)
+    _compiling.add(code)
+    try:
+        ns: dict = {}
+
+        class Decls(ast.NodeTransformer):
+            def visit_Assign(self, node):
+                d = array_decl(node, names, local)
+                if d is None:
+                    return node
+                kind, name, shape, dtype = d
+                if kind == "shared":
+                    _refuse(node, f"shared memory declared in device function {fd.name!r}")
+                return ast.copy_location(
+                    ast.parse(f"{name} = {P}np.zeros({shape!r}, {P}np.{dtype.name})").body[0], node
+                )
+
+        rewriter = CudaRewriter(names, local, ns, True, compile_device)
+        body = [rewriter.visit(Decls().visit(s)) for s in fd.body]
+        args = fd.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+            _refuse(fd, f"device function {fd.name!r} with *args, **kwargs or keyword-only parameters")
+        args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=P + "ctx")] + args.args, vararg=None,
+                             kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=args.defaults)  # fmt: skip
+        body_src = "\n".join(ast.unparse(ast.fix_missing_locations(s)) for s in body)
+        unpack = f"{', '.join(P + i for i in IDS)} = {P}ctx"
+        digest = source_digest(fd.name, ast.unparse(args), body_src, repr(_object_key(ns)))
+        name = f"{P}dev_{fd.name}_{digest}"
+        with _lock:
+            hit = _devices.get(name)
+            if hit is not None:
+                return hit
+            src = f"def {name}({ast.unparse(args)}):\n" + "\n".join(
+                "    " + x for x in (unpack + "\n" + body_src).splitlines()
+            )
+            gns = {**_base_ns(), **ns}
+            exec(compile(src + "\n", f"<compiled device {fd.name}>", "exec"), gns)  # noqa: S102 - generated here
+            from numba import njit
+
+            dev = DeviceFn(name, njit(**INNER)(gns[name]), src)
+            _devices[name] = dev
+            return dev
+    finally:
+        _compiling.discard(code)
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@dataclass
+class CompiledKernel:
+    name: str
+    plan: Plan
+    argtypes: tuple
+    seeded: bool
+    dtypes: dict
+    ns: dict
+    grid: Any
+    compile_s: float
+    serial_reason: str | None  # why blocks may not run in parallel (None: they may)
+    source: str
+    parallel_grid: Any = None
+    launches: int = 0
+    fields: dict = field(default_factory=dict)
+
+
+def _typemap(flat_fn, argtypes) -> dict:
+    from numba.core import compiler, registry, typed_passes
+    from numba.core import types as nbt
+
+    target = registry.cpu_target
+    target.typing_context.refresh()
+    target.target_context.refresh()
+    interp = compiler.run_frontend(flat_fn)
+    args = (nbt.int64,) * len(IDS) + tuple(argtypes)
+    res = typed_passes.type_inference_stage(target.typing_context, target.target_context, interp, args, None)
+    return res.typemap
+
+
+def _is_array(var: str, typemap: dict) -> bool:
+    from numba.core import types as nbt
+
+    return isinstance(typemap.get(var), nbt.Array)
+
+
+def _dtype_of(var: str, typemap: dict) -> np.dtype:
+    from numba.core import types as nbt
+    from numba.np.numpy_support import as_dtype
+
+    found = [t for k, t in typemap.items() if k == var or re.fullmatch(re.escape(var) + r"\.\d+", k)]
+    if not found:
+        return np.dtype(np.int64)  # never assigned on any path the typer saw
+    t = nbt.unliteral(found[0])
+    for other in found[1:]:
+        from numba.core.registry import cpu_target
+
+        u = cpu_target.typing_context.unify_pairs(t, nbt.unliteral(other))
+        if u is None:
+            raise NotCompiled(f"{var!r} holds values of different types ({t}, {other}) across a barrier")
+        t = u
+    if isinstance(t, (nbt.Boolean, nbt.Integer, nbt.Float, nbt.Complex)):
+        return np.dtype(as_dtype(t))
+    raise NotCompiled(f"{var!r} ({t}) lives across a barrier; only numbers are kept per thread")
+
+
+def _array_use(plan: Plan) -> tuple[set, set]:
+    """(parameters read, parameters written) through subscripts, atomics and device-function calls (a
+    device function may read and write any array it is given)."""
+    params = set(plan.params)
+    read, written = set(), set(plan.atomic_targets) & params
+    for unit, _ in walk_items(plan.items):
+        stmts = unit.stmts if hasattr(unit, "stmts") else [ast.Expr(value=unit.expr)]
+        for s in stmts:
+            for node in ast.walk(s):
+                if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+                    (written if isinstance(node.ctx, ast.Store) else read).add(node.value.id)
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id.startswith(P + "dev_")
+                ):
+                    for a in node.args:
+                        if isinstance(a, ast.Name) and a.id in params:
+                            read.add(a.id)
+                            written.add(a.id)
+    return read & params, written & params
+
+
+def _serial_reason(plan: Plan) -> str | None:
+    global_atomics = plan.atomic_targets - set(plan.shared)
+    if global_atomics:
+        return f"atomics on global memory ({', '.join(sorted(global_atomics))})"
+    read, written = _array_use(plan)
+    both = read & written
+    if both:
+        return (
+            f"global array read and written ({', '.join(sorted(both))}): another block's writes could be read"
+        )
+    return None
+
+
+def _argtypes(args) -> tuple:
+    import numba
+
+    try:
+        return tuple(numba.typeof(a) for a in args)
+    except (ValueError, TypeError) as e:
+        raise NotCompiled(f"an argument numba cannot type: {e}") from None
+
+
+def kernel_tree(kernel=None, *, tree: ast.FunctionDef | None = None, namespace: dict | None = None):
+    """(FunctionDef, namespace) of a kernel given as a function/dispatcher or as an AST + namespace."""
+    if tree is not None:
+        fd = copy_fd(tree)
+        return fd, dict(namespace or {})
+    py_fn = kernel_python_function(kernel)
+    try:
+        mod = function_source_tree(py_fn)
+    except (OSError, TypeError, SyntaxError):
+        raise NotCompiled(
+            f"the source of kernel {getattr(py_fn, '__name__', '?')!r} cannot be read"
+        ) from None
+    fd = mod.body[0]
+    if not isinstance(fd, ast.FunctionDef):
+        raise NotCompiled("the kernel is not a def")
+    _check_source_matches(fd, py_fn)
+    fd.decorator_list = []
+    return fd, namespace_of(py_fn)
+
+
+def _check_source_matches(fd: ast.FunctionDef, py_fn) -> None:
+    """The source read from the file must be this function's: a function exec'd from a rewritten tree
+    (an instrumented build keeps the kernel's file and lines) would otherwise be compiled as the file's
+    original. Its name and parameters tell them apart; such a kernel is passed as tree + namespace."""
+    code = py_fn.__code__
+    params = [a.arg for a in fd.args.args]
+    if fd.name != py_fn.__name__ or params != list(code.co_varnames[: code.co_argcount]):
+        raise NotCompiled(
+            f"the source in {code.co_filename} is not {py_fn.__name__}'s own (a rewritten copy)"
+        )
+
+
+def copy_fd(fd):
+    import copy
+
+    fd = copy.deepcopy(fd)
+    fd.decorator_list = []
+    return fd
+
+
+def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, tree=None, namespace=None):
+    """The compiled form of a kernel for these argument types (cached; module docstring)."""
+    fd, ns = kernel_tree(kernel, tree=tree, namespace=namespace)
+    names = Names(ns)
+    plan = plan_kernel(fd, names, compile_device, soft=seeded)
+    flat = flat_source(plan)
+    gns = {**_base_ns(), **plan.ns, **poison_globals(plan)}
+    key = (flat, seeded, tuple(argtypes), _object_key(plan.ns))
+    with _lock:
+        hit = _kernels.get(key)
+        if hit is not None:
+            return hit
+        from numba import njit
+
+        t0 = time.process_time()
+        try:
+            exec(compile(flat, f"<compiled {plan.name}>", "exec"), gns)  # noqa: S102 - generated here
+            typemap = _typemap(gns[P + "flat"], argtypes)
+        except NotCompiled:
+            raise
+        except Exception as e:  # noqa: BLE001 - numba's typing errors are many classes
+            raise NotCompiled(_numba_reason(e)) from None
+        rematerialize(plan, lambda v: _is_array(v, typemap))
+        from numba.core import types as nbt
+
+        for k, t in typemap.items():
+            if isinstance(t, nbt.Array):
+                plan.array_ndims[k.split(".")[0]] = t.ndim
+        dtypes = {v: _dtype_of(v, typemap) for v in plan.expanded}
+        parts = [unit_source(plan, r, f"{P}region_{r.index}") for r in plan.regions]
+        parts += [unit_source(plan, c, f"{P}cond_{c.index}") for c in plan.conds]
+        parts.append(block_source(plan, dtypes, seeded))
+        parts.append(grid_source(plan, parallel=False))
+        source = "\n\n".join(parts)
+        try:
+            exec(compile(source, f"<compiled {plan.name}>", "exec"), gns)  # noqa: S102 - generated here
+        except SyntaxError as e:
+            raise NotCompiled(f"generated code did not parse: {e}") from None
+        for r in plan.regions:
+            gns[f"{P}region_{r.index}"] = njit(**REGION)(gns[f"{P}region_{r.index}"])
+        for c in plan.conds:
+            gns[f"{P}cond_{c.index}"] = njit(**REGION)(gns[f"{P}cond_{c.index}"])
+        gns[P + "block"] = njit(**REGION)(gns[P + "block"])  # indexes only its own arrays, in range
+        grid = njit(**JIT)(gns[P + "grid"])
+        from numba.core import types as nbt
+
+        sig = (nbt.int64,) * 6 + (nbt.Array(nbt.uint64, 1, "C"),) + tuple(argtypes)
+        try:
+            grid.compile(sig)
+        except Exception as e:  # noqa: BLE001
+            raise NotCompiled(_numba_reason(e)) from None
+        ck = CompiledKernel(plan.name, plan, tuple(argtypes), seeded, dtypes, gns, grid,
+                            time.process_time() - t0, _serial_reason(plan), source)  # fmt: skip
+        _kernels[key] = ck
+        return ck
+
+
+def _parallel_grid(ck: CompiledKernel):
+    if ck.parallel_grid is None:
+        from numba import njit
+
+        gns = dict(ck.ns)
+        exec(compile(grid_source(ck.plan, parallel=True), f"<compiled {ck.name}>", "exec"), gns)  # noqa: S102
+        ck.parallel_grid = njit(parallel=True, **JIT)(gns[P + "grid"])
+    return ck.parallel_grid
+
+
+def _dims(d) -> tuple[int, int, int]:
+    if isinstance(d, (int, np.integer)):
+        d = (int(d),)
+    d = tuple(int(x) for x in d) + (1,) * (3 - len(tuple(d)))
+    if len(d) != 3 or min(d) < 1:
+        raise ValueError(f"launch dimensions must be 1 to 3 positive integers, not {d}")
+    return d
+
+
+def unwrap(a):
+    """A kernel argument as numba's CPU target takes it: a simulator device array is its numpy array."""
+    inner = getattr(a, "_ary", None)
+    return inner if isinstance(inner, np.ndarray) else a
+
+
+def _overlapping(arrays: list) -> bool:
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1 :]:
+            if np.may_share_memory(a, b):
+                return True
+    return False
+
+
+@dataclass
+class LaunchReport:
+    engine: str
+    blocks: str  # "serial" | "parallel"
+    serial_reason: str | None
+    compile_s: float  # CPU seconds spent compiling in this call (0 when the kernel was cached)
+    run_s: float  # CPU seconds of the launch itself
+    schedule: dict | None
+    regions: int
+    barriers: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def launch(kernel=None, griddim=1, blockdim=1, args=(), *, schedule=None, parallel=False, tree=None,
+           namespace=None) -> LaunchReport:  # fmt: skip
+    """Run a kernel on the compiled engine; ``schedule`` (seed, run) picks a seeded interleaving.
+    Raises NotCompiled (the arrays untouched) where the engine does not take the kernel."""
+    g, b = _dims(griddim), _dims(blockdim)
+    args = [unwrap(a) for a in args]
+    argtypes = _argtypes(args)
+    seeded = schedule is not None
+    fresh = time.process_time()
+    ck = compile_kernel(kernel, argtypes, seeded=seeded, tree=tree, namespace=namespace)
+    compile_s = ck.compile_s if ck.launches == 0 else 0.0
+    if ck.launches == 0 and time.process_time() - fresh < ck.compile_s * 0.5:
+        compile_s = time.process_time() - fresh  # another launch compiled it first
+    ck.launches += 1
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    reason = ck.serial_reason
+    if reason is None and seeded:
+        reason = "a seeded schedule"
+    if reason is None and _overlapping(arrays):
+        reason = "argument arrays overlap"
+    use_parallel = bool(parallel) and reason is None
+    if not parallel and reason is None:
+        reason = "parallel blocks not asked for"
+    grid = _parallel_grid(ck) if use_parallel else ck.grid
+    rng = runtime.rng_state(*schedule) if seeded else np.zeros(1, np.uint64)
+    # what the kernel may write, kept so a launch stopped half-way is undone before fastsim runs it
+    # (arrays aliasing a written one are covered by its copy)
+    written = _array_use(ck.plan)[1]
+    saved = [(a, a.copy()) for p, a in zip(ck.plan.params, args, strict=True)
+             if p in written and isinstance(a, np.ndarray) and a.flags.writeable]  # fmt: skip
+    t0 = time.process_time()
+    try:
+        grid(g[0], g[1], g[2], b[0], b[1], b[2], rng, *args)
+    except Exception as e:  # noqa: BLE001 - any failure: undone, and fastsim runs it (its message)
+        for a, copy_ in saved:
+            a[...] = copy_
+        if isinstance(e, runtime.DivergentBarrier):
+            line = e.args[0] if e.args else "?"
+            raise NotCompiled(
+                f"a barrier under a condition that differs between the block's threads (line {line})"
+            ) from None
+        raise NotCompiled(f"the kernel raised {type(e).__name__} on the compiled engine") from None
+    run_s = time.process_time() - t0
+    sched = {"seed": int(schedule[0]), "run": int(schedule[1])} if seeded else None
+    return LaunchReport("compiled", "parallel" if use_parallel else "serial", None if use_parallel else reason,
+                        compile_s, run_s, sched, len(ck.plan.regions), ck.plan.n_barriers)  # fmt: skip

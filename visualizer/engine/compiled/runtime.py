@@ -1,0 +1,252 @@
+"""The compiled engine's helpers inside generated code: atomics (sequential within a block, so
+plain read-modify-write), the seeded schedule's random numbers, and the poison shared memory is
+filled with. Every function here is ``@njit`` and called from generated code only."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+SHARED_POISON_BYTES = bytes.fromhex("efbeadde")  # fastsim's: little-endian 0xDEADBEEF
+
+
+def poison_value(dtype: np.dtype):
+    """What a fresh shared array of ``dtype`` holds, as fastsim fills it: NaN for floats (and
+    complex), the bytes DEADBEEF repeated for everything else."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "fc":
+        return dtype.type(np.nan)
+    if dtype.kind == "b":
+        return np.bool_(True)
+    raw = (SHARED_POISON_BYTES * (dtype.itemsize // 4 + 1))[: dtype.itemsize]
+    return np.frombuffer(raw, dtype=dtype)[0]
+
+
+class DivergentBarrier(Exception):
+    """A barrier under a condition the block's threads did not agree on (raised from compiled code
+    with the source line; the launcher turns it into NotCompiled after restoring the arrays)."""
+
+
+# --- atomics: each returns the old value, as numba.cuda's do. Blocks that share global memory run
+# one after another (engine.py never runs those in prange), so a read-modify-write is atomic here.
+
+_JIT = {
+    "cache": False,
+    "boundscheck": True,
+    "error_model": "numpy",
+    "no_cpython_wrapper": True,
+    "no_cfunc_wrapper": True,
+}
+
+
+@njit(**_JIT)
+def atomic_add(ary, idx, val):
+    old = ary[idx]
+    ary[idx] = old + val
+    return old
+
+
+@njit(**_JIT)
+def atomic_sub(ary, idx, val):
+    old = ary[idx]
+    ary[idx] = old - val
+    return old
+
+
+@njit(**_JIT)
+def atomic_max(ary, idx, val):
+    old = ary[idx]
+    if val > old:  # the simulator's max(old, val): a NaN in memory stays
+        ary[idx] = val
+    return old
+
+
+@njit(**_JIT)
+def atomic_min(ary, idx, val):
+    old = ary[idx]
+    if val < old:
+        ary[idx] = val
+    return old
+
+
+@njit(**_JIT)
+def atomic_nanmax(ary, idx, val):
+    old = ary[idx]
+    if math.isnan(float(old)) or (not math.isnan(float(val)) and val > old):
+        ary[idx] = val
+    return old
+
+
+@njit(**_JIT)
+def atomic_nanmin(ary, idx, val):
+    old = ary[idx]
+    if math.isnan(float(old)) or (not math.isnan(float(val)) and val < old):
+        ary[idx] = val
+    return old
+
+
+@njit(**_JIT)
+def atomic_and(ary, idx, val):
+    old = ary[idx]
+    ary[idx] = old & val
+    return old
+
+
+@njit(**_JIT)
+def atomic_or(ary, idx, val):
+    old = ary[idx]
+    ary[idx] = old | val
+    return old
+
+
+@njit(**_JIT)
+def atomic_xor(ary, idx, val):
+    old = ary[idx]
+    ary[idx] = old ^ val
+    return old
+
+
+@njit(**_JIT)
+def atomic_exch(ary, idx, val):
+    old = ary[idx]
+    ary[idx] = val
+    return old
+
+
+@njit(**_JIT)
+def atomic_inc(ary, idx, val):
+    old = ary[idx]
+    ary[idx] = 0 if old >= val else old + 1
+    return old
+
+
+@njit(**_JIT)
+def atomic_dec(ary, idx, val):
+    old = ary[idx]
+    ary[idx] = val if (old == 0 or old > val) else old - 1
+    return old
+
+
+@njit(**_JIT)
+def atomic_cas(ary, idx, expected, val):
+    old = ary[idx]
+    if old == expected:
+        ary[idx] = val
+    return old
+
+
+@njit(**_JIT)
+def atomic_compare_and_swap(ary, expected, val):
+    """The old form without an index: the array's first element, as the simulator does it."""
+    old = ary.flat[0]
+    if old == expected:
+        ary.flat[0] = val
+    return old
+
+
+ATOMICS = {
+    "add": atomic_add,
+    "sub": atomic_sub,
+    "max": atomic_max,
+    "min": atomic_min,
+    "nanmax": atomic_nanmax,
+    "nanmin": atomic_nanmin,
+    "and_": atomic_and,
+    "or_": atomic_or,
+    "xor": atomic_xor,
+    "exch": atomic_exch,
+    "inc": atomic_inc,
+    "dec": atomic_dec,
+    "cas": atomic_cas,
+    "compare_and_swap": atomic_compare_and_swap,
+}
+
+
+# --- the seeded schedule's random numbers: splitmix64 on a one-word state, so (seed, run) replays
+# bit for bit on any machine and numba version (numpy's generator inside njit is not promised to).
+
+
+@njit(**_JIT)
+def rng_next(state):
+    state[0] += np.uint64(0x9E3779B97F4A7C15)
+    z = state[0]
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(**_JIT)
+def rng_below(state, n):
+    """A draw in [0, n)."""
+    return np.int64(rng_next(state) % np.uint64(n))
+
+
+@njit(**_JIT)
+def shuffled_lanes(state, lanes, count):
+    """lanes[:count] = 0..count-1 in a seeded order (Fisher-Yates)."""
+    for i in range(count):
+        lanes[i] = i
+    for i in range(count - 1, 0, -1):
+        j = rng_below(state, i + 1)
+        lanes[i], lanes[j] = lanes[j], lanes[i]
+
+
+def rng_state(seed: int, run: int) -> np.ndarray:
+    """The schedule's state for (seed, run): a stable hash, not Python's salted one."""
+    import hashlib
+
+    digest = hashlib.sha256(f"compiled-schedule:{int(seed)}:{int(run)}".encode()).digest()
+    return np.frombuffer(digest[:8], dtype=np.uint64).copy()
+
+
+@njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True, inline="always")
+def check_index(i, n, err):
+    """One index of a kernel's array access: wrapped if negative (numpy's rule, fastsim's); one outside
+    the dimension is noted in err and reads as 0 (codegen.CheckedIndex)."""
+    if i < 0:
+        i += n
+    if i < 0 or i >= n:
+        err[0] = 1
+        return 0
+    return i
+
+
+# --- the ids lens's probes on this engine (kernels/probes.py's simulator versions are Python) ------
+# ctx is (t, tx, ty, tz, bx, by, bz, bdx, bdy, bdz, gdx, gdy, gdz): what a device function is given.
+
+MODEL_SMS = 132  # kernels/probes.py's: blocks round-robin over an H200's SMs (modelled)
+
+
+@njit(**_JIT)
+def model_smid(ctx):
+    """Modelled, as fastsim's: the block's linear index round-robin over MODEL_SMS."""
+    return (ctx[4] + ctx[10] * (ctx[5] + ctx[11] * ctx[6])) % MODEL_SMS
+
+
+def _cycle_counter():
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def read_cycles(typingctx):
+        def codegen(context, builder, signature, args):
+            fnty = ir.FunctionType(ir.IntType(64), [])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
+            return builder.call(fn, [])
+
+        return types.uint64(), codegen
+
+    return read_cycles
+
+
+_read_cycles = _cycle_counter()
+
+
+@njit(**_JIT)
+def model_globaltimer(ctx):
+    """The host's cycle counter: the simulator's order of events, not GPU time (like fastsim's host
+    clock; its unit is CPU cycles, not nanoseconds)."""
+    return _read_cycles()
