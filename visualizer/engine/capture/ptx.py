@@ -79,13 +79,13 @@ def _child_env() -> dict:
     return env
 
 
-def typed_only(request: dict) -> dict:
-    """The request with each loaded array (a .npy's contents) replaced by its dtype and shape, as
-    zeros of them: compiling types the arguments and reads none of their values, and the request
-    goes to the compiler as JSON, which carries no arrays."""
-    args = request.get("args")
+def typed_only(wire: dict) -> dict:
+    """The request on the wire with each loaded array (a .npy's contents) replaced by its dtype and
+    shape, as zeros of them: compiling types the arguments and reads none of their values, and the
+    request goes to the compiler as JSON, which carries no arrays."""
+    args = wire.get("args")
     if not isinstance(args, dict):
-        return request
+        return wire
     typed = {}
     for name, arg in args.items():
         array = arg.get("array") if isinstance(arg, dict) else None
@@ -98,7 +98,7 @@ def typed_only(request: dict) -> dict:
                 "array": None,
             }
         typed[name] = arg
-    return {**request, "args": typed}
+    return {**wire, "args": typed}
 
 
 def compile_ptx(request: dict, timeout: float = COMPILE_TIMEOUT_S) -> dict:
