@@ -136,8 +136,9 @@ def bwrap_args(backend: str, as_root: bool | None = None) -> list[str]:
 
     for p in _python_dirs():
         bind(p)
-    for package in ("visualizer", "kernels"):
-        bind(str(ROOT / package))
+    for package in ("visualizer", "kernels"):  # kernels/: a source checkout's device code (visualizer.kernels)
+        if (ROOT / package).is_dir():  # an installed wheel has visualizer/ only, kernels inside it
+            bind(str(ROOT / package))
     if backend == "gpu":
         for dev in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", dev, dev]

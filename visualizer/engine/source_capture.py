@@ -363,9 +363,9 @@ _xoroshiro_jit = None
 def prepare_source(backend, request: dict):
     """A visitor's kernel as a Job (engine/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
-    from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
     from visualizer.engine.lenses import Lenses
     from visualizer.engine.pipeline import Job
+    from visualizer.kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
     from visualizer.specs import catalog
 
     limits = catalog.limits_from_info(backend.device_info())
