@@ -136,8 +136,9 @@ def bwrap_args(backend: str, as_root: bool | None = None) -> list[str]:
 
     for p in _python_dirs():
         bind(p)
-    for package in ("visualizer", "kernels"):  # kernels/: a source checkout's device code (visualizer.kernels)
-        if (ROOT / package).is_dir():  # an installed wheel has visualizer/ only, kernels inside it
+    # a checkout's device code is its kernels/ folder (visualizer.kernels); a wheel has it inside visualizer/
+    for package in ("visualizer", "kernels"):
+        if (ROOT / package).is_dir():
             bind(str(ROOT / package))
     if backend == "gpu":
         for dev in sorted(glob.glob("/dev/nvidia*")):
