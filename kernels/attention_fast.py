@@ -33,10 +33,9 @@ import math
 from functools import cache
 
 from numba import cuda, float32
-
-from kernels import flat
-from kernels.probes import SIMULATOR, trace_row_state, trace_tile, with_options
-from kernels.tensor_core import mma_fp32, quad_max, quad_sum, scratch_shape, split_tf32
+from visualizer.kernels import flat
+from visualizer.kernels.probes import SIMULATOR, trace_row_state, trace_tile, with_options
+from visualizer.kernels.tensor_core import mma_fp32, quad_max, quad_sum, scratch_shape, split_tf32
 
 Q_TILE, K_TILE, V_TILE = 0, 1, 2  # operand slots in the tiles buffer (as kernels/attention.py)
 PAD = 4

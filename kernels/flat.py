@@ -11,7 +11,7 @@ No bounds or sign checks: the caller guarantees 0 <= i < arr.size. On the simula
 plain element accesses at the equivalent multi-dimensional index.
 """
 
-from kernels.probes import SIMULATOR
+from visualizer.kernels.probes import SIMULATOR
 
 if SIMULATOR:
     import numpy as np

@@ -27,8 +27,7 @@ share rows g and g+8 of a C tile): warp shuffles on the GPU, the scratch on the 
 """
 
 from numba import cuda
-
-from kernels.probes import SIMULATOR
+from visualizer.kernels.probes import SIMULATOR
 
 
 def scratch_shape(warps: int) -> tuple[int, ...]:

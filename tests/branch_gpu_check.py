@@ -34,7 +34,7 @@ def _example(name):
 
 
 def _divergence_source():
-    import kernels.divergence as d
+    import visualizer.kernels.divergence as d
 
     src = inspect.getsource(d)
     return src.replace("\ndef branch_", "\n@cuda.jit\ndef branch_")

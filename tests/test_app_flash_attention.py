@@ -154,7 +154,9 @@ def test_gpu_capture_also_shows_this_sessions_kernel_times(flash_page):
 
 def test_other_kernel_explains_and_loads_the_example():
     at = open_page("vector_add", n=256, block=64)
-    assert any("need **flash_attention** (example" in i.value and "flash_attention_fast" in i.value for i in at.info)
+    assert any(
+        "need **flash_attention** (example" in i.value and "flash_attention_fast" in i.value for i in at.info
+    )
     assert not [t for t in charts(at) if t.startswith("FlashAttention")]
     assert [t for t in charts(at) if t.startswith("Attention forward vs seq_len")]  # recorded timings stay
 

@@ -186,7 +186,7 @@ def test_flash_attention_shows_its_view_loads_and_the_first_request_is_the_chart
     at = open_page("flash_attention", seq_len=40)
     assert not at.exception and not at.error
     assert float(metric(at, "global load sectors / request")) > 0
-    choices = at.selectbox(key="mem_line_kernels.attention").options
+    choices = at.selectbox(key="mem_line_visualizer.kernels.attention").options
     assert {"q", "k", "v"} <= {c.split()[-2] for c in choices if "load" in c and "(global)" in c}
     assert not [i for i in at.info if "did not execute this access" in i.value]
     occ = next(n for n in at.number_input if n.label == "execution").value

@@ -6,8 +6,13 @@ way the worker shapes them (launch geometry from the catalog's plan), so they st
 
 import numpy as np
 import pytest
+from visualizer.kernels.attention import (
+    Q_TILE,
+    flash_attention_kernel,
+    flash_smem_floats,
+    naive_attention_kernel,
+)
 
-from kernels.attention import Q_TILE, flash_attention_kernel, flash_smem_floats, naive_attention_kernel
 from visualizer.analysis import capture as trace
 from visualizer.engine.capture.builds import pair
 from visualizer.engine.capture.builtin import launch_args, record_buffers
@@ -152,7 +157,7 @@ def test_catalog_specs_and_refusal():
     assert launch.tile_steps == 5 and launch.row_state == (10, 5, 16)
     assert spec.args[-2:] == ("tiles", "rows") and spec.tile_operands == ("Q", "K", "V")
     assert spec.row_table == ("softmax_state", ("m", "l"))
-    assert spec.build == ("kernels.attention", "flash_attention_kernel")
+    assert spec.build == ("visualizer.kernels.attention", "flash_attention_kernel")
     nspec, _, nlaunch = plan_launch("naive_attention", {"seq_len": 100})
     assert nspec.args == ("q", "k", "v", "s", "o", "seq_len", "causal")
     assert nlaunch.grid == (7, 2, 1) and nlaunch.static_smem == 0

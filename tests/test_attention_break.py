@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
+from visualizer.kernels.attention import flash_attention_kernel
 
-from kernels.attention import flash_attention_kernel
 from visualizer.engine.capture.builds import pair
 from visualizer.engine.capture.builtin import launch_args, record_buffers
 from visualizer.figures.attention_break import break_figure, break_rows, break_summary

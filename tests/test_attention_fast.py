@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from visualizer.kernels import attention_fast as af
 
-from kernels import attention_fast as af
 from visualizer.engine.capture.builds import pair
 from visualizer.engine.capture.builtin import launch_args, record_buffers
 from visualizer.specs import attention as specs
@@ -117,7 +117,7 @@ def test_other_tile_sizes_match_float64():
 
 def test_tensor_core_split_is_exact_and_keeps_tf32_bits():
     """x = hi + lo exactly, hi has TF32's 10 mantissa bits, lo is at most 2^-10 of x."""
-    from kernels.tensor_core import split_tf32
+    from visualizer.kernels.tensor_core import split_tf32
 
     for x in np.random.default_rng(0).standard_normal(200).astype(np.float32):
         hi, lo = split_tf32(x)

@@ -298,8 +298,8 @@ def test_uniform_barrier_loop_and_votes():
 
 
 def test_parallel_blocks_only_where_order_cannot_matter():
-    from kernels.histogram import histogram_global
-    from kernels.vector_add import vector_add
+    from visualizer.kernels.histogram import histogram_global
+    from visualizer.kernels.vector_add import vector_add
 
     n = 4096
     a, b, c = np.ones(n, np.float32), np.arange(n, dtype=np.float32), np.zeros(n, np.float32)
@@ -335,7 +335,8 @@ def test_a_rewritten_copy_is_not_compiled_from_the_file():
     the file would compile the original. Given as a function it falls back; as tree + namespace it runs."""
     import ast
 
-    from kernels.vector_add import vector_add
+    from visualizer.kernels.vector_add import vector_add
+
     from visualizer.engine.instrument.instrumenter import instrument_function
 
     traced, tree = instrument_function(vector_add, did_work="i < n")

@@ -48,7 +48,8 @@ def gpu_numba():
 
 
 def _small_add(cuda, n=1000):
-    from kernels.vector_add import vector_add
+    from visualizer.kernels.vector_add import vector_add
+
     from visualizer.engine.capture.builds import pair
 
     _, vector_add_clean = pair(vector_add, "i < n")

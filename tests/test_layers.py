@@ -47,8 +47,6 @@ def excepted(rel: str, module: str) -> bool:
 
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
-    if parts[0] == "kernels":
-        return "kernels"
     if parts[0] != "visualizer":
         return None
     if len(parts) == 1:
@@ -63,6 +61,8 @@ def layer_of(module: str) -> str | None:
 def module_name(path: Path) -> str:
     rel = path.relative_to(ROOT).with_suffix("")
     parts = list(rel.parts)
+    if parts[0] == "kernels":  # the checkout's kernels/ folder is the package visualizer.kernels
+        parts = ["visualizer", *parts]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
@@ -117,6 +117,10 @@ def violations(files: list[Path]) -> list[str]:
         rel = path.relative_to(ROOT)
         for mod, line in imports_of(path):
             top = mod.split(".")[0]
+            if top == "kernels":
+                bad.append(
+                    f"{rel}:{line}: imports the top-level kernels ({mod}); the package is visualizer.kernels"
+                )
             if top in OWNERS and src_layer not in OWNERS[top] and not excepted(str(rel), mod):
                 bad.append(f"{rel}:{line}: {top} imported in layer {src_layer}")
             dst_layer = layer_of(mod)
@@ -241,3 +245,29 @@ def test_every_root_constant_is_the_repository():
             if not (path.resolve().parents[int(m.group(1))] / "pyproject.toml").exists():
                 wrong.append(f"{path.relative_to(ROOT)}: parents[{m.group(1)}]")
     assert wrong == []
+
+
+def test_no_file_imports_a_top_level_kernels_package():
+    """The device code is visualizer.kernels in a checkout and in the wheel; an import of plain ``kernels``
+    works only in a checkout, and there it would load every module a second time."""
+    files = project_files() + sorted((ROOT / "tests").rglob("*.py"))
+    found = [
+        f"{p.relative_to(ROOT)}:{line}"
+        for p in files
+        for mod, line in imports_of(p)
+        if mod.split(".")[0] == "kernels"
+    ]
+    assert found == []
+    planted = ROOT / "visualizer/engine/planted.py"
+    assert any(
+        "top-level kernels" in v for v in _violations_of(planted, "from kernels.probes import trace_tile")
+    )
+
+
+def _violations_of(planted: Path, line: str) -> list[str]:
+    real = Path.read_text
+    try:
+        Path.read_text = lambda self, *a, **k: line + "\n" if self == planted else real(self, *a, **k)
+        return violations([planted])
+    finally:
+        Path.read_text = real

@@ -61,7 +61,7 @@ TRANSPOSE_NAIVE = KernelSpec(
     summary="out = inp transposed, one thread per element: reads along a row (coalesced), writes down a "
     "column, so a warp's 32 stores touch 32 sectors.",
     plan=_transpose_plan(False),
-    build=("kernels.transpose", "transpose_naive"),
+    build=("visualizer.kernels.transpose", "transpose_naive"),
     active_when="y < height and x < width",
     **_TRANSPOSE_COMMON,
 )
@@ -72,7 +72,7 @@ TRANSPOSE_TILED = KernelSpec(
     summary="Stages a tile in shared memory so the global reads and writes are both along rows (4 sectors "
     "per request); reading the tile down a column is a 32-way shared-memory bank conflict.",
     plan=_transpose_plan("tiled"),
-    build=("kernels.transpose", "transpose_tiled_kernel"),
+    build=("visualizer.kernels.transpose", "transpose_tiled_kernel"),
     active_when="y < height and x < width",
     build_args=("tile",),
     **_TRANSPOSE_COMMON,
@@ -84,7 +84,7 @@ TRANSPOSE_PADDED = KernelSpec(
     summary="The tiled transpose with one extra column in the tile (tile x tile+1): each lane's word of a "
     "column falls in its own bank, so the bank conflicts vanish.",
     plan=_transpose_plan("padded"),
-    build=("kernels.transpose", "transpose_padded_kernel"),
+    build=("visualizer.kernels.transpose", "transpose_padded_kernel"),
     active_when="y < height and x < width",
     build_args=("tile",),
     **_TRANSPOSE_COMMON,
@@ -117,7 +117,7 @@ STRIDED_COPY = KernelSpec(
         "dst": np.zeros(p["n"], np.float32),
     },
     reference=lambda x, p: {"dst": x["src"][:: p["stride"]][: p["n"]]},
-    build=("kernels.strided", "strided_copy"),
+    build=("visualizer.kernels.strided", "strided_copy"),
     active_when="i < n",
     work=lambda p: (8.0 * p["n"], 0.0),
     rtol=0.0,

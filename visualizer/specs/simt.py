@@ -68,7 +68,7 @@ def _spec(by: str, title: str, summary: str) -> KernelSpec:
         plan=_plan,
         make_inputs=_inputs,
         reference=_reference(by),
-        build=("kernels.divergence", f"branch_{by}"),
+        build=("visualizer.kernels.divergence", f"branch_{by}"),
         active_when="i < n",
         work=lambda p: (8.0 * p["n"], 2.0 * p["n"] * p["reps"]),
         cost=_cost,

@@ -218,8 +218,8 @@ def _one_length(
 ) -> list[dict]:
     from numba import cuda
 
-    from kernels.attention import flash_attention_kernel, naive_attention_kernel
     from visualizer.engine.capture.builtin import record_buffers
+    from visualizer.kernels.attention import flash_attention_kernel, naive_attention_kernel
     from visualizer.specs.catalog import plan_launch
 
     batch, heads, seq_len, head_dim = q.shape
@@ -272,7 +272,7 @@ def _one_length(
         del dev
 
     # the fast kernel (kernels/attention_fast.py): same buffers, its own launch geometry
-    from kernels.attention_fast import flash_attention_fast_for
+    from visualizer.kernels.attention_fast import flash_attention_fast_for
 
     fparams = {k: params[k] for k in ("batch", "heads", "seq_len", "head_dim", "causal")}
     fspec, _, flaunch = plan_launch("flash_attention_fast", fparams, backend="gpu")
@@ -330,8 +330,8 @@ def correctness_sweep(seq_len: int = 77, batch: int = 2, heads: int = 3, seed: i
 
     from numba import cuda
 
-    from kernels.attention import flash_attention_kernel, naive_attention_kernel
     from visualizer.engine.capture.builtin import launch_args, record_buffers
+    from visualizer.kernels.attention import flash_attention_kernel, naive_attention_kernel
     from visualizer.specs.attention import attention_reference
     from visualizer.specs.catalog import LaunchError, plan_launch
 
@@ -381,8 +381,8 @@ def fast_variants(
     configurations, causal and not: the tuning table behind attention_fast.CONFIGS."""
     from numba import cuda
 
-    from kernels.attention_fast import fast_grid, flash_attention_fast_kernel
     from visualizer.analysis.occupancy import occupancy
+    from visualizer.kernels.attention_fast import fast_grid, flash_attention_fast_kernel
 
     rng = np.random.default_rng(seed)
     ops = gpu_timing.NumbaOps(cuda)

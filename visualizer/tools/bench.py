@@ -98,9 +98,9 @@ def launch_methods(cuda, torch, reps: int, sizes=METHODS_SIZES) -> list[dict]:
 def _methods_row(cuda, torch, nops, tops, n: int, reps: int) -> dict:
     import numpy as np
 
-    from kernels.vector_add import vector_add
     from visualizer.engine.capture.builds import pair
     from visualizer.engine.timing import gpu_timing
+    from visualizer.kernels.vector_add import vector_add
 
     vector_add_traced, vector_add_clean = pair(vector_add, "i < n")
     rng = np.random.default_rng(n)
@@ -161,9 +161,9 @@ def reduction_full_sum(cuda, torch, n: int, block: int, reps: int) -> dict:
     torch's is ``torch.sum(x)``."""
     import numpy as np
 
-    from kernels.reduction import reduction_kernel
     from visualizer.engine.capture.builds import pair
     from visualizer.engine.timing import gpu_timing
+    from visualizer.kernels.reduction import reduction_kernel
 
     _, clean = pair(reduction_kernel(block))
     x = np.random.default_rng(0).integers(0, 10, n).astype(np.float32)  # exact in float32
@@ -201,7 +201,7 @@ def gpu_bench(quick: bool) -> dict:
     import numpy as np
     from numba import cuda
 
-    import kernels.probes  # noqa: F401  (numpy 2.5 shim before any compile)
+    import visualizer.kernels.probes  # noqa: F401  (numpy 2.5 shim before any compile)
     from visualizer.engine.capture.builtin import build_kernels, launch_args
     from visualizer.engine.timing import gpu_timing
     from visualizer.specs import catalog
@@ -721,7 +721,7 @@ def launch_methods_main(out: str, reps: int = 30) -> int:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     from numba import cuda
 
-    import kernels.probes  # noqa: F401  (numpy 2.5 shim before any compile)
+    import visualizer.kernels.probes  # noqa: F401  (numpy 2.5 shim before any compile)
 
     try:
         import torch

@@ -18,7 +18,7 @@ MATMUL_N = 64
 def cases() -> list[tuple]:
     import numpy as np
 
-    from kernels import access_cases
+    from visualizer.kernels import access_cases
 
     n = MATMUL_N
 
@@ -32,11 +32,15 @@ def cases() -> list[tuple]:
 
 
 def _module(kernel: str) -> str:
-    return "kernels.examples.matmul_tiled" if kernel == "matmul_tiled" else "kernels.access_cases"
+    return (
+        "visualizer.kernels.examples.matmul_tiled"
+        if kernel == "matmul_tiled"
+        else "visualizer.kernels.access_cases"
+    )
 
 
 def _reference(kernel: str, arrays: dict) -> dict:
-    from kernels import access_cases
+    from visualizer.kernels import access_cases
 
     if kernel == "matmul_tiled":
         return {"C": arrays["A"] @ arrays["B"]}

@@ -18,6 +18,7 @@ import secrets
 import sys
 from pathlib import Path
 
+from visualizer import DATA_DIR
 from visualizer.web.hostcheck import (
     ALLOW_HOSTS_ENV,
     ALLOW_REMOTE_ENV,
@@ -45,10 +46,30 @@ WILDCARDS = ("0.0.0.0", "::")
 MAX_SIM_WORKERS = 256
 
 
+def streamlit_config_file() -> Path:
+    """The app's Streamlit settings (the projector theme among them): the checkout's
+    .streamlit/config.toml, or the copy an installed wheel has (setup.py ships it in visualizer/_data/)."""
+    checkout = ROOT / ".streamlit" / "config.toml"
+    return checkout if checkout.is_file() else DATA_DIR / "streamlit_config.toml"
+
+
+def config_flags() -> dict[str, str]:
+    """Every setting of streamlit_config_file() as a flag, so the theme holds from any directory."""
+    import tomllib
+
+    settings = tomllib.loads(streamlit_config_file().read_text())
+    return {
+        f"{section}.{name}": str(value).lower() if isinstance(value, bool) else str(value)
+        for section, values in settings.items()
+        for name, value in values.items()
+    }
+
+
 def streamlit_command(address: str, port: int) -> list[str]:
     """The command that starts Streamlit through the app's bootstrap (``python -m visualizer.web.server``, web/server.py),
     which puts the Host check in front of every request before handing over to Streamlit's CLI."""
     flags = {
+        **config_flags(),
         **SAFE_FLAGS,
         "server.address": address,
         "server.port": str(port),

@@ -13,9 +13,10 @@ Each comes with a launch spec and a numpy reference expression the page and test
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[2] / "kernels" / "examples"  # sources read as text, never imported
+from visualizer import KERNELS_DIR
+
+HERE = KERNELS_DIR / "examples"  # sources read as text, never imported
 
 
 @dataclass(frozen=True)

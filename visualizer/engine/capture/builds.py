@@ -44,7 +44,7 @@ def builds(py_fn, did_work: str | None = None, passes: tuple = (), **jit_options
         return hit
     from numba import cuda
 
-    from kernels.probes import without_probes
+    from visualizer.kernels.probes import without_probes
 
     options = {**getattr(py_fn, "jit_options", {}), **jit_options}
     traced_fn, tree = instrument_function(py_fn, did_work=did_work, passes=passes)

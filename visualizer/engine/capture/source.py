@@ -366,9 +366,9 @@ def argument_values(src, rng) -> dict:
 def prepare_source(backend, request):
     """A visitor's kernel as a Job (engine/capture/pipeline.py): its module loaded and instrumented
     (instrument.py), its arguments made from their specs, the trace buffers kept apart."""
-    from kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
     from visualizer.engine.capture.pipeline import Job
     from visualizer.engine.lenses import KernelView, Lenses
+    from visualizer.kernels.probes import SIMULATOR  # noqa: F401 - imports the probes for this backend
     from visualizer.specs import catalog
 
     src = request.source

@@ -14,11 +14,11 @@ WORKLOADS = ("vector_add_2^18", "matmul_tiled_128", "reduction_2^15", "histogram
 
 def workload(name: str):
     """(kernel function, grid, block, args, check(args) -> max error) for ``name``."""
-    from kernels.histogram import histogram_global
-    from kernels.matmul import matmul_naive, matmul_tiled_kernel
-    from kernels.probes import without_probes
-    from kernels.reduction import reduction_kernel
-    from kernels.vector_add import vector_add
+    from visualizer.kernels.histogram import histogram_global
+    from visualizer.kernels.matmul import matmul_naive, matmul_tiled_kernel
+    from visualizer.kernels.probes import without_probes
+    from visualizer.kernels.reduction import reduction_kernel
+    from visualizer.kernels.vector_add import vector_add
 
     rng = np.random.default_rng(0)
     if name == "vector_add_2^18":

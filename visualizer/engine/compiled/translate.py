@@ -350,7 +350,7 @@ class CudaRewriter(ast.NodeTransformer):
 def _probe_substitute(value):
     """(generated name, njit function) for kernels/probes.py's simulator smid/globaltimer, else None."""
     try:
-        from kernels import probes
+        from visualizer.kernels import probes
     except ImportError:
         return None
     from visualizer.engine.compiled import runtime

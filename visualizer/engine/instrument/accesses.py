@@ -767,7 +767,7 @@ class AccessPass:
     def globals(self) -> dict:
         from numba import cuda, uint32, uint64
 
-        from kernels import access_probes as probes
+        from visualizer.kernels import access_probes as probes
 
         return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, ROOM_FN: probes.room,
                 CUDA: cuda, U32: uint32, U64: uint64,

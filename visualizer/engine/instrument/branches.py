@@ -143,7 +143,7 @@ class BranchPass:
         self.probe_constant_loops = probe_constant_loops
 
     def globals(self) -> dict:
-        from kernels.branch_probes import branch
+        from visualizer.kernels.branch_probes import branch
 
         return {BRANCH_FN: branch}
 
@@ -300,7 +300,7 @@ class BarrierPass:
     params = (BAR_LOG, BAR_COUNT)
 
     def globals(self) -> dict:
-        from kernels.branch_probes import barrier_arrive, barrier_release
+        from visualizer.kernels.branch_probes import barrier_arrive, barrier_release
 
         return {ARRIVE_FN: barrier_arrive, RELEASE_FN: barrier_release}
 

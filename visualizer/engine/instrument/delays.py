@@ -127,7 +127,7 @@ class DelayPass:
     params = (DELAY,)
 
     def globals(self) -> dict:
-        from kernels.probes import race_delay
+        from visualizer.kernels.probes import race_delay
 
         return {DELAY_FN: race_delay}
 

@@ -208,7 +208,7 @@ def instrument(
 
 def probe_globals(passes: tuple = ()) -> dict[str, Any]:
     """The names the instrumented code calls: the trace probes and every pass's device functions."""
-    from kernels.probes import trace_begin, trace_end
+    from visualizer.kernels.probes import trace_begin, trace_end
 
     out: dict[str, Any] = {BEGIN: trace_begin, END: trace_end}
     for p in passes:

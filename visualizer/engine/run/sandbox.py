@@ -155,8 +155,10 @@ def bwrap_args(backend: str, as_root: bool | None = None) -> list[str]:
 
     for p in _python_dirs():
         bind(p)
+    # a checkout's device code is its kernels/ folder (visualizer.kernels); a wheel has it inside visualizer/
     for package in ("visualizer", "kernels"):
-        bind(str(ROOT / package))
+        if (ROOT / package).is_dir():
+            bind(str(ROOT / package))
     if backend == "gpu":
         for dev in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", dev, dev]

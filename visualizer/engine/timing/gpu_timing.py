@@ -303,7 +303,7 @@ class NumbaOps:
     def __init__(self, cuda, stream=None):
         import numpy as np
 
-        from kernels.spin import spin
+        from visualizer.kernels.spin import spin
 
         self.cuda = cuda
         self.stream = stream if stream is not None else cuda.default_stream()

@@ -24,9 +24,9 @@ def driver_sweep(
     """Blocks per SM from cuOccupancyMaxActiveBlocksPerMultiprocessor vs the calculator, per case."""
     from numba import cuda
 
-    from kernels.matmul import matmul_tiled_kernel
-    from kernels.vector_add import vector_add
     from visualizer.engine.capture.builds import pair
+    from visualizer.kernels.matmul import matmul_tiled_kernel
+    from visualizer.kernels.vector_add import vector_add
 
     dev = cuda.get_current_device()
     cc = dev.compute_capability

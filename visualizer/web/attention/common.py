@@ -5,6 +5,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from visualizer import DATA_DIR
 from visualizer.analysis.capture import Capture
 from visualizer.analysis.occupancy import ARCHS
 from visualizer.specs.attention import BROKEN_FLASH, fast_config
@@ -24,7 +25,10 @@ ROOT = Path(__file__).resolve().parents[3]
 # operator (or a test) may point the page at another recording
 def timings_file() -> Path:
     """Read at every run (the page script reruns; this module is imported once per server)."""
-    return Path(os.environ.get("VISUALIZER_ATTENTION_TIMINGS", ROOT / "docs" / "attention_timings_h200.json"))
+    recorded = ROOT / "docs" / "attention_timings_h200.json"
+    if not recorded.is_file():  # an installed wheel: setup.py ships the file in visualizer/_data/
+        recorded = DATA_DIR / "attention_timings_h200.json"
+    return Path(os.environ.get("VISUALIZER_ATTENTION_TIMINGS", recorded))
 
 
 EXAMPLE = (("batch", 1), ("causal", 1), ("head_dim", 32), ("heads", 1), ("seq_len", 80), ("tile", 16))

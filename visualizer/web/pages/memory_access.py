@@ -3,10 +3,9 @@ all drawn from recorded addresses: every thread's on the CUDA simulator, or, whe
 a GPU, the kernel's own in sampled warps (engine/lenses/accesses.py), with the simulator's recording of
 the same launch beside it where the simulator can run it."""
 
-from pathlib import Path
-
 import streamlit as st
 
+from visualizer import KERNELS_DIR, kernel_source_file
 from visualizer.analysis.gpu_accesses import describe_sample
 from visualizer.analysis.memory import line_summary, request_accesses, worst_request
 from visualizer.engine.run.runner import resolve_backend
@@ -30,8 +29,6 @@ from visualizer.web.session import (
     show_link_notices,
     to_link,
 )
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def resolved_backend(backend: str) -> str:
@@ -124,7 +121,7 @@ def visitor_source(cap) -> list[str]:
 
 def kernel_source(kernel: str) -> list[str]:
     """The lines of the kernel's module in kernels/ (line numbers match the recorded ones)."""
-    return (ROOT / (catalog.get(kernel).build[0].replace(".", "/") + ".py")).read_text().splitlines()
+    return kernel_source_file(catalog.get(kernel).build[0]).read_text().splitlines()
 
 
 REQUEST_LINK_KEYS = ("mem_line", "mem_block", "mem_warp", "mem_exec")  # the warp request shown
@@ -305,7 +302,8 @@ else:
     if error:
         st.error(f"**This launch did not run:** {error}", icon=":material/error:")
         st.stop()
-    module, src_path = spec.build[0], spec.build[0].replace(".", "/") + ".py"
+    module = spec.build[0]
+    src_path = "kernels/" + kernel_source_file(module).relative_to(KERNELS_DIR).as_posix()
 summ = cap.launch["accesses"]
 if summ.get("sample"):  # recorded on the GPU by sampled warps: say which, and what did not fit
     st.caption(

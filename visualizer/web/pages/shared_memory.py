@@ -1,11 +1,11 @@
 """Shared memory: matmul_tiled's tile loop, the reduction tree, and what a missing barrier does."""
 
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import streamlit as st
 
+from visualizer import KERNELS_DIR
 from visualizer.analysis.capture import Capture
 from visualizer.engine.run.runner import KernelError
 from visualizer.figures.shared_memory import (
@@ -31,7 +31,6 @@ from visualizer.web.session import (
 )
 from visualizer.web.sidebar import load_config
 
-ROOT = Path(__file__).resolve().parents[3]
 SIDEBAR_SEED = 0  # the sidebar captures with seed 0; the companion run must load the same inputs
 REDUCTIONS = ("reduction", "reduction_race")
 EXAMPLES = {
@@ -57,7 +56,7 @@ def _block_input(label: str, key: str, hi: int, help_text: str) -> int:
 
 def _tile_loop_excerpt() -> str:
     """The tile loop of matmul_tiled as it is in kernels/matmul.py (from the loop to the 2nd barrier)."""
-    lines = (ROOT / "kernels" / "matmul.py").read_text().splitlines()
+    lines = (KERNELS_DIR / "matmul.py").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if "for step in range(steps):" in line)
     barriers = [i for i in range(start, len(lines)) if "cuda.syncthreads()" in lines[i]]
     return textwrap.dedent("\n".join(lines[start : barriers[1] + 1]))

@@ -173,14 +173,15 @@ def test_no_child_survives_the_time_limit(runner, mode, setsid):
 
 
 def test_one_visitors_monkeypatching_never_reaches_the_next(mode):
+    # a name of this run's own: pytest -n runs the two modes at once, and the rlimits mode writes the
+    # machine's /tmp
+    planted = f"/tmp/planted-by-a-{uuid.uuid4().hex}"
     tamper = (
         "import numpy\n"
         "numpy.isclose = lambda a, b, **k: numpy.ones(numpy.shape(a), bool)\n"
-        "open('/tmp/planted-by-a', 'w').write('a was here')\n"
+        f"open({planted!r}, 'w').write('a was here')\n"
     )
-    look = (
-        "import os\nif os.path.exists('/tmp/planted-by-a'):\n    raise RuntimeError('sees the file of A')\n"
-    )
+    look = f"import os\nif os.path.exists({planted!r}):\n    raise RuntimeError('sees the file of A')\n"
     with UserRunQueue("sim", workers=1) as queue:  # one slot: B runs exactly where A ran
         a = queue.capture_source(plan(source(tamper)))
         assert a.check["correct"] is True
@@ -190,8 +191,8 @@ def test_one_visitors_monkeypatching_never_reaches_the_next(mode):
             assert queue.capture_source(plan(source(look))).check["correct"] is True
         assert queue.status() == {"workers": 1, "running": 0, "queued": 0}
         assert not any(r.warm for r in queue.runners)  # no process waits with a visitor's state in it
-    if os.path.exists("/tmp/planted-by-a"):  # rlimits only: /tmp is the machine's
-        os.remove("/tmp/planted-by-a")
+    if os.path.exists(planted):  # rlimits only: /tmp is the machine's
+        os.remove(planted)
 
 
 @needs_bwrap
