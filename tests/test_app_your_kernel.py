@@ -299,3 +299,16 @@ def test_a_keyed_session_over_its_upload_budget_gets_one_line():
     )
     assert "\n" not in errors[0]
     assert not at.session_state["uk_kept_uploads"]  # nothing of it kept for the session
+
+
+def test_a_source_without_a_kernel_says_why_run_is_greyed_out():
+    at = _your_kernel_page()
+    at.text_area(key="uk_source").set_value(
+        "import numpy as np\n\n\ndef add(a, b, c):\n    c[0] = a[0] + b[0]\n"
+    )
+    at.run()
+    assert not at.exception
+    assert _button(at, "Run your kernel").disabled
+    assert any("no function decorated with `@cuda.jit`" in c.value for c in at.caption), [
+        c.value for c in at.caption
+    ]

@@ -177,6 +177,13 @@ with right:
         if engine
         else "needs the memory-access engine (visualizer/engine/sim/access_record.py), not in this build",
     )
+    if allowed and not syntax_error and not params:  # say why Run is greyed out (the others are said above)
+        st.caption(
+            "Run needs a kernel with parameters: no function decorated with `@cuda.jit` was found in the "
+            "source (a pasted source counts once the box loses focus, or after Ctrl+Enter)."
+            if not found
+            else f"Run needs `{as_text(str(kernel), limit=80)}` to take the arrays it works on as parameters."
+        )
     run = st.button(
         "Run your kernel",
         type="primary",
