@@ -57,6 +57,7 @@ is how CI checks the GPU recording without a GPU.
 """
 
 from numba import cuda, int32, int64, uint32, uint64
+
 from visualizer.kernels.probes import SIMULATOR
 
 OFFSET_BITS = 40  # byte offset + 1 (a 1 TiB array at most: a GPU's whole memory is less)

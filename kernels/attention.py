@@ -32,6 +32,7 @@ import warnings
 from functools import cache
 
 from numba import cuda, float32
+
 from visualizer.kernels.probes import SIMULATOR, trace_row_state, trace_tile, with_options
 
 Q_TILE, K_TILE, V_TILE = 0, 1, 2  # operand slots in the tiles buffer

@@ -33,6 +33,7 @@ import math
 from functools import cache
 
 from numba import cuda, float32
+
 from visualizer.kernels import flat
 from visualizer.kernels.probes import SIMULATOR, trace_row_state, trace_tile, with_options
 from visualizer.kernels.tensor_core import mma_fp32, quad_max, quad_sum, scratch_shape, split_tf32

@@ -26,6 +26,7 @@ the barrier probes record nothing there.
 import os
 
 from numba import cuda, uint64
+
 from visualizer.kernels.probes import globaltimer, linear_ids
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")

@@ -8,6 +8,7 @@ must be a compile-time constant.
 from functools import cache
 
 from numba import cuda, float32
+
 from visualizer.kernels.probes import trace_tile
 
 A_TILE, B_TILE = 0, 1  # operand slots in the tiles buffer

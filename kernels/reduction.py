@@ -8,6 +8,7 @@ result is wrong on a GPU. It exists to show why that ``syncthreads`` is needed.
 from functools import cache
 
 from numba import cuda, float32
+
 from visualizer.kernels.probes import trace_row_state
 
 

@@ -2,6 +2,7 @@
 busy for a given number of nanoseconds while the host queues the launches to be timed behind it."""
 
 from numba import cuda, int64, uint64
+
 from visualizer.kernels.probes import globaltimer
 
 

@@ -27,6 +27,7 @@ share rows g and g+8 of a C tile): warp shuffles on the GPU, the scratch on the 
 """
 
 from numba import cuda
+
 from visualizer.kernels.probes import SIMULATOR
 
 

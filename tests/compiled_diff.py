@@ -40,9 +40,8 @@ def both(kernel, grid, block, args, *, dynamic_smem: int = 0):
 def spec_launch(name: str, params: dict | None = None, seed: int = 0):
     """A built-in kernel's clean build with its spec's inputs: (function, grid, block, args, spec,
     values, dynamic shared bytes, {arg role: index})."""
-    from visualizer.kernels.probes import without_probes
-
     from visualizer.engine.capture.builtin import kernel_function, probe_buffers
+    from visualizer.kernels.probes import without_probes
     from visualizer.specs.catalog import plan_launch
 
     spec, values, plan = plan_launch(name, params or {}, "sim")

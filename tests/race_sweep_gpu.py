@@ -19,10 +19,10 @@ import numpy as np
 sys.path.insert(0, "tests")
 from numba import cuda  # noqa: E402
 from race_cases import source  # noqa: E402
-from visualizer.kernels.probes import globaltimer, linear_ids  # noqa: E402
 
 from visualizer.engine.capture.source import kernel_pair, load_module  # noqa: E402
 from visualizer.engine.instrument import delays as D  # noqa: E402
+from visualizer.kernels.probes import globaltimer, linear_ids  # noqa: E402
 
 
 @cuda.jit(device=True)

@@ -6,16 +6,16 @@ way the worker shapes them (launch geometry from the catalog's plan), so they st
 
 import numpy as np
 import pytest
+
+from visualizer.analysis import capture as trace
+from visualizer.engine.capture.builds import pair
+from visualizer.engine.capture.builtin import launch_args, record_buffers
 from visualizer.kernels.attention import (
     Q_TILE,
     flash_attention_kernel,
     flash_smem_floats,
     naive_attention_kernel,
 )
-
-from visualizer.analysis import capture as trace
-from visualizer.engine.capture.builds import pair
-from visualizer.engine.capture.builtin import launch_args, record_buffers
 from visualizer.specs.attention import attention_reference, flash_smem_bytes, kv_tiles
 from visualizer.specs.catalog import LaunchError, plan_launch
 

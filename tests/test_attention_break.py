@@ -7,11 +7,11 @@ import sys
 
 import numpy as np
 import pytest
-from visualizer.kernels.attention import flash_attention_kernel
 
 from visualizer.engine.capture.builds import pair
 from visualizer.engine.capture.builtin import launch_args, record_buffers
 from visualizer.figures.attention_break import break_figure, break_rows, break_summary
+from visualizer.kernels.attention import flash_attention_kernel
 from visualizer.specs.attention import OVERFLOW_SCORE, attention_reference
 from visualizer.specs.catalog import plan_launch
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from visualizer.kernels import attention_fast as af
 
 from visualizer.engine.capture.builds import pair
 from visualizer.engine.capture.builtin import launch_args, record_buffers
+from visualizer.kernels import attention_fast as af
 from visualizer.specs import attention as specs
 from visualizer.specs.catalog import LaunchError, plan_launch
 from visualizer.tools.attention_bench import rel_err_f64

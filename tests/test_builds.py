@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from visualizer.kernels.matmul import matmul_tiled_kernel
 
 from visualizer.engine.capture.builds import builds
 from visualizer.engine.capture.builtin import kernel_function
 from visualizer.engine.instrument.instrumenter import ACTIVE, TRACE, instrument_function
+from visualizer.kernels.matmul import matmul_tiled_kernel
 from visualizer.specs import catalog
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -335,9 +335,8 @@ def test_a_rewritten_copy_is_not_compiled_from_the_file():
     the file would compile the original. Given as a function it falls back; as tree + namespace it runs."""
     import ast
 
-    from visualizer.kernels.vector_add import vector_add
-
     from visualizer.engine.instrument.instrumenter import instrument_function
+    from visualizer.kernels.vector_add import vector_add
 
     traced, tree = instrument_function(vector_add, did_work="i < n")
     n = 300

@@ -48,9 +48,8 @@ def gpu_numba():
 
 
 def _small_add(cuda, n=1000):
-    from visualizer.kernels.vector_add import vector_add
-
     from visualizer.engine.capture.builds import pair
+    from visualizer.kernels.vector_add import vector_add
 
     _, vector_add_clean = pair(vector_add, "i < n")
     a = cuda.to_device(np.arange(n, dtype=np.float32))

@@ -266,9 +266,8 @@ def test_builtin_race_demo_takes_the_same_delays_pass_from_its_own_file(runner):
     (engine/instrument/delays.py): sites on kernels/reduction.py's own lines, each run's draw recorded."""
     import inspect
 
-    from visualizer.kernels import reduction
-
     from visualizer.engine.instrument.delays import delay_table
+    from visualizer.kernels import reduction
 
     cap = runner.capture(
         "reduction_race", {"n": 1000, "block": 128}, runs=3, schedule_seed=1, delays=True, time_clean=False

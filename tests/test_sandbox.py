@@ -480,7 +480,7 @@ def test_a_forged_message_is_one_line_in_the_server(what):
 
 
 def test_a_forged_message_is_one_line_in_the_cli(tmp_path):
-    from tests.test_userkernel_capture import run_cli
+    from tests.test_user_runner import run_cli
 
     path = tmp_path / "forged.py"
     path.write_text(source(_forge(FORGED_FRAMES["an unhashable kind"])))

@@ -9,7 +9,7 @@ import platform
 import re
 
 import pytest
-from tests.test_userkernel_sandbox import one_line_error, plan, source
+from tests.test_sandbox import one_line_error, plan, source
 
 from visualizer.engine.run import sandbox
 from visualizer.engine.run import syscall_filter as sf

@@ -248,6 +248,14 @@ def test_play_controls_cover_no_axis_label(page, app_url, view):
     for plot in charts(page).all():
         plot.scroll_into_view_if_needed()
         found = plot.evaluate(OVERLAPS)
+        animated = "(el) => !!(el.layout && ((el.layout.sliders || []).length || (el.layout.updatemenus || []).length))"
+        for _ in range(
+            50
+        ):  # a chart scrolled into view draws its controls a moment later (slower under load)
+            if found["controls"] or not plot.evaluate(animated):
+                break
+            page.wait_for_timeout(200)
+            found = plot.evaluate(OVERLAPS)
         assert found["hits"] == [], view
         if found["controls"]:
             assert found["labels"] > 0  # the selectors found the axis labels they guard
