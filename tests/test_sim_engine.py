@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numba import cuda
 
 from visualizer.specs.catalog import KERNELS, LaunchError
 
@@ -113,7 +114,9 @@ def test_the_reverse_race_shows_on_the_default_engine_through_the_cli(tmp_path):
     # wrong in most runs, and differently (fastsim's schedules had it right in 8 of 8, 1 distinct output)
     assert launch["runs"]["distinct"] > 1 and sum(launch["runs"]["correct"]) < 4
     assert "seeded schedules (seed 1" in text and "simulator engine: compiled" in text
-    assert launch["static_smem_bytes"] == 128 * 4  # the compiled engine's count (fastsim's listener hears none)
+    assert (
+        launch["static_smem_bytes"] == 128 * 4
+    )  # the compiled engine's count (fastsim's listener hears none)
     launch, text = _cli_race(tmp_path, racy=False)
     assert launch["sim_engine"] == "compiled"
     assert launch["runs"]["distinct"] == 1 and all(launch["runs"]["correct"])
@@ -121,3 +124,50 @@ def test_the_reverse_race_shows_on_the_default_engine_through_the_cli(tmp_path):
     launch, text = _cli_race(tmp_path, True, "--delays")
     assert launch["sim_engine"] == "fastsim"
     assert "ran on fastsim: the delays lens is not on the compiled engine yet" in text
+
+
+def test_the_compiled_engines_limits_only_where_it_runs(sim_runner):
+    """2^20 threads is over fastsim's cap (2^19): admitted where the compiled engine will run it, refused
+    where the request asks for fastsim or for a lens the compiled engine has not."""
+    big = {"n": 1 << 20, "block": 256}
+    cap = sim_runner.capture("vector_add", big, time_clean=False)
+    assert cap.launch["sim_engine"] == "compiled" and cap.check["correct"]
+    assert cap.launch["recorded_per"] == "warp"  # a record per warp above 2^16 threads: the tables stay small
+    for options in ({"sim_engine": "fastsim"}, {"accesses": True}):
+        with pytest.raises(LaunchError, match="too many for the CUDA simulator"):
+            sim_runner.capture("vector_add", big, time_clean=False, **options)
+    with pytest.raises(LaunchError, match="compiled engine"):
+        sim_runner.capture("vector_add", {"n": (1 << 26) + 1, "block": 256})
+
+
+def test_a_compiled_kernel_is_not_compiled_again(sim_runner):
+    """A slider change (another n, the same source and argument types) reuses the compiled kernel."""
+    sim_runner.capture("strided_copy", {"n": 512, "stride": 1, "block": 64})
+    cap = sim_runner.capture("strided_copy", {"n": 2048, "stride": 1, "block": 64})
+    cpu = cap.timing["simulator_cpu_s"]
+    assert cpu["instrumented_compile"] == 0 and cpu["clean_compile"] == 0
+    assert cap.launch["sim_engine"] == "compiled" and cap.check["correct"]
+
+
+def fill(out):
+    out[cuda.blockIdx.x * 32 + cuda.threadIdx.x] = 1
+
+
+def test_fallback_refused_past_fastsims_limits():
+    """A launch admitted at the compiled engine's limits that the engine then hands over is refused in one
+    line (fastsim would take minutes), naming both reasons."""
+    from visualizer.engine.compiled import simulator as router
+
+    router.install()
+    out = np.zeros(64, np.int32)
+    with router.engine("compiled", refuse_fallback="2^20 threads is over fastsim's limit"):
+        with pytest.raises(
+            LaunchError, match="over fastsim's limit; the compiled engine did not take this kernel: dynamic"
+        ):
+            cuda.jit(fill)[2, 32, 0, 16](
+                out
+            )  # dynamic shared memory: the compiled engine hands it to fastsim
+    assert not out.any()
+    with router.engine("compiled"):
+        cuda.jit(fill)[2, 32, 0, 16](out)
+    assert (out == 1).all() and router.last_launch()["engine"] == "fastsim"
