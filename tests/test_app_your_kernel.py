@@ -299,3 +299,32 @@ def test_a_keyed_session_over_its_upload_budget_gets_one_line():
     )
     assert "\n" not in errors[0]
     assert not at.session_state["uk_kept_uploads"]  # nothing of it kept for the session
+
+
+def test_a_source_without_a_kernel_says_why_run_is_greyed_out():
+    at = _your_kernel_page()
+    at.text_area(key="uk_source").set_value(
+        "import numpy as np\n\n\ndef add(a, b, c):\n    c[0] = a[0] + b[0]\n"
+    )
+    at.run()
+    assert not at.exception
+    assert _button(at, "Run your kernel").disabled
+    assert any("no function decorated with `@cuda.jit`" in c.value for c in at.caption), [
+        c.value for c in at.caption
+    ]
+
+
+def test_a_pasted_kernel_does_not_inherit_the_examples_reference():
+    """A new user pastes their own kernel over the example: the example's `c = a + b` would fail their run."""
+    at = _your_kernel_page()
+    assert at.text_area(key="uk_reference").value == "c = a + b"
+    src = "from numba import cuda\n\n\n@cuda.jit\ndef saxpy(a, x, out):\n    i = cuda.grid(1)\n    if i < out.size:\n        out[i] = a * x[i]\n"
+    at.text_area(key="uk_source").set_value(src).run()
+    assert not at.exception
+    assert at.text_area(key="uk_reference").value == ""
+    assert any("reference was cleared" in c.value for c in at.caption)
+    at.text_input(key="uk_arg_a").set_value("2.0")
+    at.text_input(key="uk_arg_x").set_value("ones:float32:1000")
+    at.text_input(key="uk_arg_out").set_value("zeros:float32:1000")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]

@@ -57,6 +57,7 @@ def load_example(key: str) -> None:
     st.session_state.uk_n = ex.threads_for or 1000
     st.session_state.uk_grid = ex.grid or "1"
     st.session_state.uk_reference = ex.reference
+    st.session_state.uk_example_reference = ex.reference  # cleared below once the source no longer fits it
     for name, value in ex.args.items():
         st.session_state[f"uk_arg_{name}"] = value
 
@@ -161,6 +162,18 @@ with right:
         show_kept_uploads(fresh)
     else:
         st.caption("Uploading `.npy` arrays comes with running your own code (off in this session).")
+    example_ref = st.session_state.get("uk_example_reference")
+    if params and example_ref and st.session_state.get("uk_reference") == example_ref:
+        # an example's reference left behind under a pasted kernel names arrays it does not have: it was the
+        # example's, not the visitor's, so it goes (with a word) instead of failing their first run
+        named = {line.split("=", 1)[0].strip() for line in example_ref.splitlines() if "=" in line}
+        if not named <= set(params):
+            st.session_state.uk_reference = ""
+            st.session_state.uk_example_reference = None
+            st.caption(
+                f"The example's numpy reference was cleared: `{kernel}` has no argument "
+                f"{', '.join(sorted(named - set(params)))}."
+            )
     reference = st.text_area(
         "numpy reference (optional): one `NAME = EXPR` per line over the argument names, or `fn:NAME`",
         key="uk_reference",
@@ -177,6 +190,13 @@ with right:
         if engine
         else "needs the memory-access engine (visualizer/engine/sim/access_record.py), not in this build",
     )
+    if allowed and not syntax_error and not params:  # say why Run is greyed out (the others are said above)
+        st.caption(
+            "Run needs a kernel with parameters: no function decorated with `@cuda.jit` was found in the "
+            "source (a pasted source counts once the box loses focus, or after Ctrl+Enter)."
+            if not found
+            else f"Run needs `{as_text(str(kernel), limit=80)}` to take the arrays it works on as parameters."
+        )
     run = st.button(
         "Run your kernel",
         type="primary",
