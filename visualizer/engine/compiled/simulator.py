@@ -30,6 +30,16 @@ _sequence = itertools.count(1)  # every recorded launch's number ("seq"): ``sinc
 _trees: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+_progress = {
+    "blocks_done": None
+}  # blocks_done(n): a compiled launch finished n blocks (the worker's progress)
+
+
+def on_blocks_done(callback) -> None:
+    """``callback(n)`` after each compiled launch, with its blocks (fastsim counts its own, one by one)."""
+    _progress["blocks_done"] = callback
+
+
 def register_tree(py_fn, tree, namespace: dict) -> None:
     """Launches of ``py_fn`` compile from ``tree`` (its FunctionDef) and ``namespace``, not its file."""
     _trees[py_fn] = (tree, namespace)
@@ -124,6 +134,9 @@ def install(default: str = "fastsim") -> None:
                 report = launch(None if tree is not None else self.fn, self.grid_dim, self.block_dim, host,
                                 schedule=sched, tree=tree, namespace=namespace)  # fmt: skip
                 _record({"kernel": self.fn.__name__, **report.as_dict()})
+                if _progress["blocks_done"] is not None:
+                    g = self.grid_dim
+                    _progress["blocks_done"](int(np.prod(g if isinstance(g, tuple) else (g,))))
                 return None
             except NotCompiled as e:
                 why = e.reason
