@@ -171,3 +171,14 @@ def test_fallback_refused_past_fastsims_limits():
     with router.engine("compiled"):
         cuda.jit(fill)[2, 32, 0, 16](out)
     assert (out == 1).all() and router.last_launch()["engine"] == "fastsim"
+
+
+def test_the_notebook_api_takes_sim_engine():
+    from visualizer.tools.notebook import capture
+
+    nb = capture("vector_add", n=64, block=32, sim_engine="fastsim")
+    assert (
+        nb.launch["sim_engine"] == "fastsim"
+        and nb.launch["sim_engine_note"] == "--sim-engine fastsim was asked for"
+    )
+    assert capture("vector_add", n=64, block=32).launch["sim_engine"] == "compiled"  # the default
