@@ -20,7 +20,14 @@ from visualizer.analysis.capture import Capture, Expected, ReplyError, build_cap
 from visualizer.engine.capture.request import CaptureRequest
 from visualizer.engine.lenses import reply_bytes as lens_reply_bytes
 from visualizer.engine.run import sandbox, wire
-from visualizer.engine.run.runner import KernelError, Runner, RunQueue, RunTimeout, shared_queue
+from visualizer.engine.run.runner import (
+    KernelError,
+    Runner,
+    RunQueue,
+    RunTimeout,
+    default_sim_engine,
+    shared_queue,
+)
 from visualizer.specs.catalog import MAX_RUNS, LaunchError
 from visualizer.specs.source import SourceLaunch
 
@@ -143,8 +150,8 @@ class UserRunner(Runner):
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         base = {**launch.request(self.backend, seed, repeats), "time_clean": time_clean}
         fields = {**base, "runs": int(runs), "schedule_seed": schedule_seed}
-        if sim_engine is not None:  # the simulator's engine (engine/capture/request.py SIM_ENGINES)
-            fields["sim_engine"] = sim_engine
+        # the simulator's engine (engine/capture/request.py SIM_ENGINES): serve's, where none is named
+        fields["sim_engine"] = sim_engine or default_sim_engine()
         typed = CaptureRequest.of(fields, lenses)  # a RequestError is a LaunchError
         request = {**base, **typed.to_wire()}
         limit = timeout or self.run_timeout
