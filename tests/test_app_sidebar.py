@@ -73,3 +73,15 @@ def test_block_slider_starts_at_one_and_the_capture_is_named_in_words():
     zero = open_app(page="grid", block="0")  # a link may still ask for zero threads: a box, and its error
     assert zero.sidebar.number_input(key="param_vector_add_block").value == 0
     assert any("at least 1" in e.value for e in zero.main.error)
+
+
+def test_the_sidebar_says_which_simulator_engine_ran():
+    """One short caption under the backend badge: the compiled engine (the default), or fastsim and why."""
+    from visualizer.web.session import engine_caption
+
+    at = open_app(page="grid")
+    said = " ".join(m.value for m in at.sidebar.markdown)
+    assert "Engine: compiled (the kernel compiled for the CPU)." in said
+    assert at.session_state.capture.launch["sim_engine"] == "compiled"
+    note = "the accesses lens is not on the compiled engine yet"
+    assert engine_caption({"sim_engine": "fastsim", "sim_engine_note": note}) == f"Engine: fastsim ({note})."

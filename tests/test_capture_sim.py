@@ -27,7 +27,9 @@ def test_vector_add_threads_table(sim_runner):
     assert (t["t_end_ns"] >= t["t_start_ns"]).all() and t["t_start_ns"].min() == 0
     assert cap.launch["source"].startswith("simulated") and not cap.measured
     assert t.attrs["source"] == cap.launch["source"]
-    assert cap.timing["clock"].startswith("simulator wall time")
+    # the default engine, compiled: its CPU time of the launch, compile apart (fastsim's: wall time)
+    assert cap.launch["sim_engine"] == "compiled"
+    assert cap.timing["clock"].startswith("simulator CPU time of the compiled launch")
 
 
 def test_matmul_tiled_partial_tiles(sim_runner):
@@ -83,8 +85,8 @@ def test_bad_launches_refused_before_running(sim_runner):
         ({"n": 10**6}, "simulator"),
         ({"nope": 1}, "no parameter"),
     ]:
-        with pytest.raises(LaunchError, match=words):
-            sim_runner.capture("vector_add", params)
+        with pytest.raises(LaunchError, match=words):  # fastsim's limits (the compiled engine's: below)
+            sim_runner.capture("vector_add", params, sim_engine="fastsim")
     with pytest.raises(LaunchError, match="unknown kernel"):
         sim_runner.capture("vector_sub")
     with pytest.raises(LaunchError, match="power of two"):

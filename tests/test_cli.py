@@ -81,7 +81,15 @@ def test_race_demo_exits_zero_and_says_so(tmp_path):
         (["capture", "vector_add", "--param", "block=2048"], "1024"),
         (["capture", "vector_add", "--param", "n=0"], "out of range"),
         (["capture", "vector_add", "--param", "n=-5"], "out of range"),
-        (["capture", "vector_add", "--param", "n=4000000"], "simulator"),
+        (
+            ["capture", "vector_add", "--param", "n=4000000", "--sim-engine", "fastsim"],
+            "simulator",
+        ),  # its cap
+        (
+            ["capture", "vector_add", "--param", "n=4000000", "--accesses"],
+            "simulator",
+        ),  # a lens: fastsim's cap
+        (["capture", "vector_add", "--sim-engine", "turbo"], "invalid choice"),
         (["capture", "vector_add", "--param", "colour=3"], "no parameter"),
         (["capture", "vector_add", "--param", "n"], "NAME=VALUE"),
         (["capture", "nope"], "unknown kernel"),

@@ -277,7 +277,11 @@ def test_serve_hands_the_pool_size_and_the_cluster_to_the_app(monkeypatch, capsy
     with pytest.raises(SystemExit):
         serve.main(["--sim-workers", "3", "--port", "8599"])
     assert seen[runner.SIM_WORKERS_ENV] == "3" and seen[runner.CLUSTER_ENV] == ""
-    assert "Captures run here: 3 simulator workers." in capsys.readouterr().out
+    assert "Captures run here: 3 simulator workers, on the compiled engine." in capsys.readouterr().out
+    assert seen[runner.SIM_ENGINE_ENV] == "compiled"  # the app's captures: serve --sim-engine NAME
+    with pytest.raises(SystemExit):
+        serve.main(["--sim-engine", "fastsim", "--port", "8599"])
+    assert seen[runner.SIM_ENGINE_ENV] == "fastsim"
     if importlib.util.find_spec("distributed") is None:
         return
     seen.clear()

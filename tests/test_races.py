@@ -385,7 +385,11 @@ def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, ke
     cap = runner.capture(kernel, LIGHTER.get(kernel, {}), runs=3, schedule_seed=1, time_clean=False)
     assert cap.launch["runs"]["distinct"] == 1, kernel
     assert all(cap.launch["runs"]["correct"]), kernel
-    assert all(s["seed"] == 1 and s["steps"] > 0 for s in cap.launch["runs"]["schedules"])  # really seeded
+    # really seeded: fastsim's schedule drew its warp steps, or the compiled engine ran its seeded variant
+    assert all(
+        s["seed"] == 1 and (s.get("steps", 0) > 0 or s.get("engine") == "compiled")
+        for s in cap.launch["runs"]["schedules"]
+    )
 
 
 @pytest.mark.parametrize("kernel", RACE_FREE)

@@ -51,7 +51,11 @@ def test_simulator_panel_shows_no_simulated_time_as_kernel_time(sim_app):
     labels = {m.label for m in sim_app.sidebar.metric}
     assert not labels, labels
     assert "launch overhead (host)" not in labels and "clean kernel" not in labels
-    assert sim_app.session_state.capture.timing["clock"].startswith("simulator wall time")
+    # the default engine, compiled: its run CPU time, compile said apart (fastsim's: wall time)
+    assert sim_app.session_state.capture.timing["clock"].startswith(
+        "simulator CPU time of the compiled launch"
+    )
+    assert "of CPU time (the kernel compiled for the CPU; " in text
     assert "no GPU clock" in sim_app.session_state.capture.timing["method"]["device_time"]
 
 

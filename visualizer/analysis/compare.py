@@ -31,7 +31,7 @@ WORK_SOURCE = modelled("the kernel spec's bytes and flops")
 NOT_RECORDED = "not recorded"
 BRANCH_EFFICIENCY = "branch_efficiency"
 BRANCH_NOTE = "not recorded: capture with the SIMT lens (branches) to count it"
-SIM_TIME_SOURCE = "CPU time of the simulation (Python on this machine), not kernel time"
+SIM_TIME_SOURCE = "CPU time of the simulation (on this machine), not kernel time"
 NO_GPU_TIME = "no GPU time on the simulator (see the modelled time and the counts)"
 MODEL_NOTE = (
     f"global sectors recorded × {SECTOR_BYTES} B ÷ {H200_HBM_GBS:,.0f} GB/s (an H200's HBM3e, measured copy): "
@@ -48,6 +48,7 @@ METRICS: dict[str, tuple[str, str, bool | None]] = {
     "instrumented_ms": ("ms", "kernel time, instrumented build", True),
     "modelled_us": ("µs", "modelled time (memory traffic)", True),
     "sim_cpu_ms": ("ms", "CPU time of the simulation (not kernel time)", None),
+    "sim_engine": ("", "simulator engine that ran it (compiled or fastsim)", None),
     "launch_overhead_us": ("µs", "host launch overhead", True),
     "bytes_moved": ("B", "bytes the kernel moves", None),
     "gbs": ("GB/s", "bandwidth, clean build", False),
@@ -186,6 +187,12 @@ def metrics(cap) -> pd.DataFrame:
             "" if not gpu else "measured device time above",
         ),
         _row(
+            "sim_engine",
+            None if gpu else launch.get("sim_engine"),
+            launch["source"],
+            "a GPU capture" if gpu else ("" if launch.get("sim_engine") else "not said (an older capture)"),
+        ),
+        _row(
             "launch_overhead_us",
             t.get("launch_overhead_us"),
             MEASURED_GPU,
@@ -238,6 +245,9 @@ def labels(a, b) -> tuple[str, str]:
         return (" ".join(f"{k}={pa.get(k)}" for k in diff), " ".join(f"{k}={pb.get(k)}" for k in diff))
     if la["backend"] != lb["backend"]:
         return la["backend"], lb["backend"]
+    ea, eb = la.get("sim_engine"), lb.get("sim_engine")
+    if ea and eb and ea != eb:  # the same launch on the simulator's two engines
+        return ea, eb
     return "A", "B"
 
 
@@ -326,6 +336,10 @@ def differences(table: pd.DataFrame) -> list[str]:
         if r.metric == "occupancy_limiter":
             if r.a_text and r.b_text and r.a_text != r.b_text:
                 out.append(f"{name_b}: occupancy limited by {r.b_text} (was {r.a_text})")
+            continue
+        if r.metric == "sim_engine":
+            if r.a_text and r.b_text and r.a_text != r.b_text:
+                out.append(f"{name_b}: simulated on the {r.b_text} engine (A on {r.a_text})")
             continue
         if math.isnan(r.a) or math.isnan(r.b) or r.a == r.b:
             continue

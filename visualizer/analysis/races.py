@@ -211,7 +211,10 @@ def hazard_summary(joined: pd.DataFrame) -> pd.DataFrame:
 def describe(runs: dict) -> list[str]:
     """A few lines of text for the CLI from launch.json's runs."""
     n, seed = runs["count"], runs.get("seed")
-    seeded = seed is not None and any("steps" in s for s in runs.get("schedules") or [])  # the simulator's
+    # the simulator's seeded schedules: fastsim's (its steps kept) or the compiled engine's
+    seeded = seed is not None and any(
+        "steps" in s or s.get("engine") == "compiled" for s in runs.get("schedules") or []
+    )
     how = f"seeded schedules (seed {seed}, run 0..{n - 1})" if seeded else "the backend's own schedule"
     if seed is not None and "delay_sites" in runs:
         how += f" with seeded per-warp delays (seed {seed}, run 0..{n - 1})"

@@ -378,9 +378,11 @@ def get(name: str) -> KernelSpec:
 
 
 def plan_launch(
-    name: str, params: dict | None, backend: str = "sim", limits: DeviceLimits | None = None
-) -> tuple[KernelSpec, dict[str, int], Launch]:
-    """Resolve parameters and check the launch; raises LaunchError with a one-line message."""
+    name: str, params: dict | None, backend: str = "sim", limits: DeviceLimits | None = None,
+    sim_engine: str = "fastsim",
+) -> tuple[KernelSpec, dict[str, int], Launch]:  # fmt: skip
+    """Resolve parameters and check the launch; raises LaunchError with a one-line message.
+    ``sim_engine``: the simulator's engine it will run on (its limits: specs/launch.py)."""
     spec = get(name)
     values = spec.resolve(params)
     for size in ("block", "tile"):
@@ -388,18 +390,19 @@ def plan_launch(
             raise LaunchError(f"{size} must be at least 1 thread, got {values[size]}")
     launch = spec.plan(values)
     limits = limits or DeviceLimits()
-    check_launch(launch, limits, backend)
-    check_cost(spec.name, launch_cost(spec, values, launch), limits, backend)
+    check_launch(launch, limits, backend, sim_engine)
+    check_cost(spec.name, launch_cost(spec, values, launch), limits, backend, sim_engine=sim_engine)
     return spec, values, launch
 
 
 def admit_capture(
-    name: str, params: dict | None, backend: str, limits: DeviceLimits | None = None, runs: int = 1
-) -> tuple[KernelSpec, dict[str, int], Launch, Cost]:
+    name: str, params: dict | None, backend: str, limits: DeviceLimits | None = None, runs: int = 1,
+    sim_engine: str = "fastsim",
+) -> tuple[KernelSpec, dict[str, int], Launch, Cost]:  # fmt: skip
     """plan_launch, plus the limit on the trace tables a capture keeps in host memory. ``runs``: the
     launch run that many times (races made visible): runs x its cost (launch.runs_cost)."""
-    spec, values, launch = plan_launch(name, params, backend, limits)
+    spec, values, launch = plan_launch(name, params, backend, limits, sim_engine)
     cost = runs_cost(launch_cost(spec, values, launch), runs)
     name = spec.name if runs == 1 else f"{spec.name} run {runs} times"
-    check_cost(name, cost, limits or DeviceLimits(), backend, capture=True)
+    check_cost(name, cost, limits or DeviceLimits(), backend, capture=True, sim_engine=sim_engine)
     return spec, values, launch, cost

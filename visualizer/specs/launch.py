@@ -80,6 +80,11 @@ def limits_from_info(info: dict | None) -> DeviceLimits:
 BLOCK_SHOWN = (1, 1024)  # threads per block that launch (DeviceLimits.max_threads_per_block)
 TILE_SHOWN = (1, 32)  # a tile x tile block: 32 x 32 = 1024 threads
 SIM_MAX_THREADS = 1 << 19  # 524,288; stock cudasim's ~0.1-2 ms per thread held this at 65,536
+# The compiled simulator engine (engine/compiled/, docs/compiled-engine.md) runs a kernel compiled for the
+# CPU, 100-300x fastsim's speed: a launch that will run there (the request asks for it and for lenses it
+# has, a built-in kernel) is admitted up to these; one it then hands to fastsim is refused past fastsim's.
+COMPILED_MAX_THREADS = 1 << 26
+COMPILED_STEP_FACTOR = 100  # its thread-step budget: fastsim's times this
 
 # Admission by cost (see launch_cost). A thread-step is about 1 us of one core simulating: one
 # multiply-add of an inner loop or one element (~0.7-0.9 us); starting a thread (with its probes)
@@ -181,8 +186,9 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def check_launch(launch: Launch, limits: DeviceLimits, backend: str) -> None:
-    """Refuse launches the device (or the simulator) cannot run, with a one-line reason."""
+def check_launch(launch: Launch, limits: DeviceLimits, backend: str, sim_engine: str = "fastsim") -> None:
+    """Refuse launches the device (or the simulator) cannot run, with a one-line reason. ``sim_engine``:
+    the simulator's engine the launch will run on ("compiled": its own, higher thread cap)."""
     tpb = launch.threads_per_block
     if min(launch.block) < 1 or tpb < 1:
         raise LaunchError(f"block size must be at least 1 thread, got {launch.block}")
@@ -205,7 +211,12 @@ def check_launch(launch: Launch, limits: DeviceLimits, backend: str) -> None:
         raise LaunchError(
             f"{total} bytes of shared memory per block exceed the device's {limits.smem_per_block_optin}-byte limit"
         )
-    if backend == "sim" and launch.threads > SIM_MAX_THREADS:
+    if backend == "sim" and sim_engine == "compiled" and launch.threads > COMPILED_MAX_THREADS:
+        raise LaunchError(
+            f"{launch.threads:,} threads is too many for the simulator's compiled engine (limit "
+            f"{COMPILED_MAX_THREADS:,} threads per launch); use a smaller launch or the GPU backend"
+        )
+    if backend == "sim" and sim_engine != "compiled" and launch.threads > SIM_MAX_THREADS:
         raise LaunchError(
             f"{launch.threads:,} threads is too many for the CUDA simulator (limit {SIM_MAX_THREADS:,} threads "
             "per launch: it runs every CUDA thread as Python code); use a smaller launch or the GPU backend"
@@ -291,13 +302,27 @@ def sim_cost_limit() -> str:
     )
 
 
-def check_cost(name: str, cost: Cost, limits: DeviceLimits, backend: str, capture: bool = False) -> None:
+def check_cost(
+    name: str,
+    cost: Cost,
+    limits: DeviceLimits,
+    backend: str,
+    capture: bool = False,
+    sim_engine: str = "fastsim",
+) -> None:
     """Refuse a launch whose work or memory is over this backend's per-run limit, naming the limit.
 
     ``capture``: the launch becomes a Capture (trace tables in host memory), not only a benchmark.
+    ``sim_engine`` "compiled": the compiled engine's budget (``COMPILED_STEP_FACTOR`` x fastsim's).
     """
     if backend == "sim":
-        if cost.thread_steps > SIM_MAX_THREAD_STEPS:
+        if sim_engine == "compiled" and cost.thread_steps > SIM_MAX_THREAD_STEPS * COMPILED_STEP_FACTOR:
+            raise LaunchError(
+                f"{name} would take about {_count(cost.thread_steps)} simulated thread-steps per launch, over "
+                f"the compiled simulator engine's limit of {_count(SIM_MAX_THREAD_STEPS * COMPILED_STEP_FACTOR)}; "
+                "use a smaller launch or the GPU backend"
+            )
+        if sim_engine != "compiled" and cost.thread_steps > SIM_MAX_THREAD_STEPS:
             raise LaunchError(
                 f"{name} would take about {_count(cost.thread_steps)} simulated thread-steps per launch, over "
                 f"the simulator's limit of {sim_cost_limit()}; use a smaller launch or the GPU backend"

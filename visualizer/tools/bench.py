@@ -674,7 +674,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     p.add_argument("--out", required=True, help="JSON file for the results")
     p.add_argument("--no-app", action="store_true", help="skip the app measurements")
+    from visualizer.tools.capture_report import add_sim_engine_flag
+
+    add_sim_engine_flag(p)  # the app measurements' simulator captures
     args = p.parse_args(argv)
+    from visualizer.engine.run.runner import SIM_ENGINE_ENV
+
+    os.environ[SIM_ENGINE_ENV] = args.sim_engine  # the runners' default (engine/run/runner.py)
     from visualizer.tools.args import writable_file
 
     problem = writable_file(args.out)
@@ -688,6 +694,7 @@ def main(argv: list[str]) -> int:
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
         "versions": {},
         "quick": args.quick,
+        "sim_engine": args.sim_engine,
     }
     out = Path(args.out)
 

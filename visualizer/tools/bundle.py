@@ -203,6 +203,8 @@ def check_launch(launch: dict, timing: dict, root: Path) -> None:
     f = _Fields(launch, root / "launch.json")
     for key in ("kernel", "backend", "source"):
         f.text(key, required=True)
+    for key in ("sim_engine", "sim_engine_note", "sim_engine_blocks"):  # the simulator's engine (shown)
+        f.text(key)
     f.dims("grid")
     f.dims("block")
     f.number("threads_per_block", required=True, integer=True, lo=1, hi=2**31)

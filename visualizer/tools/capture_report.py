@@ -27,6 +27,20 @@ def add_lens_flags(p) -> None:
             p.add_argument(flag, action="store_true", help=option.help)
         else:
             p.add_argument(flag, default=None, metavar=option.key.upper(), help=option.help)
+    add_sim_engine_flag(p)
+
+
+def add_sim_engine_flag(p) -> None:
+    """``--sim-engine NAME``: the simulator's engine (docs/simulator.md)."""
+    from visualizer.engine.capture.request import DEFAULT_SIM_ENGINE, SIM_ENGINES
+
+    p.add_argument(
+        "--sim-engine",
+        choices=SIM_ENGINES,
+        default=DEFAULT_SIM_ENGINE,
+        help="the simulator's engine: 'compiled' (the kernel compiled for the CPU; fastsim where it or a "
+        "lens asked for is not taken, saying why) or 'fastsim' (default: %(default)s; a GPU ignores it)",
+    )
 
 
 def lens_options(args) -> dict:
@@ -42,6 +56,8 @@ def lens_options(args) -> dict:
         out.update(runs=args.runs, schedule_seed=args.seed)
     else:
         out.pop("delays", None)
+    if getattr(args, "sim_engine", None) is not None:
+        out["sim_engine"] = args.sim_engine
     return out
 
 
@@ -66,11 +82,30 @@ def launch_lines(cap) -> list[str]:
         line += (
             f", clean {timing['clean_ms']:.4f} ms, overhead x{timing.get('overhead_ratio', float('nan')):.2f}"
         )
-    return [
+    out = [
         f"  grid {tuple(info['grid'])} x block {tuple(info['block'])} = {info['threads']} threads",
         f"  SMs used: {cap.threads['sm'].nunique()} ({'measured' if cap.measured else 'modelled'})",
         f"{line}  [{timing['clock']}]",
     ]
+    engine = sim_engine_line(info, timing)
+    return out + ([f"  {engine}"] if engine else [])
+
+
+def sim_engine_line(info: dict, timing: dict | None = None) -> str | None:
+    """Which simulator engine ran the capture, and why not the compiled one (None: a GPU capture)."""
+    engine = info.get("sim_engine")
+    if engine is None:
+        return None
+    if engine == "compiled":
+        cpu = (timing or {}).get("simulator_cpu_s") or {}
+        took = (
+            f" (compile {cpu['instrumented_compile']:.2f} s, run {cpu['instrumented_run']:.3f} s of simulator CPU time)"
+            if "instrumented_compile" in cpu
+            else ""
+        )
+        return f"simulator engine: compiled{took}"
+    note = info.get("sim_engine_note")
+    return f"simulator engine: ran on fastsim: {note}" if note else "simulator engine: fastsim"
 
 
 def lens_lines(cap, asked_barriers: bool = False) -> list[str]:

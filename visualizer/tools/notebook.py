@@ -124,14 +124,24 @@ class NotebookCapture:
         return asm.source_lines(got["source"], got["filename"], asm.ptx_table(got["ptx"]), sass, per_line)
 
 
-def capture(kernel: str, backend: str = "sim", seed: int = 0, repeats: int = 20, **params) -> NotebookCapture:
+def capture(
+    kernel: str,
+    backend: str = "sim",
+    seed: int = 0,
+    repeats: int = 20,
+    sim_engine: str = "compiled",
+    **params,
+) -> NotebookCapture:
     """Run ``kernel`` with ``params`` on ``backend`` ("sim", "gpu" or "auto") and return its capture.
     A keyword that names a lens or a lens option (engine/lenses/: ``accesses=True``, ``branches=True``,
-    ``sample_blocks="0,5"``...) asks for that lens; the others are the kernel's parameters."""
+    ``sample_blocks="0,5"``...) asks for that lens; the others are the kernel's parameters.
+    ``sim_engine``: the simulator's engine, "compiled" or "fastsim" (docs/simulator.md)."""
     from visualizer.engine.lenses import all_options
 
     keys = {option.key for _, option in all_options()}
     opts = {k: params.pop(k) for k in list(params) if k in keys}
     opts = {k: v for k, v in opts.items() if v not in (None, False)}
     runner = _runner(backend)
-    return NotebookCapture(runner.capture(kernel, params, seed=seed, repeats=repeats, **opts))
+    return NotebookCapture(
+        runner.capture(kernel, params, seed=seed, repeats=repeats, sim_engine=sim_engine, **opts)
+    )

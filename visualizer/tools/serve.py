@@ -141,6 +141,9 @@ def main(argv: list[str]) -> int:
         help="send captures to this Dask scheduler (pip install -r requirements-cluster.txt; "
         "default: $VISUALIZER_CLUSTER, else this machine's workers)",
     )
+    from visualizer.tools.capture_report import add_sim_engine_flag
+
+    add_sim_engine_flag(p)  # the app's simulator captures run on it ($VISUALIZER_SIM_ENGINE)
     p.add_argument("--dry-run", action="store_true", help="print the streamlit command and exit")
     args = p.parse_args(argv)
     if not 1 <= args.port <= 65535:
@@ -172,7 +175,7 @@ def main(argv: list[str]) -> int:
     if token and len(token) < TOKEN_MIN_CHARS:
         print(f"error: {TOKEN_ENV} must be at least {TOKEN_MIN_CHARS} characters long", file=sys.stderr)
         return 2
-    from visualizer.engine.run.runner import CLUSTER_ENV, SIM_WORKERS_ENV
+    from visualizer.engine.run.runner import CLUSTER_ENV, SIM_ENGINE_ENV, SIM_WORKERS_ENV
 
     if args.sim_workers is not None and not 1 <= args.sim_workers <= MAX_SIM_WORKERS:
         print(f"error: --sim-workers {args.sim_workers} is not 1..{MAX_SIM_WORKERS}", file=sys.stderr)
@@ -197,6 +200,7 @@ def main(argv: list[str]) -> int:
     env[CLUSTER_ENV] = cluster
     if args.sim_workers is not None:
         env[SIM_WORKERS_ENV] = str(args.sim_workers)
+    env[SIM_ENGINE_ENV] = args.sim_engine
     where = "other machines too (--allow-remote)" if remote else "this machine only"
     print(f"Serving the GPU execution visualizer on {args.address}:{args.port}, to {where}.")
     print(f"Open: {_link(args.address, args.port, token)}")
@@ -206,7 +210,7 @@ def main(argv: list[str]) -> int:
         from visualizer.engine.run.runner import default_workers
 
         n = args.sim_workers or default_workers("sim")
-        print(f"Captures run here: {n} simulator worker{'s' * (n != 1)}.")
+        print(f"Captures run here: {n} simulator worker{'s' * (n != 1)}, on the {args.sim_engine} engine.")
     print(user_code_line(env))
     names = ", ".join(("localhost", "loopback addresses", *allow_hosts))
     print(f"Host names answered: {names}{'; any IP address' if remote else ''}. Others are refused.")

@@ -502,7 +502,9 @@ RACE_RUNS = Lesson(
     intro="`reduction_race` is the tree reduction with the barrier between levels left out. On a GPU its "
     "answer depends on how the warps happen to interleave, so it can be right on one run and wrong on the "
     "next. Here the same launch, from the same inputs, runs **8 times**, each in a seeded schedule of the "
-    "simulator (warps in lockstep, the one furthest behind going next, seeded stalls). Predict, then watch.",
+    "simulator (on its default compiled engine warps take turns between barriers in a seeded order, one "
+    "warp running statements ahead of another; on fastsim lanes in lockstep with seeded stalls). Predict, "
+    "then watch.",
     controls=(
         Control("block", "threads per block", (64, 128, 256), 128),
         Control("seed", "schedule seed (another 8 schedules)", (1, 2, 3, 4, 5), 1),

@@ -19,8 +19,10 @@ def runs_caption(sim: bool, delays: bool) -> str:
     head = "The same launch from the same inputs, run again and again. "
     if sim:
         return head + (
-            "On the simulator each run is one seeded interleaving of the warps (lockstep lanes, seeded "
-            "stalls): run i of seed S replays bit for bit, another seed explores other orders."
+            "On the simulator each run is one seeded interleaving of the warps (on the compiled engine warps "
+            "take turns between barriers in a seeded order, one running statements ahead of another; on "
+            "fastsim lockstep lanes with seeded stalls): run i of seed S replays bit for bit, another seed "
+            "explores other orders."
         )
     if delays:
         return head + (

@@ -320,7 +320,17 @@ def backend_badge(cap: Capture) -> str:
         return (
             f":green-badge[GPU: {launch['device_name']} · sm_{launch['compute_capability'].replace('.', '')}]"
         )
-    return ":orange-badge[CUDA simulator on CPU]\n\nSM ids and times are modelled, not measured."
+    return ":orange-badge[CUDA simulator on CPU]\n\nSM ids and times are modelled, not measured." + (
+        f"\n\n{engine_caption(launch)}" if launch.get("sim_engine") else ""
+    )
+
+
+def engine_caption(launch: dict) -> str:
+    """Which simulator engine ran the capture, in one short line (and why not the compiled one)."""
+    if launch.get("sim_engine") == "compiled":
+        return "Engine: compiled (the kernel compiled for the CPU)."
+    note = launch.get("sim_engine_note")
+    return f"Engine: fastsim ({as_text(note, limit=160)})." if note else "Engine: fastsim."
 
 
 def queue_text(ahead: int | None, running: int | None, backend: str) -> str:

@@ -90,9 +90,16 @@ def sim_time_caption(t: dict) -> str:
     """The simulator's times, said for what they are: CPU time of Python simulating each thread, which
     ranks nothing about the kernel (Compare ranks counted sectors and a named model instead)."""
     took = t.get("instrumented_ms") or t.get("clean_ms")
+    cpu = t.get("simulator_cpu_s") or {}
+    how = "Python running every thread"
+    if t.get("sim_engine") == "compiled" and "instrumented_compile" in cpu:
+        compile_s = cpu["instrumented_compile"]
+        how = "the kernel compiled for the CPU; " + (
+            f"compiling it took {fmt_ms(compile_s * 1e3)} more" if compile_s > 0 else "compiled before, kept"
+        )
     return (
         "No GPU here: no kernel time is measured, and none is shown. "
-        + (f"The simulation took {fmt_ms(took)} of CPU time (Python running every thread); " if took else "")
+        + (f"The simulation took {fmt_ms(took)} of CPU time ({how}); " if took else "")
         + "that is the simulator's speed, not the kernel's, and a clean and an instrumented run's times "
         "differ by its noise. The counts (sectors, wavefronts, bank conflicts, branch efficiency) are on "
         "the pages and in Compare."

@@ -33,6 +33,9 @@ class Backend:
             # and a worker stuck past that exits so the runner starts a fresh one
             fastsim.install(exit_if_stuck=True)
             fastsim.on_block_done(self._block_done)
+            from visualizer.engine.compiled import simulator as compiled
+
+            compiled.on_blocks_done(self._blocks_done)  # the compiled engine's launches count too
         elif not cuda.is_available():
             raise RuntimeError("no CUDA GPU is available to numba-cuda on this machine")
 
@@ -92,6 +95,10 @@ class Backend:
         """A simulated block finished: counted, so a long run can show progress."""
         if self.progress is not None:
             self.progress(1)
+
+    def _blocks_done(self, n: int) -> None:
+        if self.progress is not None:
+            self.progress(n)
 
     # --- timing primitives -------------------------------------------------------------------
     def sync(self) -> None:

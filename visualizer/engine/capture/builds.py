@@ -24,6 +24,10 @@ class Builds:
     clean: Any
     params: tuple[str, ...]  # the parameters the instrumenter added to the traced build, in order
     info: dict  # each pass's info (engine/instrument/instrumenter.py), by pass name
+    # the instrumented function's own AST (a FunctionDef) and namespace: the compiled simulator engine
+    # compiles it from these (its file holds the kernel's original source)
+    traced_tree: Any = None
+    namespace: dict | None = None
 
 
 _cache: dict[tuple, Builds] = {}
@@ -52,9 +56,19 @@ def builds(py_fn, did_work: str | None = None, passes: tuple = (), **jit_options
     clean = _clean.get(clean_key)
     if clean is None:
         clean = _clean[clean_key] = cuda.jit(without_probes(py_fn), **options)
-    out = Builds(cuda.jit(traced_fn, **options), clean, tuple(tree.vz_params), tree.vz_info)
+    fd = traced_def(tree, traced_fn.__name__)
+    out = Builds(
+        cuda.jit(traced_fn, **options), clean, tuple(tree.vz_params), tree.vz_info, fd, traced_fn.__globals__
+    )
     _cache[key] = out
     return out
+
+
+def traced_def(tree, name: str):
+    """The FunctionDef named ``name`` in an instrumented module's tree (None if there is none)."""
+    import ast
+
+    return next((f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == name), None)
 
 
 def pair(py_fn, did_work: str | None = None, **jit_options):

@@ -117,7 +117,14 @@ def prepare_builtin(backend: Backend, request):
     from visualizer.specs import catalog
 
     limits = catalog.limits_from_info(backend.device_info())
-    spec, values, launch = catalog.plan_launch(request.kernel, request.params, backend.name, limits)
+    engine = request.planned_sim_engine()[0] if backend.simulator else "fastsim"
+    spec, values, launch = catalog.plan_launch(request.kernel, request.params, backend.name, limits, engine)
+    fastsim_refusal = None
+    if engine == "compiled":  # admitted at the compiled engine's limits: may fastsim run it if need be?
+        try:
+            catalog.admit_capture(request.kernel, request.params, backend.name, limits, request.runs)
+        except catalog.LaunchError as exc:
+            fastsim_refusal = str(exc)
     inputs = spec.make_inputs(values, np.random.default_rng(request.seed))
     buffers = probe_buffers(spec, launch)
     started = time.perf_counter_ns()
@@ -139,6 +146,7 @@ def prepare_builtin(backend: Backend, request):
         traced=built.traced, clean=built.clean, grid=launch.grid, block=launch.block, arrays=inputs,
         buffers=buffers, traced_args=layout + added, clean_args=layout, traced_names=[*kernel.params, TRACE, ACTIVE],
         lenses=lenses, dynamic_smem=launch.dynamic_smem, nbytes=nbytes, flops=flops, compile_started_ns=started,
+        traced_tree=built.traced_tree, traced_namespace=built.namespace, fastsim_refusal=fastsim_refusal,
     )  # fmt: skip
     return spec, values, launch, inputs, job
 

@@ -55,6 +55,13 @@ class Job:
     call: Callable[[Any, list], Any] = lambda fn, args: fn(*args)  # noqa: E731
     # the simulator's listeners of the front end's own (a visitor's static shared memory)
     sim_listeners: list = field(default_factory=list)
+    # the instrumented function's own AST (a FunctionDef) and namespace: the compiled simulator engine
+    # compiles the traced build from these (its file holds the kernel's original source)
+    traced_tree: Any = None
+    traced_namespace: dict | None = None
+    # why fastsim may not run this launch (admitted at the compiled engine's limits, over fastsim's):
+    # if the compiled engine hands it over, the capture is refused with this instead
+    fastsim_refusal: str | None = None
 
     @property
     def config(self) -> tuple:
@@ -74,6 +81,8 @@ class Ran:
     runs: dict[str, np.ndarray] | None = None  # runs > 1: each kernel array after every run, stacked
     # how each run was scheduled (seeded simulator: its warp steps and stalls; GPU delays: their table)
     schedules: list[dict] | None = None
+    # the simulator's engine: which ran the instrumented launch, why not the compiled one, its CPU times
+    sim_engine: dict | None = None
 
 
 def _reset(job: Job, run: int, copy_in) -> None:
@@ -125,6 +134,72 @@ def schedule(backend, seed: int | None, run: int):
     return nullcontext()
 
 
+def choose_sim_engine(backend, job: Job) -> tuple[str | None, str | None]:
+    """(the engine the simulator's launches are asked to run on, why not the compiled one): the
+    request's (CaptureRequest.planned_sim_engine). The compiled engine may still hand a launch to
+    fastsim (``NotCompiled``): the router records that (``SimEngine.ran``). (None, None) on a GPU."""
+    if not backend.simulator:
+        return None, None
+    request = job.lenses.ctx.request if job.lenses is not None else None
+    if request is None:
+        return "compiled", None
+    return request.planned_sim_engine()
+
+
+class SimEngine:
+    """The simulator's engine around a capture's launches: the compiled engine (engine/compiled/, its
+    router in front of fastsim) or fastsim; afterwards, which one ran the instrumented launch."""
+
+    def __init__(self, backend, job: Job):
+        self.asked, self.note = choose_sim_engine(backend, job)
+        self.router = None
+        if self.asked is not None:
+            from visualizer.engine.compiled import simulator as router
+
+            router.install()
+            self.router = router
+            if job.traced_tree is not None:
+                from visualizer.engine.compiled.translate import kernel_python_function
+
+                router.register_tree(
+                    kernel_python_function(job.traced), job.traced_tree, job.traced_namespace
+                )
+
+    def context(self, refuse_fallback: str | None = None):
+        if self.router is None:
+            return nullcontext()
+        return self.router.engine(self.asked, refuse_fallback if self.asked == "compiled" else None)
+
+    def mark(self) -> int:
+        return self.router.mark() if self.router is not None else 0
+
+    def launch_after(self, mark: int) -> dict | None:
+        """The router's entry of the one launch after ``mark`` (None: fastsim was asked, or no record)."""
+        if self.router is None or self.asked != "compiled":
+            return None
+        entries = self.router.since(mark)
+        return entries[0] if entries else None
+
+    def ran(self, entry: dict | None, clean: dict | None) -> dict | None:
+        """launch.json's fields on the engine: which ran the instrumented launch and why not compiled,
+        and its CPU times (timing.json) for the instrumented launch and the clean one."""
+        if self.asked is None:
+            return None
+        engine, note = self.asked, self.note
+        if entry is not None:
+            engine, note = entry["engine"], entry.get("fallback")
+            if engine != "compiled":
+                note = f"the compiled engine did not take the kernel: {note}"
+        out = {"sim_engine": engine, "sim_engine_note": note}
+        if entry is not None and engine == "compiled":
+            out.update(blocks=entry["blocks"], serial_reason=entry["serial_reason"],
+                       compile_s=entry["compile_s"], run_s=entry["run_s"],
+                       shared_bytes=entry.get("shared_bytes", 0))  # fmt: skip
+            if clean is not None and clean.get("engine") == "compiled":
+                out.update(clean_compile_s=clean["compile_s"], clean_run_s=clean["run_s"])
+        return out
+
+
 def run(
     backend,
     job: Job,
@@ -170,12 +245,24 @@ def run(
 
     compile_ns = _warm_up(backend, job, time_clean, traced, clean, copy_in)
 
+    engine = SimEngine(backend, job)
+    with engine.context(job.fastsim_refusal):
+        return _launches(backend, job, engine, device, bufs, copy_in, traced, clean, steps, compile_ns,
+                         repeats, time_clean, before_free, runs, seed)  # fmt: skip
+
+
+def _launches(backend, job, engine, device, bufs, copy_in, traced, clean, steps, compile_ns, repeats,
+              time_clean, before_free, runs, seed) -> Ran:  # fmt: skip
+    """``run`` from the instrumented launch on, inside the simulator engine's context."""
+    cuda = backend.cuda
     schedules = []
     listening = listen(backend, _listened(job, device, bufs) if backend.listens else [])
+    mark = engine.mark()
     try:
         with listening, schedule(backend, seed, 0) as sch:
             _, steps["kernel"] = backend.timed(traced)
-        schedules.append(schedule_fields(seed, 0, sch))
+        entry = engine.launch_after(mark)
+        schedules.append(schedule_fields(seed, 0, sch, entry))
     except Exception as exc:
         better = job.lenses.error(exc) if job.lenses is not None else None
         if better is not None:
@@ -190,11 +277,24 @@ def run(
     (after, recorded), steps["copy_out"] = backend.timed(copy_out)
     stacked = more_runs(
         backend, after, runs, seed, schedules, lambda i: _reset(job, i, copy_in), traced,
-        lambda: {k: device[k].copy_to_host() for k in job.arrays},
+        lambda: {k: device[k].copy_to_host() for k in job.arrays}, engine,
     )  # fmt: skip
+    before_clean = engine.mark()
     timing = kernel_timing(
         backend, steps, compile_ns, repeats, time_clean, clean, traced, job.nbytes, job.flops
     )
+    sim_engine = engine.ran(entry, engine.launch_after(before_clean) if time_clean else None)
+    if sim_engine is not None:
+        timing.update(sim_engine_timing(sim_engine))
+        timing.pop("overhead_ratio", None)
+        if "simulator_cpu_s" in timing:
+            timing.setdefault("method", {})["device_time"] = (
+                "none: the simulator has no GPU clock; times are the compiled engine's CPU time of one "
+                "simulated launch (compile apart, simulator_cpu_s), and SM placement and in-kernel times "
+                "are modelled"
+            )
+        if timing.get("clean_ms", 0) > 0:
+            timing["overhead_ratio"] = timing["instrumented_ms"] / timing["clean_ms"]
 
     ran = Ran(
         after=after,
@@ -205,6 +305,7 @@ def run(
         device_arrays=device,
         runs=stacked,
         schedules=schedules,
+        sim_engine=sim_engine,
     )
     if before_free is not None:
         before_free(ran)
@@ -235,7 +336,26 @@ def _warm_up(backend, job: Job, time_clean: bool, traced, clean, copy_in) -> int
     return compile_ns
 
 
-def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, read):
+def sim_engine_timing(sim_engine: dict) -> dict:
+    """timing.json's part on the simulator's engine: which ran, and the compiled engine's compile and
+    run CPU seconds apart (simulator CPU time on this machine, never kernel time). Where the compiled
+    engine ran, the launch times are its run CPU time, compile left out (it is paid once per source and
+    argument types: a cached kernel compiles nothing)."""
+    out: dict = {"sim_engine": sim_engine["sim_engine"]}
+    if "compile_s" not in sim_engine:
+        return out
+    cpu = {"clock": "simulator CPU time (process time on the CPU), not kernel time",
+           "instrumented_compile": sim_engine["compile_s"], "instrumented_run": sim_engine["run_s"]}  # fmt: skip
+    out["clock"] = "simulator CPU time of the compiled launch on the CPU, compile apart (not GPU time)"
+    out["instrumented_ms"] = sim_engine["run_s"] * 1e3
+    if "clean_compile_s" in sim_engine:
+        cpu.update(clean_compile=sim_engine["clean_compile_s"], clean_run=sim_engine["clean_run_s"])
+        out["clean_ms"] = sim_engine["clean_run_s"] * 1e3
+    out["simulator_cpu_s"] = cpu
+    return out
+
+
+def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, launch, read, engine=None):
     """Runs 1..runs-1 of a launch whose run 0 gave the arrays ``first``: each from the same inputs
     (``reset(i)``), in its schedule (``schedule``), its arrays read back (``read``). Returns every
     run's arrays stacked (None for one unseeded run); appends each run's schedule fields to ``schedules``."""
@@ -244,19 +364,24 @@ def more_runs(backend, first: dict, runs: int, seed, schedules: list, reset, lau
     each = [first]
     for i in range(1, runs):
         reset(i)
+        mark = engine.mark() if engine is not None else 0
         with schedule(backend, seed, i) as sch:
             launch()
             if not backend.simulator:
                 backend.cuda.synchronize()
-        schedules.append(schedule_fields(seed, i, sch))
+        schedules.append(
+            schedule_fields(seed, i, sch, engine.launch_after(mark) if engine is not None else None)
+        )
         each.append(read())
     return {k: np.stack([r[k] for r in each]) for k in first}
 
 
-def schedule_fields(seed, run: int, sch) -> dict:
-    """One run's entry of launch.json's runs.schedules."""
-    if sch is not None:  # the simulator's seeded interleaving
-        return sch.summary()
+def schedule_fields(seed, run: int, sch, entry: dict | None = None) -> dict:
+    """One run's entry of launch.json's runs.schedules (``entry``: the compiled engine's record of it)."""
+    if entry is not None and entry.get("engine") == "compiled":  # its own seeded schedule (no steps kept)
+        return {"seed": seed, "run": run, "engine": "compiled"}
+    if sch is not None:  # fastsim's seeded interleaving
+        return {**sch.summary(), **({"engine": "fastsim"} if entry is not None else {})}
     return {"seed": seed, "run": run}
 
 
@@ -290,6 +415,8 @@ class LaunchSummary:
     row_table: list | None = None
     visitor: dict = field(default_factory=dict)  # a visitor's kernel only: its name, file, written arrays...
     runs: dict | None = None  # runs > 1: count, seed, each run's schedule
+    # the simulator's engine (None on a GPU): sim_engine (which ran), sim_engine_note (why not compiled)...
+    sim_engine: dict | None = None
 
     def to_dict(self) -> dict:
         shape = Launch(tuple(self.grid), tuple(self.block), {})
@@ -303,6 +430,11 @@ class LaunchSummary:
         }  # fmt: skip
         if self.runs is not None:
             out["runs"] = self.runs
+        if self.sim_engine is not None:
+            e = self.sim_engine
+            out.update(sim_engine=e["sim_engine"], sim_engine_note=e["sim_engine_note"])
+            if "blocks" in e:
+                out["sim_engine_blocks"] = e["blocks"]
         return out
 
 
@@ -312,5 +444,6 @@ def summary(backend, job: Job, ran: Ran, **fields) -> LaunchSummary:
     return LaunchSummary(
         device=backend.device_info(), grid=tuple(job.grid), block=tuple(job.block), dynamic_smem_bytes=job.dynamic_smem,
         recorded_per="warp" if job.buffers["trace"].shape[1] < threads else "thread",
-        source=backend_source(backend.simulator), instrumented=ran.instrumented, clean=ran.clean, **fields,
+        source=backend_source(backend.simulator), instrumented=ran.instrumented, clean=ran.clean,
+        sim_engine=ran.sim_engine, **fields,
     )  # fmt: skip

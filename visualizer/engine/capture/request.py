@@ -13,6 +13,9 @@ from typing import Any
 
 from visualizer.specs.launch import MAX_RUNS, LaunchError
 
+SIM_ENGINES = ("compiled", "fastsim")  # the simulator's engines (--sim-engine), the default first
+DEFAULT_SIM_ENGINE = SIM_ENGINES[0]
+
 
 class RequestError(LaunchError):
     """A request that cannot be run as it is; one line."""
@@ -47,10 +50,17 @@ class CaptureRequest:
     lenses: dict[str, dict] = field(default_factory=dict)  # each lens asked for -> its options
     id: Any = None  # the runner's request id, echoed on every message
     cpu_limit_s: float | None = None  # the worker's CPU limit for this request (engine/run/worker.limit_cpu)
+    # the simulator's engine: "compiled" (engine/compiled/, where it takes the kernel and the lenses) or
+    # "fastsim"; a GPU capture ignores it
+    sim_engine: str = DEFAULT_SIM_ENGINE
 
     def __post_init__(self):
         if not 1 <= int(self.runs) <= MAX_RUNS:
             raise RequestError(f"runs must be 1 to {MAX_RUNS}, not {self.runs}")
+        if self.sim_engine not in SIM_ENGINES:
+            raise RequestError(
+                f"unknown simulator engine {str(self.sim_engine)[:40]!r} (known: {', '.join(SIM_ENGINES)})"
+            )
 
     @property
     def op(self) -> str:
@@ -58,6 +68,20 @@ class CaptureRequest:
 
     def wants(self, lens: str) -> bool:
         return lens in self.lenses
+
+    def planned_sim_engine(self) -> tuple[str, str | None]:
+        """(the engine a simulator capture of this request asks for, why not the compiled one): its
+        ``sim_engine``, and fastsim where a lens it asks for has no compiled hook (engine/lenses/ a lens's
+        ``backends``). The compiled engine may still hand the launch to fastsim (a kernel it can't take)."""
+        from visualizer.engine.lenses import REGISTRY
+
+        if self.sim_engine == "fastsim":
+            return "fastsim", "--sim-engine fastsim was asked for"
+        for name in self.lenses:
+            lens = REGISTRY.get(name)
+            if lens is not None and lens.wanted(self, "sim") and "compiled" not in lens.backends:
+                return "fastsim", f"the {name} lens is not on the compiled engine yet"
+        return "compiled", None
 
     @classmethod
     def from_wire(cls, d: dict) -> CaptureRequest:
@@ -88,6 +112,7 @@ class CaptureRequest:
             lenses=lenses,
             id=d.get("id"),
             cpu_limit_s=d.get("cpu_limit_s"),
+            sim_engine=str(d.get("sim_engine") or DEFAULT_SIM_ENGINE),
         )
 
     @classmethod
@@ -109,7 +134,7 @@ class CaptureRequest:
         """The plain dict a runner sends (what ``from_wire`` reads back)."""
         out: dict = {"kernel": self.kernel, "seed": self.seed, "repeats": self.repeats,
                      "time_clean": self.time_clean, "torch": self.torch, "runs": self.runs,
-                     "schedule_seed": self.schedule_seed}  # fmt: skip
+                     "schedule_seed": self.schedule_seed, "sim_engine": self.sim_engine}  # fmt: skip
         if self.source is not None:
             s = self.source
             out.update(op="source", source=s.text, filename=s.filename, params=list(s.arg_order), args=s.args,

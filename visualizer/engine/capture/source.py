@@ -98,6 +98,10 @@ def load_module(source: str, filename: str, kernel: str, passes: tuple = ()):
     module.__dict__.update(probe_globals(passes))
     module.__dict__["_vz_info"] = instrumented.vz_info
     module.__dict__["_vz_params"] = instrumented.vz_params
+    from visualizer.engine.capture.builds import traced_def
+
+    # the traced kernel's own AST: the compiled simulator engine compiles it from this, not the file
+    module.__dict__["_vz_tree"] = traced_def(instrumented, traced_name(kernel))
     sys.modules[name] = module  # numba and inspect look modules up by name
     try:
         exec(code, module.__dict__)
@@ -418,6 +422,7 @@ def prepare_source(backend, request):
         # no flops model for a visitor's kernel (its bytes only decide the L2 flush): no GB/s is claimed
         nbytes=float(sum(v.nbytes for v in arrays.values())), compile_started_ns=started, call=call,
         sim_listeners=[shared] if backend.simulator else [],
+        traced_tree=module.__dict__.get("_vz_tree"), traced_namespace=module.__dict__,
     )  # fmt: skip
     return module, values, job, shared
 
@@ -436,6 +441,8 @@ def capture_source(backend, request) -> dict:
     after = ran.after
     check = check_reference(src, module, before, after, filename)
     static_smem = shared.bytes if backend.simulator else ran.instrumented.get("static_smem_bytes", 0)
+    if ran.sim_engine is not None and "shared_bytes" in ran.sim_engine:  # fastsim's listener heard nothing
+        static_smem = ran.sim_engine["shared_bytes"]
     changed = [
         k
         for k in job.arrays

@@ -100,6 +100,54 @@ def _unit_stmts(unit) -> list:
     return unit.stmts if isinstance(unit, Region) else [ast.Expr(value=unit.expr)]
 
 
+def refuse_hidden_races(body: list, items: list, params: list, shared: set) -> None:
+    """A seeded schedule interleaves warps at the statements between barriers, one thread's statement at
+    a time, and keeps the block together at each iteration of a loop with a barrier inside. Two races
+    need finer interleaving, which fastsim's schedule has: a read-modify-write of a global array element
+    (``bins[b] += 1``: a lost update), and shared memory read after a loop body's last barrier (the next
+    iteration's writes overtaking those reads). Such a kernel is refused (fastsim runs its seeded runs),
+    so the race shows rather than being hidden."""
+    globals_ = set(params)
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        target = node.target if isinstance(node, ast.AugAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            t = node.targets[0]
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                reads = {x.value.id for x in ast.walk(node.value) if isinstance(x, ast.Subscript)
+                         and isinstance(x.value, ast.Name)}  # fmt: skip
+                target = t if t.value.id in reads else None
+        if (
+            isinstance(target, ast.Subscript)
+            and isinstance(target.value, ast.Name)
+            and target.value.id in globals_
+        ):
+            _refuse(node, f"a seeded schedule would run the read-modify-write of global {target.value.id!r} in "
+                          "one step per thread, hiding a lost update: fastsim's seeded schedule interleaves it")  # fmt: skip
+
+    def shared_after_last_barrier(loop_body: list) -> bool:
+        last = max((i for i, it in enumerate(loop_body) if isinstance(it, Barrier)), default=None)
+        after = loop_body[last + 1 :] if last is not None else []
+        for unit, _ in walk_items(after):
+            for stmt in _unit_stmts(unit):
+                if any(isinstance(n, ast.Name) and n.id in shared for n in ast.walk(stmt)):
+                    return True
+        return False
+
+    def visit(its: list) -> None:
+        for it in its:
+            if isinstance(it, BlockWhile):
+                if shared_after_last_barrier(it.body):
+                    _refuse(None, f"a seeded schedule would keep the block together at each iteration of the loop "
+                                  f"at line {it.cond.line}, whose body reads shared memory after its last barrier: "
+                                  "fastsim's seeded schedule lets the next iteration's writes overtake those reads")  # fmt: skip
+                visit(it.body)
+            elif isinstance(it, BlockIf):
+                visit(it.body)
+                visit(it.orelse)
+
+    visit(items)
+
+
 def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -> Plan:
     """Split ``fn`` at its barriers (soft: every statement between barriers its own region, for the
     seeded schedules) and rewrite every region's ``cuda.*``."""
@@ -128,6 +176,8 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
     body = [Decls().visit(s) for s in fn.body]
     splitter = Splitter(names, local, soft)
     items = splitter.split(body)
+    if soft:
+        refuse_hidden_races(body, items, params, set(shared))
     ns: dict = {}
     rewriter = CudaRewriter(names, local | splitter.extra_vars, ns, False, compile_device)
     for r in splitter.regions:

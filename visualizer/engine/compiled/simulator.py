@@ -8,39 +8,78 @@ compile and run CPU seconds: what launch.json says about the engine.
 
 from __future__ import annotations
 
+import itertools
 import threading
+import weakref
 from contextlib import contextmanager
 
 import numpy as np
 
 from visualizer.engine.compiled.engine import launch
 from visualizer.engine.compiled.translate import NotCompiled
+from visualizer.specs.launch import LaunchError
 
 ENGINES = ("compiled", "fastsim")
 KEEP = 64
 LAUNCHES: list[dict] = []
 _state = threading.local()
 _installed = {"done": False, "default": "fastsim"}
+_sequence = itertools.count(1)  # every recorded launch's number ("seq"): ``since`` reads them back
+# a kernel exec'd from a rewritten tree (an instrumented build) -> (its FunctionDef, its namespace): its
+# file holds another source, so the engine compiles it from the tree (engine.kernel_tree)
+_trees: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+_progress = {
+    "blocks_done": None
+}  # blocks_done(n): a compiled launch finished n blocks (the worker's progress)
+
+
+def on_blocks_done(callback) -> None:
+    """``callback(n)`` after each compiled launch, with its blocks (fastsim counts its own, one by one)."""
+    _progress["blocks_done"] = callback
+
+
+def register_tree(py_fn, tree, namespace: dict) -> None:
+    """Launches of ``py_fn`` compile from ``tree`` (its FunctionDef) and ``namespace``, not its file."""
+    _trees[py_fn] = (tree, namespace)
+
+
+def mark() -> int:
+    """The number of the last launch recorded so far (``since(mark())`` is what comes after)."""
+    return LAUNCHES[-1]["seq"] if LAUNCHES else 0
+
+
+def since(seq: int) -> list[dict]:
+    """The launches recorded after ``seq`` (``mark``), oldest first (at most ``KEEP``)."""
+    return [e for e in LAUNCHES if e["seq"] > seq]
 
 
 def current_engine() -> str:
     return getattr(_state, "engine", _installed["default"])
 
 
+class FallbackRefused(LaunchError):
+    """A launch the compiled engine did not take, too big for fastsim (``engine(refuse_fallback=...)``)."""
+
+
 @contextmanager
-def engine(name: str):
-    """Launches inside run on ``name`` ("compiled": the compiled engine, fastsim where it can't)."""
+def engine(name: str, refuse_fallback: str | None = None):
+    """Launches inside run on ``name`` ("compiled": the compiled engine, fastsim where it can't).
+    ``refuse_fallback``: why fastsim may not run them instead (a launch admitted at the compiled engine's
+    limits, over fastsim's): such a launch raises FallbackRefused, naming both reasons, instead."""
     if name not in ENGINES:
         raise ValueError(f"unknown simulator engine {name!r} (known: {', '.join(ENGINES)})")
-    previous = current_engine()
-    _state.engine = name
+    previous, previous_refusal = current_engine(), getattr(_state, "refuse_fallback", None)
+    _state.engine, _state.refuse_fallback = name, refuse_fallback
     try:
         yield
     finally:
-        _state.engine = previous
+        _state.engine, _state.refuse_fallback = previous, previous_refusal
 
 
 def _record(entry: dict) -> None:
+    entry["seq"] = next(_sequence)
     LAUNCHES.append(entry)
     del LAUNCHES[:-KEEP]
 
@@ -91,12 +130,20 @@ def install(default: str = "fastsim") -> None:
         if why is None:
             try:
                 sched = None if schedule is None else (schedule.seed, schedule.run)
-                report = launch(self.fn, self.grid_dim, self.block_dim, host, schedule=sched)
+                tree, namespace = _trees.get(self.fn, (None, None))
+                report = launch(None if tree is not None else self.fn, self.grid_dim, self.block_dim, host,
+                                schedule=sched, tree=tree, namespace=namespace)  # fmt: skip
                 _record({"kernel": self.fn.__name__, **report.as_dict()})
+                if _progress["blocks_done"] is not None:
+                    g = self.grid_dim
+                    _progress["blocks_done"](int(np.prod(g if isinstance(g, tuple) else (g,))))
                 return None
             except NotCompiled as e:
                 why = e.reason
         _record({"kernel": self.fn.__name__, "engine": "fastsim", "fallback": why})
+        refusal = getattr(_state, "refuse_fallback", None)
+        if refusal:
+            raise FallbackRefused(f"{refusal}; the compiled engine did not take this kernel: {why}")
         return previous(self, *args)
 
     simkernel.FakeCUDAKernel.__call__ = call

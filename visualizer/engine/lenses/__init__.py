@@ -70,6 +70,7 @@ class Lens:
     help: ClassVar[str] = ""  # the CLI flag's help
     options: ClassVar[tuple[Option, ...]] = ()
     # the backends it records on: "gpu", "sim" (the Python simulator), "compiled" (engine/compiled/)
+    # (a lens without "compiled" runs its capture on fastsim, which says so: capture/pipeline.py)
     backends: ClassVar[frozenset[str]] = frozenset({"gpu", "sim", "compiled"})
 
     def __init__(self, ctx: Context):
@@ -151,6 +152,10 @@ class Lenses:
 
     def __iter__(self):
         return iter(self.active)
+
+    def not_on(self, backend_name: str) -> str | None:
+        """The first lens this capture records with that has no hook on ``backend_name`` (None: all have)."""
+        return next((lens.name for lens in self.active if backend_name not in lens.backends), None)
 
     def passes(self, kernel: KernelView) -> tuple:
         """Every pass to build the traced kernel with, in registry order."""

@@ -82,6 +82,9 @@ class Accesses(Lens):
         ),
         Option("access_engine", "with --accesses on the simulator: 'pass' records as a GPU does"),
     )
+    # not on the compiled simulator engine yet: its recorder listens to fastsim (a capture asking for it
+    # runs on fastsim, saying so)
+    backends = frozenset({"gpu", "sim"})
 
     @classmethod
     def problem(cls, given, backend_name):

@@ -37,6 +37,16 @@ RUN_TIMEOUT_S = {"sim": SIM_RUN_TIMEOUT_S, "gpu": GPU_RUN_TIMEOUT_S}
 # CPU seconds one run may use in a simulator worker (the kernel enforces it: SIGXCPU); above the
 # wall limit, so the wall limit speaks first, but it holds even if the app stops watching.
 SIM_RUN_CPU_S = 90
+SIM_ENGINE_ENV = "VISUALIZER_SIM_ENGINE"  # `serve --sim-engine NAME` sets it for the app's captures
+
+
+def default_sim_engine() -> str:
+    """The simulator's engine of a capture that names none: the environment's (serve's), else "compiled"."""
+    from visualizer.engine.capture.request import DEFAULT_SIM_ENGINE
+
+    return os.environ.get(SIM_ENGINE_ENV) or DEFAULT_SIM_ENGINE
+
+
 SIM_MEMORY_BYTES = 8 * 2**30  # address space of one simulator worker (RLIMIT_AS)
 # the most bytes one message of a built-in kernels' worker may take (a pickled reply): the catalog admits
 # far smaller captures; a length over it is refused before anything is allocated
@@ -413,13 +423,16 @@ class Runner:
         runs = int(options.get("runs", 1))
         fields = {"kernel": kernel, "params": dict(params or {}), "seed": seed, "repeats": repeats,
                   "time_clean": time_clean}  # fmt: skip
-        for key in ("runs", "schedule_seed", "torch"):
+        for key in ("runs", "schedule_seed", "torch", "sim_engine"):
             if key in options:
                 fields[key] = options.pop(key)
         if self.backend == "sim":
-            admit_capture(kernel, params, "sim", runs=runs)  # refuse bad input before starting a worker
+            fields["sim_engine"] = fields.get("sim_engine") or default_sim_engine()
             fields["cpu_limit_s"] = SIM_RUN_CPU_S
-        request = CaptureRequest.of(fields, options).to_wire()  # engine/capture/request.py
+        typed = CaptureRequest.of(fields, options)  # engine/capture/request.py
+        if self.backend == "sim":  # refuse bad input before starting a worker, at its engine's limits
+            admit_capture(kernel, params, "sim", runs=runs, sim_engine=typed.planned_sim_engine()[0])
+        request = typed.to_wire()
 
         def admit(info):  # on a GPU, against the memory the worker's device reports
             if self.backend == "gpu":

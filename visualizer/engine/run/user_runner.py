@@ -20,7 +20,14 @@ from visualizer.analysis.capture import Capture, Expected, ReplyError, build_cap
 from visualizer.engine.capture.request import CaptureRequest
 from visualizer.engine.lenses import reply_bytes as lens_reply_bytes
 from visualizer.engine.run import sandbox, wire
-from visualizer.engine.run.runner import KernelError, Runner, RunQueue, RunTimeout, shared_queue
+from visualizer.engine.run.runner import (
+    KernelError,
+    Runner,
+    RunQueue,
+    RunTimeout,
+    default_sim_engine,
+    shared_queue,
+)
 from visualizer.specs.catalog import MAX_RUNS, LaunchError
 from visualizer.specs.source import SourceLaunch
 
@@ -132,6 +139,7 @@ class UserRunner(Runner):
         timeout: float | None = None,
         runs: int = 1,
         schedule_seed: int | None = None,
+        sim_engine: str | None = None,
         **lenses,
     ) -> Capture:
         """Launch the user's kernel once instrumented (and timed clean); LaunchError or KernelError.
@@ -141,7 +149,10 @@ class UserRunner(Runner):
         if not 1 <= int(runs) <= MAX_RUNS:
             raise LaunchError(f"runs must be a whole number from 1 to {MAX_RUNS}, not {runs}")
         base = {**launch.request(self.backend, seed, repeats), "time_clean": time_clean}
-        typed = CaptureRequest.of({**base, "runs": int(runs), "schedule_seed": schedule_seed}, lenses)
+        fields = {**base, "runs": int(runs), "schedule_seed": schedule_seed}
+        # the simulator's engine (engine/capture/request.py SIM_ENGINES): serve's, where none is named
+        fields["sim_engine"] = sim_engine or default_sim_engine()
+        typed = CaptureRequest.of(fields, lenses)  # a RequestError is a LaunchError
         request = {**base, **typed.to_wire()}
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
