@@ -66,3 +66,10 @@ def test_step_animation_controls_sit_below_the_axis():
     assert slider.y < menu.y and slider.x == 0 and slider.len > 0.9  # its own row, under the buttons
     assert slider.active == len(slider.steps) - 1  # opens on all five steps
     assert menu.buttons[0].args[1]["fromcurrent"] is False  # Play replays from the first step
+
+
+def test_durations_past_a_thousand_ms_are_said_in_seconds():
+    """A first simulator capture's compile (~2 s) as '1,973.65 ms' did not fit its metric's column."""
+    from visualizer.analysis.transfers import fmt_us
+
+    assert fmt_us(1_973_650.0) == "1.97 s" and fmt_us(1_500.0) == "1.50 ms" and fmt_us(0.5) == "500.0 ns"

@@ -32,6 +32,8 @@ def fmt_bytes(n: float) -> str:
 def fmt_us(us: float) -> str:
     if 0 < us < 1:
         return f"{us * 1000:,.1f} ns"
+    if us >= 1e6:  # seconds past a thousand ms: the number stays short enough for a metric's column
+        return f"{us / 1e6:,.2f} s"
     if us >= 1000:
         return f"{us / 1000:,.2f} ms"
     return f"{us:,.1f} µs" if us >= 10 else f"{us:,.2f} µs"

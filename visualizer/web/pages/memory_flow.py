@@ -81,10 +81,14 @@ if cap.measured:
         "the kernel step includes launch overhead (the sidebar's CUDA-event times do not)."
     )
 else:
+    how = (
+        "its kernel step is the kernel compiled for the CPU, its build time apart (compile time)"
+        if launch.get("sim_engine") == "compiled"
+        else "its kernel runs every CUDA thread as Python code, one after another on one OS thread"
+    )
     clock = (
-        "Simulator wall time on the CPU (the simulator 'copies' are numpy copies and its kernel runs every "
-        "CUDA thread as Python code, one after another on one OS thread), so the proportions say nothing "
-        "about a real GPU."
+        f"Simulator wall time on the CPU (the simulator 'copies' are numpy copies and {how}), so the "
+        "proportions say nothing about a real GPU."
     )
 st.caption(
     f"{clock} Bytes are the kernel's data arrays: inputs ({', '.join(cap.inputs)}) go to the device, "
