@@ -247,6 +247,8 @@ def test_play_controls_cover_no_axis_label(page, app_url, view):
     checked = 0
     for plot in charts(page).all():
         plot.scroll_into_view_if_needed()
+        # under load a chart's element is there before plotly.js has drawn it (no layout yet): wait for the drawing
+        plot.page.wait_for_function("(el) => !!el._fullLayout", arg=plot.element_handle(), timeout=60_000)
         found = plot.evaluate(OVERLAPS)
         animated = "(el) => !!(el.layout && ((el.layout.sliders || []).length || (el.layout.updatemenus || []).length))"
         for _ in range(
