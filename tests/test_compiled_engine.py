@@ -294,7 +294,7 @@ def test_uniform_barrier_loop_and_votes():
     want = np.concatenate([np.cumsum(x[:64]), np.cumsum(x[64:])])
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(counts, [(want[:64] > 100).sum(), (want[64:] > 100).sum()])
-    assert report.barriers >= 3
+    assert report.syncs >= 3
 
 
 def test_parallel_blocks_only_where_order_cannot_matter():

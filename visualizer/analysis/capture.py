@@ -99,8 +99,7 @@ class Expected:
     arrays: dict[str, tuple[str | None, tuple[int, ...]]]
     user_kernel: bool = True
     runs: int = 1
-    accesses: bool = False
-    lens: bool = False
+    parts: frozenset[str] = frozenset()  # what the lenses asked for add: "accesses", "lens" (Lens.reply_part)
 
 
 INT64_MAX = 2**63 - 1
@@ -239,7 +238,7 @@ def _check_expected(reply: dict, launch: dict, grid, block, want: Expected) -> N
     ):
         raise ReplyError("its written arrays are not its outputs")
     lens = launch.get("lens")
-    if lens is not None and (not isinstance(lens, dict) or (lens and not want.lens)):
+    if lens is not None and (not isinstance(lens, dict) or (lens and "lens" not in want.parts)):
         raise ReplyError("it holds a SIMT lens nobody asked for")
     if want.runs > 1 or "runs" in reply or "runs" in launch:  # runs=1 with a schedule seed has them too
         runs, info = reply.get("runs"), launch.get("runs")
@@ -260,7 +259,7 @@ def _check_expected(reply: dict, launch: dict, grid, block, want: Expected) -> N
         ):
             raise ReplyError("its runs are not each checked")
     if "accesses" in reply:
-        if not want.accesses:
+        if "accesses" not in want.parts:
             raise ReplyError("it holds memory accesses nobody asked for")
         _check_accesses(reply["accesses"])
 

@@ -64,7 +64,7 @@ class Plan:
     atomic_targets: set[str] = field(default_factory=set)
     device_fns: list = field(default_factory=list)
     has_block_control: bool = False  # a BlockIf / BlockWhile: a condition checked uniform at run time
-    n_barriers: int = 0
+    n_syncs: int = 0
     candidates: set = field(default_factory=set)  # the kernel's own variables (what may be per thread)
     remat: dict = field(default_factory=dict)  # array view -> (its one assignment, names it reads), in order
     array_ndims: dict = field(default_factory=dict)  # every array name the regions index -> ndim
@@ -201,7 +201,7 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
             touched[v] = touched.get(v, 0) + 1
             if in_loop:
                 looped.add(v)
-    votes = {it.pred for it in _barriers(items) if it.pred}
+    votes = {it.pred for it in _syncs(items) if it.pred}
     expanded = (
         {v for v, k in touched.items() if k > 1} | looped | splitter.barrier_targets | votes | written_params
     )
@@ -212,20 +212,20 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
     plan.atomic_targets = rewriter.usage.atomic_targets
     plan.device_fns = rewriter.usage.device_calls
     plan.has_block_control = bool(splitter.conds)
-    plan.n_barriers = sum(1 for _ in _barriers(items))
+    plan.n_syncs = sum(1 for _ in _syncs(items))
     plan.candidates = candidates
     return plan
 
 
-def _barriers(items):
+def _syncs(items):
     for it in items:
         if isinstance(it, Barrier):
             yield it
         elif isinstance(it, BlockIf):
-            yield from _barriers(it.body)
-            yield from _barriers(it.orelse)
+            yield from _syncs(it.body)
+            yield from _syncs(it.orelse)
         elif isinstance(it, BlockWhile):
-            yield from _barriers(it.body)
+            yield from _syncs(it.body)
 
 
 def _src(node) -> str:

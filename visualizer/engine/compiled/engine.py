@@ -415,7 +415,7 @@ class LaunchReport:
     run_s: float  # CPU seconds of the launch itself
     schedule: dict | None
     regions: int
-    barriers: int
+    syncs: int  # the syncthreads calls (of every kind) the kernel is split at
     shared_bytes: int = 0  # the static shared arrays' bytes per block (plan.shared)
 
     def as_dict(self) -> dict:
@@ -470,7 +470,7 @@ def launch(kernel=None, griddim=1, blockdim=1, args=(), *, schedule=None, parall
     run_s = clock() - t0
     sched = {"seed": int(schedule[0]), "run": int(schedule[1])} if seeded else None
     return LaunchReport("compiled", "parallel" if use_parallel else "serial", None if use_parallel else reason,
-                        compile_s, run_s, sched, len(ck.plan.regions), ck.plan.n_barriers,
+                        compile_s, run_s, sched, len(ck.plan.regions), ck.plan.n_syncs,
                         _shared_bytes(ck.plan))  # fmt: skip
 
 

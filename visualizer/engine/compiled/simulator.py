@@ -105,15 +105,12 @@ def install(default: str = "fastsim") -> None:
     _installed["default"] = default
     if _installed["done"]:
         return
-    from numba.cuda.simulator import kernel as simkernel
-
     from visualizer.engine.sim import fastsim
 
     fastsim.install()
-    previous = simkernel.FakeCUDAKernel.__call__
 
-    def call(self, *args):
-        if self._device or simkernel._kernel_context or current_engine() != "compiled":
+    def call(self, args, previous):  # a launch from the host (fastsim.route_launches)
+        if current_engine() != "compiled":
             return previous(self, *args)
         why = None
         if self.dynshared_size:
@@ -146,7 +143,7 @@ def install(default: str = "fastsim") -> None:
             raise FallbackRefused(f"{refusal}; the compiled engine did not take this kernel: {why}")
         return previous(self, *args)
 
-    simkernel.FakeCUDAKernel.__call__ = call
+    fastsim.route_launches(call)
     _installed["done"] = True
 
 

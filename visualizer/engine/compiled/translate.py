@@ -45,7 +45,7 @@ ID_ATTRS = {
     ("gridDim", "y"): "gdy",
     ("gridDim", "z"): "gdz",
 }
-BARRIERS = {
+SYNC_CALLS = {
     "syncthreads": "sync",
     "syncthreads_count": "count",
     "syncthreads_and": "and",
@@ -320,7 +320,7 @@ class CudaRewriter(ast.NodeTransformer):
             return args[0]
         if path[-1] in NO_OPS or path == ["nanosleep"]:
             return ast.copy_location(ast.Constant(None), node)
-        if path[0] in BARRIERS:
+        if path[0] in SYNC_CALLS:
             _refuse(node, f"cuda.{name} where the compiled engine takes barriers only as statements")
         if path[0] in WARP_OPS:
             _refuse(node, f"warp-level cuda.{name} is not compiled yet")
@@ -475,9 +475,9 @@ def barrier_of(stmt: ast.stmt, names: Names, local: set[str]):
     if call is None:
         return None
     path = cuda_attr_path(call.func, names, local)
-    if not path or len(path) != 1 or path[0] not in BARRIERS:
+    if not path or len(path) != 1 or path[0] not in SYNC_CALLS:
         return None
-    kind = BARRIERS[path[0]]
+    kind = SYNC_CALLS[path[0]]
     if target == "?":
         _refuse(stmt, f"cuda.{path[0]} assigned to something other than one name")
     if kind == "sync":
@@ -493,7 +493,7 @@ def contains_barrier(node: ast.AST, names: Names, local: set[str]) -> bool:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call):
             path = cuda_attr_path(sub.func, names, local)
-            if path and (path[0] in BARRIERS or path[:2] == ["cg", "this_grid"]):
+            if path and (path[0] in SYNC_CALLS or path[:2] == ["cg", "this_grid"]):
                 return True
     return False
 

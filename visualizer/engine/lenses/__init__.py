@@ -72,6 +72,9 @@ class Lens:
     # the backends it records on: "gpu", "sim" (the Python simulator), "compiled" (engine/compiled/)
     # (a lens without "compiled" runs its capture on fastsim, which says so: capture/pipeline.py)
     backends: ClassVar[frozenset[str]] = frozenset({"gpu", "sim", "compiled"})
+    # the part of a reply it adds that analysis/capture.check_reply holds against the request: "accesses"
+    # (reply["accesses"]), "lens" (launch.json's "lens"), None (none checked there)
+    reply_part: ClassVar[str | None] = None
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
@@ -200,6 +203,11 @@ class Lenses:
         """Each lens's part of the reply, from what came back (``reply["buffers"]``, its listener)."""
         for lens in self.active:
             lens.reply(reply, launch)
+
+
+def reply_parts(names) -> frozenset[str]:
+    """The reply parts (``Lens.reply_part``) the lenses named add."""
+    return frozenset(p for n in names if n in REGISTRY and (p := REGISTRY[n].reply_part) is not None)
 
 
 def reply_bytes(request, simulator: bool, blocks: int, threads_per_block: int) -> int:

@@ -70,6 +70,7 @@ def access_pass(kernel):
 @register
 class Accesses(Lens):
     name = "accesses"
+    reply_part = "accesses"
     help = (
         "record every load/store: adds accesses/requests/hazards.parquet (simulator: every thread; "
         "GPU: the kernel records its own accesses in sampled warps, see --sample-blocks)"

@@ -34,6 +34,8 @@ class _Simt(Lens):
         bufs = branch_buffers(simulator, blocks, threads_per_block, barriers=cls.barriers)
         return sum(a.nbytes for a in bufs.values())
 
+    reply_part = "lens"
+
     def reply(self, reply, launch):
         from visualizer.engine.instrument.branches import trim_logs
 

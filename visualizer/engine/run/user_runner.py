@@ -19,6 +19,7 @@ import numpy as np
 from visualizer.analysis.capture import Capture, Expected, ReplyError, build_capture
 from visualizer.engine.capture.request import CaptureRequest
 from visualizer.engine.lenses import reply_bytes as lens_reply_bytes
+from visualizer.engine.lenses import reply_parts as lens_reply_parts
 from visualizer.engine.run import sandbox, wire
 from visualizer.engine.run.runner import (
     KernelError,
@@ -180,13 +181,8 @@ class UserRunner(Runner):
             )
         if reply.kind == "error":
             raise KernelError(reply.payload.removeprefix("UserCodeError: "))
-        asked = typed.lenses  # the reply carries the access records and the SIMT lens's logs when asked
-        expected = expected_reply(
-            launch,
-            runs=int(runs),
-            accesses="accesses" in asked,
-            lens=bool({"branches", "barriers"} & set(asked)),
-        )
+        # the reply carries the parts the lenses asked for add (the access records, the SIMT lens's logs)
+        expected = expected_reply(launch, runs=int(runs), parts=lens_reply_parts(typed.lenses))
         try:  # held against the request before anything is made from it (analysis/capture.check_reply)
             return build_capture(reply.payload, expected)
         except ReplyError as exc:
@@ -199,7 +195,7 @@ class UserRunner(Runner):
             ) from None
 
 
-def expected_reply(launch: SourceLaunch, *, runs: int = 1, accesses: bool = False, lens: bool = False):
+def expected_reply(launch: SourceLaunch, *, runs: int = 1, parts: frozenset[str] = frozenset()):
     """What a run of ``launch`` must answer (analysis/capture.Expected): its grid and block, every array
     argument's dtype and shape, user_kernel, the runs and lenses asked for."""
     arrays: dict = {}
@@ -215,8 +211,7 @@ def expected_reply(launch: SourceLaunch, *, runs: int = 1, accesses: bool = Fals
         block=tuple(launch.launch.block),
         arrays=arrays,
         runs=runs,
-        accesses=bool(accesses),
-        lens=bool(lens),
+        parts=frozenset(parts),
     )
 
 

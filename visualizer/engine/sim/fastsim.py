@@ -1642,6 +1642,12 @@ def _install_launches(simkernel) -> None:
             return fn(*args)
         if self._device or simkernel._kernel_context:
             return original_call(self, *args)
+        route = _router["route"]
+        if route is not None:  # another engine may take the launch (it calls run_here where it does not)
+            return route(self, args, run_here)
+        return run_here(self, *args)
+
+    def run_here(self, *args):
         threading.current_thread = current_thread  # kernels that ask threading get their CUDA thread
         stopped = False
         try:
@@ -1667,6 +1673,17 @@ def _install_launches(simkernel) -> None:
 
     simkernel.BlockManager.run = manager_run
     simkernel.FakeCUDAKernel.__call__ = kernel_call
+
+
+_router: dict = {"route": None}
+
+
+def route_launches(route) -> None:
+    """Every kernel launch from the host (not a device function's call) goes to ``route(kernel, args,
+    run_here)`` from now on: it runs the launch another way, or calls ``run_here(kernel, *args)`` to run it
+    on this engine. The one way another engine (engine/compiled/) takes launches: this module stays the
+    one that patches numba's simulator."""
+    _router["route"] = route
 
 
 def install(**limits) -> None:
