@@ -61,6 +61,43 @@ def lens_options(args) -> dict:
     return out
 
 
+def checked_out(args) -> dict | None:
+    """Before the kernel runs, so no work is lost: None after one line saying why the lens flags cannot go
+    together or ``--out`` cannot take the bundle (the command exits 2); else the bundle files in ``--out``
+    now, the only ones the capture may replace (``atomic.bundle_files``)."""
+    from visualizer.tools.args import writable_dir
+    from visualizer.tools.atomic import bundle_files
+
+    problem = flag_problem(args, args.backend)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return None
+    problem = writable_dir(args.out)
+    if problem:
+        print(f"error: --out: {problem}", file=sys.stderr)
+        return None
+    return bundle_files(args.out)
+
+
+def run_and_save(run, out: str, replaceable: dict, bad_input: tuple = ()):
+    """``run()`` -> a capture, then its bundle saved in ``out``: (exit code, the capture, the files
+    written). Exit 2 after one line for bad input (LaunchError, ``bad_input``), 1 for a kernel that failed
+    or a bundle that could not be saved; None where the command goes on."""
+    from visualizer.engine.run.runner import KernelError
+    from visualizer.specs.catalog import LaunchError
+
+    try:
+        cap = run()
+    except (LaunchError, *bad_input) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2, None, None
+    except KernelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1, None, None
+    written = save_bundle(cap, out, replaceable)
+    return (1 if written is None else None), cap, written
+
+
 def save_bundle(cap, out: str, replaceable: dict | None):
     """The bundle written (tools/bundle.py, atomically), or None after saying why it was not.
     ``replaceable``: ``atomic.bundle_files(out)`` taken before the kernel ran (what may be replaced)."""

@@ -12,15 +12,16 @@ import math
 import sys
 from pathlib import Path
 
-from visualizer.tools.args import count, writable_dir
+from visualizer.tools.args import OneLineParser, count
 from visualizer.tools.capture_report import (
     add_lens_flags,
+    checked_out,
     flag_problem,
     launch_lines,
     lens_lines,
     lens_options,
+    run_and_save,
     sass_counted_lines,
-    save_bundle,
 )
 
 
@@ -44,18 +45,12 @@ def _tolerance(text: str) -> float:
     return value
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def wants_source(argv: list[str]) -> bool:
     return any(a == "--source" or a.startswith("--source=") for a in argv)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="python -m visualizer capture",
         description="Run your own Numba CUDA kernel instrumented; write its trace bundle.",
     )
@@ -101,25 +96,18 @@ def parser() -> argparse.ArgumentParser:
 
 def cmd_capture_source(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    problem = flag_problem(args, args.backend)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
+    previous = checked_out(args)
+    if previous is None:
         return 2
-    problem = writable_dir(args.out)
-    if problem:  # before the kernel runs, as for built-in kernels, so no work is lost
-        print(f"error: --out: {problem}", file=sys.stderr)
-        return 2
-    from visualizer.tools.atomic import bundle_files
-
-    previous = bundle_files(args.out)  # only these may be replaced: not what appears during the run
-
     from visualizer.engine.run.runner import KernelError, resolve_backend
     from visualizer.engine.run.user_runner import UserRunner, arrays_after
     from visualizer.specs import source as uspec
     from visualizer.specs.catalog import LaunchError
 
     path = Path(args.source)
-    try:
+    sass: dict = {"compiled": None, "why": None}  # the clean build's SASS, for the SASS-counted number
+
+    def run():
         try:
             if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
                 raise LaunchError(f"cannot read {args.source}: not a regular file")
@@ -155,25 +143,21 @@ def cmd_capture_source(argv: list[str]) -> int:
         )
         if args.barriers and backend == "sim":  # "auto" resolved to the simulator
             raise LaunchError(flag_problem(args, backend))
-        compiled, why = None, None
         with UserRunner(backend) as runner:
             cap = runner.capture_source(
                 launch, seed=args.seed or 0, repeats=args.repeats, timeout=args.timeout, **lens_options(args)
             )
             if cap.branches is not None:  # the SASS-counted number needs the clean build's SASS
                 try:
-                    compiled = runner.ptx_source(launch, "sm_90", args.timeout)
+                    sass["compiled"] = runner.ptx_source(launch, "sm_90", args.timeout)
                 except KernelError as exc:
-                    why = " ".join(str(exc).split())[:200]
-    except LaunchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KernelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    written = save_bundle(cap, args.out, previous)
-    if written is None:
-        return 1
+                    sass["why"] = " ".join(str(exc).split())[:200]
+            return cap
+
+    rc, cap, written = run_and_save(run, args.out, previous)
+    if rc is not None:
+        return rc
+    compiled, why = sass["compiled"], sass["why"]
     info, check = cap.launch, cap.check
     print(f"{info['kernel_name']} from {path.name} on {info['device_name']} ({info['source']})")
     print("\n".join(launch_lines(cap)))

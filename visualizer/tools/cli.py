@@ -7,6 +7,7 @@ in the subcommands that need them, so ``occupancy`` and ``kernels`` start fast.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -69,12 +70,12 @@ def source_help() -> str:
 def cmd_capture(argv: list[str]) -> int:
     from visualizer.tools.capture_report import (
         add_lens_flags,
-        flag_problem,
+        checked_out,
         launch_lines,
         lens_lines,
         lens_options,
+        run_and_save,
         sass_counted_lines,
-        save_bundle,
     )
     from visualizer.tools.capture_source import cmd_capture_source, wants_source  # your own kernel: --source
 
@@ -109,40 +110,26 @@ def cmd_capture(argv: list[str]) -> int:
     )
     add_lens_flags(p)  # one flag per lens and lens option (engine/lenses/)
     args = p.parse_args(argv)
-    problem = flag_problem(args, args.backend)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
+    previous = checked_out(args)
+    if previous is None:
         return 2
-    problem = writable_dir(args.out)
-    if problem:  # before the kernel runs, so no work is lost
-        print(f"error: --out: {problem}", file=sys.stderr)
-        return 2
-    from visualizer.tools.atomic import bundle_files
-
-    previous = bundle_files(args.out)  # only these may be replaced: not what appears during the run
-
-    from visualizer.engine.run.runner import KernelError, Runner
+    from visualizer.engine.run.runner import Runner
     from visualizer.specs.catalog import KERNELS, LaunchError
 
-    try:
+    def run():
         params = parse_params(args.param)
         with Runner(args.backend) as runner:
             if args.sample_blocks is not None and runner.backend == "sim":
                 raise CliError(
                     "--sample-blocks chooses the warps that record on a GPU; the simulator records every thread"
                 )
-            cap = runner.capture(
+            return runner.capture(
                 args.kernel, params, repeats=args.repeats, seed=args.seed or 0, **lens_options(args)
             )
-    except (LaunchError, CliError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KernelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    written = save_bundle(cap, args.out, previous)
-    if written is None:
-        return 1
+
+    rc, cap, written = run_and_save(run, args.out, previous, bad_input=(CliError,))
+    if rc is not None:
+        return rc
     launch, check = cap.launch, cap.check
     print(f"{launch['kernel']} on {launch['device_name']} ({launch['source']})")
     print("\n".join(launch_lines(cap)))
@@ -176,51 +163,26 @@ def cmd_capture(argv: list[str]) -> int:
     return 1
 
 
-def cmd_occupancy(argv: list[str]) -> int:
-    from visualizer.analysis.occupancy import main as occupancy_main
+def _module_command(module: str):
+    """A command that is ``main(argv)`` of ``module``, imported when the command runs, not when the CLI
+    starts."""
 
-    return occupancy_main(argv)
+    def command(argv: list[str]) -> int:
+        return importlib.import_module(module).main(argv)
 
-
-def cmd_bench(argv: list[str]) -> int:
-    from visualizer.tools.bench import main as bench_main
-
-    return bench_main(argv)
-
-
-def cmd_compare(argv: list[str]) -> int:
-    from visualizer.tools.compare import main as compare_main
-
-    return compare_main(argv)
-
-
-def cmd_asm(argv: list[str]) -> int:
-    from visualizer.tools.asm import main as asm_main
-
-    return asm_main(argv)
-
-
-def cmd_crosscheck(argv: list[str]) -> int:
-    from visualizer.tools.crosscheck import main as crosscheck_main
-
-    return crosscheck_main(argv)
-
-
-def cmd_serve(argv: list[str]) -> int:
-    from visualizer.tools.serve import main as serve_main
-
-    return serve_main(argv)
+    command.__name__ = f"cmd_{module.rsplit('.', 1)[1]}"
+    return command
 
 
 COMMANDS = {
     "kernels": cmd_kernels,
     "capture": cmd_capture,
-    "occupancy": cmd_occupancy,
-    "bench": cmd_bench,
-    "compare": cmd_compare,
-    "asm": cmd_asm,
-    "crosscheck": cmd_crosscheck,
-    "serve": cmd_serve,
+    "occupancy": _module_command("visualizer.analysis.occupancy"),
+    "bench": _module_command("visualizer.tools.bench"),
+    "compare": _module_command("visualizer.tools.compare"),
+    "asm": _module_command("visualizer.tools.asm"),
+    "crosscheck": _module_command("visualizer.tools.crosscheck"),
+    "serve": _module_command("visualizer.tools.serve"),
 }
 
 
