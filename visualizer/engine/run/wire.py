@@ -210,12 +210,28 @@ def _dtype(text) -> np.dtype:
         raise WireError(f"malformed message: dtype {text[:8]!r}") from None
 
 
-class Channel:
-    """A Connection that carries this format instead of pickles (the same send/recv/poll/close)."""
+class _Wrapped:
+    """A Connection wrapped to read each message within a byte budget: what both channels do alike."""
 
     def __init__(self, conn, max_bytes: int):
         self.conn = conn
         self.max_bytes = max_bytes  # all the bytes of one message
+
+    def poll(self, timeout=0.0) -> bool:
+        return self.conn.poll(timeout)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def fileno(self) -> int:
+        return self.conn.fileno()
+
+
+class Channel(_Wrapped):
+    """A Connection that carries this format instead of pickles (the same send/recv/poll/close)."""
+
+    def __init__(self, conn, max_bytes: int):
+        super().__init__(conn, max_bytes)
         self.header_bytes = min(MAX_HEADER_BYTES, max_bytes)
 
     def send(self, obj) -> None:
@@ -253,15 +269,6 @@ class Channel:
         except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError, MemoryError) as exc:
             raise WireError(f"malformed message ({type(exc).__name__})") from None
 
-    def poll(self, timeout=0.0) -> bool:
-        return self.conn.poll(timeout)
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def fileno(self) -> int:
-        return self.conn.fileno()
-
 
 def check_reply(msg) -> tuple:
     """A message from a sandbox as the runner reads it (engine/run/messages.py checks it), else WireError."""
@@ -287,25 +294,12 @@ class ServerChannel(Channel):
             raise
 
 
-class PickleChannel:
+class PickleChannel(_Wrapped):
     """A built-in kernels' worker's Connection (pickles: our own code), read with the same deadline and
     byte budget per read as a sandbox's channel."""
-
-    def __init__(self, conn, max_bytes: int):
-        self.conn = conn
-        self.max_bytes = max_bytes
 
     def send(self, obj) -> None:
         self.conn.send(obj)
 
     def recv(self, deadline: float | None = None):
         return pickle.loads(recv_frame(self.conn.fileno(), self.max_bytes, deadline))
-
-    def poll(self, timeout=0.0) -> bool:
-        return self.conn.poll(timeout)
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def fileno(self) -> int:
-        return self.conn.fileno()
