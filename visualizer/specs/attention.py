@@ -196,6 +196,17 @@ def _check_flash(p: dict) -> Launch:
     return _flash_plan(p)
 
 
+# every attention kernel computes the same o, checked the same way against the same reference
+_ATTENTION_CHECK = dict(outputs=("o",), reference=_reference, rtol=1e-4, atol=1e-4, torch_op=_torch_attention)
+# the two flash kernels also take the same arguments and record the same tables
+_FLASH_COMMON = dict(
+    args=("q", "k", "v", "o", "seq_len", "causal", "tiles", "rows"),
+    make_inputs=_flash_inputs,
+    tile_operands=("Q", "K", "V"),
+    row_table=("softmax_state", ("m", "l")),
+    **_ATTENTION_CHECK,
+)
+
 FLASH_ATTENTION = KernelSpec(
     name="flash_attention",
     title="FlashAttention forward (tiled, online softmax)",
@@ -203,21 +214,13 @@ FLASH_ATTENTION = KernelSpec(
     "streams K/V tiles through it, and keeps a running row max m and sum l, rescaling O by "
     "exp(m_old − m_new) whenever m grows. Causal launches skip the K/V tiles right of the diagonal.",
     params=_PARAMS,
-    args=("q", "k", "v", "o", "seq_len", "causal", "tiles", "rows"),
-    outputs=("o",),
     plan=_check_flash,
-    make_inputs=_flash_inputs,
-    reference=_reference,
     build=("visualizer.kernels.attention", "flash_attention_kernel"),
     active_when="q0 + ty < seq_len",
     build_args=("tile", "head_dim"),
-    tile_operands=("Q", "K", "V"),
-    row_table=("softmax_state", ("m", "l")),
     work=_flash_work,
     cost=_flash_cost,
-    rtol=1e-4,
-    atol=1e-4,
-    torch_op=_torch_attention,
+    **_FLASH_COMMON,
 )
 
 # --- "break it": the teaching kernel with one of its invariants removed (kernels/attention.py) ------
@@ -242,34 +245,41 @@ def _broken_params(default_scale: int) -> tuple:
     )
 
 
-FLASH_NO_RESCALE = dataclasses.replace(
-    FLASH_ATTENTION,
-    name="flash_attention_no_rescale",
-    title="FlashAttention, broken: O not rescaled (demo)",
-    summary="DELIBERATELY WRONG: the teaching kernel without the rescale of O by exp(m_old − m_new) when a "
+def _broken_flash(fault: str, title: str, summary: str, logit_scale: int, wrong_because: str) -> KernelSpec:
+    """The teaching kernel with one step left out (kernels/attention.py flash_attention_<fault>_kernel):
+    a demo meant to be wrong, on inputs scaled by ``logit_scale``, with no torch op to time it against."""
+    return dataclasses.replace(
+        FLASH_ATTENTION,
+        name=f"flash_attention_{fault}",
+        title=title,
+        summary=summary,
+        params=_broken_params(logit_scale),
+        make_inputs=_scaled_inputs,
+        build=("visualizer.kernels.attention", f"flash_attention_{fault}_kernel"),
+        deliberately_wrong=True,
+        wrong_because=wrong_because,
+        torch_op=None,
+    )
+
+
+FLASH_NO_RESCALE = _broken_flash(
+    "no_rescale",
+    "FlashAttention, broken: O not rescaled (demo)",
+    "DELIBERATELY WRONG: the teaching kernel without the rescale of O by exp(m_old − m_new) when a "
     "K/V tile raises the running max m (l is still rescaled). Rows whose max is in their first K/V tile "
     "stay right; rows whose max grows later come out wrong, by more the more it grew.",
-    params=_broken_params(1),
-    make_inputs=_scaled_inputs,
-    build=("visualizer.kernels.attention", "flash_attention_no_rescale_kernel"),
-    deliberately_wrong=True,
+    logit_scale=1,
     wrong_because="O is not rescaled when the running max grows",
-    torch_op=None,
 )
 
-FLASH_NO_MAX = dataclasses.replace(
-    FLASH_ATTENTION,
-    name="flash_attention_no_max",
-    title="FlashAttention, broken: no max subtraction (demo)",
-    summary="DELIBERATELY WRONG: the teaching kernel computing exp(S) instead of exp(S − m). The same softmax "
+FLASH_NO_MAX = _broken_flash(
+    "no_max",
+    "FlashAttention, broken: no max subtraction (demo)",
+    "DELIBERATELY WRONG: the teaching kernel computing exp(S) instead of exp(S − m). The same softmax "
     f"in exact arithmetic, but exp overflows float32 for scores above {OVERFLOW_SCORE:.1f}: with "
     "logit_scale 30 (Q × 30) some rows' scores pass it and those rows become inf/NaN; the others stay right.",
-    params=_broken_params(30),
-    make_inputs=_scaled_inputs,
-    build=("visualizer.kernels.attention", "flash_attention_no_max_kernel"),
-    deliberately_wrong=True,
+    logit_scale=30,
     wrong_because="exp(S) without subtracting the row max overflows float32",
-    torch_op=None,
 )
 BROKEN_FLASH = {"no_rescale": FLASH_NO_RESCALE, "no_max": FLASH_NO_MAX}
 
@@ -281,18 +291,14 @@ NAIVE_ATTENTION = KernelSpec(
     "Here tile is the number of query rows (threads) per block.",
     params=_PARAMS,
     args=("q", "k", "v", "s", "o", "seq_len", "causal"),
-    outputs=("o",),
     plan=_naive_plan,
     make_inputs=_naive_inputs,
-    reference=_reference,
     build=("visualizer.kernels.attention", "naive_attention_kernel"),
     active_when="row < seq_len",
     build_args=("head_dim",),
     work=_naive_work,
     cost=_naive_cost,
-    rtol=1e-4,
-    atol=1e-4,
-    torch_op=_torch_attention,
+    **_ATTENTION_CHECK,
 )
 
 # --- the fast kernel (kernels/attention_fast.py): block shape fixed per head_dim --------------------
@@ -390,21 +396,13 @@ FLASH_ATTENTION_FAST = KernelSpec(
         Param("head_dim", 64, 32, 128, "features per head", choices=tuple(FAST_CONFIGS)),
         Param("causal", 0, 0, 1, "1: query i attends only to keys <= i", choices=(0, 1)),
     ),
-    args=("q", "k", "v", "o", "seq_len", "causal", "tiles", "rows"),
-    outputs=("o",),
     plan=_fast_plan,
-    make_inputs=_flash_inputs,
-    reference=_reference,
     build=("visualizer.kernels.attention_fast", "flash_attention_fast_for"),
     active_when="q0 + 16 * warp + g < seq_len",
     build_args=("head_dim", "causal", "seq_len", "heads", "batch"),
-    tile_operands=("Q", "K", "V"),
-    row_table=("softmax_state", ("m", "l")),
     work=_fast_work,
     cost=_fast_cost,
-    rtol=1e-4,
-    atol=1e-4,
-    torch_op=_torch_attention,
+    **_FLASH_COMMON,
 )
 
 SPECS = (FLASH_ATTENTION, NAIVE_ATTENTION, FLASH_ATTENTION_FAST, FLASH_NO_RESCALE, FLASH_NO_MAX)

@@ -109,10 +109,8 @@ def _vector_add_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarra
     }
 
 
-VECTOR_ADD = KernelSpec(
-    name="vector_add",
-    title="Vector add",
-    summary="c[i] = a[i] + b[i], one thread per element; threads past n idle.",
+# what the vector adds share: the same arrays, inputs, answer and work, done by more or fewer threads
+_VECTOR_ADD_COMMON = dict(
     params=(
         Param("n", 1000, 1, 2**30, "number of elements"),
         Param(
@@ -121,10 +119,8 @@ VECTOR_ADD = KernelSpec(
     ),
     args=("a", "b", "c", "n"),
     outputs=("c",),
-    plan=_vector_add_plan,
     make_inputs=_vector_add_inputs,
     reference=lambda x, p: {"c": x["a"] + x["b"]},
-    build=("visualizer.kernels.vector_add", "vector_add"),
     active_when="i < n",
     work=lambda p: (12.0 * p["n"], float(p["n"])),
     cost=lambda p, launch: (launch.threads * THREAD_START_STEPS + p["n"], 12 * p["n"]),
@@ -133,27 +129,26 @@ VECTOR_ADD = KernelSpec(
     torch_op=_torch_add,
 )
 
+VECTOR_ADD = KernelSpec(
+    name="vector_add",
+    title="Vector add",
+    summary="c[i] = a[i] + b[i], one thread per element; threads past n idle.",
+    plan=_vector_add_plan,
+    build=("visualizer.kernels.vector_add", "vector_add"),
+    **_VECTOR_ADD_COMMON,
+)
+
 
 VECTOR_ADD_X4 = KernelSpec(
     name="vector_add_x4",
     title="Vector add, 4 elements per thread",
     summary="c = a + b with each thread adding 4 elements a whole grid apart: a quarter of the threads, "
     "4 independent loads in flight per thread, still coalesced.",
-    params=VECTOR_ADD.params,
-    args=VECTOR_ADD.args,
-    outputs=("c",),
     plan=lambda p: Launch(
         grid=(ceil_div(p["n"], 4 * p["block"]), 1, 1), block=(p["block"], 1, 1), scalars={"n": p["n"]}
     ),
-    make_inputs=_vector_add_inputs,
-    reference=VECTOR_ADD.reference,
     build=("visualizer.kernels.vector_add", "vector_add_x4"),
-    active_when="i < n",
-    work=VECTOR_ADD.work,
-    cost=VECTOR_ADD.cost,
-    atol=0.0,
-    rtol=0.0,
-    torch_op=_torch_add,
+    **_VECTOR_ADD_COMMON,
 )
 
 
@@ -187,28 +182,30 @@ def _matmul_reference(x: dict, p: dict) -> dict[str, np.ndarray]:
     return {"C": (x["A"].astype(np.float64) @ x["B"].astype(np.float64)).astype(np.float32)}
 
 
-_MATMUL_PARAMS = (
-    Param("n", 48, 1, 16384, "matrix size (n x n)"),
-    Param("tile", 16, 0, 64, "tile edge: blocks are tile x tile threads", shown=TILE_SHOWN),
-)
-
-MATMUL_NAIVE = KernelSpec(
-    name="matmul_naive",
-    title="Matrix multiply (naive)",
-    summary="C = A @ B, one thread per element of C, every operand read from global memory.",
-    params=_MATMUL_PARAMS,
-    args=("A", "B", "C", "n"),
+_MATMUL_COMMON = dict(
+    params=(
+        Param("n", 48, 1, 16384, "matrix size (n x n)"),
+        Param("tile", 16, 0, 64, "tile edge: blocks are tile x tile threads", shown=TILE_SHOWN),
+    ),
     outputs=("C",),
-    plan=_matmul_plan,
     make_inputs=_matmul_inputs,
     reference=_matmul_reference,
-    build=("visualizer.kernels.matmul", "matmul_naive"),
     active_when="row < n and col < n",
     work=lambda p: (12.0 * p["n"] ** 2, 2.0 * p["n"] ** 3),
     cost=_matmul_cost,
     rtol=1e-4,
     atol=lambda p: 2e-6 * p["n"],  # float32 rounding of an n-term dot product of N(0,1) values
     torch_op=_torch_matmul,
+)
+
+MATMUL_NAIVE = KernelSpec(
+    name="matmul_naive",
+    title="Matrix multiply (naive)",
+    summary="C = A @ B, one thread per element of C, every operand read from global memory.",
+    args=("A", "B", "C", "n"),
+    plan=_matmul_plan,
+    build=("visualizer.kernels.matmul", "matmul_naive"),
+    **_MATMUL_COMMON,
 )
 
 MATMUL_TILED = KernelSpec(
@@ -216,21 +213,12 @@ MATMUL_TILED = KernelSpec(
     title="Matrix multiply (shared-memory tiles)",
     summary="C = A @ B; each block stages tile x tile pieces of A and B in shared memory, "
     "with syncthreads before and after using them.",
-    params=_MATMUL_PARAMS,
     args=("A", "B", "C", "n", "tiles"),
-    outputs=("C",),
     plan=_matmul_tiled_plan,
-    make_inputs=_matmul_inputs,
-    reference=_matmul_reference,
     build=("visualizer.kernels.matmul", "matmul_tiled_kernel"),
-    active_when="row < n and col < n",
     build_args=("tile",),
     tile_operands=("A", "B"),
-    work=lambda p: (12.0 * p["n"] ** 2, 2.0 * p["n"] ** 3),
-    cost=_matmul_cost,
-    rtol=1e-4,
-    atol=lambda p: 2e-6 * p["n"],  # float32 rounding of an n-term dot product of N(0,1) values
-    torch_op=_torch_matmul,
+    **_MATMUL_COMMON,
 )
 
 
@@ -268,23 +256,17 @@ def _reduction_reference(x: dict, p: dict) -> dict[str, np.ndarray]:
     return {"partial": padded.reshape(-1, block).sum(axis=1).astype(np.float32)}
 
 
-_REDUCTION_PARAMS = (
-    Param("n", 1000, 1, 2**30, "number of elements"),
-    Param("block", 128, 0, 2048, "threads per block (a power of two)", shown=BLOCK_SHOWN),
-)
-
-REDUCTION = KernelSpec(
-    name="reduction",
-    title="Reduction (shared-memory tree)",
-    summary="Each block sums its slice in shared memory, halving the active threads each level, "
-    "with syncthreads between levels; out: one partial sum per block.",
-    params=_REDUCTION_PARAMS,
+# the race demo is the same reduction with one syncthreads removed: everything else is shared
+_REDUCTION_COMMON = dict(
+    params=(
+        Param("n", 1000, 1, 2**30, "number of elements"),
+        Param("block", 128, 0, 2048, "threads per block (a power of two)", shown=BLOCK_SHOWN),
+    ),
     args=("x", "partial", "n", "rows"),
     outputs=("partial",),
     plan=_reduction_plan,
     make_inputs=_reduction_inputs,
     reference=_reduction_reference,
-    build=("visualizer.kernels.reduction", "reduction_kernel"),
     active_when="i < n",
     build_args=("block",),
     row_table=("reduction_tree", ("value",)),
@@ -295,28 +277,24 @@ REDUCTION = KernelSpec(
     torch_op=_torch_sum,
 )
 
+REDUCTION = KernelSpec(
+    name="reduction",
+    title="Reduction (shared-memory tree)",
+    summary="Each block sums its slice in shared memory, halving the active threads each level, "
+    "with syncthreads between levels; out: one partial sum per block.",
+    build=("visualizer.kernels.reduction", "reduction_kernel"),
+    **_REDUCTION_COMMON,
+)
+
 REDUCTION_RACE = KernelSpec(
     name="reduction_race",
     title="Reduction without the barrier (race demo)",
     summary="DELIBERATE RACE: the same tree reduction with the syncthreads between levels removed, "
     "so threads read partial sums before they are written. Its wrong answer is the lesson.",
-    params=_REDUCTION_PARAMS,
-    args=REDUCTION.args,
-    outputs=REDUCTION.outputs,
-    plan=_reduction_plan,
-    make_inputs=_reduction_inputs,
-    reference=_reduction_reference,
     build=("visualizer.kernels.reduction", "reduction_race_kernel"),
-    active_when="i < n",
-    build_args=("block",),
-    row_table=REDUCTION.row_table,
-    work=REDUCTION.work,
-    cost=_reduction_cost,
     deliberately_wrong=True,
     wrong_because="a race: the syncthreads between tree levels is missing",
-    rtol=0.0,
-    atol=0.0,
-    torch_op=_torch_sum,
+    **_REDUCTION_COMMON,
 )
 
 

@@ -136,23 +136,28 @@ def _histogram_shared_cost(p: dict, launch: Launch) -> tuple[float, int]:
     return steps + launch.threads * 2 * BARRIER_STEPS + 2 * launch.blocks * p["nbins"], nbytes
 
 
+# the two histograms count the same values into the same bins, privatised or not
+_HISTOGRAM_COMMON = dict(
+    params=_HISTOGRAM_PARAMS,
+    args=("x", "bins", "n"),
+    outputs=("bins",),
+    make_inputs=_histogram_inputs,
+    reference=_histogram_reference,
+    active_when="i < n",
+    rtol=0.0,
+    atol=0.0,
+)
+
 HISTOGRAM_GLOBAL = KernelSpec(
     name="histogram_global",
     title="Histogram (global atomics)",
     summary="One atomicAdd on the global bins per value: threads whose values share a bin queue on one "
     "address, so few bins or skewed data serialise the atomics.",
-    params=_HISTOGRAM_PARAMS,
-    args=("x", "bins", "n"),
-    outputs=("bins",),
     plan=_histogram_plan,
-    make_inputs=_histogram_inputs,
-    reference=_histogram_reference,
     build=("visualizer.kernels.histogram", "histogram_global"),
-    active_when="i < n",
     work=lambda p: (4.0 * p["n"] + 8.0 * p["n"], 0.0),
     cost=_histogram_cost,
-    rtol=0.0,
-    atol=0.0,
+    **_HISTOGRAM_COMMON,
     extra={"accesses": lambda p: 2 * p["n"]},
 )
 
@@ -161,19 +166,12 @@ HISTOGRAM_SHARED = KernelSpec(
     title="Histogram (privatised shared-memory bins)",
     summary="Each block counts into its own shared-memory bins, then adds each non-zero count to the "
     "global bins once: at most one global atomic per bin per block.",
-    params=_HISTOGRAM_PARAMS,
-    args=HISTOGRAM_GLOBAL.args,
-    outputs=("bins",),
     plan=_histogram_shared_plan,
-    make_inputs=_histogram_inputs,
-    reference=_histogram_reference,
     build=("visualizer.kernels.histogram", "histogram_shared_kernel"),
-    active_when="i < n",
     build_args=("nbins",),
     work=lambda p: (4.0 * p["n"] + 8.0 * p["nbins"], 0.0),
     cost=_histogram_shared_cost,
-    rtol=0.0,
-    atol=0.0,
+    **_HISTOGRAM_COMMON,
     extra={"accesses": lambda p: 3 * p["n"] + 4 * ceil_div(p["n"], p["block"]) * (p["nbins"] + p["block"])},
 )
 

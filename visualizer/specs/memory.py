@@ -50,6 +50,7 @@ _TRANSPOSE_COMMON = dict(
     make_inputs=_transpose_inputs,
     reference=lambda x, p: {"out": np.ascontiguousarray(x["inp"].T)},
     work=lambda p: (8.0 * p["rows"] * p["cols"], 0.0),
+    active_when="y < height and x < width",
     rtol=0.0,
     atol=0.0,
     extra={"accesses": _transpose_accesses},
@@ -62,32 +63,35 @@ TRANSPOSE_NAIVE = KernelSpec(
     "column, so a warp's 32 stores touch 32 sectors.",
     plan=_transpose_plan(False),
     build=("visualizer.kernels.transpose", "transpose_naive"),
-    active_when="y < height and x < width",
     **_TRANSPOSE_COMMON,
 )
 
-TRANSPOSE_TILED = KernelSpec(
-    name="transpose_tiled",
-    title="Transpose (shared-memory tile)",
-    summary="Stages a tile in shared memory so the global reads and writes are both along rows (4 sectors "
+
+def _tiled_transpose(variant: str, title: str, summary: str) -> KernelSpec:
+    """A transpose through a shared-memory tile (kernels/transpose.py transpose_<variant>_kernel)."""
+    return KernelSpec(
+        name=f"transpose_{variant}",
+        title=title,
+        summary=summary,
+        plan=_transpose_plan(variant),
+        build=("visualizer.kernels.transpose", f"transpose_{variant}_kernel"),
+        build_args=("tile",),
+        **_TRANSPOSE_COMMON,
+    )
+
+
+TRANSPOSE_TILED = _tiled_transpose(
+    "tiled",
+    "Transpose (shared-memory tile)",
+    "Stages a tile in shared memory so the global reads and writes are both along rows (4 sectors "
     "per request); reading the tile down a column is a 32-way shared-memory bank conflict.",
-    plan=_transpose_plan("tiled"),
-    build=("visualizer.kernels.transpose", "transpose_tiled_kernel"),
-    active_when="y < height and x < width",
-    build_args=("tile",),
-    **_TRANSPOSE_COMMON,
 )
 
-TRANSPOSE_PADDED = KernelSpec(
-    name="transpose_padded",
-    title="Transpose (padded shared-memory tile)",
-    summary="The tiled transpose with one extra column in the tile (tile x tile+1): each lane's word of a "
+TRANSPOSE_PADDED = _tiled_transpose(
+    "padded",
+    "Transpose (padded shared-memory tile)",
+    "The tiled transpose with one extra column in the tile (tile x tile+1): each lane's word of a "
     "column falls in its own bank, so the bank conflicts vanish.",
-    plan=_transpose_plan("padded"),
-    build=("visualizer.kernels.transpose", "transpose_padded_kernel"),
-    active_when="y < height and x < width",
-    build_args=("tile",),
-    **_TRANSPOSE_COMMON,
 )
 
 
