@@ -91,7 +91,7 @@ def test_memory_flow_page_shows_five_steps():
 
 
 def test_memory_flow_models_latencies_and_says_so_on_the_chart():
-    from visualizer.figures.memory_flow import modelled_gpu_timing
+    from visualizer.analysis.transfers import modelled_gpu_timing
 
     at = _page("memory_flow", kernel="vector_add", n="1000", block="128")
     modelled = _figure(at, 1)

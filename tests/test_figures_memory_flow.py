@@ -2,6 +2,7 @@
 
 import pytest
 
+from visualizer.analysis import transfers as T
 from visualizer.figures import memory_flow as M
 
 LAUNCH = {"kernel": "vector_add", "backend": "sim", "grid": [8, 1, 1], "block": [128, 1, 1]}
@@ -9,26 +10,26 @@ LAUNCH = {"kernel": "vector_add", "backend": "sim", "grid": [8, 1, 1], "block": 
 
 def test_modelled_gpu_pays_latencies_and_moves_the_bytes_at_the_gpus_bandwidths():
     bytes_in, bytes_out = 8_000_000, 4_000_000
-    h = M.H200_HOST
-    t = M.modelled_gpu_timing(bytes_in, bytes_out, "H200", arrays_in=2, arrays_out=1)["host_steps_ns"]
+    h = T.H200_HOST
+    t = T.modelled_gpu_timing(bytes_in, bytes_out, "H200", arrays_in=2, arrays_out=1)["host_steps_ns"]
     assert t["copy_in"] == pytest.approx(2 * h["h2d_latency_ns"] + bytes_in / 13.2)  # ns at 13.2 GB/s
     assert t["copy_out"] == pytest.approx(h["d2h_latency_ns"] + bytes_out / 10.9)
-    assert t["kernel"] == pytest.approx(h["launch_ns"] + (bytes_in + bytes_out) / M.H200_HBM_GBS)
+    assert t["kernel"] == pytest.approx(h["launch_ns"] + (bytes_in + bytes_out) / T.H200_HBM_GBS)
     assert t["allocate"] == pytest.approx(3 * h["alloc_ns"]) and t["free"] == 0.0
     # the lesson the simulator cannot show: the copies cost far more than the kernel
     assert t["copy_in"] + t["copy_out"] > 20 * t["kernel"]
     # a 4 kB copy is mostly latency (the "62.5 ns" was bytes ÷ peak with none), and a kernel
     # is never faster than its launch
-    tiny = M.modelled_gpu_timing(4_000, 4_000, "H200")["host_steps_ns"]
+    tiny = T.modelled_gpu_timing(4_000, 4_000, "H200")["host_steps_ns"]
     assert tiny["copy_in"] > 100_000 and tiny["copy_out"] > 30_000 and tiny["kernel"] > 20_000
-    slower = M.modelled_gpu_timing(bytes_in, bytes_out, "T4")["host_steps_ns"]  # nominal PCIe 3
+    slower = T.modelled_gpu_timing(bytes_in, bytes_out, "T4")["host_steps_ns"]  # nominal PCIe 3
     assert slower["copy_in"] == pytest.approx(h["h2d_latency_ns"] + bytes_in / 16.0)
     with pytest.raises(ValueError, match="no bandwidths"):
-        M.modelled_gpu_timing(1, 1, "Voodoo2")
+        T.modelled_gpu_timing(1, 1, "Voodoo2")
 
 
 def test_model_label_states_every_constant_and_its_source():
-    label = M.modelled_gpu_label("H200")
+    label = T.modelled_gpu_label("H200")
     for text in (
         "121 µs",
         "13.2 GB/s",
@@ -40,14 +41,14 @@ def test_model_label_states_every_constant_and_its_source():
     ):
         assert text in label
     assert "as measured on the H200" in label and "free not modelled" in label
-    nominal = M.modelled_gpu_label("A100")
+    nominal = T.modelled_gpu_label("A100")
     assert "nominal peaks of a A100" in nominal and "32 GB/s" in nominal and "lower bounds" in nominal
     assert "latencies measured on the H200 host" in nominal
 
 
 @pytest.mark.parametrize("view", list(M.VIEWS))
 def test_modelled_figure_says_modelled(view):
-    timing = M.modelled_gpu_timing(12_000, 4_000, "A100")
+    timing = T.modelled_gpu_timing(12_000, 4_000, "A100")
     fig = M.memory_flow_figure(timing, LAUNCH, 12_000, 4_000, view=view, modelled_gpu="A100")
     assert "modelled (not measured) for a A100" in fig.layout.title.text
     assert "simulator" not in fig.layout.title.text
@@ -58,7 +59,7 @@ def test_modelled_figure_says_modelled(view):
 
 
 def test_step_animation_controls_sit_below_the_axis():
-    timing = M.modelled_gpu_timing(12_000, 4_000, "H200")
+    timing = T.modelled_gpu_timing(12_000, 4_000, "H200")
     fig = M.memory_flow_figure(timing, LAUNCH, 12_000, 4_000, animate=True)
     plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     menu, slider = fig.layout.updatemenus[0], fig.layout.sliders[0]

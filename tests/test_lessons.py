@@ -101,7 +101,7 @@ def test_race_kinds_are_said_in_words():
 
 
 def test_copy_share_is_latency_plus_bytes_over_the_link(sim_runner):
-    from visualizer.figures.memory_flow import H200_HOST as H
+    from visualizer.analysis.transfers import H200_HOST as H
 
     small = A.copy_share(run(sim_runner, "vector_add", {"n": 1000, "block": 256}))
     big = A.copy_share(run(sim_runner, "vector_add", {"n": 100_000, "block": 256}))

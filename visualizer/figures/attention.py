@@ -205,26 +205,10 @@ def flash_loop_frames(
     return frames
 
 
-def flash_loop_figure(
-    tiles: pd.DataFrame,
-    softmax_state: pd.DataFrame,
-    q_tile: int,
-    seq_len: int,
-    tile: int,
-    causal: bool,
-    source: str,
-    loop_order: str = "fa2",
-    head: int = 0,
-    batch: int = 0,
-    block_k: int | None = None,
-    block: tuple[int, int, int] | None = None,
-) -> go.Figure:
-    """Animation over the K/V steps one flash block recorded for Q tile ``q_tile``
-    (:func:`flash_loop_frames`, drawn by :func:`flash_frames_figure`)."""
-    frames = flash_loop_frames(
-        tiles, softmax_state, q_tile, seq_len, tile, causal, source, loop_order, head, batch, block_k, block
-    )
-    return flash_frames_figure(frames)
+def flash_loop_figure(*args, **kwargs) -> go.Figure:
+    """Animation over the K/V steps one flash block recorded for Q tile ``q_tile``: takes
+    :func:`flash_loop_frames`'s arguments, drawn by :func:`flash_frames_figure`."""
+    return flash_frames_figure(flash_loop_frames(*args, **kwargs))
 
 
 def flash_frames_figure(frames: pd.DataFrame) -> go.Figure:

@@ -10,19 +10,7 @@ import math
 
 import plotly.graph_objects as go
 
-from visualizer.analysis.transfers import (  # noqa: F401  (the model the chart draws; pages import it from analysis)
-    H200_HBM_GBS,
-    H200_HOST,
-    MODEL_GPUS,
-    STEPS,
-    cuda_call,
-    flow_model,
-    flow_steps,
-    fmt_bytes,
-    fmt_us,
-    modelled_gpu_label,
-    modelled_gpu_timing,
-)
+from visualizer.analysis.transfers import flow_steps, fmt_bytes, fmt_us, modelled_gpu_label
 from visualizer.figures.common import frame_slider, frame_step, place_controls, play_pause, titled
 
 VIEWS = {
