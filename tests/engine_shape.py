@@ -18,6 +18,10 @@ def engine_modules() -> list[Path]:
     return sorted(p for p in ENGINE.rglob("*.py") if p.name != "__init__.py")
 
 
+def engine_modules_rel() -> list[str]:
+    return [_rel(p) for p in engine_modules()]
+
+
 def _rel(path: Path) -> str:
     return str(path.relative_to(ENGINE)) if path.is_relative_to(ENGINE) else path.name
 
@@ -111,19 +115,25 @@ def request_reads(paths: list[Path] | None = None) -> list[str]:
     return out
 
 
+def _imports_simulator(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name.startswith("numba.cuda.simulator") for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        mod = node.module or ""
+        return mod.startswith("numba.cuda.simulator") or (
+            mod == "numba.cuda" and any(a.name == "simulator" for a in node.names)
+        )
+    return False
+
+
 def simulator_patchers(paths: list[Path] | None = None) -> list[str]:
-    """Engine modules that import numba's simulator (to patch it) or its classes."""
+    """Engine modules that import numba's simulator (to patch it) or its classes: ``import
+    numba.cuda.simulator...``, ``from numba.cuda.simulator... import``, ``from numba.cuda import
+    simulator``."""
     out = []
     for path in paths or engine_modules():
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            mod = node.module if isinstance(node, ast.ImportFrom) else None
-            names = [a.name for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
-            if (mod or "").startswith("numba.cuda.simulator") or any(
-                n.startswith("numba.cuda.simulator") for n in names
-            ):
-                out.append(_rel(path))
-                break
+        if any(_imports_simulator(node) for node in ast.walk(ast.parse(path.read_text()))):
+            out.append(_rel(path))
     return out
 
 
