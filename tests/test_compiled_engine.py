@@ -350,3 +350,131 @@ def test_a_rewritten_copy_is_not_compiled_from_the_file():
     assert active.sum() == n  # the ids lens recorded who did work
     np.testing.assert_array_equal(trace[0, ::128], [0, 1, 2, 3])  # SM modelled: blocks round-robin
     assert (trace[2] >= trace[1]).all() and trace[1].min() > 0
+
+
+# index checks hoisted out of loops (codegen.HoistChecks): caught exactly where an unhoisted check is
+@cuda.jit
+def _hoist_bad(a, out, m):
+    t = cuda.threadIdx.x
+    acc = 0.0
+    for k in range(4):  # runs: the invariant row t + m is checked once before the loop
+        acc += a[t + m, k]
+    out[t] = acc
+
+
+@cuda.jit
+def _hoist_zero_trips(a, out, m):
+    t = cuda.threadIdx.x
+    acc = 0.0
+    for k in range(m - 7):  # m = 7: never runs, so its bad row is never read
+        acc += a[t + 100, k]
+    out[t] = acc
+
+
+@cuda.jit
+def _hoist_guarded(a, out, m):
+    t = cuda.threadIdx.x
+    acc = 0.0
+    for k in range(4):
+        if k > m:  # never true: the bad row under it is never read
+            acc += a[t + 100, k]
+        if k == m:
+            break
+        acc += a[t - 1, k]  # t - 1 = -1 for thread 0: wraps, as numpy (and fastsim) read it
+    out[t] = acc
+
+
+@cuda.jit
+def _hoist_written(a, out, m):
+    t = cuda.threadIdx.x
+    acc = 0.0
+    j = t
+    for k in range(4):
+        acc += a[j, k]
+        j += m  # j changes every iteration: checked every time (the 2nd step is out of range)
+    out[t] = acc
+
+
+def test_hoisted_index_checks_catch_what_they_did_and_nothing_else():
+    from visualizer.engine.compiled.engine import _argtypes, compile_kernel
+
+    a = np.arange(32 * 4, dtype=np.float64).reshape(32, 4)
+    out = np.zeros(8)
+    ck = compile_kernel(_hoist_bad, _argtypes([a, out, 5]))
+    assert "__cc_h1 = __cc_ix(" in ck.source  # hoisted: before the loop, not in it
+    # a hoisted check out of range: the launch is undone and handed to fastsim, which raises
+    with pytest.raises(NotCompiled, match="raised IndexError"):
+        launch(_hoist_bad, 1, 8, [a, out, 30])
+    assert not out.any()
+    with pytest.raises(IndexError):
+        fastsim_launch(_hoist_bad, 1, 8, [a, out.copy(), 30])
+    fast, comp, report = both(_hoist_bad, 1, 8, [a, out, 5])
+    assert comp is not None, report
+    assert same(fast[1], comp[1])
+    # never reached, so never an error (a hoisted check that ran anyway would hand these to fastsim)
+    for kernel, m in ((_hoist_zero_trips, 7), (_hoist_guarded, 2)):
+        fast, comp, report = both(kernel, 1, 8, [a, out, m])
+        assert comp is not None, (kernel, report)
+        assert same(fast[1], comp[1]), kernel
+    fast, comp, report = both(_hoist_written, 1, 8, [a, out, 1])
+    assert comp is not None and same(fast[1], comp[1]), report
+    with pytest.raises(NotCompiled, match="raised IndexError"):
+        launch(_hoist_written, 1, 8, [a, out, 30])
+
+
+_CACHE_CHILD = """
+import json, sys
+import numpy as np
+from visualizer.engine.compiled import launch
+from visualizer.kernels.vector_add import vector_add
+n = 1000
+a, b, c = np.arange(n, dtype=np.float32), np.ones(n, np.float32), np.zeros(n, np.float32)
+r = launch(vector_add, 8, 128, [a, b, c, n])
+print(json.dumps({"from": r.compiled_from, "compile_s": r.compile_s, "ok": bool((c == a + b).all())}))
+"""
+
+
+def _cache_child(cache: Path, **env) -> dict:
+    import json
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    full = {k: v for k, v in os.environ.items() if k != "VISUALIZER_SANDBOX_MODE"}
+    full.update(PYTHONPATH=str(root), NUMBA_ENABLE_CUDASIM="1", VISUALIZER_COMPILED_CACHE=str(cache), **env)
+    p = subprocess.run([sys.executable, "-c", _CACHE_CHILD], capture_output=True, text=True, env=full,
+                       timeout=600, cwd=root)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_compiled_kernels_are_kept_on_disk_across_processes(tmp_path):
+    """A second process loads the kernel the first compiled (numba's cache, keyed by the generated
+    source, the argument types and the engine's own code), and gets the same answer."""
+    cache = tmp_path / "cache"
+    first = _cache_child(cache)
+    assert first == {**first, "from": "compiled", "ok": True}
+    assert list(cache.glob("k*.py")) and list(cache.glob("__pycache__/k*.nbi"))
+    second = _cache_child(cache)
+    assert second["from"] == "disk" and second["ok"]
+    # a sandboxed worker (visitor code) never reads or writes it; nor does anyone in a shared directory
+    assert _cache_child(cache, VISUALIZER_SANDBOX_MODE="bubblewrap")["from"] == "compiled"
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    assert _cache_child(shared)["from"] == "compiled"
+    assert _cache_child(shared)["from"] == "compiled" and not list(shared.iterdir())
+
+
+def test_disk_cache_keys_name_what_globals_are():
+    """Module, dtype and constant-array globals are keyed by what they are (the same in every process);
+    an array's key changes with its contents."""
+    import math
+
+    from visualizer.engine.compiled.engine import _object_key
+
+    a = np.arange(4.0)
+    k1 = _object_key({"math": math, "f4": np.float32, "tbl": a})
+    assert all(not v.startswith("id ") for _, v in k1)
+    assert _object_key({"tbl": a + 1}) != _object_key({"tbl": a})
+    assert _object_key({"obj": object()})[0][1].startswith("id ")

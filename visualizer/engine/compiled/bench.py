@@ -103,6 +103,7 @@ def run(name: str, engine: str, repeats: int = 3, ids: bool = False) -> dict:
 
         first = one(fresh)
         out["compile_s"] = first.compile_s
+        out["compiled_from"] = first.compiled_from
         out["first_run_s"] = first.run_s
         runs = []
         for _ in range(repeats):

@@ -315,6 +315,141 @@ class CheckedIndex(ast.NodeTransformer):
         return ast.fix_missing_locations(node)
 
 
+def _is_check(node) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == P + "ix"
+        and len(node.args) == 3
+    )
+
+
+def _pure(node, written: set) -> bool:
+    """An expression of numbers only (names, constants, arithmetic, ``a.shape[d]``), none of whose names
+    the loop writes: the same value in every iteration, and evaluating it again has no effect."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, bool))
+    if isinstance(node, ast.Name):
+        return node.id not in written
+    if isinstance(node, ast.BinOp):
+        return _pure(node.left, written) and _pure(node.right, written)
+    if isinstance(node, ast.UnaryOp):
+        return _pure(node.operand, written)
+    if (  # a.shape[d]
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "shape"
+        and isinstance(node.value.value, ast.Name)
+        and isinstance(node.slice, ast.Constant)
+    ):
+        return node.value.value.id not in written
+    return False
+
+
+def _every_iteration(stmts: list):
+    """The expressions a loop body evaluates in every iteration, whatever its data: statements up to the
+    first that may leave the iteration (break, continue, return, raise), and in each only the parts
+    evaluated unconditionally (an ``if``'s test, not its branches; ``a if c else b``'s ``c``; the first
+    operand of ``and``/``or``; a nested loop's range, not its body)."""
+
+    def exprs(node):
+        if isinstance(node, ast.IfExp):
+            yield from exprs(node.test)
+        elif isinstance(node, ast.BoolOp):
+            yield from exprs(node.values[0])
+        elif isinstance(node, ast.Compare):
+            yield from exprs(node.left)
+            yield from exprs(node.comparators[0])
+        elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return
+        else:
+            yield node
+            for child in ast.iter_child_nodes(node):
+                yield from exprs(child)
+
+    for s in stmts:
+        if any(isinstance(n, (ast.Break, ast.Continue, ast.Return, ast.Raise)) for n in ast.walk(s)):
+            return
+        if isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)):
+            yield from exprs(s)
+        elif isinstance(s, (ast.If, ast.While)):
+            yield from exprs(s.test)
+        elif isinstance(s, ast.For):
+            yield from exprs(s.iter)
+
+
+class HoistChecks:
+    """A checked index (``__cc_ix(i, n, err)``) that a ``for ... in range()`` loop evaluates in every
+    iteration, with ``i`` and ``n`` the same in every iteration, is checked once before the loop (only if
+    the loop runs at least once): the tiled matmul's ``sA[ty, k]`` checks ``ty`` once, not 16 times. The
+    check's store to ``err`` inside the loop kept LLVM from optimising the loop (6x slower). Same result:
+    an index out of range is noted exactly when the launch without hoisting would note it."""
+
+    def __init__(self):
+        self.count = 0
+
+    def stmts(self, stmts: list) -> list:
+        out = []
+        for s in stmts:
+            for name in ("body", "orelse", "finalbody"):
+                inner = getattr(s, name, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    setattr(s, name, self.stmts(inner))
+            if isinstance(s, ast.For):
+                out += [ast.fix_missing_locations(h) for h in self.hoist(s)]
+            out.append(s)
+        return out
+
+    def hoist(self, node: ast.For) -> list:
+        """The checks hoisted out of ``node`` (its body rewritten to read them), to run before it."""
+        it = node.iter
+        is_range = (
+            isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+            and not it.keywords and 1 <= len(it.args) <= 3 and not node.orelse
+        )  # fmt: skip
+        if not is_range:
+            return []
+        written = names_in(node.body)[1] | names_in(node.target)[1]
+        if all(isinstance(a, ast.Constant) and isinstance(a.value, int) for a in it.args):
+            if len(range(*[a.value for a in it.args])) == 0:
+                return []
+            runs = None  # runs at least once
+        elif all(_pure(a, written) for a in it.args):
+            a = [f"({_src(x)})" for x in it.args]
+            start, stop = ("0", a[0]) if len(a) == 1 else (a[0], a[1])
+            test = f"{stop} > {start}"
+            if len(a) == 3:
+                test = f"({a[2]} > 0 and {start} < {stop}) or ({a[2]} < 0 and {start} > {stop})"
+            runs = ast.parse(test, mode="eval").body
+        else:
+            return []
+        names: dict[str, str] = {}
+        replace: dict[int, str] = {}
+        hoisted = []
+        for expr in list(_every_iteration(node.body)):
+            if not (_is_check(expr) and _pure(expr.args[0], written) and _pure(expr.args[1], written)):
+                continue
+            key = ast.dump(ast.Tuple(elts=expr.args[:2], ctx=ast.Load()))
+            if key not in names:
+                self.count += 1
+                names[key] = f"{P}h{self.count}"
+                value = copy.deepcopy(expr)
+                if runs is not None:
+                    value = ast.IfExp(test=copy.deepcopy(runs), body=value, orelse=ast.Constant(0))
+                hoisted.append(ast.Assign(targets=[ast.Name(id=names[key], ctx=ast.Store())], value=value))
+            replace[id(expr)] = names[key]
+
+        class Swap(ast.NodeTransformer):
+            def visit_Call(self, call):
+                if id(call) in replace:
+                    return ast.copy_location(ast.Name(id=replace[id(call)], ctx=ast.Load()), call)
+                return self.generic_visit(call)
+
+        if replace:
+            node.body = [Swap().visit(s) for s in node.body]
+        return hoisted
+
+
 def unit_source(plan: Plan, unit, fname: str) -> str:
     """One thread's unit: a region, or a condition (a function each: numba's cost of one function
     grows faster than its size, so one function for all units compiled slower, 52 s against 18)."""
@@ -349,7 +484,8 @@ def _unit_body(plan: Plan, unit) -> list[str]:
     check = CheckedIndex(plan.array_ndims, shapes)
     if isinstance(unit, Cond):
         return out + [f"if {_src(check.visit(copy.deepcopy(unit.expr)))}:", "    return True", "return False"]
-    out += [x for s in stmts for x in _src(check.visit(copy.deepcopy(s))).splitlines()]
+    checked = HoistChecks().stmts([check.visit(copy.deepcopy(s)) for s in stmts])
+    out += [x for s in checked for x in _src(s).splitlines()]
     for v in plan.expanded:
         if v in writes:
             out.append(f"{P}e_{v}[{P}t] = {v}")

@@ -14,13 +14,24 @@ written, no two argument arrays overlapping, no seeded schedule. The launch's re
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
+import hashlib
+import itertools
+import json
+import os
 import re
+import sys
 import threading
 import time
+import types
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba.core.errors import NumbaWarning
 
 from visualizer.engine.compiled import runtime
 from visualizer.engine.compiled.codegen import (
@@ -65,6 +76,7 @@ _kernels: dict = {}
 REGION = {**INNER, "boundscheck": False}
 _devices: dict = {}
 _compiling: set = set()  # device functions being translated (recursion is refused)
+_module_serial = itertools.count()  # generated modules not on disk: one name each
 
 
 def namespace_of(py_fn) -> dict:
@@ -86,6 +98,17 @@ def _base_ns() -> dict:
     }
 
 
+def _as_module(name: str, gns: dict) -> dict:
+    """A generated module's globals as an importable module's: numba's disk cache rebuilds a function's
+    environment by importing its module by name (a dict of globals alone reads as "<dynamic>")."""
+    mod = sys.modules.get(name)
+    if not isinstance(mod, types.ModuleType) or not name.startswith("visualizer_compiled_"):
+        mod = types.ModuleType(name)
+        sys.modules[name] = mod
+    mod.__dict__.update(gns)
+    return mod.__dict__
+
+
 def _numba_reason(e: Exception) -> str:
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
     lines = [x.strip() for x in text.splitlines() if x.strip()]
@@ -93,9 +116,118 @@ def _numba_reason(e: Exception) -> str:
     return f"numba's CPU target refused it: {head}"
 
 
+def _stable(v) -> str | None:
+    """What a global of generated code is, the same in every process (None: known only by identity)."""
+    from numba.core import types as nbt
+
+    if isinstance(v, types.ModuleType):
+        return "module " + v.__name__
+    if isinstance(v, float):
+        return "float " + repr(v)
+    if isinstance(v, nbt.Type):
+        return "numba type " + str(v)
+    if isinstance(v, type) and issubclass(v, np.generic):
+        return "numpy type " + v.__name__
+    if isinstance(v, np.generic):
+        return f"numpy scalar {v.dtype.str} {v!r}"
+    if isinstance(v, np.ndarray) and v.nbytes <= 1 << 20:  # a constant array: compiled in by value
+        digest = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()[:16]
+        return f"array {v.dtype.str} {v.shape} {digest}"
+    for name, helper in vars(runtime).items():
+        if helper is v:
+            return "runtime " + name
+    return None
+
+
 def _object_key(ns: dict) -> tuple:
-    """The non-constant globals a generated module reads (arrays, njit functions): by identity."""
-    return tuple(sorted((k, id(v)) for k, v in ns.items() if not k.startswith(P + "dev_")))
+    """The non-constant globals a generated module reads (modules, arrays, helpers): by what they are
+    where that is the same in every process (so the disk cache can use the key), else by identity."""
+    return tuple(
+        sorted((k, _stable(v) or f"id {id(v)}") for k, v in ns.items() if not k.startswith(P + "dev_"))
+    )
+
+
+# ----------------------------------------------------------------------------- the disk cache
+
+CACHE_ENV = "VISUALIZER_COMPILED_CACHE"  # a directory, or "off"; default: the user's cache directory
+_CACHE_MAX_ENTRIES = 400  # kernels kept on disk; the oldest go first
+
+
+def cache_dir() -> Path | None:
+    """The per-user directory compiled kernels are kept in across processes, or None (off). Never in a
+    sandboxed worker (visitor code must not leave compiled code for other runs to load), never in a
+    directory another user could write."""
+    setting = os.environ.get(CACHE_ENV, "").strip()
+    if setting.lower() in ("off", "0", "no", "none") or os.environ.get("VISUALIZER_SANDBOX_MODE"):
+        return None
+    if setting:
+        base = Path(setting)
+    else:
+        root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = Path(root) / "gpu-execution-visualizer" / "compiled"
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = base.stat()
+    except OSError:
+        return None
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return None
+    return base
+
+
+@functools.cache
+def _engine_stamp() -> str:
+    """The engine's own code and the versions it compiles with: a cached kernel of another version of
+    any of them is not used."""
+    import numba
+
+    h = hashlib.sha256(f"{sys.version} numba {numba.__version__} numpy {np.__version__}".encode())
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _disk_stem(key: tuple, devices: list) -> str | None:
+    """The file name of a kernel's cache entry, or None where a global is known only by identity."""
+    flat, seeded, argtypes, objects = key
+    if any(v.startswith("id ") for _, v in objects) or not all(_devices[d].stable for d in devices):
+        return None
+    digest = hashlib.sha256(
+        repr((_engine_stamp(), flat, seeded, [str(t) for t in argtypes], objects)).encode()
+    )
+    return "k" + digest.hexdigest()[:32]
+
+
+def _read_meta(path: Path) -> dict | None:
+    """A cache entry's typing results (bounded, checked), or None."""
+    try:
+        if path.stat().st_size > 1 << 20:
+            return None
+        meta = json.loads(path.read_text())
+        dtypes = {str(k): np.dtype(str(v)) for k, v in meta["dtypes"].items()}
+        arrays = {str(k): int(v) for k, v in meta["array_ndims"].items()}
+        return {"dtypes": dtypes, "array_ndims": arrays, "arrays": set(map(str, meta["arrays"]))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _prune(base: Path) -> None:
+    entries = sorted(base.glob("k*.py"), key=lambda f: f.stat().st_mtime)
+    for old in entries[: max(0, len(entries) - _CACHE_MAX_ENTRIES)]:
+        for f in [old, old.with_suffix(".json"), *(base / "__pycache__").glob(old.stem + ".*")]:
+            with contextlib.suppress(OSError):
+                f.unlink()
 
 
 # ----------------------------------------------------------------------------- device functions
@@ -106,6 +238,7 @@ class DeviceFn:
     name: str
     dispatcher: Any
     source: str
+    stable: bool = True  # every global it reads is known by what it is (the disk cache may key on it)
 
 
 def compile_device(py_fn) -> DeviceFn:
@@ -161,11 +294,14 @@ def compile_device(py_fn) -> DeviceFn:
             src = f"def {name}({ast.unparse(args)}):\n" + "\n".join(
                 "    " + x for x in (unpack + "\n" + body_src).splitlines()
             )
-            gns = {**_base_ns(), **ns}
+            gns = _as_module(f"visualizer_compiled_{name}", {**_base_ns(), **ns})
             exec(compile(src + "\n", f"<compiled device {fd.name}>", "exec"), gns)  # noqa: S102 - generated here
             from numba import njit
 
-            dev = DeviceFn(name, njit(**INNER)(gns[name]), src)
+            stable = all(not v.startswith("id ") for _, v in _object_key(ns)) and all(
+                _devices[d].stable for d in ns if d.startswith(P + "dev_") and d in _devices
+            )
+            dev = DeviceFn(name, njit(**INNER)(gns[name]), src, stable)
             _devices[name] = dev
             return dev
     finally:
@@ -189,6 +325,7 @@ class CompiledKernel:
     source: str
     parallel_grid: Any = None
     launches: int = 0
+    from_disk: bool = False  # loaded from the disk cache (compile_s is then the load time)
     fields: dict = field(default_factory=dict)
 
 
@@ -317,7 +454,8 @@ def copy_fd(fd):
 
 
 def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, tree=None, namespace=None):
-    """The compiled form of a kernel for these argument types (cached; module docstring)."""
+    """The compiled form of a kernel for these argument types (cached in this process, and on disk
+    across processes: module docstring)."""
     fd, ns = kernel_tree(kernel, tree=tree, namespace=namespace)
     names = Names(ns)
     plan = plan_kernel(fd, names, compile_device, soft=seeded)
@@ -329,29 +467,57 @@ def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, t
         if hit is not None:
             return hit
         from numba import njit
-
-        t0 = time.process_time()
-        try:
-            exec(compile(flat, f"<compiled {plan.name}>", "exec"), gns)  # noqa: S102 - generated here
-            typemap = _typemap(gns[P + "flat"], argtypes)
-        except NotCompiled:
-            raise
-        except Exception as e:  # noqa: BLE001 - numba's typing errors are many classes
-            raise NotCompiled(_numba_reason(e)) from None
-        rematerialize(plan, lambda v: _is_array(v, typemap))
         from numba.core import types as nbt
 
-        for k, t in typemap.items():
-            if isinstance(t, nbt.Array):
-                plan.array_ndims[k.split(".")[0]] = t.ndim
-        dtypes = {v: _dtype_of(v, typemap) for v in plan.expanded}
+        t0 = time.process_time()
+        base = cache_dir()
+        stem = _disk_stem(key, [k for k in plan.ns if k.startswith(P + "dev_")]) if base else None
+        meta = _read_meta(base / f"{stem}.json") if stem else None
+        if meta is None:  # type the one-thread form (this compiles its device functions)
+            try:
+                exec(compile(flat, f"<compiled {plan.name}>", "exec"), gns)  # noqa: S102 - generated here
+                typemap = _typemap(gns[P + "flat"], argtypes)
+            except NotCompiled:
+                raise
+            except Exception as e:  # noqa: BLE001 - numba's typing errors are many classes
+                raise NotCompiled(_numba_reason(e)) from None
+            arrays = {k.split(".")[0] for k, t in typemap.items() if isinstance(t, nbt.Array)}
+            rematerialize(plan, lambda v: v in arrays)
+            for k, t in typemap.items():
+                if isinstance(t, nbt.Array):
+                    plan.array_ndims[k.split(".")[0]] = t.ndim
+            dtypes = {v: _dtype_of(v, typemap) for v in plan.expanded}
+        else:  # typed by an earlier process: its results, not numba's typing again
+            rematerialize(plan, lambda v: v in meta["arrays"])
+            plan.array_ndims.update(meta["array_ndims"])
+            dtypes = meta["dtypes"]
+            if set(dtypes) != set(plan.expanded):
+                raise NotCompiled("the compiled-kernel cache entry does not fit this kernel")
         parts = [unit_source(plan, r, f"{P}region_{r.index}") for r in plan.regions]
         parts += [unit_source(plan, c, f"{P}cond_{c.index}") for c in plan.conds]
         parts.append(block_source(plan, dtypes, seeded))
         parts.append(grid_source(plan, parallel=False))
         source = "\n\n".join(parts)
+        filename = f"<compiled {plan.name}>"
+        if stem:  # numba's cache keys a function by its file: the generated module is one on disk
+            path = base / f"{stem}.py"
+            text = f"# {plan.name}: generated by visualizer/engine/compiled for the CPU\n\n{source}"
+            try:
+                if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                    _write_atomic(path, text)
+                    _prune(base)
+                if meta is None:
+                    _write_atomic(base / f"{stem}.json", json.dumps({
+                        "dtypes": {k: np.dtype(v).str for k, v in dtypes.items()},
+                        "array_ndims": plan.array_ndims,
+                        "arrays": sorted(plan.array_ndims),
+                    }))  # fmt: skip
+                source, filename = text, str(path)
+            except OSError:
+                stem = None
+        gns = _as_module(f"visualizer_compiled_{stem or f'{plan.name}_{next(_module_serial)}'}", gns)
         try:
-            exec(compile(source, f"<compiled {plan.name}>", "exec"), gns)  # noqa: S102 - generated here
+            exec(compile(source, filename, "exec"), gns)  # noqa: S102 - generated here
         except SyntaxError as e:
             raise NotCompiled(f"generated code did not parse: {e}") from None
         for r in plan.regions:
@@ -359,16 +525,18 @@ def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, t
         for c in plan.conds:
             gns[f"{P}cond_{c.index}"] = njit(**REGION)(gns[f"{P}cond_{c.index}"])
         gns[P + "block"] = njit(**REGION)(gns[P + "block"])  # indexes only its own arrays, in range
-        grid = njit(**JIT)(gns[P + "grid"])
-        from numba.core import types as nbt
-
+        grid = njit(**{**JIT, "cache": bool(stem)})(gns[P + "grid"])
         sig = (nbt.int64,) * 6 + (nbt.Array(nbt.uint64, 1, "C"),) + tuple(argtypes)
         try:
-            grid.compile(sig)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", category=NumbaWarning)  # a cache it cannot write: compiled
+                grid.compile(sig)
         except Exception as e:  # noqa: BLE001
             raise NotCompiled(_numba_reason(e)) from None
+        cached = bool(stem) and bool(grid.stats.cache_hits)
         ck = CompiledKernel(plan.name, plan, tuple(argtypes), seeded, dtypes, gns, grid,
                             time.process_time() - t0, _serial_reason(plan), source)  # fmt: skip
+        ck.from_disk = cached
         _kernels[key] = ck
         return ck
 
@@ -417,6 +585,9 @@ class LaunchReport:
     regions: int
     syncs: int  # the syncthreads calls (of every kind) the kernel is split at
     shared_bytes: int = 0  # the static shared arrays' bytes per block (plan.shared)
+    # where the compiled kernel came from: "compiled" (in this call), "disk" (loaded from the disk cache:
+    # compile_s is the load), "memory" (compiled earlier in this process: compile_s is 0)
+    compiled_from: str = "compiled"
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -433,6 +604,7 @@ def launch(kernel=None, griddim=1, blockdim=1, args=(), *, schedule=None, parall
     fresh = time.process_time()
     ck = compile_kernel(kernel, argtypes, seeded=seeded, tree=tree, namespace=namespace)
     compile_s = ck.compile_s if ck.launches == 0 else 0.0
+    origin = "memory" if ck.launches else ("disk" if ck.from_disk else "compiled")
     if ck.launches == 0 and time.process_time() - fresh < ck.compile_s * 0.5:
         compile_s = time.process_time() - fresh  # another launch compiled it first
     ck.launches += 1
@@ -471,7 +643,7 @@ def launch(kernel=None, griddim=1, blockdim=1, args=(), *, schedule=None, parall
     sched = {"seed": int(schedule[0]), "run": int(schedule[1])} if seeded else None
     return LaunchReport("compiled", "parallel" if use_parallel else "serial", None if use_parallel else reason,
                         compile_s, run_s, sched, len(ck.plan.regions), ck.plan.n_syncs,
-                        _shared_bytes(ck.plan))  # fmt: skip
+                        _shared_bytes(ck.plan), origin)  # fmt: skip
 
 
 def _shared_bytes(plan: Plan) -> int:
