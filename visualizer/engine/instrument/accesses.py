@@ -801,7 +801,10 @@ class AccessPass:
         rw = _Rewriter(arrays, sites, skipped, devices=devices, locals_=frozenset(locals_))
         rw.block_rooms = self.block_rooms
         _register_views(fn.body, rw, set(own))
-        body = _rewrite_block(fn.body, rw, sites, _Unroller(self.constants, assigned_names(fn), locals_))
+        # (unrolled for a GPU's registers; the compiled simulator's build, without block rooms, keeps
+        # its loops: unrolled, numba compiled matmul_tiled's recording for over a minute)
+        constants = self.constants if self.block_rooms else {}
+        body = _rewrite_block(fn.body, rw, sites, _Unroller(constants, assigned_names(fn), locals_))
         self.module_defs = devices.module_defs
         body = _epochs(body)
         exits = []
