@@ -295,7 +295,13 @@ class CheckedIndex(ast.NodeTransformer):
         name, ndim = node.value.id, self.arrays[node.value.id]
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if ndim > 1 and not isinstance(node.slice, ast.Tuple):
-            _refuse(node, f"{name}[...] indexed by a tuple variable (write the indices out)")
+            if not 2 <= ndim <= 4:
+                _refuse(node, f"{name}[...] indexed by a tuple variable (write the indices out)")
+            # a tuple of all the indices (the access pass's at2(...) returns one): checked as one
+            node.slice = ast.Call(func=ast.Name(id=f"{P}ixt{ndim}", ctx=ast.Load()), keywords=[],
+                                  args=[node.slice, ast.parse(f"{name}.shape", mode="eval").body,
+                                        ast.Name(id=P + "err", ctx=ast.Load())])  # fmt: skip
+            return ast.fix_missing_locations(node)
         checked = []
         for d, e in enumerate(parts):
             if isinstance(e, ast.Slice) or d >= ndim:

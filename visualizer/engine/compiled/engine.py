@@ -95,6 +95,9 @@ def _base_ns() -> dict:
         P + "shuffled_lanes": runtime.shuffled_lanes,
         P + "Divergent": runtime.DivergentBarrier,
         P + "ix": runtime.check_index,
+        P + "ixt2": runtime.check_index_tuple2,
+        P + "ixt3": runtime.check_index_tuple3,
+        P + "ixt4": runtime.check_index_tuple4,
     }
 
 

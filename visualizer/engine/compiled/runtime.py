@@ -213,6 +213,24 @@ def check_index(i, n, err):
     return i
 
 
+@njit(**_JIT)
+def check_index_tuple2(i, shape, err):
+    """``a[t]`` with ``t`` a tuple of a 2-d array's two indices: each checked as ``check_index``."""
+    return (check_index(i[0], shape[0], err), check_index(i[1], shape[1], err))
+
+
+@njit(**_JIT)
+def check_index_tuple3(i, shape, err):
+    return (check_index(i[0], shape[0], err), check_index(i[1], shape[1], err),
+            check_index(i[2], shape[2], err))  # fmt: skip
+
+
+@njit(**_JIT)
+def check_index_tuple4(i, shape, err):
+    return (check_index(i[0], shape[0], err), check_index(i[1], shape[1], err),
+            check_index(i[2], shape[2], err), check_index(i[3], shape[3], err))  # fmt: skip
+
+
 # --- the ids lens's probes on this engine (kernels/probes.py's simulator versions are Python) ------
 # ctx is (t, tx, ty, tz, bx, by, bz, bdx, bdy, bdz, gdx, gdy, gdz): what a device function is given.
 

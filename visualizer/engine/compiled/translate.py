@@ -347,8 +347,26 @@ class CudaRewriter(ast.NodeTransformer):
     visit_With = visit_TryStar = visit_Try
 
 
+# a device function -> (generated name, njit function taking this thread's ids first): what this engine
+# calls instead (a lens's probe whose simulator form needs what this engine does not model, registered by
+# the lens's compiled hook: engine/lenses/)
+SUBSTITUTES: dict = {}
+
+
+def substitute(fn, name: str, njit_fn) -> None:
+    """Launches compiled from now on call ``njit_fn(ids, *args)`` where a kernel calls ``fn``."""
+    SUBSTITUTES[fn] = (P + "dev_sub_" + name, njit_fn)
+
+
 def _probe_substitute(value):
-    """(generated name, njit function) for kernels/probes.py's simulator smid/globaltimer, else None."""
+    """(generated name, njit function) for a registered substitute (``substitute``) or kernels/probes.py's
+    simulator smid/globaltimer, else None."""
+    try:
+        registered = SUBSTITUTES.get(value)
+    except TypeError:  # not hashable: no substitute
+        registered = None
+    if registered is not None:
+        return registered
     try:
         from visualizer.kernels import probes
     except ImportError:

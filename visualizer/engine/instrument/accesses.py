@@ -123,6 +123,8 @@ def _calls_barrier(stmt: ast.stmt) -> bool:
 
 
 class _Rewriter(ast.NodeTransformer):
+    block_rooms = True  # a loop reaching a barrier asks the block for room (AccessPass.block_rooms)
+
     def __init__(self, arrays: dict[str, str], sites: list, skipped: list, names=None, devices=None,
                  locals_=frozenset(), views=None, count=False):  # fmt: skip
         self.count = count  # the counted copy of a loop: each access only counted (``counting``)
@@ -435,7 +437,9 @@ def _rewrite_block(stmts: list[ast.stmt], rw: _Rewriter, sites: list, unroll=Non
             new = new if isinstance(new, list) else [new]
             if unroll is not None:
                 new = unroll.block(new)
-            if len(new) == 1 and isinstance(new[0], (ast.For, ast.While)):
+            # (without block rooms: a loop that reaches a barrier stays recorded to its end, AccessPass)
+            block_room = rw.block_rooms or not _reaches_barrier(original, rw.devices)
+            if len(new) == 1 and isinstance(new[0], (ast.For, ast.While)) and block_room:
                 split = _split(original, new[0], rw, unroll) if isinstance(new[0], ast.For) else None
                 if split is not None:
                     new = split
@@ -750,15 +754,24 @@ class AccessPass:
     name = "accesses"
     params = (ACC, CNT, SEL)
 
-    def __init__(self, exclude=(), constants: dict | None = None, device_functions: dict | None = None):
+    def __init__(self, exclude=(), constants: dict | None = None, device_functions: dict | None = None,
+                 block_rooms: bool = True):  # fmt: skip
         self.exclude = frozenset(exclude)  # parameters that are probe buffers, not the kernel's data
+        # False: a loop that reaches a barrier records to its end, with no ``syncthreads_or(_vz_room)``
+        # (the compiled simulator takes no barrier inside a condition; its buffers have room for every
+        # access, and past a lane's room the probes only count, so the records are the same)
+        self.block_rooms = block_rooms
         # compile-time integer constants of the kernel's namespace (a closure's tile size, a module's
         # TILE): the recorded copies of loops over a constant range are unrolled (_Unroller)
         self.constants = dict(constants or {})
         # the kernel's device functions: name -> (def, its namespace's constants) (_Devices)
         self.device_functions = dict(device_functions or {})
         self.module_defs: list[ast.FunctionDef] = []  # their recording copies, after apply
-        self.key = (self.name, tuple(sorted(self.exclude)))  # engine/capture/builds.py caches builds by it
+        self.key = (
+            self.name,
+            tuple(sorted(self.exclude)),
+            block_rooms,
+        )  # engine/capture/builds.py caches builds by it
 
     def namespaces(self) -> list[dict]:
         """The device functions' own namespaces: their recording copies run in the kernel's."""
@@ -786,8 +799,12 @@ class AccessPass:
         devices = _Devices(self.device_functions, sites, skipped)
         locals_ = local_arrays(fn)
         rw = _Rewriter(arrays, sites, skipped, devices=devices, locals_=frozenset(locals_))
+        rw.block_rooms = self.block_rooms
         _register_views(fn.body, rw, set(own))
-        body = _rewrite_block(fn.body, rw, sites, _Unroller(self.constants, assigned_names(fn), locals_))
+        # (unrolled for a GPU's registers; the compiled simulator's build, without block rooms, keeps
+        # its loops: unrolled, numba compiled matmul_tiled's recording for over a minute)
+        constants = self.constants if self.block_rooms else {}
+        body = _rewrite_block(fn.body, rw, sites, _Unroller(constants, assigned_names(fn), locals_))
         self.module_defs = devices.module_defs
         body = _epochs(body)
         exits = []

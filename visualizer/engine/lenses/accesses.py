@@ -2,6 +2,10 @@
 
 * **simulator**: its listener is the access recorder (engine/sim/access_record.py): every access of every
   thread, exact, with no change to the kernel;
+* **compiled simulator** (engine/compiled/): the access pass, as on a GPU, with every warp recording
+  while the launch fits the buffers (``compiled_plan``; the first, middle and last block past that) and
+  two probes of their own (``compiled_probes``: no ``activemask`` there); the lanes' records are formed
+  into requests by the recorder's rule (``recorder_masks``), so the tables equal the recorder's;
 * **GPU** (and the simulator when asked, ``access_engine="pass"``: how CI runs the GPU path): the
   kernel records its own accesses through the access pass (engine/instrument/accesses.py) in sampled
   warps (analysis/gpu_accesses.plan: the request's ``sample_blocks``, else the first, middle and last
@@ -83,9 +87,6 @@ class Accesses(Lens):
         ),
         Option("access_engine", "with --accesses on the simulator: 'pass' records as a GPU does"),
     )
-    # not on the compiled simulator engine yet: its recorder listens to fastsim (a capture asking for it
-    # runs on fastsim, saying so)
-    backends = frozenset({"gpu", "sim"})
 
     @classmethod
     def problem(cls, given, backend_name):
@@ -98,7 +99,13 @@ class Accesses(Lens):
     def __init__(self, ctx):
         super().__init__(ctx)
         # the recorder listens to the Python simulator; every other backend runs the access pass
+        # on the compiled engine (planned: a kernel it can't take runs this build on fastsim, which
+        # gives the same tables)
+        self.compiled = ctx.backend.listens and ctx.request.planned_sim_engine()[0] == "compiled"
         self.by_pass = not ctx.backend.listens or self.options_given.get("access_engine") == "pass"
+        self.by_pass = self.by_pass or self.compiled
+        if self.compiled:
+            compiled_probes()
         self.recorder = None
         self.plan = None
         self.arrays = None
@@ -112,7 +119,13 @@ class Accesses(Lens):
 
     # --- the instrumenter (GPU): the access pass and its buffers ------------------------------
     def passes(self, kernel):
-        return (access_pass(kernel),) if self.by_pass else ()
+        if not self.by_pass:
+            return ()
+        made = access_pass(kernel)
+        if self.compiled:  # the compiled engine's build: no barrier inside a condition (AccessPass)
+            made.block_rooms = False
+            made.key = (*made.key[:-1], False)
+        return (made,)
 
     def built(self, infos, kernel):
         super().built(infos, kernel)
@@ -127,7 +140,10 @@ class Accesses(Lens):
             blocks = sample_blocks(self.options_given.get("sample_blocks"), self.ctx.launch.grid)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
-        self.plan = gpu_accesses.plan(self.ctx.launch.grid, self.ctx.launch.block, blocks)
+        if self.compiled and blocks is None:
+            self.plan = compiled_plan(self.ctx.launch.grid, self.ctx.launch.block, kernel)
+        else:
+            self.plan = gpu_accesses.plan(self.ctx.launch.grid, self.ctx.launch.block, blocks)
         self.arrays = ia.resolve_arrays(infos["accesses"], kernel.host_arrays, kernel.namespace)
 
     def buffers(self):
@@ -169,6 +185,8 @@ class Accesses(Lens):
         from visualizer.engine.instrument.accesses import AccessPass
 
         got = {k: reply["buffers"].pop(k) for k in AccessPass.params}
+        if self.compiled:
+            got["_vz_acc"] = recorder_masks(got["_vz_acc"], got["_vz_acc_cnt"])
         reply["accesses"] = gpu_accesses.decode(
             got,
             self.plan,
@@ -177,6 +195,125 @@ class Accesses(Lens):
             self.ctx.launch.grid,
             self.ctx.launch.block,
         )
+        if self.compiled:
+            simulated(reply["accesses"], self.plan)
+
+
+# --- the compiled simulator's hook ----------------------------------------------------------------
+
+
+def compiled_plan(grid, block, kernel) -> dict:
+    """The warps that record on the compiled engine: every warp of every block while each lane has room
+    for its accesses (the spec's estimate, where it has one) and for at least ``MIN_LANE_RECORDS``, in
+    ``DEFAULT_RECORDS`` lane accesses in all (the recorder's limit); else the GPU's default sample."""
+    blocks = gpu_accesses.linear_blocks(grid)
+    p = gpu_accesses.plan(grid, block, list(range(blocks)))
+    threads = blocks * int(block[0]) * int(block[1]) * int(block[2])
+    estimate = kernel.estimates.get("accesses") if kernel is not None else None
+    per_lane = estimate(kernel.values) / max(threads, 1) if callable(estimate) else 0
+    if p["cap"] >= max(MIN_LANE_RECORDS, per_lane):
+        return p
+    return gpu_accesses.plan(grid, block, None)
+
+
+MIN_LANE_RECORDS = 64
+
+
+def recorder_masks(rec: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """The request words' masks by the simulator recorder's rule (engine/sim/access_record.py): a warp's
+    request at a site is the lanes' j-th access there (in one barrier epoch), whatever ran in between.
+    The compiled engine runs a warp's lanes one after another, so its probe writes each lane's own bit
+    (``compiled_probes``); here each record gets the lanes of its group. A lane that ran out of room is
+    put in every group it is not in: such a request may lack it, so the decode leaves it out (and says
+    so) rather than show it with fewer lanes than it had."""
+    from visualizer.analysis import lane_streams as ls
+
+    cnt = np.asarray(cnt, np.int64)
+    slots = len(cnt)
+    if slots == 0:
+        return rec
+    rows = len(rec) // (64 * slots)
+    cap = rows - 1
+    out = rec.reshape(slots, rows, 64).copy()
+    n = np.minimum(cnt, cap)
+    for s in np.flatnonzero(n.sum(axis=1)):
+        ks, lanes = np.nonzero(np.arange(cap)[:, None] < n[s][None, :])
+        if not len(ks):
+            continue
+        site = out[s, ks, lanes] >> ls.SITE_SHIFT
+        epoch = out[s, ks, lanes + ls.LANES] >> 32
+        # j: the record's rank among its lane's records with the same (site, epoch), in its order
+        order = np.lexsort((ks, epoch, site, lanes))
+        key = np.stack([lanes[order], site[order], epoch[order]])
+        new = np.r_[True, (key[:, 1:] != key[:, :-1]).any(axis=0)]
+        pos = np.arange(len(order))
+        j = np.empty(len(order), np.int64)
+        j[order] = pos - np.maximum.accumulate(np.where(new, pos, 0))
+        group = np.unique(np.stack([site, epoch, j]), axis=1, return_inverse=True)[1].reshape(-1)
+        mask = np.zeros(group.max() + 1, np.int64)
+        np.bitwise_or.at(mask, group, np.int64(1) << lanes)
+        ran_out = int(sum(1 << int(x) for x in np.flatnonzero(cnt[s] > cap)))
+        mask |= ran_out
+        out[s, ks, lanes + ls.LANES] = (epoch << 32) | mask[group]
+    return out.reshape(-1)
+
+
+def simulated(accesses: dict, plan: dict) -> None:
+    """The decoded recording as the simulator's: its label, and the sample only where warps were
+    sampled (every warp recorded: the recorder's tables, nothing left out)."""
+    from visualizer.analysis.memory import SOURCE
+
+    sample = accesses.get("sample")
+    whole = (
+        sample is not None
+        and len(plan["blocks"]) == len(plan["sel"])
+        and not (sample["unrecorded_accesses"] or sample["inconsistent_warps"])
+    )
+    if whole:
+        del accesses["sample"]
+        accesses["source"] = SOURCE
+    else:
+        accesses["source"] = SOURCE + " (sampled warps)"
+        if sample is not None:
+            sample["where"] = "the simulator (compiled engine)"
+
+
+_COMPILED_PROBES: dict = {}
+
+
+def compiled_probes() -> None:
+    """The compiled engine's ``start`` and ``note`` of kernels/access_probes.py (registered with it once):
+    the same words, with no ``activemask`` (the engine runs a warp's lanes one after another): the lanes
+    the warp has from the block's size, and each lane's own bit as its request's mask
+    (``recorder_masks`` forms the requests)."""
+    if _COMPILED_PROBES:
+        return
+    from numba import int64, njit, uint32, uint64
+
+    from visualizer.engine.compiled.translate import substitute
+    from visualizer.kernels import access_probes as probes
+
+    @njit(cache=False, nogil=True)
+    def start(ids, rec, cnt, st, n, slot):
+        lane = ids[0] % 32
+        rows = uint32(rec.shape[0]) // uint32(cnt.shape[0] * 64)
+        n[0] = uint64(0)
+        st[0] = uint32(0)
+        st[1] = rows - uint32(1)
+        st[2] = uint32(max(slot, 0)) * rows * uint32(64) + uint32(lane)
+        if slot >= 0:
+            have = min(32, ids[7] * ids[8] * ids[9] - (ids[0] - lane))  # the lanes this warp has
+            rec[st[2] - uint32(lane) + st[1] * uint32(64)] = ~((int64(1) << int64(have)) - int64(1))
+
+    @njit(cache=False, nogil=True)
+    def note(ids, rec, st, ep, k, word):
+        i = st[2] + k * uint32(64)
+        rec[i] = word
+        rec[i + uint32(32)] = (int64(ep) << int64(32)) | (int64(1) << int64(ids[0] % 32))
+
+    substitute(probes.start, "access_start", start)
+    substitute(probes.note, "access_note", note)
+    _COMPILED_PROBES.update(start=start, note=note)
 
 
 # --- by hand: the access pass's build of one kernel launched on its own -----------------------------

@@ -10,8 +10,6 @@ from visualizer.engine.lenses import Lens, register
 
 class _Simt(Lens):
     barriers = False
-    # not on the compiled simulator engine yet (its lockstep visits are not recorded there): fastsim
-    backends = frozenset({"gpu", "sim"})
 
     def passes(self, kernel):
         from visualizer.engine.instrument.branches import BarrierPass, BranchPass

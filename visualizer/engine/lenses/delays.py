@@ -11,8 +11,6 @@ from visualizer.engine.lenses import Lens, register
 @register
 class Delays(Lens):
     name = "delays"
-    # not on the compiled simulator engine (its seeded schedules are its own perturbation): fastsim
-    backends = frozenset({"gpu", "sim"})
     help = (
         "with --runs and --seed: seeded per-warp delays before loads, stores, atomics and barriers "
         "(races made visible on a GPU; run i's delays are drawn from (seed, i))"
