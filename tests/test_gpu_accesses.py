@@ -249,6 +249,26 @@ def test_16_byte_global_accesses_count_the_two_requests_ptxas_makes_of_each(sim)
         assert summ["global_ld_ideal_sectors"] == warps * 2 * halves * (32 * 8 // memory.SECTOR_BYTES)
 
 
+def test_a_visitors_complex128_kernel_counts_the_same_requests_on_the_simulator():
+    """The same launch as a visitor's kernel, through the sandboxed worker: 2 requests per warp-wide
+    complex128 access, 16 sectors each (see the test above)."""
+    from visualizer.engine.run.user_runner import UserRunner
+    from visualizer.specs.source import plan_source_launch
+
+    src = "from numba import cuda\n\n\n@cuda.jit\ndef add(a, b, out):\n    i = cuda.grid(1)\n    out[i] = a[i] + b[i]\n"
+    args = {"a": "rand:complex128:256", "b": "rand:complex128:256", "out": "zeros:complex128:256"}
+    launch = plan_source_launch(src, "add", grid="2", block="128", args=args, filename="add.py")
+    with UserRunner("sim") as runner:
+        cap = runner.capture_source(launch, seed=1, accesses=True)
+    s = cap.launch["accesses"]
+    warps, halves, per_request = 8, 2, 16
+    assert (s["global_ld_requests"], s["global_ld_sectors"]) == (
+        warps * 2 * halves,
+        warps * 2 * halves * per_request,
+    )
+    assert (s["global_st_requests"], s["global_st_sectors"]) == (warps * halves, warps * halves * per_request)
+
+
 @pytest.mark.gpu
 def test_gpu_recording_on_the_gpu_equals_the_simulator_recorder(sim, tmp_path):
     gpu = run_cases(tmp_path, "gpu")
