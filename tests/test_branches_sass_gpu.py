@@ -34,7 +34,7 @@ METRICS = (
 # as_ncu_counts counts as its SASS runs (lane_loop: issue 39, ncu 15.38 %): ncu's number, to the branch
 AGREE = ("collatz", "classify", "reduction", "lane_loop")
 # loops over a uniform trip count that ptxas unrolled (counted as their SASS runs): within 1 point, the
-# same divergent branches; ncu also counts the unconditional jump over the `else`, which is left out
+# same divergent branches; ncu also counts an unconditional jump (branch_lanes: one per warp), left out
 NEAR = ("branch_lanes", "branch_warps")
 # where they part, reported: a `break` folded into the trip count (partial_sums), jumps of a division's
 # slow path on lines with no branch (mandel)

@@ -154,7 +154,7 @@ with tab_b:
                 for line, u in modelled_lines.items()
             )
             + ". Elsewhere it is one jump per visit, which is ncu's count where the compiler keeps one jump "
-            "per test; ncu also counts unconditional jumps (the one over an else), which are left out here. "
+            "per test; ncu also counts unconditional jumps (such as one over an else), which are left out here. "
             + (
                 "ptxas unrolls the probed build's loop too, so on a GPU the lanes reach its tests in the "
                 "groups that code runs them in, where the simulator models the lanes testing it together "
