@@ -1,7 +1,7 @@
 """Small kernels written for checking recorded accesses against Nsight Compute (issue 23).
 
 Each one makes one kind of request the tables must count as the hardware does: 8- and 16-byte
-shared accesses (served by half- and quarter-warps), a conflict that only the per-phase count gets
+shared accesses (served by half- and quarter-warps), 16-byte global ones (two 8-byte requests each), a conflict that only the per-phase count gets
 right, a divergent reduction, atomics, a guard return, a conditional expression, a view read in a
 device function. ``CASES`` gives
 each kernel its launch and inputs (numpy only); tools/crosscheck.py profiles them with ncu, and
@@ -60,6 +60,18 @@ def c128_rows(x, out):
     cuda.syncthreads()
     v = s[t]
     out[t] = v.real + v.imag
+
+
+@cuda.jit
+def c128_add(a, b, out):
+    """complex128 (16 bytes) in global memory, along the row: numba aligns it to 8 bytes, so ptxas moves
+    each element as two 8-byte halves (two LDG.E.64 per load, two STG.E.64 per store): two requests."""
+    i = cuda.grid(1)
+    out[i] = a[i] + b[i]
+
+
+def _c128(r, n):
+    return (r.random(n) + 1j * r.random(n)).astype(np.complex128)
 
 
 @cuda.jit
@@ -144,6 +156,8 @@ CASES = [
     ("f64_stride2", (1, 1, 1), (N, 1, 1), lambda r: {"x": r.random(N)}, {"out": ((N,), np.float64)}),
     ("f64_uneven", (1, 1, 1), (N, 1, 1), lambda r: {"x": r.random(N)}, {"out": ((N,), np.float64)}),
     ("c128_rows", (1, 1, 1), (N, 1, 1), lambda r: {"x": r.random(N)}, {"out": ((N,), np.float64)}),
+    ("c128_add", (2, 1, 1), (128, 1, 1), lambda r: {"a": _c128(r, 2 * 128), "b": _c128(r, 2 * 128)},
+     {"out": ((2 * 128,), np.complex128)}),
     ("f32_column", (1, 1, 1), (32, 32, 1), _f32(1024), {"out": ((1024,), np.float32)}),
     ("tree_sum", (4, 1, 1), (N, 1, 1), _f32(4 * N), {"out": ((4,), np.float32)}),
     ("tree_sum_race", (2, 1, 1), (N, 1, 1), _f32(2 * N), {"out": ((2,), np.float32)}),
@@ -156,6 +170,8 @@ CASES = [
 
 def reference(kernel: str, arrays: dict) -> dict:
     """What each case must compute (numpy), to check a run's outputs."""
+    if kernel == "c128_add":
+        return {"out": arrays["a"] + arrays["b"]}
     x = arrays["x"]
     if kernel in ("f64_rows",):
         return {"out": x * 2.0}

@@ -59,6 +59,7 @@ def case_list():
         ("collatz", bc.COLLATZ, "collatz", 256, 256, (start, np.zeros(1 << 16, np.int64)), False),
         ("classify", bc.CLASSIFY, "classify", 256, 256, (cls, np.zeros(1 << 16, np.int32)), False),
         ("partial_sums", bc.PARTIAL_SUMS, "partial_sums", 256, 256, (xs, np.zeros_like(xs)), False),
+        ("lane_loop", bc.LANE_LOOP, "lane_loop", 2, 128, (xs[:256], np.zeros(256, np.float32)), False),
         ("reduction", _example("reduction.py"), "block_sum", n // 256, 256, (x, np.zeros(n // 256, np.float32)), True),
         ("matmul_tiled", _example("matmul_tiled.py"), "matmul_tiled", (16, 16), (16, 16), (A, B, np.zeros((m, m), np.float32)), True),
     ]  # fmt: skip
@@ -265,7 +266,8 @@ def lens_rows(name, records=1024):
 
 
 def sass_lines(name, arch="sm_90"):
-    """(jumps, conditional jumps) per source line of a case's clean build, compiled here for ``arch``
+    """(jumps, conditional jumps) per source line of a case's clean build, and its loops ptxas unrolled
+    with a remainder (line -> U, analysis/branches.unrolled_loops), compiled here for ``arch``
     with line info (numba -> PTX, ptxas, nvdisasm; no GPU needed), typed as a launch on the case's own
     arguments types them."""
     import types
@@ -284,7 +286,8 @@ def sass_lines(name, arch="sm_90"):
     exec(compile(src, name + ".py", "exec"), mod.__dict__)
     sig = tuple(typeof(a) for a in args)
     ptx, _ = cuda.compile_ptx(mod.__dict__[kernel].py_func, sig, cc=(9, 0), lineinfo=True)
-    return branches.jumps_of({"sass": assemble(ptx, arch)["sass"], "filename": name + ".py"})
+    compiled = {"sass": assemble(ptx, arch)["sass"], "filename": name + ".py"}
+    return (*branches.jumps_of(compiled), branches.unrolled_loops(compiled))
 
 
 if __name__ == "__main__":

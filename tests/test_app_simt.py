@@ -142,6 +142,44 @@ def test_a_visitors_kernel_gets_the_lens_from_the_page(monkeypatch):
     assert not [b for b in at.button if b.label.startswith("Record which lanes")] and _charts(at)
 
 
+def test_a_lane_dependent_loop_shows_ncus_count_and_says_why_the_backends_part(monkeypatch):
+    """`for k in range(threadIdx.x % 32)` (issue 39): the page's source-level number is the simulator's
+    model, 3.1 %; as Nsight Compute counts it, the loop ptxas unrolled by 4 runs 13 jumps per warp, 2
+    uniform (15.4 %, ncu's 15.38 % on the H200), and the page says why a GPU's source-level number parts."""
+    import sys
+    from pathlib import Path
+
+    from tests.test_app_your_kernel import TOKEN, _button, _your_kernel_page
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from branch_cases import LANE_LOOP
+
+    from visualizer.engine.capture import ptx
+
+    if not (ptx.tool("ptxas") and ptx.tool("nvdisasm")):
+        pytest.skip("ptxas / nvdisasm not installed here")
+    monkeypatch.setenv("VISUALIZER_TOKEN", TOKEN)
+    monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)
+    at = _your_kernel_page()
+    at.text_area(key="uk_source").set_value(LANE_LOOP).run()
+    at.radio(key="uk_mode").set_value(at.radio(key="uk_mode").options[1]).run()
+    at.text_input(key="uk_block").set_value("128")
+    at.text_input(key="uk_grid").set_value("2")
+    at.text_input(key="uk_arg_x").set_value("rand:float32:256")
+    at.text_input(key="uk_arg_out").set_value("zeros:float32:256")
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    at.switch_page("web/pages/simt.py").run()
+    _button(at, "Record which lanes take each branch of your kernel").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert _numbers(at).startswith("Branch efficiency **3.1%** (modelled)")
+    caption = next(c.value for c in at.caption if c.value.startswith("As Nsight Compute counts it"))
+    assert "**15.4%**, over the 104 conditional jumps" in caption, caption
+    assert "ptxas unrolled line 8's loop by 4 with a remainder loop" in caption
+    assert "the two source-level numbers part on that line" in caption
+
+
 def test_a_session_whose_key_was_withdrawn_starts_no_sandbox_on_the_page(monkeypatch):
     """The operator changed the key after this session ran its kernel: the SIMT page offers no run
     (user_code_allowed answers (allowed, why); a tuple is always true, so the old check let it run)."""

@@ -150,3 +150,25 @@ def test_capture_source_cli_writes_a_visitors_branches(tmp_path):
     assert "as Nsight Compute counts it" in proc.stdout  # compiled in the visitor's sandbox
     rows = bundle.load(out).branches
     assert sorted(rows["line"].unique().tolist()) == [7, 9]
+
+
+def test_a_lane_dependent_loop_on_the_simulator_and_as_ncu_counts_it():
+    """`for k in range(threadIdx.x % 32)` at 2 x 128 (issue 39): the simulator's source-level model is
+    1 uniform test of 32 per warp (3.1 %); as Nsight Compute counts it, the loop ptxas unrolled by 4 runs
+    13 conditional jumps per warp, 2 uniform: 15.4 % (ncu said 15.38 % on the H200)."""
+    from visualizer.tools.capture_report import sass_counted_lines
+
+    launch = plan_source_launch(
+        branch_cases.LANE_LOOP, "lane_loop", grid="2", block="128",
+        args={"x": "rand:float32:256", "out": "zeros:float32:256"}, filename="lane_loop.py",
+    )  # fmt: skip
+    with UserRunner("sim") as runner:
+        cap = runner.capture_source(launch, seed=1, branches=True)
+    s = cap.launch["branches"]
+    assert s["visits"] == 8 * 32 and s["divergent_visits"] == 8 * 31
+    assert s["efficiency"] == pytest.approx(100 / 32, abs=1e-3)
+    if not (ptx.tool("ptxas") and ptx.tool("nvdisasm")):
+        pytest.skip("ptxas / nvdisasm not installed here")
+    text = "\n".join(sass_counted_lines(cap, ptx.source_asm(launch.request("sim"))))
+    assert "15.4% over the 104 conditional jumps of line 8, 88 divergent" in text, text
+    assert "line 8's loop counted as ptxas unrolled it (by 4" in text

@@ -1,7 +1,8 @@
 """The SIMT lens on the H200 against Nsight Compute, and on the attention kernels.
 
 * The lens's branch efficiency "as ncu counts it" (analysis/branches.as_ncu_counts: the GPU's warp
-  visits of the source lines whose clean build has a conditional jump) against ncu's
+  visits of the source lines whose clean build has a conditional jump, and the jumps of a loop ptxas
+  unrolled with a remainder from each lane's trip count) against ncu's
   smsp__sass_average_branch_targets_threads_uniform.pct and its divergent-branch count, on the clean
   builds of the same launches (tests/branch_gpu_check.py's cases, the same inputs).
 * The divergence pair at the lesson's largest size: the log is not cut.
@@ -29,11 +30,15 @@ METRICS = (
     "smsp__sass_average_branch_targets_threads_uniform.pct,smsp__sass_branch_targets.sum,"
     "smsp__sass_branch_targets_threads_divergent.sum"
 )
-# every line with a jump runs one jump per source test (no unrolled loop, no folded exit): ncu's number
-AGREE = ("collatz", "classify", "reduction")
-# where they part, reported: loops unrolled by ptxas (branch_lanes), a `break` folded into the trip
-# count (partial_sums), jumps of a division's slow path on lines with no branch (mandel)
-PART = ("branch_lanes", "partial_sums", "mandel")
+# every line with a jump runs one jump per source test, or is a loop ptxas unrolled with a remainder that
+# as_ncu_counts counts as its SASS runs (lane_loop: issue 39, ncu 15.38 %): ncu's number, to the branch
+AGREE = ("collatz", "classify", "reduction", "lane_loop")
+# loops over a uniform trip count that ptxas unrolled (counted as their SASS runs): within 1 point, the
+# same divergent branches; ncu also counts an unconditional jump (branch_lanes: one per warp), left out
+NEAR = ("branch_lanes", "branch_warps")
+# where they part, reported: a `break` folded into the trip count (partial_sums), jumps of a division's
+# slow path on lines with no branch (mandel)
+PART = ("partial_sums", "mandel")
 
 
 def _report(entry: dict) -> None:
@@ -48,7 +53,7 @@ def ncu_counts(tmp_path_factory):
     if not os.path.exists(NCU):
         pytest.skip("no Nsight Compute here")
     log = tmp_path_factory.mktemp("ncu") / "ncu.csv"
-    names = AGREE + PART
+    names = AGREE + NEAR + PART
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
     cmd = [NCU, "--clock-control", "none", "--csv", "--metrics", METRICS, "--log-file", str(log),
            sys.executable, str(HERE / "branch_gpu_check.py"), "clean", *names]  # fmt: skip
@@ -61,15 +66,15 @@ def ncu_counts(tmp_path_factory):
     return dict(zip(names, got.values(), strict=True))
 
 
-@pytest.mark.parametrize("name", AGREE + PART)
+@pytest.mark.parametrize("name", AGREE + NEAR + PART)
 def test_the_sass_counted_efficiency_against_ncu(ncu_counts, name):
     import branch_gpu_check as g
 
     from visualizer.analysis import branches
 
-    rows, _ = g.lens_rows(name)
-    _, cond = g.sass_lines(name)
-    mine = branches.as_ncu_counts(rows, cond)
+    rows, sites = g.lens_rows(name)
+    _, cond, unrolled = g.sass_lines(name)
+    mine = branches.as_ncu_counts(rows, cond, unrolled, sites)
     ncu = ncu_counts[name]
     entry = {
         "case": name, "lens": branches.efficiency(rows), "lens_divergent": int(branches.divergent(rows).sum()),
@@ -82,8 +87,11 @@ def test_the_sass_counted_efficiency_against_ncu(ncu_counts, name):
     if name in AGREE:  # the same branch executions, the same divergent ones
         assert mine["visits"] == entry["ncu_targets"] and mine["divergent_visits"] == entry["ncu_divergent"]
         assert mine["efficiency"] == pytest.approx(entry["ncu_pct"], abs=0.05), entry
-    if name == "branch_lanes":  # unrolled by 4: fewer jumps than loop tests, the one divergent test each
-        assert mine["divergent_visits"] == entry["ncu_divergent"] and mine["visits"] > entry["ncu_targets"]
+    if name == "lane_loop":  # ptxas unrolled `for k in range(threadIdx.x % 32)` by 4: counted so
+        assert mine["modelled"] == {sites[0]["line"]: 4}
+    if name in NEAR:  # unrolled by 4, counted as the SASS runs: the one divergent test per warp each
+        assert mine["modelled"] and mine["divergent_visits"] == entry["ncu_divergent"]
+        assert mine["efficiency"] == pytest.approx(entry["ncu_pct"], abs=1.0), entry
 
 
 def test_the_divergence_pair_at_the_lessons_largest_size_is_not_cut(gpu_runner):

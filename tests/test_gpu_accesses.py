@@ -193,7 +193,7 @@ def same_tables(recorded: dict, simulator: dict, blocks) -> None:
     pd.testing.assert_frame_equal(norm(g_haz, HAZ), norm(s_haz, HAZ, blocks))
 
 
-CASE_NAMES = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "f32_column", "tree_sum", "tree_sum_race",
+CASE_NAMES = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "c128_add", "f32_column", "tree_sum", "tree_sum_race",
               "histogram", "view_rows", "matmul_tiled"]  # fmt: skip
 
 
@@ -224,6 +224,49 @@ def test_recorded_wavefronts_of_the_fresh_cases(sim):
     rows = req[(req["array"].astype(str) == "x") & (req["op"].astype(str) == "load")]
     assert len(rows) > 0 and (rows["sectors"] == 32).all()
     assert (req[req["array"].astype(str) == "w"]["sectors"] == 1).all()
+
+
+def test_16_byte_global_accesses_count_the_two_requests_ptxas_makes_of_each(sim):
+    """c128_add on 2 blocks of 128 threads (8 warps): each lane loads a[i] and b[i] and stores out[i], 16
+    bytes each, lanes 16 bytes apart. ptxas moves an 8-byte-aligned complex128 as two 8-byte halves (two
+    LDG.E.64 / STG.E.64), so each warp-wide source access is two requests, and each half spans
+    32 lanes x 16 bytes = 512 bytes = 16 sectors. Both the simulator's recorder and the GPU recording
+    (the access pass, run on the simulator) count so; Nsight Compute's numbers on the H200 are the same
+    (tests/test_truth_hw_gpu.py)."""
+    warps = 2 * 128 // 32
+    halves = 16 // 8
+    per_request = 32 * 16 // memory.SECTOR_BYTES
+    for which in ("simulator", "recorded"):
+        summ = memory.build(sim["c128_add"][which])[3]
+        got = {k: summ[f"global_{k}"] for k in ("ld_requests", "ld_sectors", "st_requests", "st_sectors")}
+        assert got == {
+            "ld_requests": warps * 2 * halves,
+            "ld_sectors": warps * 2 * halves * per_request,
+            "st_requests": warps * halves,
+            "st_sectors": warps * halves * per_request,
+        }, which
+        assert got["ld_requests"] == 32 and got["ld_sectors"] == 512  # the issue's ncu numbers
+        assert summ["global_ld_ideal_sectors"] == warps * 2 * halves * (32 * 8 // memory.SECTOR_BYTES)
+
+
+def test_a_visitors_complex128_kernel_counts_the_same_requests_on_the_simulator():
+    """The same launch as a visitor's kernel, through the sandboxed worker: 2 requests per warp-wide
+    complex128 access, 16 sectors each (see the test above)."""
+    from visualizer.engine.run.user_runner import UserRunner
+    from visualizer.specs.source import plan_source_launch
+
+    src = "from numba import cuda\n\n\n@cuda.jit\ndef add(a, b, out):\n    i = cuda.grid(1)\n    out[i] = a[i] + b[i]\n"
+    args = {"a": "rand:complex128:256", "b": "rand:complex128:256", "out": "zeros:complex128:256"}
+    launch = plan_source_launch(src, "add", grid="2", block="128", args=args, filename="add.py")
+    with UserRunner("sim") as runner:
+        cap = runner.capture_source(launch, seed=1, accesses=True)
+    s = cap.launch["accesses"]
+    warps, halves, per_request = 8, 2, 16
+    assert (s["global_ld_requests"], s["global_ld_sectors"]) == (
+        warps * 2 * halves,
+        warps * 2 * halves * per_request,
+    )
+    assert (s["global_st_requests"], s["global_st_sectors"]) == (warps * halves, warps * halves * per_request)
 
 
 @pytest.mark.gpu

@@ -12,8 +12,9 @@ ARRAYS = [
     {"name": "d", "space": "global", "itemsize": 8, "dtype": "float64", "shape": [1024]},
     {"name": "s8", "space": "shared", "itemsize": 8, "dtype": "float64", "shape": [1024]},
     {"name": "s16", "space": "shared", "itemsize": 16, "dtype": "complex128", "shape": [1024]},
+    {"name": "c", "space": "global", "itemsize": 16, "dtype": "complex128", "shape": [1024]},
 ]
-G, S, D, S8, S16 = 0, 1, 2, 3, 4
+G, S, D, S8, S16, C16 = 0, 1, 2, 3, 4, 5
 
 
 def buffers(accesses):
@@ -67,6 +68,27 @@ def test_sectors_and_ideal_sectors():
     r = one_request(warp_request(G, LOAD, lambda lane: (lane,), lanes=range(5)))  # partial warp
     assert (r.lanes, r.sectors, r.ideal_sectors) == (5, 1, 1)
     assert r.bank_ways == 0 and r.extra_wavefronts == 0
+
+
+def test_a_16_byte_global_access_is_two_8_byte_requests_and_a_shared_one_stays_one():
+    """numba's complex128 is 8-byte aligned: ptxas loads it as two LDG.E.64, each a request of its own.
+    A warp reading 32 consecutive complex128: each half covers 32 lanes 16 bytes apart, 512 bytes, so 16
+    sectors, though its 32 x 8 distinct bytes could fit in 8."""
+    req = tables.requests_table(tables.accesses_table(buffers(warp_request(C16, LOAD, lambda lane: (lane,)))))
+    span = 32 * 16 // tables.SECTOR_BYTES
+    assert len(req) == 2
+    assert list(req["sectors"]) == [span, span] and list(req["ideal_sectors"]) == [32 * 8 // 32] * 2
+    assert list(req["bytes"]) == [32 * 8] * 2 and list(req["lanes"]) == [32, 32]
+    summ = tables.summary(req, tables.hazards_table(tables.accesses_table(buffers([]))), 32)
+    assert summ["global_ld_requests"] == 2 and summ["global_ld_sectors"] == 2 * span
+    # a stride of two elements: each half touches 32 sectors of its own (every other 16-byte pair)
+    req = tables.requests_table(
+        tables.accesses_table(buffers(warp_request(C16, STORE, lambda lane: (2 * lane,))))
+    )
+    assert list(req["sectors"]) == [32, 32] and list(req["op"].astype(str)) == ["store", "store"]
+    # shared complex128 is one LDS.128: one request, four quarter-warp wavefronts
+    r = one_request(warp_request(S16, LOAD, lambda lane: (lane,)))
+    assert (r.bytes, r.wavefronts) == (32 * 16, 4)
 
 
 def test_bank_ways_conflicts_and_broadcast():

@@ -27,6 +27,8 @@ a short ``if`` (no branch) or adds branches of its own, its number differs from 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -321,7 +323,157 @@ def jumps_of(compiled: dict) -> tuple[dict[int, int], dict[int, int]]:
     return sass_branches(sass, same), sass_branches(sass, same, conditional=True)
 
 
-def as_ncu_counts(rows: pd.DataFrame, conditional_jumps: dict[int, int]) -> dict:
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")  # nvdisasm's label lines, before the instruction they name
+_ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")
+_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+_REMAINDER_MASK = re.compile(r"LOP3\.LUT\s+\S+,\s*\S+,\s*0x([0-9a-f]+),\s*RZ,\s*0xc0\b")
+
+
+def _jump_targets(sass_text: str) -> dict[int, int]:
+    """Address of each jump -> address of the instruction its label names (nvdisasm's SASS text)."""
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    jumps: list[tuple[int, str]] = []
+    for raw in sass_text.splitlines():
+        m = _LABEL.match(raw)
+        if m:
+            pending.append(m.group(1))
+            continue
+        a = _ADDRESS.search(raw)
+        if not a:
+            continue
+        address = int(a.group(1), 16)
+        for name in pending:
+            labels[name] = address
+        pending = []
+        t = _TARGET.search(raw)
+        if t:
+            jumps.append((address, t.group(1)))
+    return {a: labels[name] for a, name in jumps if name in labels}
+
+
+def unrolled_loops(compiled: dict) -> dict[int, int]:
+    """Source lines whose counted loop ptxas unrolled by U with a remainder loop: line -> U.
+
+    Recognised from the clean build's SASS (a compile reply: ``sass``, ``filename``): the line's
+    conditional jumps, in address order, are exactly the shape LLVM's runtime unrolling gives a loop of a
+    trip count t known at entry, ``for k in range(t)``: a guard that skips the loop (t == 0), a jump over
+    the unrolled loop (t < U), the unrolled loop's back edge, a jump over the remainder loop
+    (t % U == 0) and the remainder loop's back edge. U is how many copies of the body the unrolled loop
+    holds over the remainder loop's one (instructions of the other lines of the file in each), or else
+    the remainder mask ``t & (U - 1)``. Any other shape is not listed (its jumps are not modelled)."""
+    from visualizer.analysis import asm
+
+    text = compiled.get("sass") or ""
+    sass = asm.sass_table(text)
+    if sass.empty:
+        return {}
+    same = asm.same_file(sass["file"], compiled["filename"])
+    targets = _jump_targets(text)
+    is_jump = sass["opcode"].astype(str).str.match(JUMPS) & sass["text"].astype(str).str.startswith("@")
+    out = {}
+    for line, group in sass[same & is_jump].groupby("line"):
+        at = sorted(int(a) for a in group["address"])
+        if len(at) != 5 or any(a not in targets for a in at):
+            continue
+        to = [targets[a] for a in at]
+        guard, over_main, main_back, over_rest, rest_back = zip(at, to, strict=True)
+        shape = (
+            guard[1] > rest_back[0]  # the guard skips everything
+            and main_back[1] <= main_back[0] and rest_back[1] <= rest_back[0]  # two back edges
+            and main_back[0] < over_main[1] <= over_rest[0]  # past the unrolled loop, before the rest
+            and rest_back[0] < over_rest[1]  # past the remainder loop
+        )  # fmt: skip
+        if not shape:
+            continue
+        body = same & (sass["line"] != line) & (sass["line"] > 0)
+        addr = sass["address"]
+        in_main = int((body & (addr >= main_back[1]) & (addr < main_back[0])).sum())
+        in_rest = int((body & (addr >= rest_back[1]) & (addr < rest_back[0])).sum())
+        unroll = in_main // in_rest if in_rest and in_main % in_rest == 0 else 0
+        if unroll < 2:
+            mask = [
+                int(m.group(1), 16) + 1
+                for t in sass[same & (sass["line"] == line)]["text"].astype(str)
+                if (m := _REMAINDER_MASK.search(t))
+            ]
+            unroll = next((u for u in mask if u >= 2 and u & (u - 1) == 0), 0)
+        if unroll >= 2:
+            out[int(line)] = unroll
+    return out
+
+
+def _masks(lanes: np.ndarray) -> int:
+    return int(np.sum(np.left_shift(np.int64(1), lanes.astype(np.int64)))) if len(lanes) else 0
+
+
+def unrolled_jumps(trips: np.ndarray, lanes: np.ndarray, unroll: int) -> list[tuple[int, int]]:
+    """The (active, taken) lane masks of each conditional jump one warp executes in a loop unrolled by
+    ``unroll`` with a remainder loop (the shape ``unrolled_loops`` recognises), from the trip count of
+    each of its ``lanes`` that reached the loop. Lanes that leave a part wait at its end (the BSSY/BSYNC
+    pair ptxas puts round it) and go on together, as on a GPU."""
+    trips, lanes = np.asarray(trips, np.int64), np.asarray(lanes, np.int64)
+    out = []
+    if not len(lanes):
+        return out
+    out.append((_masks(lanes), _masks(lanes[trips == 0])))  # the guard: t == 0 skips the loop
+    go = trips > 0
+    if not go.any():
+        return out
+    t, ln = trips[go], lanes[go]
+    out.append((_masks(ln), _masks(ln[t < unroll])))  # over the unrolled loop when t < U
+    rounds = t // unroll
+    for j in range(int(rounds.max())):  # its back edge, once per round of U iterations
+        out.append((_masks(ln[rounds > j]), _masks(ln[rounds > j + 1])))
+    rest = t % unroll
+    out.append((_masks(ln), _masks(ln[rest == 0])))  # over the remainder loop when t % U == 0
+    for j in range(int(rest.max())):  # its back edge, once per leftover iteration
+        out.append((_masks(ln[rest > j]), _masks(ln[rest > j + 1])))
+    return out
+
+
+def _lane_sums(masks: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per group of rows (from each of ``starts``): how many of its masks have each lane's bit, (groups, 32)."""
+    m = np.asarray(masks, np.int64)
+    return np.stack([np.add.reduceat((m >> lane) & 1, starts) for lane in range(32)], axis=1)
+
+
+def unrolled_visits(rows: pd.DataFrame, site: int, unroll: int) -> pd.DataFrame:
+    """The modelled jump executions (block, warp, active, taken) of a loop site the compiler unrolled,
+    from each lane's trip count: the times its bit is in the site's taken masks, however the visits
+    grouped the lanes (so a GPU's visits and the simulator's give the same)."""
+    mine = rows[rows["site"] == site].sort_values(["block", "warp"], kind="stable")
+    recs: list[tuple[int, list]] = []
+    blocks = warps = np.zeros(0, np.int64)
+    if len(mine):
+        warp_id = mine["block"].to_numpy(np.int64) * (1 << 20) + mine["warp"].to_numpy(np.int64)
+        starts = np.flatnonzero(np.r_[True, warp_id[1:] != warp_id[:-1]])
+        trips = _lane_sums(mine["taken_mask"].to_numpy(), starts)
+        reached = _lane_sums(mine["active_mask"].to_numpy(), starts) > 0
+        blocks, warps = mine["block"].to_numpy()[starts], mine["warp"].to_numpy()[starts]
+        seen: dict[bytes, list] = {}  # warps alike (most of a regular kernel's) are modelled once
+        for k in range(len(starts)):
+            lanes = np.flatnonzero(reached[k])
+            key = reached[k].tobytes() + trips[k].tobytes()
+            if key not in seen:
+                seen[key] = unrolled_jumps(trips[k][lanes], lanes, unroll)
+            recs.append((k, seen[key]))
+    at = np.repeat(np.array([k for k, _ in recs], np.int64), [len(jumps) for _, jumps in recs])
+    masks = np.array([m for _, jumps in recs for m in jumps], np.int64).reshape(-1, 2)
+    df = pd.DataFrame(
+        {"block": blocks[at], "warp": warps[at], "active_mask": masks[:, 0], "taken_mask": masks[:, 1]}
+    )
+    df["active"] = _popcount(df["active_mask"].to_numpy()) if len(df) else np.zeros(0, np.int64)
+    df["taken"] = _popcount(df["taken_mask"].to_numpy()) if len(df) else np.zeros(0, np.int64)
+    return df
+
+
+def as_ncu_counts(
+    rows: pd.DataFrame,
+    conditional_jumps: dict[int, int],
+    unrolled: dict[int, int] | None = None,
+    sites: list[dict] | None = None,
+) -> dict:
     """Branch efficiency as Nsight Compute counts it, from the lens's visits and the clean build's SASS:
     the visits of the source lines that compiled to a conditional jump (``sass_branches(...,
     conditional=True)``), each counted once, uniform ones over all. A line whose test was predicated
@@ -329,16 +481,33 @@ def as_ncu_counts(rows: pd.DataFrame, conditional_jumps: dict[int, int]) -> dict
     executed once per visit (a loop's entry test and its back edge, an ``if`` that jumps over its
     body); a loop the compiler unrolled runs fewer jumps than the source has visits, and a loop exit
     it folded into the trip count none, so there the two still part. ``efficiency`` None: no branch
-    line has a conditional jump (ncu counts no divergent branch there)."""
+    line has a conditional jump (ncu counts no divergent branch there).
+
+    ``unrolled`` (``unrolled_loops`` of the same SASS) and ``sites`` (the lens's): a ``for`` over
+    ``range()`` outside any other loop whose line ptxas unrolled is counted as its SASS runs, the jumps
+    of ``unrolled_jumps`` from each lane's trip count, in place of its source visits (``modelled``:
+    line -> U)."""
     c = counted(rows)
     mine = c[c["line"].isin(list(conditional_jumps))]
-    div = divergent(mine)
+    modelled_lines: dict[int, int] = {}
+    parts = []
+    for s in sites or []:
+        line = int(s["line"])
+        if s["kind"] == "for" and not s.get("loops") and line in (unrolled or {}):
+            jumps = unrolled_visits(c, int(s["site"]), unrolled[line])
+            mine = mine[mine["site"] != s["site"]]
+            parts.append(jumps.assign(line=line))
+            modelled_lines[line] = int(unrolled[line])
+    cols = ["line", "active", "taken"]
+    both = pd.concat([mine[cols], *[p[cols] for p in parts]], ignore_index=True) if parts else mine
+    div = divergent(both)
     return {
-        "efficiency": float(100.0 * (~div).sum() / len(mine)) if len(mine) else None,
-        "visits": int(len(mine)),
+        "efficiency": float(100.0 * (~div).sum() / len(both)) if len(both) else None,
+        "visits": int(len(both)),
         "divergent_visits": int(div.sum()),
-        "lines": sorted(int(x) for x in mine["line"].unique()),
+        "lines": sorted(int(x) for x in both["line"].unique()),
         "left_out": sorted(int(x) for x in set(c["line"].unique()) - set(conditional_jumps)),
+        "modelled": modelled_lines,
     }
 
 

@@ -7,7 +7,10 @@ Definitions (issue 9):
 
 * A **warp request** is the n-th execution of one access of source line L by the lanes of one
   warp: rows with equal (block, warp, code, line, pc, occurrence). ``pc`` (the bytecode offset)
-  tells apart two accesses on one line, as two instructions would be on a GPU.
+  tells apart two accesses on one line, as two instructions would be on a GPU. A 16-byte global
+  access (complex128, 8-byte aligned) is two requests, its 8-byte halves, as ptxas makes two
+  ``LDG.E.64`` / ``STG.E.64`` of it (issue 39; Nsight Compute counts both): the two rows share the
+  key, the first half's row first. Shared memory's 16-byte access stays one (``LDS.128``).
 * ``sectors``: distinct 32-byte sectors the request touches (global and local memory; arrays start
   on a 256-byte boundary, as CUDA allocations do). ``ideal_sectors``: the fewest sectors its
   distinct bytes could occupy, ceil(distinct bytes / 32).
@@ -45,6 +48,7 @@ SOURCE = "recorded addresses, simulator"
 SECTOR_BYTES = 32
 BANKS = 32
 WORD_BYTES = 4
+WIDE_PART_BYTES = 8  # a 16-byte global access moves as two 8-byte ones (see _split_wide_global)
 MAX_PAIRS_PER_WORD = 8  # hazard rows kept per (word, kind); the count of all pairs is in ``pairs``
 
 ACCESS_COLUMNS = [
@@ -137,8 +141,9 @@ def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
     a["array"] = a["array"].astype(str)
     a["space"] = a["space"].astype(str)
     a["op"] = a["op"].astype(str)
+    a = _split_wide_global(a)
     a["sector"] = a["offset_bytes"] // SECTOR_BYTES
-    g = a.groupby(REQUEST_KEY, sort=True, observed=True)
+    g = a.groupby([*REQUEST_KEY, "part"], sort=True, observed=True)
     req = g.agg(
         epoch=("epoch", "min"),
         lanes=("lane", "nunique"),
@@ -175,11 +180,25 @@ def requests_table(acc: pd.DataFrame) -> pd.DataFrame:
     req["extra_wavefronts"] = np.where(
         shared, np.maximum(req["wavefronts"] - req["ideal_wavefronts"], 0), 0
     ).astype(np.int64)
-    req = req.drop(columns="itemsize")[cols]
-    req = req.sort_values(["block", "warp", "line", "pc", "occurrence"], kind="stable").reset_index(drop=True)
+    req = req.sort_values(["block", "warp", "line", "pc", "occurrence", "part"], kind="stable")
+    req = req.drop(columns="itemsize")[cols].reset_index(drop=True)
     for c in ("space", "op"):
         req[c] = req[c].astype("category")
     return _label(req, source)
+
+
+def _split_wide_global(a: pd.DataFrame) -> pd.DataFrame:
+    """Each lane's 16-byte global access as the two 8-byte halves the hardware moves: numba's complex128
+    is aligned to 8 bytes, so ptxas makes each such load or store two ``LDG.E.64`` / ``STG.E.64``, two
+    requests (Nsight Compute counts both, and the sectors of each). ``part`` tells the halves apart (0
+    for every other access); shared memory keeps one 16-byte access (``LDS.128``, served by quarter-warps)."""
+    wide = (a["space"] == "global") & (a["bytes"] == 2 * WIDE_PART_BYTES)
+    a = a.assign(part=0)
+    if not wide.any():
+        return a
+    halves = a[wide].assign(bytes=WIDE_PART_BYTES)
+    second = halves.assign(offset_bytes=halves["offset_bytes"] + WIDE_PART_BYTES, part=1)
+    return pd.concat([a[~wide], halves, second], ignore_index=True)
 
 
 def lanes_per_phase(itemsize) -> np.ndarray:

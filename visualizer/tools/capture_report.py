@@ -174,7 +174,8 @@ def sass_counted_lines(cap, compiled: dict | None, why: str | None = None) -> li
     from visualizer.analysis import branches
 
     _, cond = branches.jumps_of(compiled)
-    got = branches.as_ncu_counts(cap.branches, cond)
+    sites = cap.launch.get("lens", {}).get("branches", {}).get("sites", [])
+    got = branches.as_ncu_counts(cap.branches, cond, branches.unrolled_loops(compiled), sites)
     if got["efficiency"] is None:
         return ["  as Nsight Compute counts it (sm_90 SASS): no branch line compiled to a conditional jump"]
     out = got["left_out"]
@@ -183,8 +184,13 @@ def sass_counted_lines(cap, compiled: dict | None, why: str | None = None) -> li
         if out
         else ""
     )
+    unrolled = "".join(
+        f"; line {line}'s loop counted as ptxas unrolled it (by {u}, with a remainder loop: its jumps from "
+        "each lane's trip count)"
+        for line, u in got["modelled"].items()
+    )
     return [
         f"  as Nsight Compute counts it (sm_90 SASS branches): {got['efficiency']:.1f}% over the "
-        f"{got['visits']:,} visits of line{'s' * (len(got['lines']) > 1)} {', '.join(map(str, got['lines']))}, "
-        f"{got['divergent_visits']:,} divergent{left}"
+        f"{got['visits']:,} conditional jumps of line{'s' * (len(got['lines']) > 1)} "
+        f"{', '.join(map(str, got['lines']))}, {got['divergent_visits']:,} divergent{left}{unrolled}"
     ]

@@ -47,7 +47,7 @@ CASES: list[tuple[str, dict]] = [
 RACECHECK = ["reduction_race", "reduction", "matmul_tiled", "transpose_tiled", "transpose_padded"]
 # kernels written for the check (kernels/access_cases.py; tools/crosscheck_fresh.py runs them): profiled
 # after CASES, and recorded by the access pass on the GPU (every block) and on the simulator
-FRESH = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "f32_column", "tree_sum", "tree_sum_race",
+FRESH = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "c128_add", "f32_column", "tree_sum", "tree_sum_race",
          "histogram", "view_rows", "matmul_tiled"]  # fmt: skip
 
 # (Nsight Compute metric, the engine's summary key)

@@ -72,9 +72,10 @@ def visitor_lens_capture(launch, backend: str, barriers: bool = False) -> tuple[
 
 def sass_jumps(
     cap: Capture, arch: str = "sm_90"
-) -> tuple[dict[int, int] | None, dict[int, int] | None, str | None]:
+) -> tuple[dict[int, int] | None, dict[int, int] | None, dict[int, int] | None, str | None]:
     """(Jump instructions per source line of the kernel's clean build, the conditional ones among them,
-    None), analysis/branches.jumps_of, or (None, None, one line saying why there are none to show). A
+    its loops ptxas unrolled with a remainder (line -> U), None): analysis/branches.jumps_of and
+    unrolled_loops, or (None, None, None, one line saying why there are none to show). A
     built-in kernel is compiled here; a visitor's only in its sandbox (web/asm.capture_compiled:
     compiling runs its code)."""
     from visualizer.analysis import branches
@@ -84,9 +85,9 @@ def sass_jumps(
     try:
         got, why = capture_compiled(cap, arch)
     except (ptx.AsmError, LaunchError, KernelError) as exc:
-        return None, None, " ".join(str(exc).split())[:200]
+        return None, None, None, " ".join(str(exc).split())[:200]
     if got is None:
-        return None, None, why
+        return None, None, None, why
     if not got.get("sass"):
-        return None, None, "ptxas or nvdisasm is not installed here"
-    return (*branches.jumps_of(got), None)
+        return None, None, None, "ptxas or nvdisasm is not installed here"
+    return (*branches.jumps_of(got), branches.unrolled_loops(got), None)

@@ -230,7 +230,9 @@ def how_made() -> None:
             "simulator every thread's; on a GPU (the sidebar's backend) the kernel records its own loads and "
             "stores, in every warp of a few blocks (the first, middle and last), at the real size. Shared "
             "requests count **wavefronts** as the hardware does: 128 bytes each, so 8-byte accesses are served "
-            "by half-warps. **Try:** *Transpose (naive)*, then switch the layout to tiled and tiled + padding."
+            "by half-warps. A 16-byte global access (complex128) is two requests, as ptxas splits it into two "
+            "8-byte loads or stores; its picture draws the lanes' whole elements. "
+            "**Try:** *Transpose (naive)*, then switch the layout to tiled and tiled + padding."
         )
 
 

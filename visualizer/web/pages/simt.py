@@ -128,15 +128,17 @@ with tab_b:
     visit = int(st.session_state["simt_visit"])
     frames = bfigs.lane_strip_frames(rows, sites, block, warp, visit=visit)
     chart(bfigs.lane_strip_figure(frames), key="simt_lanes")
-    jumps, cond, no_sass = sass_jumps(lensed)
-    ncu_like = branches.as_ncu_counts(rows, cond) if cond is not None else None
+    jumps, cond, unrolled, no_sass = sass_jumps(lensed)
+    lens_sites = lensed.launch["lens"]["branches"]["sites"]
+    ncu_like = branches.as_ncu_counts(rows, cond, unrolled, lens_sites) if cond is not None else None
     if ncu_like is not None:
+        modelled_lines = ncu_like["modelled"]
         st.caption(
             f"As Nsight Compute counts it (SASS branches; from the {kind} visits and the clean build's "
             "sm_90 SASS): **"
             + (
-                f"{ncu_like['efficiency']:.1f}%**, over the {ncu_like['visits']:,} visits of the lines that "
-                f"compiled to a conditional jump (line {', '.join(map(str, ncu_like['lines']))})"
+                f"{ncu_like['efficiency']:.1f}%**, over the {ncu_like['visits']:,} conditional jumps the warps "
+                f"ran on the lines that compiled to one (line {', '.join(map(str, ncu_like['lines']))})"
                 if ncu_like["efficiency"] is not None
                 else "no branch**: no branch line compiled to a conditional jump"
             )
@@ -146,8 +148,21 @@ with tab_b:
                 if ncu_like["left_out"] and ncu_like["efficiency"] is not None
                 else ""
             )
-            + ". It matches ncu where each such test is one jump per visit; an unrolled loop runs fewer. "
-            "The number the lesson teaches is the source's: every test on which a warp's lanes could disagree."
+            + "".join(
+                f"; ptxas unrolled line {line}'s loop by {u} with a remainder loop, so its jumps are counted "
+                "as that code runs them, from each lane's trip count (the same on a GPU and the simulator)"
+                for line, u in modelled_lines.items()
+            )
+            + ". Elsewhere it is one jump per visit, which is ncu's count where the compiler keeps one jump "
+            "per test; ncu also counts unconditional jumps (such as one over an else), which are left out here. "
+            + (
+                "ptxas unrolls the probed build's loop too, so on a GPU the lanes reach its tests in the "
+                "groups that code runs them in, where the simulator models the lanes testing it together "
+                "once per iteration: the two source-level numbers part on that line (this one does not). "
+                if modelled_lines
+                else ""
+            )
+            + "The number the lesson teaches is the source's: every test on which a warp's lanes could disagree."
         )
     # one above the other, each the page's width: side by side their numbers were cut off at 1280 px
     left, right = st.container(), st.container()
