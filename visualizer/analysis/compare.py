@@ -135,6 +135,16 @@ def _occupancy(cap) -> tuple[float | None, str, str]:
     """(occupancy 0..100, limiter, note) from the GPU build's registers; None on the simulator."""
     res = cap.launch.get("clean") or {}
     regs = res.get("registers_per_thread")
+    note = ""
+    counted = (cap.launch.get("gpu_compile") or {}).get("resources") if regs is None else None
+    if (
+        counted and counted.get("registers") is not None
+    ):  # a visitor's kernel, compiled before the simulator ran it
+        regs, note = (
+            counted["registers"],
+            f"registers counted by ptxas -v ({cap.launch['gpu_compile']['arch']}, clean build)",
+        )
+        res = {"static_smem_bytes": counted.get("smem_bytes", 0)}
     if regs is None:
         return None, "", "not recorded: the simulator compiles nothing (see Under the hood for ptxas's count)"
     from visualizer.analysis.occupancy import occupancy
@@ -150,7 +160,7 @@ def _occupancy(cap) -> tuple[float | None, str, str]:
         )
     except (ValueError, KeyError) as exc:
         return None, "", f"not computed: {exc}"
-    return 100.0 * occ.occupancy, ", ".join(occ.limiters), ""
+    return 100.0 * occ.occupancy, ", ".join(occ.limiters), note
 
 
 def metrics(cap) -> pd.DataFrame:
