@@ -123,8 +123,8 @@ def _source(kernel):
     values = argument_values(src, np.random.default_rng(0))
     try:
         module = load_module(src.text, src.filename, kernel.kernel)
-    except UserCodeError as exc:  # already one line naming the line
-        raise KernelRefused(f"a GPU cannot compile {kernel.kernel}: {exc}") from None
+    except UserCodeError as exc:  # the module itself fails (the simulator's run says so too): no GPU verdict
+        raise CompileError(str(exc)) from None
     _, clean = kernel_pair(cuda, module, kernel.kernel)
     py = getattr(clean, "py_func", clean)
     return py, _types(list(values.values())), src.filename, src.text, {"kernel": kernel.kernel}

@@ -36,7 +36,8 @@ BUFFER_OF = {
 def limit_message(limit: int) -> str:
     return (
         f"too many memory accesses to record (limit {limit:,} accesses, RECORD_LIMIT in "
-        "visualizer/engine/sim/access_record.py); use a smaller launch"
+        "visualizer/engine/sim/access_record.py); use a smaller launch, or record sampled warps as a GPU "
+        "does (--access-engine pass)"
     )
 
 
@@ -176,6 +177,11 @@ class Accesses(Lens):
             self.ctx.launch.grid,
             self.ctx.launch.block,
         )
+        if self.ctx.backend.simulator:  # the pass ran on the simulator: simulated, not measured
+            from visualizer.analysis.provenance import SIMULATED_SAMPLED
+
+            reply["accesses"]["source"] = SIMULATED_SAMPLED
+            reply["accesses"]["sample"]["on"] = "simulator"
 
 
 # --- by hand: the access pass's build of one kernel launched on its own -----------------------------
