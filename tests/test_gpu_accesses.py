@@ -473,7 +473,7 @@ def test_side_by_side_of_the_simulator_and_the_kernels_own_recording(sim_runner_
     # a GPU recording's figures say so, not "simulator"
     req = passed.requests[passed.requests["space"].astype(str) == "shared"].iloc[0]
     lanes = memory.request_accesses(passed.accesses, req)
-    assert MEASURED_GPU_SAMPLED in bank_figure(lanes, req).layout.title.text
+    assert SIMULATED_SAMPLED in bank_figure(lanes, req).layout.title.text
 
 
 @pytest.mark.gpu
