@@ -54,3 +54,21 @@ def test_compare_models_a_visitors_simulated_kernel_with_ptxas_count():
     assert occ == 75.0 and limiter == "registers" and "ptxas -v (sm_90, clean build)" in note
     occ, _, note = compare._occupancy(SimpleNamespace(launch={**launch, "gpu_compile": {"checked": False}}))
     assert occ is None and "compiles nothing" in note
+
+
+def test_a_loaded_bundles_count_is_held_to_its_form():
+    from visualizer.web.asm import ptxas_count
+
+    good = {"registers": 40, "spill_stores_bytes": 0, "spill_loads_bytes": 0, "smem_bytes": 0}
+    launch = {
+        "backend": "sim",
+        "kernel": "k",
+        "params": {},
+        "gpu_compile": {"arch": "sm_90", "resources": good},
+    }
+    assert ptxas_count(SimpleNamespace(launch=launch)) == good
+    for bad in ({**good, "registers": "40"}, {**good, "registers": 999}, {"registers": 40}, [40]):
+        hostile = {**launch, "gpu_compile": {"arch": "sm_90", "resources": bad}}
+        assert ptxas_count(SimpleNamespace(launch=hostile)) is None, bad
+    hostile = {**launch, "gpu_compile": {"arch": "sm_90", "resources": {**good, "registers": "x"}}}
+    assert compare._occupancy(SimpleNamespace(launch={**hostile, "threads_per_block": 64}))[0] is None

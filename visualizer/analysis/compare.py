@@ -136,15 +136,17 @@ def _occupancy(cap) -> tuple[float | None, str, str]:
     res = cap.launch.get("clean") or {}
     regs = res.get("registers_per_thread")
     note = ""
-    counted = (cap.launch.get("gpu_compile") or {}).get("resources") if regs is None else None
+    known = cap.launch.get("gpu_compile")  # a visitor's kernel, compiled before the simulator ran it
+    counted = known.get("resources") if regs is None and isinstance(known, dict) else None
     if (
-        counted and counted.get("registers") is not None
-    ):  # a visitor's kernel, compiled before the simulator ran it
-        regs, note = (
-            counted["registers"],
-            f"registers counted by ptxas -v ({cap.launch['gpu_compile']['arch']}, clean build)",
-        )
-        res = {"static_smem_bytes": counted.get("smem_bytes", 0)}
+        isinstance(counted, dict)
+        and isinstance(counted.get("registers"), int)
+        and 1 <= counted["registers"] <= 255
+    ):
+        regs, arch = counted["registers"], str(known.get("arch"))[:8]
+        note = f"registers counted by ptxas -v ({arch}, clean build)"
+        smem = counted.get("smem_bytes")
+        res = {"static_smem_bytes": smem if isinstance(smem, int) and 0 <= smem < 1 << 20 else 0}
     if regs is None:
         return None, "", "not recorded: the simulator compiles nothing (see Under the hood for ptxas's count)"
     from visualizer.analysis.occupancy import occupancy

@@ -66,6 +66,14 @@ def ptxas_registers(cap, arch: str = "sm_90") -> tuple[dict | None, str | None]:
     return resources, None
 
 
+COUNT_KEYS = {  # what the pages read of ptxas's count
+    "registers",
+    "spill_stores_bytes",
+    "spill_loads_bytes",
+    "smem_bytes",
+}
+
+
 def _count_key(cap, arch: str) -> tuple:
     launch = cap.launch
     if launch.get("user_kernel"):
@@ -86,9 +94,12 @@ def ptxas_count(cap, arch: str = "sm_90") -> dict | None:
     for a GPU before it runs (engine/capture/ptx.gpu_check), so its capture carries the count."""
     if cap is None:
         return None
-    known = (cap.launch.get("gpu_compile") or {}) if cap.launch.get("backend") == "sim" else {}
-    if known.get("arch") == arch and (known.get("resources") or {}).get("registers") is not None:
-        return known["resources"]
+    known = cap.launch.get("gpu_compile") if cap.launch.get("backend") == "sim" else None
+    res = known.get("resources") if isinstance(known, dict) and known.get("arch") == arch else None
+    # a loaded bundle's too: held to its form before a page computes with it
+    numbers = isinstance(res, dict) and all(isinstance(v, int) and 0 <= v < 1 << 20 for v in res.values())
+    if numbers and set(res) >= COUNT_KEYS and 1 <= res["registers"] <= 255:
+        return res
     return (st.session_state.get("ptxas_counts") or {}).get(_count_key(cap, arch))
 
 
