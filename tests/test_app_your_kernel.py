@@ -328,3 +328,23 @@ def test_a_pasted_kernel_does_not_inherit_the_examples_reference():
     at.text_input(key="uk_arg_out").set_value("zeros:float32:1000")
     _button(at, "Run your kernel").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
+
+
+def test_a_kernel_no_gpu_compiles_is_refused_on_the_simulator_naming_its_line():
+    """The simulator types nothing; the kernel is compiled for a GPU first (engine/capture/ptx.gpu_check)."""
+    at = _your_kernel_page()
+    src = at.text_area(key="uk_source").value
+    src = src.replace("from numba import cuda\n", "from numba import cuda, float32\n\nW = 4\n").replace(
+        "    i = cuda.grid(1)\n", "    pad = cuda.shared.array((W, W + 1), float32)\n    i = cuda.grid(1)\n"
+    )
+    at.text_area(key="uk_source").set_value(src)
+    at.radio(key="uk_backend").set_value("sim")
+    _button(at, "Run your kernel").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [plain(e.value) for e in at.error]
+    assert any(
+        "a GPU cannot compile vector_add: typing error at your_kernel.py line 8: "
+        "pad = cuda.shared.array((W, W + 1), float32)" in e
+        for e in errors
+    ), errors
+    assert not any("matches the numpy reference" in s.value for s in at.success)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from visualizer.analysis import gpu_accesses, memory
-from visualizer.analysis.provenance import MEASURED_GPU_SAMPLED
+from visualizer.analysis.provenance import MEASURED_GPU_SAMPLED, SIMULATED_SAMPLED
 from visualizer.engine.instrument import accesses as ia
 from visualizer.engine.sim import access_record
 
@@ -317,7 +317,7 @@ def test_builtin_capture_recorded_by_the_pass_equals_the_recorder(sim_runner_loc
     plain, passed = capture_both(sim_runner_local, kernel, params, sample_blocks=blocks)
     assert passed.check["correct"] or kernel == "reduction_race"
     summ = passed.launch["accesses"]
-    assert summ["source"] == MEASURED_GPU_SAMPLED and passed.accesses.attrs["source"] == MEASURED_GPU_SAMPLED
+    assert summ["source"] == SIMULATED_SAMPLED and passed.accesses.attrs["source"] == SIMULATED_SAMPLED
     grid = plain.launch["grid"]
     assert summ["sample"]["blocks"] == (blocks or gpu_accesses.default_blocks(grid))
     same_capture_tables(plain, passed)
@@ -342,7 +342,7 @@ def test_a_visitors_kernel_recorded_by_the_pass_equals_the_recorder():
     with UserRunner("sim") as runner:
         plain = runner.capture_source(launch, accesses=True, time_clean=False)
         passed = runner.capture_source(launch, accesses=True, time_clean=False, access_engine="pass")
-    assert passed.launch["accesses"]["source"] == MEASURED_GPU_SAMPLED
+    assert passed.launch["accesses"]["source"] == SIMULATED_SAMPLED
     same_capture_tables(plain, passed)
 
 
@@ -389,7 +389,7 @@ def test_a_visitors_device_functions_are_recorded_and_equal_the_recorder():
     with UserRunner("sim") as runner:
         plain = runner.capture_source(launch, accesses=True, time_clean=False)
         passed = runner.capture_source(launch, accesses=True, time_clean=False, access_engine="pass")
-    assert passed.launch["accesses"]["source"] == MEASURED_GPU_SAMPLED
+    assert passed.launch["accesses"]["source"] == SIMULATED_SAMPLED
     got = passed.accesses.groupby(["line", "array", "op"]).size().to_dict()
     assert {(k[0], k[1], str(k[2])) for k in got} == {(11, "x", "load"), (11, "tile", "store"),
                                                      (18, "tile", "load"), (19, "y", "store")}  # fmt: skip
@@ -516,7 +516,7 @@ def test_side_by_side_of_the_simulator_and_the_kernels_own_recording(sim_runner_
     # a GPU recording's figures say so, not "simulator"
     req = passed.requests[passed.requests["space"].astype(str) == "shared"].iloc[0]
     lanes = memory.request_accesses(passed.accesses, req)
-    assert MEASURED_GPU_SAMPLED in bank_figure(lanes, req).layout.title.text
+    assert SIMULATED_SAMPLED in bank_figure(lanes, req).layout.title.text
 
 
 @pytest.mark.gpu
@@ -772,8 +772,8 @@ def test_a_gpu_recording_saves_and_loads_as_a_bundle(sim_runner_local, tmp_path)
     save(passed, tmp_path)
     back = load(tmp_path)
     assert back.launch["accesses"]["sample"] == passed.launch["accesses"]["sample"]
-    assert back.launch["accesses"]["source"] == MEASURED_GPU_SAMPLED
-    assert back.requests.attrs["source"] == back.accesses.attrs["source"] == MEASURED_GPU_SAMPLED
+    assert back.launch["accesses"]["source"] == SIMULATED_SAMPLED
+    assert back.requests.attrs["source"] == back.accesses.attrs["source"] == SIMULATED_SAMPLED
     pd.testing.assert_frame_equal(norm(back.requests, REQ), norm(passed.requests, REQ))
 
 

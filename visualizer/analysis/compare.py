@@ -135,6 +135,18 @@ def _occupancy(cap) -> tuple[float | None, str, str]:
     """(occupancy 0..100, limiter, note) from the GPU build's registers; None on the simulator."""
     res = cap.launch.get("clean") or {}
     regs = res.get("registers_per_thread")
+    note = ""
+    known = cap.launch.get("gpu_compile")  # a visitor's kernel, compiled before the simulator ran it
+    counted = known.get("resources") if regs is None and isinstance(known, dict) else None
+    if (
+        isinstance(counted, dict)
+        and isinstance(counted.get("registers"), int)
+        and 1 <= counted["registers"] <= 255
+    ):
+        regs, arch = counted["registers"], str(known.get("arch"))[:8]
+        note = f"registers counted by ptxas -v ({arch}, clean build)"
+        smem = counted.get("smem_bytes")
+        res = {"static_smem_bytes": smem if isinstance(smem, int) and 0 <= smem < 1 << 20 else 0}
     if regs is None:
         return None, "", "not recorded: the simulator compiles nothing (see Under the hood for ptxas's count)"
     from visualizer.analysis.occupancy import occupancy
@@ -150,7 +162,7 @@ def _occupancy(cap) -> tuple[float | None, str, str]:
         )
     except (ValueError, KeyError) as exc:
         return None, "", f"not computed: {exc}"
-    return 100.0 * occ.occupancy, ", ".join(occ.limiters), ""
+    return 100.0 * occ.occupancy, ", ".join(occ.limiters), note
 
 
 def metrics(cap) -> pd.DataFrame:

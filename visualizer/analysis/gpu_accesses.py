@@ -215,8 +215,9 @@ def describe_sample(sample: dict) -> str:
     blocks = sample["blocks"]
     shown = ", ".join(str(b) for b in blocks[:8]) + (" …" if len(blocks) > 8 else "")
     cap = sample.get("accesses_per_lane", sample.get("requests_per_warp", 0))  # (older bundles: per warp)
+    where = sample.get("where") or ("the simulator" if sample.get("on") == "simulator" else "the GPU")
     text = (
-        f"recorded on {sample.get('where', 'the GPU')} by {sample['warps']} sampled warps (every warp of block"
+        f"recorded on {where} by {sample['warps']} sampled warps (every warp of block"
         f"{'s' if len(blocks) > 1 else ''} {shown}), up to {cap:,} accesses per lane"
     )
     if sample["unrecorded_accesses"]:

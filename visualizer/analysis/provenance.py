@@ -15,6 +15,8 @@ MEASURED_GPU = "measured (GPU)"
 SIMULATED = "simulated (CUDA simulator; SM ids and times modelled)"
 # loads, stores and atomics recorded on the GPU by the chosen warps only (engine/instrument/accesses.py)
 MEASURED_GPU_SAMPLED = "measured (GPU, sampled warps)"
+# ... and the same recording made on the simulator (a launch too big to record every thread of)
+SIMULATED_SAMPLED = "simulated (CUDA simulator, sampled warps recorded as a GPU records them)"
 
 
 def backend_source(simulator: bool) -> str:

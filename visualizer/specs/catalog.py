@@ -15,6 +15,7 @@ import numpy as np
 
 from visualizer.specs.attention import SPECS as ATTENTION_SPECS
 from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as before)
+    ACCESS_RECORD_LIMIT,
     BARRIER_STEPS,
     BLOCK_SHOWN,
     GPU_MAX_CAPTURE_BYTES,
@@ -371,6 +372,57 @@ def plan_launch(
     check_launch(launch, limits, backend, sim_engine)
     check_cost(spec.name, launch_cost(spec, values, launch), limits, backend, sim_engine=sim_engine)
     return spec, values, launch
+
+
+def access_estimate(name: str, params: dict | None) -> int | None:
+    """About how many loads, stores and atomics the simulator's recorder would keep of this launch (the
+    spec's ``extra["accesses"]``), or None where the spec gives no estimate."""
+    spec = get(name)
+    estimate = (spec.extra or {}).get("accesses")
+    if not callable(estimate):
+        return None
+    return int(estimate(spec.resolve(params)))
+
+
+def _largest_fitting(spec: KernelSpec, values: dict, param: Param, limit: int) -> int | None:
+    """The largest value of ``param`` below its current one at which the estimate fits ``limit``."""
+    estimate = spec.extra["accesses"]
+    now = values[param.name]
+    if param.choices:
+        fits = [c for c in param.choices if c < now and estimate({**values, param.name: c}) <= limit]
+        return max(fits) if fits else None
+    lo, hi = param.lo, now - 1
+    if hi < lo or estimate({**values, param.name: lo}) > limit:
+        return None
+    while lo < hi:  # the estimates grow with a size: the largest that fits
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if estimate({**values, param.name: mid}) <= limit else (lo, mid - 1)
+    return lo
+
+
+def admit_accesses(name: str, params: dict | None, limit: int = ACCESS_RECORD_LIMIT) -> None:
+    """Refuse, before anything runs, a launch whose every-thread access recording would pass the
+    recorder's limit: one line naming what to lower (each parameter alone, to a value that fits) and
+    the other way, sampled warps. Nothing for a launch that fits or has no estimate."""
+    estimate = access_estimate(name, params)
+    if estimate is None or estimate <= limit:
+        return
+    spec = get(name)
+    values = spec.resolve(params)
+    lower = []
+    for param in spec.params:
+        if param.name in ("causal", "stride", "hot", "logit_scale"):  # not sizes
+            continue
+        fits = _largest_fitting(spec, values, param, limit)
+        if fits is not None:
+            at_most = not param.choices and fits > param.lo
+            lower.append(f"{param.name} to {'at most ' if at_most else ''}{fits:,}")
+    what = ("lower " + ", or ".join(lower)) if lower else "use a smaller launch"
+    raise LaunchError(
+        f"{name} would make about {estimate:,} memory accesses, more than the {limit:,} the simulator "
+        f"records of every thread: {what}; or record sampled warps as a GPU does (--access-engine pass, "
+        "which the Memory access page uses itself)"
+    )
 
 
 def admit_capture(

@@ -30,6 +30,10 @@ def quoted(value: object, limit: int = QUOTE_MAX_CHARS) -> str:
     return f"{text[: limit - 1]}…' ({len(str(value)):,} characters)"
 
 
+# accesses the simulator's recorder keeps of one launch, every thread's (engine/sim/access_record.py)
+ACCESS_RECORD_LIMIT = 2_000_000
+
+
 @dataclass(frozen=True)
 class Param:
     name: str

@@ -168,6 +168,18 @@ def cmd_capture_source(argv: list[str]) -> int:
                 f"  {build} build: {res['registers_per_thread']} registers/thread, "
                 f"{res['static_smem_bytes']} B static shared memory, {res['driver_blocks_per_sm']} blocks/SM"
             )
+    checked = info.get("gpu_compile") or {}
+    if checked.get(
+        "resources"
+    ):  # the simulator's run: compiled for a GPU first (engine/capture/ptx.gpu_check)
+        res = checked["resources"]
+        print(
+            f"  compiled for a GPU before the simulator ran it: {res['registers']} registers/thread, "
+            f"{res['spill_stores_bytes'] + res['spill_loads_bytes']} B spilled, {res['smem_bytes']} B static shared "
+            f"memory (ptxas -v, {checked['arch']}, clean build)"
+        )
+    elif checked:
+        print(f"  not compiled for a GPU: {checked.get('why')}")
     print(
         f"  arrays after the launch: {', '.join(arrays_after(cap))} (written: {', '.join(info['written']) or 'none'})"
     )

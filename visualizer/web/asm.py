@@ -61,4 +61,48 @@ def ptxas_registers(cap, arch: str = "sm_90") -> tuple[dict | None, str | None]:
         return None, why
     if not got.get("ptxas_log"):
         return None, "ptxas is not installed here (pip install nvidia-cuda-nvcc)"
-    return asm.ptxas_resources(got["ptxas_log"]), None
+    resources = asm.ptxas_resources(got["ptxas_log"])
+    remember_count(cap, arch, resources)
+    return resources, None
+
+
+COUNT_KEYS = {  # what the pages read of ptxas's count
+    "registers",
+    "spill_stores_bytes",
+    "spill_loads_bytes",
+    "smem_bytes",
+}
+
+
+def _count_key(cap, arch: str) -> tuple:
+    launch = cap.launch
+    if launch.get("user_kernel"):
+        return ("yours", hash(launch.get("kernel_source")), launch.get("kernel_name"), arch)
+    return (launch["kernel"], tuple(sorted(launch["params"].items())), arch)
+
+
+def remember_count(cap, arch: str, resources: dict) -> None:
+    """ptxas has counted the capture's clean build for ``arch`` (Under the hood, Occupancy's button):
+    every page of this session uses the count from now on (``ptxas_count``)."""
+    if resources.get("registers") is not None:
+        st.session_state.setdefault("ptxas_counts", {})[_count_key(cap, arch)] = dict(resources)
+
+
+def ptxas_count(cap, arch: str = "sm_90") -> dict | None:
+    """ptxas -v's resources of the capture's clean build for ``arch`` where ptxas has counted them,
+    else None (the pages then say what they assume). A visitor's kernel on the simulator is compiled
+    for a GPU before it runs (engine/capture/ptx.gpu_check), so its capture carries the count."""
+    if cap is None:
+        return None
+    known = cap.launch.get("gpu_compile") if cap.launch.get("backend") == "sim" else None
+    res = known.get("resources") if isinstance(known, dict) and known.get("arch") == arch else None
+    # a loaded bundle's too: held to its form before a page computes with it
+    numbers = isinstance(res, dict) and all(isinstance(v, int) and 0 <= v < 1 << 20 for v in res.values())
+    if numbers and set(res) >= COUNT_KEYS and 1 <= res["registers"] <= 255:
+        return res
+    return (st.session_state.get("ptxas_counts") or {}).get(_count_key(cap, arch))
+
+
+def count_words(arch: str = "sm_90") -> str:
+    """Where a register count from ptxas_count came from, for a caption."""
+    return f"counted by ptxas -v for {arch}, clean build"

@@ -7,8 +7,19 @@ import streamlit as st
 
 from visualizer.analysis.capture import Capture
 from visualizer.engine.run.runner import KernelError
+from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.session import as_text, cached_capture, capture_cache, capture_key
+
+
+def sampled_on_sim(kernel: str, params: dict) -> bool:
+    """Whether the simulator records this launch's accesses in sampled warps, as a GPU does: its
+    every-thread recording would pass the recorder's limit (specs' estimate), so it is never started."""
+    try:
+        estimate = catalog.access_estimate(kernel, params)
+    except LaunchError:
+        return False  # the run says what is wrong with the parameters
+    return estimate is not None and estimate > catalog.ACCESS_RECORD_LIMIT
 
 
 def access_capture(
@@ -20,10 +31,20 @@ def access_capture(
     mid-run (Streamlit raises from the bar's next update) cancels the run instead of leaving it behind.
     """
     options = {"accesses": True, "time_clean": False}
+    if backend == "sim" and sampled_on_sim(kernel, params):
+        options["access_engine"] = "pass"  # too many to record every thread: sampled warps, as a GPU does
     cap = capture_cache().get(capture_key(kernel, tuple(params.items()), backend, seed, **options))
     if cap is not None:  # no progress bar for a capture already made
         return cap, None
-    where = "on the CUDA simulator" if backend == "sim" else "on the GPU, in sampled warps"
+    where = (
+        "on the GPU, in sampled warps"
+        if backend != "sim"
+        else (
+            "on the CUDA simulator, in sampled warps"
+            if options.get("access_engine")
+            else "on the CUDA simulator"
+        )
+    )
     bar = st.progress(0.0, text=f"Recording the loads and stores of {kernel} {where}…")
 
     def progress(done, total):

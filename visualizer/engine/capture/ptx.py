@@ -39,6 +39,11 @@ class AsmError(LaunchError):
     """A compile that failed or timed out, in one line."""
 
 
+class GpuRefused(AsmError):
+    """What a GPU's compile refuses of the kernel itself (numba's typing or lowering, NVVM, ptxas), as
+    against a tool missing here or a time limit: one line naming the kernel's line where known."""
+
+
 @functools.cache
 def tool(name: str) -> str | None:
     """The path of a CUDA binary utility (ptxas, nvdisasm, cuobjdump), or None."""
@@ -118,13 +123,14 @@ def compile_ptx(request: dict, timeout: float = COMPILE_TIMEOUT_S) -> dict:
         err = " ".join(done.stderr.split())[-300:]
         raise AsmError(f"the PTX compiler process failed (exit {done.returncode}): {err}") from None
     if "error" in reply:
-        raise AsmError(reply["error"])
+        raise (GpuRefused if reply.get("refused") is True else AsmError)(str(reply["error"])[:600])
     return reply["ok"]
 
 
-def assemble(ptx: str, arch: str) -> dict:
-    """ptxas -v (resources) and nvdisasm -g (SASS with line info) of ``ptx``; the parts whose tool is
-    missing say so under ``missing``."""
+def assemble(ptx: str, arch: str, disassemble: bool = True) -> dict:
+    """ptxas -v (resources) and nvdisasm -g (SASS with line info, unless not ``disassemble``) of
+    ``ptx``; the parts whose tool is missing say so under ``missing``. ptxas rejecting the PTX (too
+    much shared memory, say) raises GpuRefused."""
     out: dict = {"ptxas_log": None, "sass": None, "missing": [], "versions": {}}
     ptxas = tool("ptxas")
     if not ptxas:
@@ -142,8 +148,10 @@ def assemble(ptx: str, arch: str) -> dict:
         except subprocess.TimeoutExpired:
             raise AsmError(f"ptxas took longer than {TOOL_TIMEOUT_S:.0f} s and was stopped") from None
         if done.returncode != 0:
-            raise AsmError(f"ptxas failed: {' '.join(done.stderr.split())[:300]}")
+            raise GpuRefused(f"ptxas failed: {' '.join(done.stderr.split())[:300]}")
         out["ptxas_log"] = done.stderr + done.stdout
+        if not disassemble:
+            return out
         nvdisasm = tool("nvdisasm")
         if not nvdisasm:
             out["missing"].append("nvdisasm")
@@ -178,6 +186,34 @@ def source_asm(request: dict, arch: str = "sm_90", sass: bool = True) -> dict:
     uses ``visitor_ptx``, which never compiles a visitor's code in the server's processes."""
     reply = compile_ptx({**request, "op": "ptx_source", "arch": arch})
     return _with_sass(reply, arch, sass)
+
+
+GPU_CHECK_ARCH = "sm_90"  # the H200's: the GPU the simulator's pages model
+
+
+def gpu_check(request: dict, arch: str = GPU_CHECK_ARCH) -> dict:
+    """Compile a kernel from source for a GPU (numba -> NVVM -> PTX, then ptxas -v) before the
+    simulator runs it: the simulator types nothing and would run what no GPU compiles.
+
+    Runs where the kernel's code may run (the visitor's sandbox, or the operator's own process for
+    ``capture --source``). Raises GpuRefused (one line naming the kernel's line) for what a GPU
+    refuses; returns ``{"checked": True, "arch", "ptxas_log", "missing", "versions"}``, or
+    ``{"checked": False, "why": ...}`` where the toolchain is not here (no libNVVM) or timed out,
+    which refuses nothing."""
+    try:
+        reply = compile_ptx({**request, "op": "ptx_source", "arch": arch, "sass": False})
+        parts = assemble(reply["ptx"], arch, disassemble=False)
+    except GpuRefused:
+        raise
+    except AsmError as exc:
+        return {"checked": False, "why": " ".join(str(exc).split())[:300]}
+    return {
+        "checked": True,
+        "arch": arch,
+        "ptxas_log": parts["ptxas_log"],
+        "missing": parts["missing"],
+        "versions": {**reply["versions"], **parts["versions"]},
+    }
 
 
 def visitor_ptx(request: dict, arch: str = "sm_90") -> dict:

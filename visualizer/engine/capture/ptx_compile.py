@@ -29,6 +29,41 @@ class CompileError(Exception):
     """One line for the person who asked."""
 
 
+class KernelRefused(CompileError):
+    """The kernel's own code is what a GPU compile refuses (a typing or lowering error, NVVM's or
+    ptxas's rejection): not a missing tool. One line naming the kernel's line where numba says it."""
+
+
+# what a shape numba cannot fold into constants looks like, and how to give it one
+_SHAPE_HINT = (
+    " (a GPU needs the shape of a shared or local array as constant integers: numba folds a number or a "
+    "global, not an expression such as TILE_DIM + 1; name it once at the top of the module, e.g. "
+    "PADDED = TILE_DIM + 1)"
+)
+
+
+def refusal_line(exc: BaseException, filename: str, kernel: str) -> str:
+    """One line for a compile error of the visitor's kernel, naming its line (engine/capture/source.py
+    ``describe_failure``, which the simulator's own errors use too)."""
+    from visualizer.engine.capture.source import describe_failure
+
+    described = describe_failure(exc, filename, simulator=False)
+    text = str(described) if described is not None else f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())[:400]
+    if (".shared.array" in text or ".local.array" in text) and "No implementation" in text:
+        text += _SHAPE_HINT
+    return f"a GPU cannot compile {kernel}: {text}"
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a compile error is the kernel's (numba's typing/lowering, NVVM rejecting it), not a
+    toolchain that is missing here (NvvmSupportError: no libNVVM)."""
+    from numba.core.errors import NumbaError
+    from numba.cuda.cudadrv.error import NvvmError
+
+    return isinstance(exc, (NumbaError, NvvmError))
+
+
 def _compile_for(cc: tuple[int, int]) -> None:
     """Make numba-cuda compile for ``cc`` with no GPU and no NVRTC on the machine."""
     import numba.cuda.cuda_paths as cuda_paths
@@ -82,11 +117,14 @@ def _source(kernel):
     import numpy as np
     from numba import cuda
 
-    from visualizer.engine.capture.source import argument_values, kernel_pair, load_module
+    from visualizer.engine.capture.source import UserCodeError, argument_values, kernel_pair, load_module
 
     src = kernel.source
     values = argument_values(src, np.random.default_rng(0))
-    module = load_module(src.text, src.filename, kernel.kernel)
+    try:
+        module = load_module(src.text, src.filename, kernel.kernel)
+    except UserCodeError as exc:  # the module itself fails (the simulator's run says so too): no GPU verdict
+        raise CompileError(str(exc)) from None
     _, clean = kernel_pair(cuda, module, kernel.kernel)
     py = getattr(clean, "py_func", clean)
     return py, _types(list(values.values())), src.filename, src.text, {"kernel": kernel.kernel}
@@ -118,6 +156,8 @@ def compile_request(wire: dict) -> dict:
     try:
         ptx, _ = cuda.compile_ptx(py, types, cc=cc, lineinfo=True, fastmath=bool(options.get("fastmath")))
     except Exception as exc:
+        if op == "ptx_source" and _refused(exc):
+            raise KernelRefused(refusal_line(exc, filename, what["kernel"])) from None
         raise CompileError(f"numba could not compile {what['kernel']}: {type(exc).__name__}: "
                            f"{' '.join(str(exc).split())[:300]}") from None  # fmt: skip
     from numba.cuda.cudadrv import nvvm
@@ -155,6 +195,8 @@ def main() -> int:
     try:
         request = json.loads(sys.stdin.read())
         reply = {"ok": compile_request(request)}
+    except KernelRefused as exc:  # the kernel's fault: the simulator path refuses it too (ptx.gpu_check)
+        reply = {"error": str(exc), "refused": True}
     except CompileError as exc:
         reply = {"error": str(exc)}
     except Exception as exc:  # a visitor's module can raise anything: one line, no traceback

@@ -174,6 +174,8 @@ def describe_failure(exc: BaseException, filename: str, simulator: bool) -> User
     loc = getattr(exc, "loc", None)
     if loc is not None and os.path.basename(str(getattr(loc, "filename", ""))) == base:
         lines.insert(0, int(loc.line))
+    if not lines:  # numba-cuda 0.30 drops the location of some typing errors: its typer's frame holds it
+        lines = _loc_in_frames(exc.__traceback__, base)
     missing = re.search(r"NameError: name '(\w+)' is not defined", msg)
     if not lines and missing:  # numba names no line for an unknown global: find where it is used
         source = linecache.getlines(filename)
@@ -183,7 +185,23 @@ def describe_failure(exc: BaseException, filename: str, simulator: bool) -> User
     if lines:
         where = f" at {base} line {lines[0]}: {linecache.getline(filename, lines[0]).strip()}"
     kind = "typing error" if "TypingError" in type(exc).__name__ else type(exc).__name__
+    first = re.sub(r" at 0x[0-9a-f]+>", ">", first)  # an object's address: differs each run, says nothing
     return UserCodeError(f"{kind}{where}: {_short(first, 240)}")
+
+
+def _loc_in_frames(tb, base: str) -> list[int]:
+    """The line of the innermost numba frame whose ``loc`` (or ``inst.loc``) is in the user's file."""
+    found: list[int] = []
+    while tb is not None:
+        frame_locals = tb.tb_frame.f_locals
+        for name in ("loc", "inst"):
+            value = frame_locals.get(name)
+            loc = value if name == "loc" else getattr(value, "loc", None)
+            filename, line = getattr(loc, "filename", None), getattr(loc, "line", None)
+            if isinstance(filename, str) and isinstance(line, int) and os.path.basename(filename) == base:
+                found = [line]
+        tb = tb.tb_next
+    return found
 
 
 class SharedAllocations(Listener):

@@ -40,7 +40,8 @@ BUFFER_OF = {
 def limit_message(limit: int) -> str:
     return (
         f"too many memory accesses to record (limit {limit:,} accesses, RECORD_LIMIT in "
-        "visualizer/engine/sim/access_record.py); use a smaller launch"
+        "visualizer/engine/sim/access_record.py); use a smaller launch, or record sampled warps as a GPU "
+        "does (--access-engine pass)"
     )
 
 
@@ -197,6 +198,11 @@ class Accesses(Lens):
         )
         if self.compiled:
             simulated(reply["accesses"], self.plan)
+        elif self.ctx.backend.simulator:  # the pass ran on fastsim: simulated, not measured
+            from visualizer.analysis.provenance import SIMULATED_SAMPLED
+
+            reply["accesses"]["source"] = SIMULATED_SAMPLED
+            reply["accesses"]["sample"]["on"] = "simulator"
 
 
 # --- the compiled simulator's hook ----------------------------------------------------------------
@@ -273,8 +279,11 @@ def simulated(accesses: dict, plan: dict) -> None:
         del accesses["sample"]
         accesses["source"] = SOURCE
     else:
-        accesses["source"] = SOURCE + " (sampled warps)"
+        from visualizer.analysis.provenance import SIMULATED_SAMPLED
+
+        accesses["source"] = SIMULATED_SAMPLED
         if sample is not None:
+            sample["on"] = "simulator"
             sample["where"] = "the simulator (compiled engine)"
 
 

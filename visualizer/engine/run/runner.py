@@ -25,7 +25,7 @@ from visualizer.analysis.capture import Capture, build_capture
 from visualizer.engine.capture.request import CaptureRequest
 from visualizer.engine.run import wire
 from visualizer.engine.run.messages import MalformedMessage, Message
-from visualizer.specs.catalog import LaunchError, admit_capture, limits_from_info
+from visualizer.specs.catalog import LaunchError, admit_accesses, admit_capture, limits_from_info
 
 BACKENDS = ("auto", "gpu", "sim")
 START_TIMEOUT_S = 180.0  # importing numba and creating a CUDA context can take a while on a cold machine
@@ -432,6 +432,8 @@ class Runner:
         typed = CaptureRequest.of(fields, options)  # engine/capture/request.py
         if self.backend == "sim":  # refuse bad input before starting a worker, at its engine's limits
             admit_capture(kernel, params, "sim", runs=runs, sim_engine=typed.planned_sim_engine()[0])
+            if typed.wants("accesses") and typed.lenses["accesses"].get("access_engine") != "pass":
+                admit_accesses(kernel, params)  # every thread recorded: refused now, naming what to lower
         request = typed.to_wire()
 
         def admit(info):  # on a GPU, against the memory the worker's device reports

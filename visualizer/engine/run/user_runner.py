@@ -10,9 +10,13 @@ PID namespace, as soon as its run is over. Visitors wait for a free sandbox in a
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import json
 import os
 import signal
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -155,6 +159,11 @@ class UserRunner(Runner):
         fields["sim_engine"] = sim_engine or default_sim_engine()
         typed = CaptureRequest.of(fields, lenses)  # a RequestError is a LaunchError
         request = {**base, **typed.to_wire()}
+        known = gpu_checked(launch) if self.backend == "sim" else None
+        if (
+            self.backend == "sim" and known is None
+        ):  # compiled for a GPU first, in the sandbox (once a source)
+            request["gpu_check"] = True
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
         # the simulator runs the kernel twice when timing it clean
@@ -183,8 +192,15 @@ class UserRunner(Runner):
             raise KernelError(reply.payload.removeprefix("UserCodeError: "))
         # the reply carries the parts the lenses asked for add (the access records, the SIMT lens's logs)
         expected = expected_reply(launch, runs=int(runs), parts=lens_reply_parts(typed.lenses))
+        payload = reply.payload
+        checked = payload.pop("gpu_check", None) if isinstance(payload, dict) else None
+        if request.get("gpu_check"):
+            known = remember_gpu_check(launch, checked)
         try:  # held against the request before anything is made from it (analysis/capture.check_reply)
-            return build_capture(reply.payload, expected)
+            cap = build_capture(payload, expected)
+            if known is not None:
+                cap.launch["gpu_compile"] = known
+            return cap
         except ReplyError as exc:
             raise KernelError(
                 f"the sandbox's reply does not answer its request ({exc}); nothing was made from it"[:300]
@@ -213,6 +229,54 @@ def expected_reply(launch: SourceLaunch, *, runs: int = 1, parts: frozenset[str]
         runs=runs,
         parts=frozenset(parts),
     )
+
+
+GPU_CHECKS_KEPT = 256  # sources whose GPU compile is remembered (a few hundred bytes each)
+_gpu_checks: OrderedDict[str, dict] = OrderedDict()
+_gpu_checks_lock = threading.Lock()
+
+
+def _gpu_check_key(launch: SourceLaunch) -> str:
+    """What a GPU compile of the kernel depends on: its module's text, its name and its arguments'
+    types (kind, dtype, dimensions; a scalar's Python type), not their values or sizes."""
+    types_ = [
+        (name, s.kind, str(s.dtype), len(s.shape) if s.is_array else type(s.value).__name__)
+        for name, s in sorted(launch.args.items())
+    ]
+    text = json.dumps([launch.source, launch.kernel, types_], default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def gpu_checked(launch: SourceLaunch) -> dict | None:
+    """The remembered GPU compile of this kernel (``remember_gpu_check``'s), or None: not compiled yet."""
+    with _gpu_checks_lock:
+        return _gpu_checks.get(_gpu_check_key(launch))
+
+
+def remember_gpu_check(launch: SourceLaunch, checked) -> dict:
+    """The sandbox's ``gpu_check`` answer (engine/capture/ptx.gpu_check), held to its form: what the
+    pages read as ``launch["gpu_compile"]``. ptxas's counts are parsed here, from its log cut to
+    64 KiB; a kernel that compiled is remembered, so later runs of the same source skip the compile."""
+    from visualizer.analysis.asm import ptxas_resources
+
+    if not isinstance(checked, dict) or checked.get("checked") is not True:
+        why = checked.get("why") if isinstance(checked, dict) else None
+        why = " ".join(str(why).split())[:300] if isinstance(why, str) else "the sandbox did not say why"
+        return {"checked": False, "why": why}
+    log = checked.get("ptxas_log")
+    arch = checked.get("arch")
+    arch = arch if isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit() else "sm_90"
+    resources = ptxas_resources(log[: 64 << 10]) if isinstance(log, str) else None
+    if resources is not None and resources.get("registers") is None:
+        resources = None  # a log with no kernel in it counts nothing
+    known = {"checked": True, "arch": arch, "build": "clean", "resources": resources}
+    if resources is None:
+        known["why"] = "ptxas is not installed here (pip install nvidia-cuda-nvcc), so no register count"
+    with _gpu_checks_lock:
+        _gpu_checks[_gpu_check_key(launch)] = known
+        while len(_gpu_checks) > GPU_CHECKS_KEPT:
+            _gpu_checks.popitem(last=False)
+    return known
 
 
 PTX_REPLY_BYTES = 64 * 2**20  # PTX, SASS and ptxas's log of one kernel, as text

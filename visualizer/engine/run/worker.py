@@ -146,7 +146,17 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
             else:
                 from visualizer.engine.capture.request import CaptureRequest
 
-                result = (capture_source if user_code else capture)(backend, CaptureRequest.from_wire(wire))
+                request = CaptureRequest.from_wire(wire)
+                checked = None
+                if user_code and backend.simulator and wire.get("gpu_check"):
+                    # before the simulator runs it: what no GPU compiles is refused here (GpuRefused is a
+                    # LaunchError: "invalid", one line naming the kernel's line), ptxas counts the rest
+                    from visualizer.engine.capture import ptx
+
+                    checked = ptx.gpu_check(wire)
+                result = (capture_source if user_code else capture)(backend, request)
+                if checked is not None:
+                    result["gpu_check"] = checked
             say("ok", result)
         except Exception as exc:
             from visualizer.specs.catalog import LaunchError

@@ -30,8 +30,9 @@ import numpy as np
 
 from visualizer.analysis.memory import OPS, SPACES  # noqa: F401  (the codes the tables decode)
 from visualizer.engine.sim.fastsim import ATOMIC, LOAD, STORE, Listener  # noqa: F401  (the op codes, re-exported)
+from visualizer.specs.launch import ACCESS_RECORD_LIMIT
 
-RECORD_LIMIT = 2_000_000  # accesses one launch may record (x 112 bytes: ~220 MB at most)
+RECORD_LIMIT = ACCESS_RECORD_LIMIT  # accesses one launch may record (x 112 bytes: ~220 MB at most)
 CHUNK_BITS = 16
 CHUNK = 1 << CHUNK_BITS
 COLUMNS = (

@@ -454,7 +454,7 @@ except ValueError as exc:
     st.info(str(exc))
 with st.expander("Per source line (what Nsight Compute would count)"):
     st.dataframe(lines, hide_index=True)
-if summ.get("sample") and visitor is None:
+if summ.get("sample") and visitor is None and cap.measured:  # a GPU's sampled warps beside the simulator's
     side_by_side(kernel, params, cap)
 haz = cap.hazards
 if len(haz):

@@ -17,6 +17,7 @@ from visualizer.figures.occupancy import achieved_figure, impact_figure, limits_
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.specs.launch import ceil_div
+from visualizer.web.asm import count_words, ptxas_count
 from visualizer.web.charts import chart
 from visualizer.web.session import (
     RunConfig,
@@ -53,15 +54,29 @@ def _arch_of(cap) -> tuple[str, str | None]:
 
 
 def _kernel_regs(cap) -> dict[str, int] | None:
-    """Registers per thread of the compiled builds (GPU only)."""
-    if cap is None or not cap.measured:
+    """Registers per thread of the compiled builds: the driver's (GPU), or ptxas's count of the clean
+    build for sm_90 once it has counted (simulator: web/asm.ptxas_count); None before that."""
+    if cap is None:
         return None
+    if not cap.measured:
+        counted = ptxas_count(cap)
+        return {"clean": counted["registers"]} if counted else None
     regs = {
         build: cap.launch[build]["registers_per_thread"]
         for build in ("instrumented", "clean")
         if (cap.launch.get(build) or {}).get("registers_per_thread") is not None
     }
     return regs or None
+
+
+def _launch_regs(cap) -> tuple[int, str]:
+    """(registers per thread the captured launch is modelled with, where that number came from)."""
+    regs = _kernel_regs(cap) or {}
+    if "instrumented" in regs:
+        return regs["instrumented"], "the instrumented build, CUDA driver"
+    if "clean" in regs:
+        return regs["clean"], count_words()
+    return SIM_REGS, "assumed: nothing is compiled yet"
 
 
 def _run_key(cap) -> tuple:
@@ -84,7 +99,7 @@ def _slider_defaults(cap) -> dict:
         "occ_arch": _arch_of(cap)[0],
         # Whole warps: 48 threads occupy as much as 64.
         "occ_threads": min(1024, max(WARP_SIZE, ceil_div(threads, WARP_SIZE) * WARP_SIZE)),
-        "occ_regs": (_kernel_regs(cap) or {}).get("instrumented", SIM_REGS),
+        "occ_regs": _launch_regs(cap)[0],
         "occ_smem_kb": min(227, ceil_div(int(launch.get("dynamic_smem_bytes") or 0), KB)),
         "occ_static": min(48 * KB, int(launch.get("static_smem_bytes") or 0)),
     }
@@ -127,13 +142,21 @@ def _captured_theoretical(cap) -> tuple[int, int, str]:
     driver = (launch.get("instrumented") or {}).get("driver_blocks_per_sm")
     if driver is not None:
         return int(driver), max_warps, "the CUDA driver (cudaOccupancyMaxActiveBlocksPerMultiprocessor)"
+    counted = ptxas_count(cap)
+    regs = counted["registers"] if counted else SIM_REGS
     result = occupancy_opted_in(
         "sm_90",
         launch["threads_per_block"],
-        SIM_REGS,
+        regs,
         launch["dynamic_smem_bytes"],
         launch["static_smem_bytes"],
     )
+    if counted:
+        return (
+            result.blocks_per_sm,
+            max_warps,
+            f"the calculator for sm_90 at {regs} regs/thread ({count_words()})",
+        )
     return result.blocks_per_sm, max_warps, f"the calculator for sm_90 with an assumed {SIM_REGS} regs/thread"
 
 
@@ -187,8 +210,17 @@ seen = st.session_state.get("occ_defaults_for")
 if cap is not None and seen is not None and seen != _run_key(cap):
     # A new run: start the sliders from its launch (before the widgets exist, as Streamlit requires).
     st.session_state.update(_slider_defaults(cap))
+counted_for = (_run_key(cap), _launch_regs(cap)[0]) if cap is not None else None
+if (
+    cap is not None
+    and seen == _run_key(cap)
+    and st.session_state.get("occ_regs_for") not in (None, counted_for)
+):
+    # ptxas has counted this launch's registers since the sliders were set: they start from its count
+    st.session_state.occ_regs = counted_for[1]
 if cap is not None:
     st.session_state.occ_defaults_for = _run_key(cap)
+    st.session_state.occ_regs_for = counted_for
 # otherwise the link's values (a first visit, or back from another page), else the run's
 for key, value in _slider_defaults(cap).items():
     show_link_notices(from_link(key, value, SLIDER_RANGES[key]))
@@ -257,10 +289,18 @@ if cap.measured:
     else:
         errors = [str((launch.get(b) or {}).get("error")) for b in ("instrumented", "clean")]
         st.caption(f"The driver's occupancy answer is not available ({'; '.join(errors)}).")
+elif (res := ptxas_count(cap)) is not None:
+    st.caption(
+        f"Simulator: registers {count_words()}: {res['registers']} registers/thread, "
+        f"{res['spill_stores_bytes'] + res['spill_loads_bytes']} B spilled, {res['smem_bytes']:,} B static shared "
+        "memory. The theoretical value and the sliders use this count (an H200, sm_90); *Under the hood* shows "
+        "it line by line. The instrumented build's count, and the driver's answer, need a GPU."
+    )
 else:
     st.caption(
-        f"Simulator: nothing is compiled, so registers are unknown; the theoretical value assumes {SIM_REGS} "
-        "registers per thread on an H200 (sm_90). Run on a GPU to see the driver's answer."
+        f"Simulator: nothing is compiled yet, so registers are unknown; the theoretical value assumes {SIM_REGS} "
+        "registers per thread on an H200 (sm_90). Count them with ptxas below (or on *Under the hood*), or run "
+        "on a GPU to see the driver's answer."
     )
     if st.button("Count this kernel's registers with ptxas (sm_90, no GPU needed)", key="occ_ptxas"):
         from visualizer.web.asm import ptxas_registers
@@ -269,11 +309,7 @@ else:
         if res is None:
             st.caption(f"No register count: {as_text(why)}")
         else:
-            st.caption(
-                f"ptxas -v, clean build for sm_90: {res['registers']} registers/thread, "
-                f"{res['spill_stores_bytes'] + res['spill_loads_bytes']} B spilled, {res['smem_bytes']:,} B static "
-                "shared memory (set the sliders to it; *Under the hood* shows it line by line)."
-            )
+            st.rerun()  # every number on the page (and the other pages) from the count now
 
 st.subheader("Achieved occupancy")
 run_key = _run_key(cap)
@@ -337,7 +373,7 @@ chart(
     measured_points_figure(
         runs,
         _arch_of(cap)[0],
-        (_kernel_regs(cap) or {}).get("instrumented", SIM_REGS),
+        _launch_regs(cap)[0],
         launch["static_smem_bytes"],
         launch["dynamic_smem_bytes"],
     ),

@@ -7,6 +7,7 @@ from visualizer.analysis.occupancy import ARCHS, WARP_SIZE, occupancy
 from visualizer.figures import scheduling as figs
 from visualizer.specs.catalog import SIM_MAX_THREADS
 from visualizer.specs.launch import ceil_div
+from visualizer.web.asm import count_words, ptxas_count
 from visualizer.web.charts import chart
 from visualizer.web.session import RunConfig, from_link, require_capture, show_link_notices, to_link
 from visualizer.web.sidebar import load_config
@@ -78,7 +79,16 @@ if cap.measured:
     blocks, warps = captured_blocks, captured_warps
     st.caption(f"Data source: {source}: real `%smid` and `%globaltimer` read inside the kernel.")
 else:
-    show_link_notices(from_link("sched_gpu", "H200", list(MODEL_GPUS)), from_link("sched_regs", 32, (1, 255)))
+    counted = ptxas_count(cap)  # ptxas's count for sm_90 (web/asm.py), once it has counted
+    counted_regs = counted["registers"] if counted else None
+    show_link_notices(
+        from_link("sched_gpu", "H200", list(MODEL_GPUS)),
+        from_link("sched_regs", counted_regs or 32, (1, 255)),
+    )
+    counted_for = (launch.get("kernel"), str(sorted(launch["params"].items())), counted_regs)
+    if counted_regs and st.session_state.get("sched_regs_for") not in (None, counted_for):
+        st.session_state.sched_regs = counted_regs  # counted since the input was set: model with the count
+    st.session_state.sched_regs_for = counted_for
     c1, c2 = st.columns(2)
     gpu = c1.selectbox(
         "GPU model (modelled)",
@@ -110,9 +120,19 @@ else:
     num_sms = int(blocks.attrs["num_sms"])
     max_warps = int(blocks.attrs["max_warps_per_sm"])
     theoretical_warps, blocks_per_sm = int(blocks.attrs["warps_per_sm"]), int(blocks.attrs["blocks_per_sm"])
+    if counted_regs is None:
+        regs_from = (
+            "assumed: nothing is compiled yet; *Under the hood* counts them with ptxas"
+            if regs == 32
+            else "as you set it; nothing is compiled yet"
+        )
+    elif regs == counted_regs:
+        regs_from = count_words()
+    else:
+        regs_from = f"as you set it; ptxas -v counted {counted_regs} for sm_90"
     st.caption(
         f":orange[**Modelled**] on a {gpu} ({num_sms} SMs, {blocks_per_sm} blocks/SM at {regs} "
-        "registers/thread): the simulator has no SMs (details below the chart)."
+        f"registers/thread, {regs_from}): the simulator has no SMs (details below the chart)."
     )  # a caption, not a box: the chart must start above a 720-px projector's fold
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 from visualizer.analysis import asm
 from visualizer.analysis.occupancy import ARCHS, occupancy
 from visualizer.engine.capture import ptx
-from visualizer.web.asm import compiled, visitor_compiled
+from visualizer.web.asm import compiled, remember_count, visitor_compiled
 from visualizer.web.memory import access_capture
 from visualizer.web.session import as_text, from_link, require_capture, show_link_notices, to_link
 
@@ -42,6 +42,7 @@ except ptx.AsmError as exc:
     st.stop()
 res = asm.ptxas_resources(got["ptxas_log"]) if got.get("ptxas_log") else {}
 if res.get("registers") is not None:
+    remember_count(cap, arch, res)  # every page of this session uses ptxas's count from now on
     top[1].metric("registers", res["registers"], help="per thread, ptxas -v, clean build")
     top[2].metric(
         "spills",

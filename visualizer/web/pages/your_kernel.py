@@ -304,9 +304,18 @@ if cap is not None and cap.launch.get("user_kernel"):
             f"shared memory, {res['driver_blocks_per_sm']} blocks/SM (CUDA driver)."
         )
     else:
+        counted = (launch.get("gpu_compile") or {}).get("resources")
         st.caption(
-            f"Static shared memory seen on the simulator: {launch['static_smem_bytes']:,} B per block "
-            "(registers are only known on a GPU)."
+            f"Static shared memory seen on the simulator: {launch['static_smem_bytes']:,} B per block. "
+            + (
+                f"Compiled for a GPU before it ran: {counted['registers']} registers/thread, "
+                f"{counted['spill_stores_bytes'] + counted['spill_loads_bytes']} B spilled (ptxas -v, "
+                f"{launch['gpu_compile']['arch']}, clean build); every page uses this count."
+                if counted
+                else "Registers: not counted ("
+                + as_text((launch.get("gpu_compile") or {}).get("why") or "compiled on a GPU only")
+                + ")."
+            )
         )
     with st.expander("Arrays after the launch", expanded=True):
         for name, arr in arrays_after(cap).items():
