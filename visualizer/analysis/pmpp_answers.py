@@ -163,7 +163,8 @@ def divergent_adds(cap: Capture) -> Answer:
 def shared_bytes(cap: Capture) -> Answer:
     """Shared memory one block declares (the launch's static shared bytes)."""
     nbytes = int(cap.launch.get("static_smem_bytes") or 0) + int(cap.launch.get("dynamic_smem_bytes") or 0)
-    return Answer(nbytes, {"threads": int(cap.launch["threads_per_block"])}, cap.source)
+    engine = {"engine": cap.launch.get("sim_engine"), "engine_note": cap.launch.get("sim_engine_note")}
+    return Answer(nbytes, {"threads": int(cap.launch["threads_per_block"]), **engine}, cap.source)
 
 
 def launched_threads(cap: Capture) -> Answer:

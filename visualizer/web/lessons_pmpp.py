@@ -353,6 +353,7 @@ REDUCTION_SHUFFLE = Lesson(
             lambda a, v: (
                 f"{a.value} bytes: one float per warp slot (32 slots, enough for 1,024 threads); the tree "
                 f"needs one float per thread, {4 * v['block']} bytes for {v['block']} threads."
+                + (f" This run: the simulator's {a.facts['engine']} engine." if a.facts.get("engine") else "")
             ),
             unit="bytes",
         ),

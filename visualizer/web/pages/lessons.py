@@ -14,6 +14,7 @@ from visualizer.analysis import lesson_answers as A
 from visualizer.engine.run.runner import KernelError, gpu_present
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
+from visualizer.web.lesson_path import chapter_label, chapter_of, ordered, path_rows
 from visualizer.web.lesson_progress import store_done, stored_done
 from visualizer.web.lessons import LESSONS, Lesson, get
 from visualizer.web.memory import access_capture
@@ -50,7 +51,7 @@ TEACHER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stSliderThumbValue"] p,
 [data-testid="stMain"] [data-testid="stSliderTickBar"] p { font-size: inherit; line-height: inherit; }
 </style>"""
-NAMES = [lesson.name for lesson in LESSONS]
+NAMES = [lesson.name for lesson in ordered(LESSONS)]  # the PMPP path's order (web/lesson_path.py)
 
 
 def progress() -> dict:
@@ -218,7 +219,9 @@ name = top1.selectbox(
     key="lesson",
     # fixed labels: the browser resets a box whose labels change to its first option (done lessons are
     # named in the progress line below instead)
-    format_func=lambda n: f"{NAMES.index(n) + 1}. {get(n).title}",
+    format_func=lambda n: (
+        f"{NAMES.index(n) + 1}. {get(n).title} ({chapter_label(chapter_of(n)).split(' · ')[0]})"
+    ),
     on_change=_change_lesson,
 )
 top2.toggle(
@@ -251,6 +254,13 @@ def show_progress(class_link: str) -> None:
 
 
 show_progress(link(name, teacher=teacher, launch=launch))
+with st.expander(f"The path: {len(NAMES)} lessons in the order of the PMPP textbook's chapters"):
+    st.caption(
+        "Take them in order, or assign a chapter's lessons as homework (each lesson's link is in the line "
+        "above once it is open). Needs: where the lesson runs and which lens it records with."
+    )
+    done_now = {n for n in NAMES if progress().get(n, {}).get("done")}
+    st.dataframe(path_rows(LESSONS, done_now), hide_index=True, use_container_width=True)
 
 st.header(lesson.title)
 st.markdown(lesson.intro)
