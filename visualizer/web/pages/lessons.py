@@ -243,6 +243,21 @@ launch = launch_link(lesson, {c.key: st.session_state[control_key(lesson, c)] fo
 progress_line = st.empty()
 
 
+def path_markdown(links: dict[str, str]) -> str:
+    """The path as a list: each chapter, its lessons numbered as in the lesson box, linked, what they need,
+    and ✓ for the ones done in this browser."""
+    lines, last = [], None
+    for i, row in enumerate(
+        path_rows(LESSONS, {n for n in NAMES if progress().get(n, {}).get("done")}), start=1
+    ):
+        if row["chapter"] != last:
+            lines.append(f"\n**{row['chapter']}**\n")
+            last = row["chapter"]
+        name = NAMES[i - 1]
+        lines.append(f"{i}. [{row['lesson']}]({links[name]}) {row['done']} — *{row['needs']}*")
+    return "\n".join(lines)
+
+
 def show_progress(class_link: str) -> None:
     """The progress line (drawn again when a run finishes a lesson, so it is never one run behind)."""
     done = [n for n in NAMES if progress().get(n, {}).get("done")]
@@ -256,11 +271,10 @@ def show_progress(class_link: str) -> None:
 show_progress(link(name, teacher=teacher, launch=launch))
 with st.expander(f"The path: {len(NAMES)} lessons in the order of the PMPP textbook's chapters"):
     st.caption(
-        "Take them in order, or assign a chapter's lessons as homework (each lesson's link is in the line "
-        "above once it is open). Needs: where the lesson runs and which lens it records with."
+        "Take them in order, or assign a chapter's lessons as homework (each link opens the lesson). Needs: "
+        "where the lesson runs, the lens it records with, and its kernels."
     )
-    done_now = {n for n in NAMES if progress().get(n, {}).get("done")}
-    st.dataframe(path_rows(LESSONS, done_now), hide_index=True, use_container_width=True)
+    st.markdown(path_markdown({n: link(n, teacher=teacher) for n in NAMES}))
 
 st.header(lesson.title)
 st.markdown(lesson.intro)
