@@ -285,7 +285,7 @@ def _div_words(a, v, kernel):
     f = a.facts
     return (
         f"{kernel}: {a.value} of the {f['visits']} warp visits of the add in block 0 ran with some lanes off; "
-        f"{f['idle_lanes']:,} idle lane-slots in all ({a.source})."
+        f"{f['idle_lanes']:,} idle lane-slots in all."
     )
 
 
@@ -307,7 +307,7 @@ REDUCTION_TREES = Lesson(
             lambda caps, v: P.divergent_adds(caps["divergent"]),
             lambda a, v: (
                 _div_words(a, v, "reduce_divergent")
-                + " Every level while 2s ≤ 32 diverges in every warp that has an adding thread."
+                + " At every level each warp that holds an adding thread diverges: the adders are every 2s-th lane."
             ),
             unit="visits",
         ),
@@ -362,7 +362,7 @@ REDUCTION_SHUFFLE = Lesson(
             "tree loop, each with a barrier after it?",
             lambda caps, v: P.loop_steps(caps["tree"]),
             lambda a, v: (
-                f"{a.value} levels, log2({v['block']}), each followed by a block-wide barrier ({a.source}). "
+                f"{a.value} levels, log2({v['block']}), each followed by a block-wide barrier. "
                 "The shuffle version passes one barrier: its first five levels stay inside each warp."
             ),
             unit="levels",
@@ -423,9 +423,7 @@ KOGGE_STONE = Lesson(
         Question(
             "How many steps does the scan loop take (block 0's first warp)?",
             lambda caps, v: P.loop_steps(caps["ks"]),
-            lambda a, v: (
-                f"{a.value} steps: s = 1, 2, 4, … up to {v['block'] // 2}, log2({v['block']}) ({a.source})."
-            ),
+            lambda a, v: f"{a.value} steps: s = 1, 2, 4, … up to {v['block'] // 2}, log2({v['block']}).",
             unit="steps",
         ),
         Question(
@@ -434,7 +432,7 @@ KOGGE_STONE = Lesson(
             lambda a, v: (
                 f"{a.value:,} additions (the lanes that took `{a.facts['lines'][0]}`, summed over the steps): "
                 f"{v['block']} − s at each step s. One core needs {v['block'] - 1}: Kogge-Stone does about "
-                f"log2(n) times the work to finish in log2(n) steps ({a.source})."
+                f"log2(n) times the work to finish in log2(n) steps."
             ),
             unit="adds",
         ),
@@ -460,8 +458,7 @@ BRENT_KUNG = Lesson(
             "Brent-Kung: how many steps (both trees, block 0's first warp)?",
             lambda caps, v: _beside(P.loop_steps(caps["bk"]), ks=P.loop_steps(caps["ks"]).value),
             lambda a, v: (
-                f"{a.value} steps: log2({v['block']}) up and one fewer down; Kogge-Stone took {a.facts['ks']} "
-                f"({a.source})."
+                f"{a.value} steps: log2({v['block']}) up and one fewer down; Kogge-Stone took {a.facts['ks']}."
             ),
             unit="steps",
         ),
@@ -470,7 +467,7 @@ BRENT_KUNG = Lesson(
             lambda caps, v: _beside(P.loop_work(caps["bk"]), ks=P.loop_work(caps["ks"]).value),
             lambda a, v: (
                 f"{a.value:,} additions, about 2n: fewer than Kogge-Stone's {a.facts['ks']:,}, at the price of "
-                f"more steps, and in the late steps most threads are idle ({a.source})."
+                f"more steps, and in the late steps most threads are idle."
             ),
             unit="adds",
         ),
