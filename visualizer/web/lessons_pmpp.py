@@ -593,7 +593,7 @@ SPMV_CSR = Lesson(
             "How many multiply-adds does the whole launch do (one load of values each)?",
             lambda caps, v: P.global_loads(caps["csr"], "values"),
             lambda a, v: f"{a.value:,}: exactly the non-zeros, no padding.",
-            unit="multiply-adds",
+            unit="FMAs",
         ),
     ),
     charts=_spmv_charts,
@@ -634,7 +634,7 @@ SPMV_ELL = Lesson(
                 "few long rows, ELL's padding is most of its work: real code splits the long rows off (hybrid "
                 "ELL + COO)."
             ),
-            unit="multiply-adds",
+            unit="FMAs",
         ),
     ),
     charts=_spmv_charts,
