@@ -82,3 +82,22 @@ def test_aos_and_soa_move_the_same_particles():
 def test_bad_launches_are_one_line_errors(kernel, params, words):
     with pytest.raises(catalog.LaunchError, match=words):
         catalog.plan_launch(kernel, params)
+
+
+PMPP_PAIRS = ("convolution", "reduction_trees", "reduction_shuffle", "scan", "spmv", "aos_soa", "histogram")
+
+
+def _gpu_launches():
+    from visualizer.specs.pairs import PAIRS
+
+    sides = [(s.kernel, s.params_for("gpu")) for key in PMPP_PAIRS for s in (PAIRS[key].a, PAIRS[key].b)]
+    return LAUNCHES + sides  # the simulator's edge cases, and the Compare pairs' GPU sizes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("kernel", "params"), _gpu_launches(), ids=[f"{k}-{i}" for i, (k, _) in enumerate(_gpu_launches())]
+)
+def test_kernel_matches_numpy_on_gpu(gpu_runner, kernel, params):
+    cap = gpu_runner.capture(kernel, params)
+    assert cap.measured and cap.check["correct"], cap.check

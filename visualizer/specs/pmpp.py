@@ -461,12 +461,10 @@ def _layout_plan(p: dict) -> Launch:
     )
 
 
-def _moved(q: np.ndarray) -> np.ndarray:
+def moved_positions(q: np.ndarray) -> np.ndarray:
+    """(n, 2) new positions of (n, 4) particles (x, y, vx, vy) after one step of DT, in float64."""
     q = q.astype(np.float64)
-    out = q.copy()
-    out[:, 0] += q[:, 2] * np.float32(DT)
-    out[:, 1] += q[:, 3] * np.float32(DT)
-    return out
+    return q[:, :2] + q[:, 2:] * np.float64(np.float32(DT))
 
 
 _LAYOUT_PARAMS = (
@@ -500,30 +498,32 @@ PARTICLES_AOS = _layout_spec(
     "Particle step, array of structures (x, y, vx, vy per particle)",
     "One row of four floats per particle: neighbouring lanes read words 16 bytes apart, so each warp "
     "load moves four times the bytes it uses.",
-    ("p", "n", "dt"),
-    ("p",),
-    lambda p, rng: {"p": _particle_values(p, rng)},
-    lambda x, p: {"p": _moved(x["p"]).astype(np.float32)},
+    ("p", "moved", "n", "dt"),
+    ("moved",),
+    lambda p, rng: {"p": _particle_values(p, rng), "moved": np.zeros((p["n"], 2), np.float32)},
+    lambda x, p: {"moved": moved_positions(x["p"]).astype(np.float32)},
 )
+
+SOA_FIELDS = ("x", "y", "vx", "vy")
 
 
 def _soa_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
     q = _particle_values(p, rng)  # the same particles as the AoS kernel's, split into four arrays
-    return {k: np.ascontiguousarray(q[:, c]) for c, k in enumerate(("x", "y", "vx", "vy"))}
+    out = {k: np.ascontiguousarray(q[:, c]) for c, k in enumerate(SOA_FIELDS)}
+    return {**out, "x_new": np.zeros(p["n"], np.float32), "y_new": np.zeros(p["n"], np.float32)}
 
 
 def _soa_reference(x: dict, p: dict) -> dict[str, np.ndarray]:
-    q = np.stack([x[k] for k in ("x", "y", "vx", "vy")], axis=1)
-    moved = _moved(q).astype(np.float32)
-    return {"x": moved[:, 0], "y": moved[:, 1]}
+    moved = moved_positions(np.stack([x[k] for k in SOA_FIELDS], axis=1)).astype(np.float32)
+    return {"x_new": moved[:, 0], "y_new": moved[:, 1]}
 
 
 PARTICLES_SOA = _layout_spec(
     "particles_soa",
     "Particle step, structure of arrays (x[], y[], vx[], vy[])",
     "Four arrays, one per field: neighbouring lanes read neighbouring words, every warp load coalesced.",
-    ("x", "y", "vx", "vy", "n", "dt"),
-    ("x", "y"),
+    ("x", "y", "vx", "vy", "x_new", "y_new", "n", "dt"),
+    ("x_new", "y_new"),
     _soa_inputs,
     _soa_reference,
 )
