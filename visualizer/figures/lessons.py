@@ -90,3 +90,18 @@ def bytes_figure(rows: list[tuple[str, float]], source: str) -> go.Figure:
     fig.update_xaxes(title="bytes", rangemode="tozero")
     fig.update_yaxes(automargin=True)
     return _layout(fig, "Bytes of attention scores each way holds", source)
+
+
+def pair_bars_figure(rows: list[tuple[str, float]], title: str, axis: str, source: str) -> go.Figure:
+    """Horizontal bars of one count for each side of a before/after (label, value)."""
+    if not rows:
+        raise ValueError("nothing to compare")
+    fig = go.Figure(
+        go.Bar(y=[r[0] for r in rows], x=[r[1] for r in rows], orientation="h",
+               marker_color=(["#d62728", "#76B900", "#1f77b4"] * len(rows))[: len(rows)],
+               text=[f"{r[1]:,.4g}" for r in rows], textposition="auto", textangle=0,
+               hovertemplate="%{y}: %{x:,}<extra></extra>")
+    )  # fmt: skip
+    fig.update_xaxes(title=axis, rangemode="tozero")
+    fig.update_yaxes(automargin=True, autorange="reversed")
+    return _layout(fig, title, source, height=260 + 30 * len(rows))

@@ -51,6 +51,7 @@ from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as 
 )
 from visualizer.specs.lessons import SPECS as LESSON_SPECS
 from visualizer.specs.memory import SPECS as MEMORY_SPECS
+from visualizer.specs.pmpp import SPECS as PMPP_SPECS
 from visualizer.specs.simt import SPECS as SIMT_SPECS
 
 
@@ -341,7 +342,7 @@ KERNELS: dict[str, KernelSpec] = {
 
 
 # kernels with host modules of their own
-for _spec in (*ATTENTION_SPECS, *MEMORY_SPECS, *LESSON_SPECS, *SIMT_SPECS):
+for _spec in (*ATTENTION_SPECS, *MEMORY_SPECS, *LESSON_SPECS, *SIMT_SPECS, *PMPP_SPECS):
     KERNELS[_spec.name] = _spec
 
 

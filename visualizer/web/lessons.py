@@ -7,70 +7,12 @@ captures of the learner's own launch; the explanations quote the numbers those f
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import plotly.graph_objects as go
-
 from visualizer.analysis import lesson_answers as A
 from visualizer.analysis.occupancy import LIMIT_NAMES
 from visualizer.analysis.transfers import H200_HBM_GBS, H200_HOST, modelled_gpu_timing
 from visualizer.figures import lessons as lfigs
 from visualizer.figures.memory_flow import memory_flow_figure
-
-
-@dataclass(frozen=True)
-class Control:
-    """A launch setting the learner may change (a select slider, or a radio for words)."""
-
-    key: str
-    label: str
-    options: tuple
-    default: object
-    help: str = ""
-
-
-@dataclass(frozen=True)
-class Run:
-    kernel: str
-    params: dict
-    accesses: bool = False  # recorded loads/stores (always on the simulator)
-    runs: int = 1  # the launch run this many times from the same inputs (analysis/races.py)
-    schedule_seed: int | None = None  # their seeded schedules on the simulator
-    branches: bool = False  # the SIMT lens: which lanes took each branch (analysis/branches.py)
-
-    def options(self) -> dict:
-        """The runner options beyond accesses (none for one run without the SIMT lens)."""
-        out = {"runs": self.runs, "schedule_seed": self.schedule_seed} if self.runs > 1 else {}
-        return {**out, "branches": True} if self.branches else out
-
-
-@dataclass(frozen=True)
-class Question:
-    prompt: str
-    answer: Callable[[dict, dict], A.Answer]  # (captures by role, control values) -> Answer
-    explain: Callable[[A.Answer, dict], str]
-    kind: str = "number"  # or "choice"
-    choices: tuple = ()
-    tolerance: float = 0.0  # relative, for numbers
-    unit: str = ""
-
-
-@dataclass(frozen=True)
-class Lesson:
-    name: str
-    title: str
-    intro: str
-    controls: tuple[Control, ...]
-    runs: Callable[[dict], dict[str, Run]]
-    questions: tuple[Question, ...]
-    charts: Callable[[dict, dict, list], list[tuple[str, go.Figure]]]  # (captures, values, answers)
-    takeaway: str = ""
-    extra: dict = field(default_factory=dict)
-
-    def defaults(self) -> dict:
-        return {c.key: c.default for c in self.controls}
-
+from visualizer.web.lesson_types import Control, Lesson, Question, Run  # noqa: F401  (re-exported)
 
 # --- 1. CPU vs GPU ----------------------------------------------------------------------------
 
@@ -795,6 +737,10 @@ LESSONS: tuple[Lesson, ...] = (
     CPU_GPU, THREADS, DIVERGENCE, SCHEDULER, OCCUPANCY, MEMORY_FLOW, COALESCING, BARRIERS, RACE_RUNS, STENCIL,
     HISTOGRAM, FLASH,
 )  # fmt: skip
+# the PMPP path's lessons (web/lessons_pmpp.py)
+from visualizer.web.lessons_pmpp import PMPP_LESSONS  # noqa: E402
+
+LESSONS += PMPP_LESSONS
 BY_NAME = {lesson.name: lesson for lesson in LESSONS}
 
 

@@ -14,6 +14,7 @@ from visualizer.analysis import lesson_answers as A
 from visualizer.engine.run.runner import KernelError, gpu_present
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.charts import chart
+from visualizer.web.lesson_path import chapter_label, chapter_of, ordered, path_rows
 from visualizer.web.lesson_progress import store_done, stored_done
 from visualizer.web.lessons import LESSONS, Lesson, get
 from visualizer.web.memory import access_capture
@@ -50,7 +51,7 @@ TEACHER_CSS = """<style>
 [data-testid="stMain"] [data-testid="stSliderThumbValue"] p,
 [data-testid="stMain"] [data-testid="stSliderTickBar"] p { font-size: inherit; line-height: inherit; }
 </style>"""
-NAMES = [lesson.name for lesson in LESSONS]
+NAMES = [lesson.name for lesson in ordered(LESSONS)]  # the PMPP path's order (web/lesson_path.py)
 
 
 def progress() -> dict:
@@ -218,7 +219,9 @@ name = top1.selectbox(
     key="lesson",
     # fixed labels: the browser resets a box whose labels change to its first option (done lessons are
     # named in the progress line below instead)
-    format_func=lambda n: f"{NAMES.index(n) + 1}. {get(n).title}",
+    format_func=lambda n: (
+        f"{NAMES.index(n) + 1}. {get(n).title} ({chapter_label(chapter_of(n)).split(' · ')[0]})"
+    ),
     on_change=_change_lesson,
 )
 top2.toggle(
@@ -240,6 +243,21 @@ launch = launch_link(lesson, {c.key: st.session_state[control_key(lesson, c)] fo
 progress_line = st.empty()
 
 
+def path_markdown(links: dict[str, str]) -> str:
+    """The path as a list: each chapter, its lessons numbered as in the lesson box, linked, what they need,
+    and ✓ for the ones done in this browser."""
+    lines, last = [], None
+    for i, row in enumerate(
+        path_rows(LESSONS, {n for n in NAMES if progress().get(n, {}).get("done")}), start=1
+    ):
+        if row["chapter"] != last:
+            lines.append(f"\n**{row['chapter']}**\n")
+            last = row["chapter"]
+        name = NAMES[i - 1]
+        lines.append(f"{i}. [{row['lesson']}]({links[name]}) {row['done']} — *{row['needs']}*")
+    return "\n".join(lines)
+
+
 def show_progress(class_link: str) -> None:
     """The progress line (drawn again when a run finishes a lesson, so it is never one run behind)."""
     done = [n for n in NAMES if progress().get(n, {}).get("done")]
@@ -251,6 +269,12 @@ def show_progress(class_link: str) -> None:
 
 
 show_progress(link(name, teacher=teacher, launch=launch))
+with st.expander(f"The path: {len(NAMES)} lessons in the order of the PMPP textbook's chapters"):
+    st.caption(
+        "Take them in order, or assign a chapter's lessons as homework (each link opens the lesson). Needs: "
+        "where the lesson runs, the lens it records with, and its kernels."
+    )
+    st.markdown(path_markdown({n: link(n, teacher=teacher) for n in NAMES}))
 
 st.header(lesson.title)
 st.markdown(lesson.intro)
