@@ -117,7 +117,7 @@ def test_a_student_can_go_through_every_lesson_on_the_simulator():
     from visualizer.web.lessons import LESSONS
 
     done = at.session_state.lesson_progress
-    assert all(done[n]["done"] for n in done) and len(done) == len(LESSONS) == 12
+    assert all(done[n]["done"] for n in done) and len(done) == len(LESSONS) == 13
 
 
 def launch_widgets(at: AppTest, lesson: str) -> dict:

@@ -56,5 +56,10 @@ PAIRS: dict[str, Pair] = {
              Side("branch_lanes", {"n": 2048, "reps": 32, "block": 256}, {"n": 1 << 22, "reps": 64}),
              Side("branch_warps", {"n": 2048, "reps": 32, "block": 256}, {"n": 1 << 22, "reps": 64}),
              "time: the same work, but every warp of branch_lanes runs both sides of its branch"),
+        Pair("lbm_layout", "Lattice Boltzmann step: array of structures vs structure of arrays",
+             Side("lbm_aos", {"nx": 64, "ny": 16}, {"nx": 4096, "ny": 1024}),
+             Side("lbm_soa", {"nx": 64, "ny": 16}, {"nx": 4096, "ny": 1024}),
+             "sectors per global load request: a cell's nine values together put neighbouring threads "
+             "36 bytes apart"),
     )
 }  # fmt: skip
