@@ -16,9 +16,9 @@ FIELDS = {
 
 def _scale(stack: np.ndarray, field: str) -> tuple[float, float]:
     """One colour scale for every frame (a frame's own would flicker); vorticity centred on 0 and
-    clipped at the 99th percentile so the wake, not the obstacle's corners, sets it."""
+    clipped at the 97th percentile so the wake, not the obstacle's corners, sets it."""
     if field == "vorticity":
-        v = float(np.percentile(np.abs(stack), 99)) or 1e-6
+        v = float(np.percentile(np.abs(stack), 97)) or 1e-6
         return -v, v
     return 0.0, float(stack.max()) or 1e-6
 
@@ -45,7 +45,7 @@ def flow_animation(run: dict, solid: np.ndarray, field: str, title: str, source:
     # cells square on screen: the plot's height follows the domain's aspect ratio
     fig.update_layout(
         title=titled(title, source), updatemenus=menus, sliders=sliders,
-        height=int(min(560, max(260, 900 * ny / nx + 170))), margin={"t": 80, "l": 50, "r": 20, "b": 60},
+        height=int(min(600, max(120, 640 * ny / nx)) + 140), margin={"t": 80, "l": 50, "r": 20, "b": 60},
         xaxis={"title": "x (cell)", "constrain": "domain"},
         yaxis={"title": "y (cell)", "scaleanchor": "x", "constrain": "domain"},
     )  # fmt: skip

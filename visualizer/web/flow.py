@@ -81,7 +81,7 @@ def animation_section(shape_name: str) -> None:
         )
     )
     c1, c2, c3 = st.columns(3)
-    size_name = c1.selectbox("grid (cells)", list(sizes), index=1 if not on_gpu else 0, key="lbm_size")
+    size_name = c1.selectbox("grid (cells)", list(sizes), index=0, key="lbm_size")
     steps = c2.selectbox("steps", step_choices, index=1, key="lbm_steps")
     field = c3.radio("show", ("vorticity", "speed"), horizontal=True, key="lbm_field")
     params = flow_params(sizes[size_name], shape)
