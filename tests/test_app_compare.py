@@ -111,3 +111,13 @@ def test_under_the_hood_refuses_a_visitors_kernel_without_the_key(monkeypatch):
     assert not at.exception
     (err,) = [e.value for e in at.main.error]
     assert "runs its code" in err and not at.main.code
+
+
+def test_compare_lbm_layouts_counts_the_sectors_of_each():
+    at = _app(
+        page="compare", cmp_pair="lbm_layout", cmp_backend="sim", kernel="vector_add", backend="sim"
+    ).run(timeout=600)
+    assert not at.exception, [e.value for e in at.exception]
+    text = _text(at)
+    assert "lbm_soa" in text and "sectors per global load request" in text, text
+    assert at.get("plotly_chart")

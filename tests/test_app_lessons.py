@@ -117,7 +117,7 @@ def test_a_student_can_go_through_every_lesson_on_the_simulator():
     from visualizer.web.lessons import LESSONS
 
     done = at.session_state.lesson_progress
-    assert all(done[n]["done"] for n in done) and len(done) == len(LESSONS) >= 22
+    assert all(done[n]["done"] for n in done) and len(done) == len(LESSONS) >= 24
 
 
 def launch_widgets(at: AppTest, lesson: str) -> dict:
@@ -216,3 +216,29 @@ def test_a_done_lesson_is_stored_in_the_browser_and_read_back():
     assert done_from_cookie("threads.cpu_gpu.<script>.x", names) == ["cpu_gpu", "threads"]
     assert done_from_cookie("a" * 5000, names) == [] and done_from_cookie(None, names) == []
     assert "alert" not in cookie_script(["cpu_gpu", "</script><script>alert(1)"], names)
+
+
+def test_airflow_lesson_answers_from_both_layouts_and_animates_the_flow():
+    at = open_lesson("airflow")
+    assert not at.exception, [e.value for e in at.exception]
+    lock(at, 0, 36)
+    lock(at, 0, 5)
+    at.button(key="lesson_run").click().run(timeout=600)
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    answers = [
+        float(m.value.split()[0].replace(",", "")) for m in at.metric if m.label == "answer (from the run)"
+    ]
+    assert len(answers) == 2 and answers[0] >= 4 * answers[1]  # AoS many sectors, SoA about 4
+    at.selectbox(key="lbm_size").set_value("160 x 40").run()
+    at.selectbox(key="lbm_steps").set_value(200).run()
+    at.button(key="lbm_run").click().run(timeout=600)
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    anim = [f for f in figs if f.get("frames")]
+    assert anim, "no animated chart"
+    title = anim[-1]["layout"]["title"]["text"]
+    assert "simulated" in title and "Vorticity" in title
+    assert len(anim[-1]["frames"]) == 41 and anim[-1]["layout"]["sliders"]
+    assert any("steps took" in c.value for c in at.caption)

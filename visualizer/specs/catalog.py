@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from visualizer.specs.attention import SPECS as ATTENTION_SPECS
+from visualizer.specs.flow import SPECS as FLOW_SPECS
 from visualizer.specs.launch import (  # noqa: F401  (re-exported: catalog.X as before)
     ACCESS_RECORD_LIMIT,
     BARRIER_STEPS,
@@ -342,7 +343,7 @@ KERNELS: dict[str, KernelSpec] = {
 
 
 # kernels with host modules of their own
-for _spec in (*ATTENTION_SPECS, *MEMORY_SPECS, *LESSON_SPECS, *SIMT_SPECS, *PMPP_SPECS):
+for _spec in (*ATTENTION_SPECS, *MEMORY_SPECS, *LESSON_SPECS, *SIMT_SPECS, *PMPP_SPECS, *FLOW_SPECS):
     KERNELS[_spec.name] = _spec
 
 

@@ -85,5 +85,10 @@ PAIRS: dict[str, Pair] = {
              Side("histogram_global", {"n": 4096, "nbins": 64, "hot": 100, "block": 256}, {"n": 1 << 22}),
              Side("histogram_shared", {"n": 4096, "nbins": 64, "hot": 100, "block": 256}, {"n": 1 << 22}),
              "global atomics: one per value on one address, or one per block"),
+        Pair("lbm_layout", "Lattice Boltzmann step: array of structures vs structure of arrays",
+             Side("lbm_aos", {"nx": 64, "ny": 16}, {"nx": 4096, "ny": 1024}),
+             Side("lbm_soa", {"nx": 64, "ny": 16}, {"nx": 4096, "ny": 1024}),
+             "sectors per global load request: a cell's nine values together put neighbouring threads "
+             "36 bytes apart"),
     )
 }  # fmt: skip

@@ -733,9 +733,77 @@ DIVERGENCE = Lesson(
 )
 
 
+# --- 13. airflow over a wing: a lattice-Boltzmann step, AoS vs SoA ---------------------------------
+
+AIRFLOW_SIZE = {"nx": 64, "ny": 16}  # small: every access of both kernels is recorded (the access lens)
+
+
+def _airflow_runs(v):
+    p = {**AIRFLOW_SIZE, "shape": 1 if v["obstacle"] == "wing" else 0}
+    return {"aos": Run("lbm_aos", p, accesses=True), "soa": Run("lbm_soa", p, accesses=True)}
+
+
+def _airflow_charts(caps, v, answers):
+    from visualizer.analysis.memory import request_accesses
+    from visualizer.figures.memory import sector_figure
+
+    out = []
+    for role, words in (("aos", "array of structures f[y, x, q]"), ("soa", "structure of arrays f[q, y, x]")):
+        cap = caps[role]
+        glob = cap.requests[(cap.requests["space"].astype(str) == "global")
+                            & (cap.requests["array"].astype(str) == "f_in")]  # fmt: skip
+        worst = glob.sort_values("sectors").iloc[-1]
+        out.append((f"Streaming, {words}: the worst load of f_in",
+                    sector_figure(request_accesses(cap.accesses, worst), worst)))  # fmt: skip
+    return out
+
+
+def _airflow_explain(a, v) -> str:
+    return (
+        f"Line {a.facts.get('line')} ({a.facts.get('array')}): {a.value} sectors per warp request, where "
+        f"{a.facts.get('ideal_per_request', 0):.0f} would hold the same bytes."
+    )
+
+
+AIRFLOW = Lesson(
+    name="airflow",
+    title="Airflow over a wing: the lattice-Boltzmann step, AoS vs SoA",
+    intro="Air past a wing (or a cylinder) as a **lattice Boltzmann** (D2Q9) simulation: each cell holds nine "
+    "numbers, the fluid moving in each lattice direction. One step, one thread per cell: *stream* (pull each "
+    "direction's value from the neighbour it comes from; bounce back off the obstacle) then *collide* "
+    "(relax toward equilibrium). Two kernels do the same arithmetic on the same numbers stored two ways: "
+    "`lbm_aos` keeps a cell's nine values together (`f[y, x, q]`), `lbm_soa` keeps one plane per direction "
+    "(`f[q, y, x]`). A warp is 32 neighbouring cells along x. Both are checked against a numpy step on every "
+    "run; below, the same kernel runs step after step and the flow is drawn.",
+    controls=(Control("obstacle", "obstacle", ("wing", "cylinder"), "wing"),),
+    runs=_airflow_runs,
+    questions=(
+        Question(
+            "Array of structures: sectors per warp request of the worst global load (4 = coalesced)?",
+            lambda caps, v: A.worst_sectors_per_request(caps["aos"], "load"),
+            _airflow_explain,
+            tolerance=0.1,
+            unit="sectors",
+        ),
+        Question(
+            "Structure of arrays: sectors per warp request of the worst global load?",
+            lambda caps, v: A.worst_sectors_per_request(caps["soa"], "load"),
+            lambda a, v: _airflow_explain(a, v) + " A pull from the neighbour one cell left or right is "
+            "shifted by one float, so it may straddle one more sector than an aligned load.",
+            tolerance=0.1,
+            unit="sectors",
+        ),
+    ),
+    charts=_airflow_charts,
+    takeaway="Same numbers, same arithmetic: the layout alone decides how many sectors each warp moves. "
+    "On a GPU, whose LBM step is bound by memory bandwidth, that is the step's speed (Compare: lbm_layout).",
+    extra={"animation": "web.flow"},
+)
+
+
 LESSONS: tuple[Lesson, ...] = (
     CPU_GPU, THREADS, DIVERGENCE, SCHEDULER, OCCUPANCY, MEMORY_FLOW, COALESCING, BARRIERS, RACE_RUNS, STENCIL,
-    HISTOGRAM, FLASH,
+    HISTOGRAM, FLASH, AIRFLOW,
 )  # fmt: skip
 # the PMPP path's lessons (web/lessons_pmpp.py)
 from visualizer.web.lessons_pmpp import PMPP_LESSONS  # noqa: E402

@@ -69,7 +69,7 @@ PAGE_QUERY_KEYS = frozenset(
         "yk",  # a visitor's kernel, packed (web/current_kernel.py)
         # a lesson's launch controls, as LESSON_LINK_PREFIX + the control's key (lessons/catalog.py)
         "l_n", "l_block", "l_gpu", "l_regs", "l_kernel", "l_stride", "l_tile", "l_size", "l_nbins", "l_hot",
-        "l_seq_len", "l_seed", "l_reps", "l_radius", "l_per_thread", "l_width", "l_long",
+        "l_seq_len", "l_seed", "l_reps", "l_radius", "l_per_thread", "l_width", "l_long", "l_obstacle",
         "simt_block", "simt_warp", "simt_visit", "simt_view", "simt_bar_block",  # the SIMT lens page
     }
 )  # fmt: skip

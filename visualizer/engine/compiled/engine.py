@@ -654,3 +654,26 @@ def _shared_bytes(plan: Plan) -> int:
     for shape, dtype in plan.shared.values():
         total += int(np.prod(shape if isinstance(shape, tuple) else (shape,))) * np.dtype(dtype).itemsize
     return total
+
+
+def repeated_launch(kernel, griddim, blockdim, args, *, parallel: bool = True):
+    """A launch to run again and again (a host loop of simulation steps): compiled once here (about 0.3 s
+    of planning a launch() pays every time), then ``run(args)`` launches it with arguments of the same
+    types. Blocks run in parallel only where launch() would let them. Raises NotCompiled here; an
+    index out of range raises from ``run`` (nothing undone: the caller's state is lost)."""
+    g, b = _dims(griddim), _dims(blockdim)
+    args = [unwrap(a) for a in args]
+    argtypes = _argtypes(args)
+    ck = compile_kernel(kernel, argtypes)
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    use_parallel = parallel and ck.serial_reason is None and not _overlapping(arrays)
+    grid = _parallel_grid(ck) if use_parallel else ck.grid
+    rng = np.zeros(1, np.uint64)
+
+    def run(new_args) -> None:
+        new_args = [unwrap(a) for a in new_args]
+        if _argtypes(new_args) != argtypes:
+            raise NotCompiled("a repeated launch's argument types changed")
+        grid(g[0], g[1], g[2], b[0], b[1], b[2], rng, *new_args)
+
+    return run

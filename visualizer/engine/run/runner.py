@@ -456,6 +456,31 @@ class Runner:
         return build_capture(reply.payload)
 
 
+    def steps(self, kernel: str, params: dict | None = None, *, steps: int, every: int, seed: int = 0,
+              progress=None, timeout: float | None = None) -> dict:  # fmt: skip
+        """``kernel`` launched ``steps`` times by a host loop, a frame every ``every`` steps
+        (engine/capture/steps.py); raises LaunchError or KernelError (one line)."""
+        from visualizer.engine.capture.steps import STEPS_CPU_S, STEPS_TIMEOUT_S, plan_steps
+
+        plan_steps(kernel, params, steps, every, self.backend)  # refused before a worker starts
+        request = {"op": "steps", "kernel": kernel, "params": dict(params or {}), "steps": steps,
+                   "every": every, "seed": seed}  # fmt: skip
+        if self.backend == "sim":
+            request["cpu_limit_s"] = STEPS_CPU_S
+        what = f"running {steps} steps of {kernel}"
+        try:
+            reply = self._exchange(request, timeout or STEPS_TIMEOUT_S, progress, what)
+        except RunTimeout as exc:
+            raise KernelError(f"{exc}; it was stopped (try fewer steps or a smaller grid)") from None
+        if reply.kind == "invalid":
+            raise LaunchError(reply.payload)
+        if reply.kind == "fatal":
+            raise KernelError(f"{kernel} faulted on the GPU: {reply.payload} (the worker was restarted)")
+        if reply.kind == "error":
+            raise KernelError(f"{kernel} failed: {reply.payload}")
+        return reply.payload
+
+
 class RunTimeout(Exception):
     pass
 
@@ -553,6 +578,17 @@ class RunQueue:
         runner = self._acquire(waiting)
         try:
             return runner.capture(kernel, params, **kwargs)
+        finally:
+            self._release(runner)
+
+    def steps(self, kernel: str, params: dict | None = None, *, waiting=None, **kwargs) -> dict:
+        """Runner.steps on the next free worker, after waiting in line."""
+        from visualizer.engine.capture.steps import plan_steps
+
+        plan_steps(kernel, params, kwargs.get("steps", 0), kwargs.get("every", 0), self.backend)
+        runner = self._acquire(waiting)
+        try:
+            return runner.steps(kernel, params, **kwargs)
         finally:
             self._release(runner)
 

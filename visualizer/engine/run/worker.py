@@ -139,7 +139,12 @@ def serve(conn, backend_name: str, after_ready=None, once: bool = False, user_co
             if visitor_op != user_code:
                 say("error", "this worker does not run that kind of request")
                 continue
-            if op == "ptx_source":  # compiled here, in the visitor's sandbox
+            if op == "steps":  # a host loop of launches (engine/capture/steps.py)
+                from visualizer.engine.capture.steps import run_steps
+
+                result = run_steps(backend, str(wire.get("kernel")), dict(wire.get("params") or {}),
+                                   wire.get("steps"), wire.get("every"), int(wire.get("seed", 0)))  # fmt: skip
+            elif op == "ptx_source":  # compiled here, in the visitor's sandbox
                 from visualizer.engine.capture import ptx
 
                 result = ptx.source_asm(wire, str(wire.get("arch", "sm_90")), bool(wire.get("sass", True)))

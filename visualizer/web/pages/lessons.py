@@ -400,5 +400,9 @@ if not teacher or len(result["revealed"]) >= len(shown):
         chart(fig, key=f"lesson_{name}_chart_{k}")
     if lesson.takeaway:
         st.info(lesson.takeaway, icon=":material/lightbulb:")
+    if lesson.extra.get("animation"):  # the airflow lesson: the simulation run step after step
+        from visualizer.web.flow import animation_section
+
+        animation_section(values["obstacle"])
 st.button("Ask again with this launch", on_click=_ask_again, args=(name, vkey), key="lesson_again")
 st.caption("Or change the launch above: a new launch asks the questions again.")
