@@ -15,8 +15,18 @@ import pytest  # noqa: E402
 
 from visualizer.engine.run.runner import Runner, gpu_present  # noqa: E402
 
+SHARED_SCOPES = {"module", "class", "package"}
 
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
+    # Tests that share a module-scoped fixture (a capture, a server, a cluster) run on one xdist worker,
+    # so it is built once rather than once per worker; the rest are handed out one by one, which keeps
+    # the workers evenly loaded (pyproject.toml: --dist loadgroup).
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d.scope in SHARED_SCOPES for fixturedefs in defs.values() for d in fixturedefs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if gpu_present():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
@@ -68,3 +78,14 @@ def open_app(switch_to: str | None = None, *, direct: bool = False, timeout: int
         at.switch_page(f"web/pages/{switch_to}.py").run()
         assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+@pytest.fixture
+def visitor_runs_on_fastsim(monkeypatch):
+    """Visitors' kernels (user_runner) run on fastsim where a test checks the page, the sandbox or the
+    link, not the engine: a sandbox compiles every run afresh on the compiled engine (no compiled code
+    may cross sandboxes), about 5 CPU-s per build of a small example against well under 1 s on fastsim.
+    The compiled engine in the sandbox is tested in test_user_runner.py and test_sim_engine.py."""
+    from visualizer.engine.run import user_runner
+
+    monkeypatch.setattr(user_runner, "default_sim_engine", lambda: "fastsim")

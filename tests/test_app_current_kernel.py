@@ -20,6 +20,8 @@ from visualizer.web.current_kernel import (
     encode_link,
 )
 
+pytestmark = pytest.mark.usefixtures("visitor_runs_on_fastsim")  # tests/conftest.py: why
+
 TOKEN = "test-key-" + "c" * 32  # the operator's key in these tests
 PAGES = ["overview", "grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "flash_attention"]
 

@@ -20,6 +20,8 @@ from visualizer.engine.run.runner import KernelError, Runner
 from visualizer.engine.run.user_runner import UserRunner, UserRunQueue
 from visualizer.specs.source import plan_source_launch
 
+pytestmark = pytest.mark.usefixtures("visitor_runs_on_fastsim")  # tests/conftest.py: why
+
 ROOT = Path(__file__).resolve().parents[1]
 BWRAP = sandbox.isolation_mode("sim") == "bwrap"
 needs_bwrap = pytest.mark.skipif(not BWRAP, reason=f"isolation here: {sandbox.isolation('sim')}")

@@ -15,6 +15,8 @@ from visualizer.engine.run import sandbox
 from visualizer.engine.run import syscall_filter as sf
 from visualizer.engine.run.user_runner import UserRunner
 
+pytestmark = pytest.mark.usefixtures("visitor_runs_on_fastsim")  # tests/conftest.py: why
+
 BWRAP = sandbox.isolation_mode("sim") == "bwrap"
 needs_bwrap = pytest.mark.skipif(not BWRAP, reason=f"isolation here: {sandbox.isolation('sim')}")
 EPERM = sf.RET_ERRNO | errno.EPERM

@@ -40,6 +40,8 @@ def test_textbook_kernels_unmodified_give_correct_outputs_and_traces(user_runner
     cap = user_runner.capture_source(plan(ex), seed=3)
     assert cap.check["correct"] is True, cap.check
     assert cap.launch["user_kernel"] and cap.launch["kernel_name"] == ex.kernel
+    # the default engine in the sandbox (the page and sandbox tests run visitors' kernels on fastsim)
+    assert cap.launch["sim_engine"] == "compiled", cap.launch.get("sim_engine_note")
     threads = cap.threads
     assert len(threads) == cap.launch["threads"] and (threads["t_end_ns"] >= threads["t_start_ns"]).all()
     assert threads["t_start_ns"].min() == 0, "every thread recorded its start"
