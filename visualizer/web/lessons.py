@@ -788,8 +788,10 @@ AIRFLOW = Lesson(
         Question(
             "Structure of arrays: sectors per warp request of the worst global load?",
             lambda caps, v: A.worst_sectors_per_request(caps["soa"], "load"),
-            lambda a, v: _airflow_explain(a, v) + " A pull from the neighbour one cell left or right is "
-            "shifted by one float, so it may straddle one more sector than an aligned load.",
+            lambda a, v: (
+                _airflow_explain(a, v) + " A pull from the neighbour one cell left or right is "
+                "shifted by one float, so it may straddle one more sector than an aligned load."
+            ),
             tolerance=0.1,
             unit="sectors",
         ),

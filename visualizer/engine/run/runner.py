@@ -455,7 +455,6 @@ class Runner:
             raise KernelError(f"{kernel} failed: {reply.payload}")
         return build_capture(reply.payload)
 
-
     def steps(self, kernel: str, params: dict | None = None, *, steps: int, every: int, seed: int = 0,
               progress=None, timeout: float | None = None) -> dict:  # fmt: skip
         """``kernel`` launched ``steps`` times by a host loop, a frame every ``every`` steps
