@@ -462,10 +462,9 @@ class Runner:
         from visualizer.engine.capture.steps import STEPS_CPU_S, STEPS_TIMEOUT_S, plan_steps
 
         plan_steps(kernel, params, steps, every, self.backend)  # refused before a worker starts
+        cpu_limit = {"cpu_limit_s": STEPS_CPU_S} if self.backend == "sim" else {}
         request = {"op": "steps", "kernel": kernel, "params": dict(params or {}), "steps": steps,
-                   "every": every, "seed": seed}  # fmt: skip
-        if self.backend == "sim":
-            request["cpu_limit_s"] = STEPS_CPU_S
+                   "every": every, "seed": seed, **cpu_limit}  # fmt: skip
         what = f"running {steps} steps of {kernel}"
         try:
             reply = self._exchange(request, timeout or STEPS_TIMEOUT_S, progress, what)

@@ -158,12 +158,10 @@ class UserRunner(Runner):
         # the simulator's engine (engine/capture/request.py SIM_ENGINES): serve's, where none is named
         fields["sim_engine"] = sim_engine or default_sim_engine()
         typed = CaptureRequest.of(fields, lenses)  # a RequestError is a LaunchError
-        request = {**base, **typed.to_wire()}
         known = gpu_checked(launch) if self.backend == "sim" else None
-        if (
-            self.backend == "sim" and known is None
-        ):  # compiled for a GPU first, in the sandbox (once a source)
-            request["gpu_check"] = True
+        # compiled for a GPU first, in the sandbox (once a source)
+        check_gpu = self.backend == "sim" and known is None
+        request = {**base, **typed.to_wire(), **({"gpu_check": True} if check_gpu else {})}
         limit = timeout or self.run_timeout
         what = f"running your kernel {launch.kernel}"
         # the simulator runs the kernel twice when timing it clean
@@ -194,7 +192,7 @@ class UserRunner(Runner):
         expected = expected_reply(launch, runs=int(runs), parts=lens_reply_parts(typed.lenses))
         payload = reply.payload
         checked = payload.pop("gpu_check", None) if isinstance(payload, dict) else None
-        if request.get("gpu_check"):
+        if check_gpu:
             known = remember_gpu_check(launch, checked)
         try:  # held against the request before anything is made from it (analysis/capture.check_reply)
             cap = build_capture(payload, expected)
