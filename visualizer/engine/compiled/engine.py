@@ -193,7 +193,11 @@ def _engine_stamp() -> str:
 def _disk_stem(key: tuple, devices: list) -> str | None:
     """The file name of a kernel's cache entry, or None where a global is known only by identity."""
     flat, seeded, argtypes, objects = key
-    if any(v.startswith("id ") for _, v in objects) or not all(_devices[d].stable for d in devices):
+    if any(v.startswith("id ") for _, v in objects):
+        return None
+    # a device function compiled here is keyed by its source; a substitute (a lens's probe, the modelled
+    # smid/globaltimer) is another module's njit function: a kernel calling one is not kept on disk
+    if not all(d in _devices and _devices[d].stable for d in devices):
         return None
     digest = hashlib.sha256(
         repr((_engine_stamp(), flat, seeded, [str(t) for t in argtypes], objects)).encode()
