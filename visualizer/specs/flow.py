@@ -217,8 +217,14 @@ _PARAMS = (
 )
 
 
-def _common(aos: bool) -> dict:
-    return dict(
+def _lbm_spec(layout: str, title: str, summary: str) -> KernelSpec:
+    """``lbm_<layout>``: kernels/lbm.py's ``lbm_step_<layout>``; the two layouts differ in nothing else."""
+    aos = layout == "aos"
+    return KernelSpec(
+        name=f"lbm_{layout}",
+        title=title,
+        summary=summary,
+        build=("visualizer.kernels.lbm", f"lbm_step_{layout}"),
         params=_PARAMS,
         args=("f_in", "f_out", "solid", "ny", "nx", "u_in", "omega", "periodic"),
         outputs=("f_out",),
@@ -237,22 +243,18 @@ def _common(aos: bool) -> dict:
     )
 
 
-LBM_AOS = KernelSpec(
-    name="lbm_aos",
-    title="Lattice-Boltzmann step, array of structures (f[y, x, q])",
-    summary="Airflow past a cylinder or a wing: one D2Q9 stream-and-collide step per launch, one thread per "
+LBM_AOS = _lbm_spec(
+    "aos",
+    "Lattice-Boltzmann step, array of structures (f[y, x, q])",
+    "Airflow past a cylinder or a wing: one D2Q9 stream-and-collide step per launch, one thread per "
     "cell. A cell's nine values sit together, so neighbouring threads read 36 bytes apart: uncoalesced.",
-    build=("visualizer.kernels.lbm", "lbm_step_aos"),
-    **_common(True),
 )
 
-LBM_SOA = KernelSpec(
-    name="lbm_soa",
-    title="Lattice-Boltzmann step, structure of arrays (f[q, y, x])",
-    summary="The same D2Q9 step with one plane per direction: neighbouring threads read neighbouring floats, "
+LBM_SOA = _lbm_spec(
+    "soa",
+    "Lattice-Boltzmann step, structure of arrays (f[q, y, x])",
+    "The same D2Q9 step with one plane per direction: neighbouring threads read neighbouring floats, "
     "so every warp's load is 4 sectors (coalesced).",
-    build=("visualizer.kernels.lbm", "lbm_step_soa"),
-    **_common(False),
 )
 
 SPECS = (LBM_AOS, LBM_SOA)

@@ -96,18 +96,27 @@ _CONV_PARAMS = (
 )
 
 
-def _conv_spec(name: str, title: str, summary: str, build: tuple, plan, build_args=()) -> KernelSpec:
+def _spec(module: str, name: str, title: str, summary: str, **fields) -> KernelSpec:
+    """A spec built from ``visualizer.kernels.<module>``: its function ``name``, or with ``build_args``
+    the factory ``<name>_kernel`` that compiles one for them."""
+    function = f"{name}_kernel" if fields.get("build_args") else name
     return KernelSpec(
-        name=name,
-        title=title,
-        summary=summary,
+        name=name, title=title, summary=summary, build=(f"visualizer.kernels.{module}", function), **fields
+    )
+
+
+def _conv_spec(name: str, title: str, summary: str, plan, build_args=()) -> KernelSpec:
+    return _spec(
+        "convolution",
+        name,
+        title,
+        summary,
         params=_CONV_PARAMS,
         args=("x", "w", "y", "ny", "nx", "r"),
         outputs=("y",),
         plan=plan,
         make_inputs=_conv_inputs,
         reference=lambda x, p: {"y": conv2d_reference(x["x"], x["w"])},
-        build=build,
         build_args=build_args,
         active_when="row < ny and col < nx",
         work=lambda p: (8.0 * p["ny"] * p["nx"], 2.0 * p["ny"] * p["nx"] * (2 * p["radius"] + 1) ** 2),
@@ -122,7 +131,6 @@ CONV2D_NAIVE = _conv_spec(
     "2-D convolution (naive: every neighbour from global memory)",
     "Each thread reads its (2R+1)² neighbours from global memory: neighbouring threads load the same "
     "input cells again and again.",
-    ("visualizer.kernels.convolution", "conv2d_naive"),
     _conv_naive_plan,
 )
 CONV2D_TILED = _conv_spec(
@@ -130,7 +138,6 @@ CONV2D_TILED = _conv_spec(
     "2-D convolution (shared-memory input tile with a halo)",
     "A block stages an input tile plus its R-cell halo in shared memory, one cell per thread, then its "
     "inner threads compute from shared memory: each input cell is loaded once per block.",
-    ("visualizer.kernels.convolution", "conv2d_tiled_kernel"),
     _conv_tiled_plan,
     build_args=("tile", "radius"),
 )
@@ -190,17 +197,17 @@ _SECTION_PARAMS = (
 
 
 def _reduce_spec(name, title, summary, smem_words) -> KernelSpec:
-    return KernelSpec(
-        name=name,
-        title=title,
-        summary=summary,
+    return _spec(
+        "reduction_variants",
+        name,
+        title,
+        summary,
         params=_SECTION_PARAMS,
         args=("x", "partial", "n"),
         outputs=("partial",),
         plan=_section_plan(smem_words),
         make_inputs=_reduce_inputs,
         reference=lambda x, p: {"partial": _sections(x["x"], p["block"]).sum(axis=1).astype(np.float32)},
-        build=("visualizer.kernels.reduction_variants", f"{name}_kernel"),
         build_args=("block",),
         active_when="i < n",
         work=lambda p: (4.0 * p["n"], float(p["n"])),
@@ -233,17 +240,17 @@ REDUCE_SHUFFLE = _reduce_spec(
 
 
 def _scan_spec(name, title, summary) -> KernelSpec:
-    return KernelSpec(
-        name=name,
-        title=title,
-        summary=summary,
+    return _spec(
+        "scan",
+        name,
+        title,
+        summary,
         params=_SECTION_PARAMS,
         args=("x", "y", "n"),
         outputs=("y",),
         plan=_section_plan(lambda b: b),
         make_inputs=_scan_inputs,
         reference=lambda x, p: {"y": section_scan_reference(x["x"], p["block"])},
-        build=("visualizer.kernels.scan", f"{name}_kernel"),
         build_args=("block",),
         active_when="i < n",
         work=lambda p: (8.0 * p["n"], p["n"] * float(_log2(p["block"]))),
@@ -295,10 +302,11 @@ def _merge_inputs(p: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-MERGE_CORANK = KernelSpec(
-    name="merge_corank",
-    title="Merge of two sorted arrays (co-rank)",
-    summary="Each thread finds, by a binary search (co-rank), which slices of A and B make its "
+MERGE_CORANK = _spec(
+    "merge",
+    "merge_corank",
+    "Merge of two sorted arrays (co-rank)",
+    "Each thread finds, by a binary search (co-rank), which slices of A and B make its "
     "per_thread outputs, then merges them sequentially: no thread waits for another.",
     params=(
         Param("m", 256, 0, 1 << 22, "length of the sorted array A"),
@@ -311,7 +319,6 @@ MERGE_CORANK = KernelSpec(
     plan=_merge_plan,
     make_inputs=_merge_inputs,
     reference=lambda x, p: {"c": np.sort(np.concatenate([x["a"], x["b"]])).astype(np.int32)},
-    build=("visualizer.kernels.merge", "merge_corank"),
     active_when="k0 < k1",
     work=lambda p: (8.0 * (p["m"] + p["n"]), 0.0),
     cost=lambda p, launch: (
@@ -399,18 +406,22 @@ def _spmv_plan(with_width: bool):
     return plan
 
 
-def _spmv_spec(name, title, summary, args, inputs, reference, with_width) -> KernelSpec:
-    return KernelSpec(
-        name=name,
-        title=title,
-        summary=summary,
+def _spmv_spec(fmt: str, title: str, summary: str) -> KernelSpec:
+    """``spmv_<fmt>``, CSR or ELL: the same matrix and work; ELL drops row_ptr and takes the width."""
+    ell = fmt == "ell"
+    return _spec(
+        "spmv",
+        f"spmv_{fmt}",
+        title,
+        summary,
         params=_SPMV_PARAMS,
-        args=args,
+        args=("col_idx", "values", "x", "y", "nrows", "width")
+        if ell
+        else ("row_ptr", "col_idx", "values", "x", "y", "nrows"),
         outputs=("y",),
-        plan=_spmv_plan(with_width),
-        make_inputs=inputs,
-        reference=reference,
-        build=("visualizer.kernels.spmv", name),
+        plan=_spmv_plan(ell),
+        make_inputs=_ell_inputs if ell else _csr_inputs,
+        reference=_ell_reference if ell else _csr_reference,
         active_when="row < nrows",
         work=lambda p: (12.0 * p["rows"] * p["width"], 2.0 * p["rows"] * p["width"]),
         cost=lambda p, launch: (
@@ -423,24 +434,16 @@ def _spmv_spec(name, title, summary, args, inputs, reference, with_width) -> Ker
 
 
 SPMV_CSR = _spmv_spec(
-    "spmv_csr",
+    "csr",
     "Sparse matrix × vector (CSR, one thread per row)",
     "Compressed sparse rows: each thread walks its own row's non-zeros. Rows of different lengths keep "
     "some lanes looping while others are done, and neighbouring lanes read far-apart words.",
-    ("row_ptr", "col_idx", "values", "x", "y", "nrows"),
-    _csr_inputs,
-    _csr_reference,
-    False,
 )
 SPMV_ELL = _spmv_spec(
-    "spmv_ell",
+    "ell",
     "Sparse matrix × vector (ELL, padded, column-major)",
     "Every row padded to the same width and stored column-major: at each slot a warp reads 32 "
     "neighbouring words, and every lane loops the same number of times, padding included.",
-    ("col_idx", "values", "x", "y", "nrows", "width"),
-    _ell_inputs,
-    _ell_reference,
-    True,
 )
 
 
@@ -474,17 +477,17 @@ _LAYOUT_PARAMS = (
 
 
 def _layout_spec(name, title, summary, args, outputs, inputs, reference) -> KernelSpec:
-    return KernelSpec(
-        name=name,
-        title=title,
-        summary=summary,
+    return _spec(
+        "layout",
+        name,
+        title,
+        summary,
         params=_LAYOUT_PARAMS,
         args=args,
         outputs=outputs,
         plan=_layout_plan,
         make_inputs=inputs,
         reference=reference,
-        build=("visualizer.kernels.layout", name),
         active_when="i < n",
         work=lambda p: (24.0 * p["n"], 4.0 * p["n"]),
         cost=lambda p, launch: (launch.threads * (THREAD_START_STEPS + 6), 16 * p["n"]),

@@ -39,6 +39,23 @@ class Run:
         return {**out, "branches": True} if self.branches else out
 
 
+def of(role: str, answer: Callable[..., A.Answer], *args) -> Callable[[dict, dict], A.Answer]:
+    """A question's answer: ``answer`` applied to the capture of the run ``role`` (then ``args``)."""
+    return lambda caps, v: answer(caps[role], *args)
+
+
+def beside(role: str, other: str, answer: Callable[..., A.Answer], *args) -> Callable[[dict, dict], A.Answer]:
+    """``of(role, answer, *args)`` with the same answer's value for the run ``other`` in its facts (under
+    ``other``), for an explanation that compares the two runs."""
+
+    def ask(caps, v):
+        out = answer(caps[role], *args)
+        out.facts[other] = answer(caps[other], *args).value
+        return out
+
+    return ask
+
+
 @dataclass(frozen=True)
 class Question:
     prompt: str

@@ -12,7 +12,7 @@ from visualizer.analysis.occupancy import LIMIT_NAMES
 from visualizer.analysis.transfers import H200_HBM_GBS, H200_HOST, modelled_gpu_timing
 from visualizer.figures import lessons as lfigs
 from visualizer.figures.memory_flow import memory_flow_figure
-from visualizer.web.lesson_types import Control, Lesson, Question, Run  # noqa: F401  (re-exported)
+from visualizer.web.lesson_types import Control, Lesson, Question, Run, of  # noqa: F401  (re-exported)
 
 # --- 1. CPU vs GPU ----------------------------------------------------------------------------
 
@@ -105,7 +105,7 @@ THREADS = Lesson(
     questions=(
         Question(
             "How many warps does one block have?",
-            lambda caps, v: A.warps_per_block(caps["main"]),
+            of("main", A.warps_per_block),
             lambda a, v: (
                 f"{a.facts['threads_per_block']} threads ÷ 32 lanes, rounded up = {a.value} warps "
                 f"(counted from the warp column of the {a.facts['blocks']} recorded blocks)."
@@ -114,7 +114,7 @@ THREADS = Lesson(
         ),
         Question(
             "How many lanes in the whole launch sit idle (no thread, or a thread with i ≥ n)?",
-            lambda caps, v: A.idle_lanes(caps["main"]),
+            of("main", A.idle_lanes),
             lambda a, v: (
                 f"{a.facts['warps']} warps × 32 = {a.facts['lanes']:,} lanes, of which {a.facts['active']:,} "
                 f"did work: {a.facts['no_thread']} lanes had no thread (partial warps) and "
@@ -285,7 +285,7 @@ MEMORY_FLOW = Lesson(
     questions=(
         Question(
             "What share of the whole flow do the two copies take, in percent?",
-            lambda caps, v: A.copy_share(caps["main"], "H200"),
+            of("main", A.copy_share, "H200"),
             lambda a, v: (
                 f"Copies {a.facts['copies_us']:,.2f} µs against a kernel of {a.facts['kernel_us']:,.3f} µs "
                 f"for {a.facts['bytes_in']:,} bytes in and {a.facts['bytes_out']:,} out ({a.source}). "
@@ -340,7 +340,7 @@ COALESCING = Lesson(
     questions=(
         Question(
             "Sectors per warp request of the worst global load or store (4 = perfectly coalesced floats)?",
-            lambda caps, v: A.worst_sectors_per_request(caps["main"], None),
+            of("main", A.worst_sectors_per_request, None),
             lambda a, v: (
                 f"Line {a.facts.get('line')} ({a.facts.get('array')}): {a.value} sectors per request where "
                 f"{a.facts.get('ideal_per_request', 0):.0f} would hold the same bytes. The chart shows one "
@@ -351,7 +351,7 @@ COALESCING = Lesson(
         ),
         Question(
             "Worst shared-memory bank conflict: how many words in one bank (1 = none, 0 = no shared memory)?",
-            lambda caps, v: A.worst_bank_ways(caps["main"]),
+            of("main", A.worst_bank_ways),
             lambda a, v: (
                 "This kernel does not use shared memory."
                 if not a.facts.get("requests")
@@ -401,7 +401,7 @@ BARRIERS = Lesson(
     questions=(
         Question(
             "Will the recorder find a race (two threads, one word, no barrier between them)?",
-            lambda caps, v: A.any_race(caps["main"]),
+            of("main", A.any_race),
             lambda a, v: (
                 f"Recorded from which thread touched which shared word in which barrier epoch: "
                 f"{a.facts['blocks']} block(s) raced, with {kinds_text(a.facts['kinds'])}. The sums "
@@ -413,7 +413,7 @@ BARRIERS = Lesson(
         ),
         Question(
             "How many shared words were raced on, over all blocks?",
-            lambda caps, v: A.raced_words(caps["main"]),
+            of("main", A.raced_words),
             lambda a, v: f"{a.value} words in {a.facts['blocks']} block(s); the chart marks each one.",
             unit="words",
         ),
@@ -459,7 +459,7 @@ RACE_RUNS = Lesson(
     questions=(
         Question(
             "In the next 8 runs, will the racy reduction be right in all of them, in some, or in none?",
-            lambda caps, v: A.runs_spread(caps["main"]),
+            of("main", A.runs_spread),
             lambda a, v: (
                 f"{a.facts['verdict']} The 8 runs gave {a.facts['distinct']} different set(s) of block sums; "
                 f"{a.facts['differing']} of the {a.facts['cells']} block sums changed from run to run. A race is a "
@@ -470,7 +470,7 @@ RACE_RUNS = Lesson(
         ),
         Question(
             "How many of the 8 runs give every block's sum right?",
-            lambda caps, v: A.runs_right(caps["main"]),
+            of("main", A.runs_right),
             lambda a, v: (
                 f"{a.value} of 8, each run checked block by block against numpy; the strip shows each."
             ),
@@ -508,7 +508,7 @@ STENCIL = Lesson(
     questions=(
         Question(
             "How many global loads does the busiest block make (its tile plus the halo)?",
-            lambda caps, v: A.halo_loads_per_block(caps["main"]),
+            of("main", A.halo_loads_per_block),
             lambda a, v: (
                 f"Block {a.facts['block']}: {a.facts['tile_cells']} tile cells + {a.facts['halo']} halo "
                 f"cells = {a.value} loads (tile² + 4 × tile for an interior block: corners are not needed). "
@@ -564,7 +564,7 @@ HISTOGRAM = Lesson(
     questions=(
         Question(
             "How many atomic updates land on the busiest bin in global memory?",
-            lambda caps, v: A.busiest_bin_atomics(caps["main"]),
+            of("main", A.busiest_bin_atomics),
             lambda a, v: (
                 f"Bin {a.facts['bin']} took {a.value:,} global atomics of {a.facts['total']:,} "
                 f"({a.facts['n']:,} values, {a.facts['blocks']} blocks). Global atomics: one per value, so "
@@ -628,7 +628,7 @@ FLASH = Lesson(
         ),
         Question(
             "How many KiB of shared memory does one FlashAttention block hold?",
-            lambda caps, v: A.flash_smem_kib(caps["flash"]),
+            of("flash", A.flash_smem_kib),
             lambda a, v: (
                 f"{a.facts['bytes']:,} bytes for tile {a.facts['tile']}: it depends on the tile and head "
                 "size, not on N. The kernel writes no S at all (its only output is O)."
@@ -699,7 +699,7 @@ DIVERGENCE = Lesson(
         Question(
             "Branch efficiency of branch_lanes: the share of warp visits of a branch in which every lane "
             "went the same way (in %)?",
-            lambda caps, v: A.branch_efficiency(caps["lanes"]),
+            of("lanes", A.branch_efficiency),
             lambda a, v: (
                 f"{a.value:g}%: {a.facts['divergent_visits']:,} of {a.facts['visits']:,} visits diverged, one "
                 f"per warp (the parity test); every loop test after it is uniform among the lanes on that "
@@ -711,7 +711,7 @@ DIVERGENCE = Lesson(
         ),
         Question(
             "And of branch_warps (in %)?",
-            lambda caps, v: A.branch_efficiency(caps["warps"]),
+            of("warps", A.branch_efficiency),
             lambda a, v: (
                 f"{a.value:g}%: {a.facts['divergent_visits']:,} divergent visits; the lanes of a warp always "
                 f"agree, {a.facts['mean_active']:.1f} of 32 lanes on at a visit ({a.source}).{_cut(a)}"
@@ -780,14 +780,14 @@ AIRFLOW = Lesson(
     questions=(
         Question(
             "Array of structures: sectors per warp request of the worst global load (4 = coalesced)?",
-            lambda caps, v: A.worst_sectors_per_request(caps["aos"], "load"),
+            of("aos", A.worst_sectors_per_request, "load"),
             _airflow_explain,
             tolerance=0.1,
             unit="sectors",
         ),
         Question(
             "Structure of arrays: sectors per warp request of the worst global load?",
-            lambda caps, v: A.worst_sectors_per_request(caps["soa"], "load"),
+            of("soa", A.worst_sectors_per_request, "load"),
             lambda a, v: (
                 _airflow_explain(a, v) + " A pull from the neighbour one cell left or right is "
                 "shifted by one float, so it may straddle one more sector than an aligned load."

@@ -10,14 +10,7 @@ from __future__ import annotations
 from visualizer.analysis import lesson_answers as A
 from visualizer.analysis import pmpp_answers as P
 from visualizer.figures import lessons as lfigs
-from visualizer.web.lesson_types import Control, Lesson, Question, Run
-
-
-def _beside(answer: A.Answer, **other) -> A.Answer:
-    """The answer with the other side's number from the same lesson's run, for the explanation."""
-    answer.facts.update(other)
-    return answer
-
+from visualizer.web.lesson_types import Control, Lesson, Question, Run, beside, of
 
 # --- ch. 6: thread coarsening ------------------------------------------------------------------
 
@@ -54,7 +47,7 @@ COARSENING = Lesson(
     questions=(
         Question(
             "How many threads does vector_add_x4 launch?",
-            lambda caps, v: P.launched_threads(caps["coarse"]),
+            of("coarse", P.launched_threads),
             lambda a, v: (
                 f"{a.value:,} threads in {a.facts['blocks']} blocks (the grid is n ÷ (4 × block), rounded up); "
                 f"vector_add launched one thread per element."
@@ -63,10 +56,7 @@ COARSENING = Lesson(
         ),
         Question(
             "How many warp-wide load requests of a and b does vector_add_x4 make, in all?",
-            lambda caps, v: _beside(
-                P.load_requests(caps["coarse"], ("a", "b")),
-                plain=P.load_requests(caps["plain"], ("a", "b")).value,
-            ),
+            beside("coarse", "plain", P.load_requests, ("a", "b")),
             lambda a, v: (
                 f"{a.value:,} requests moving {a.facts['sectors']:,} sectors; vector_add made {a.facts['plain']:,}. "
                 "The same bytes must cross, each warp request still coalesced: coarsening cuts threads, blocks "
@@ -108,7 +98,7 @@ LAYOUT = Lesson(
     questions=(
         Question(
             "AoS: sectors per warp load request of the particle array p (4 = perfectly coalesced floats)?",
-            lambda caps, v: P.sectors_per_request(caps["aos"], "p"),
+            of("aos", P.sectors_per_request, "p"),
             lambda a, v: (
                 f"{a.value:g} sectors per request over {a.facts['requests']:,} requests: lanes read words 16 "
                 f"bytes apart, so a warp spans 512 bytes for the 128 it uses ({a.facts['moved']:,} bytes "
@@ -119,7 +109,7 @@ LAYOUT = Lesson(
         ),
         Question(
             "SoA: sectors per warp load request of x?",
-            lambda caps, v: P.sectors_per_request(caps["soa"], "x"),
+            of("soa", P.sectors_per_request, "x"),
             lambda a, v: (
                 f"{a.value:g} sectors per request: 32 neighbouring floats are 128 bytes, 4 sectors, all used "
                 f"({a.facts['moved']:,} bytes moved for {a.facts['bytes']:,} used)."
@@ -181,7 +171,7 @@ CONVOLUTION = Lesson(
     questions=(
         Question(
             "conv2d_tiled: how many pixels of x does the busiest block load from global memory?",
-            lambda caps, v: P.busiest_block_loads(caps["tiled"], "x"),
+            of("tiled", P.busiest_block_loads, "x"),
             lambda a, v: (
                 f"Block {a.facts['busiest_block']}: {a.value} loads, one per thread of its "
                 f"{v['tile']} × {v['tile']} input tile; it computes {(v['tile'] - 2 * v['radius']) ** 2} outputs "
@@ -246,7 +236,7 @@ HISTOGRAM_CONTENTION = Lesson(
     questions=(
         Question(
             "histogram_global: how many global atomic updates in all?",
-            lambda caps, v: _total_atomics(caps["global"]),
+            of("global", _total_atomics),
             lambda a, v: (
                 f"{a.value:,}: one per value; the busiest bin queued {a.facts['busiest']:,} of them."
             ),
@@ -254,7 +244,7 @@ HISTOGRAM_CONTENTION = Lesson(
         ),
         Question(
             "histogram_shared: how many global atomic updates in all?",
-            lambda caps, v: _total_atomics(caps["shared"]),
+            of("shared", _total_atomics),
             lambda a, v: (
                 f"{a.value:,}: at most one per non-zero bin per block ({a.facts['blocks']} blocks × up to "
                 f"{v['nbins']} bins); the busiest global bin got {a.facts['busiest']} (one per block). The "
@@ -304,7 +294,7 @@ REDUCTION_TREES = Lesson(
     questions=(
         Question(
             "reduce_divergent, block 0: how many warp visits of the add ran with some lanes off?",
-            lambda caps, v: P.divergent_adds(caps["divergent"]),
+            of("divergent", P.divergent_adds),
             lambda a, v: (
                 _div_words(a, v, "reduce_divergent")
                 + " At every level each warp that holds an adding thread diverges: the adders are every 2s-th lane."
@@ -313,7 +303,7 @@ REDUCTION_TREES = Lesson(
         ),
         Question(
             "reduce_convergent, block 0: and now?",
-            lambda caps, v: P.divergent_adds(caps["convergent"]),
+            of("convergent", P.divergent_adds),
             lambda a, v: (
                 _div_words(a, v, "reduce_convergent")
                 + " Only the last five levels (s = 16 … 1) split a warp: the others switch whole warps off, "
@@ -349,7 +339,7 @@ REDUCTION_SHUFFLE = Lesson(
     questions=(
         Question(
             "reduce_shuffle: how many bytes of shared memory does one block use?",
-            lambda caps, v: P.shared_bytes(caps["shuffle"]),
+            of("shuffle", P.shared_bytes),
             lambda a, v: (
                 f"{a.value} bytes: one float per warp slot (32 slots, enough for 1,024 threads); the tree "
                 f"needs one float per thread, {4 * v['block']} bytes for {v['block']} threads."
@@ -360,7 +350,7 @@ REDUCTION_SHUFFLE = Lesson(
         Question(
             "reduce_convergent (the shared-memory tree): how many times does block 0's first warp run the "
             "tree loop, each with a barrier after it?",
-            lambda caps, v: P.loop_steps(caps["tree"]),
+            of("tree", P.loop_steps),
             lambda a, v: (
                 f"{a.value} levels, log2({v['block']}), each followed by a block-wide barrier. "
                 "The shuffle version passes one barrier: its first five levels stay inside each warp."
@@ -422,13 +412,13 @@ KOGGE_STONE = Lesson(
     questions=(
         Question(
             "How many steps does the scan loop take (block 0's first warp)?",
-            lambda caps, v: P.loop_steps(caps["ks"]),
+            of("ks", P.loop_steps),
             lambda a, v: f"{a.value} steps: s = 1, 2, 4, … up to {v['block'] // 2}, log2({v['block']}).",
             unit="steps",
         ),
         Question(
             "How many additions does one block make?",
-            lambda caps, v: P.loop_work(caps["ks"]),
+            of("ks", P.loop_work),
             lambda a, v: (
                 f"{a.value:,} additions (the lanes that took `{a.facts['lines'][0]}`, summed over the steps): "
                 f"{v['block']} − s at each step s. One core needs {v['block'] - 1}: Kogge-Stone does about "
@@ -456,7 +446,7 @@ BRENT_KUNG = Lesson(
     questions=(
         Question(
             "Brent-Kung: how many steps (both trees, block 0's first warp)?",
-            lambda caps, v: _beside(P.loop_steps(caps["bk"]), ks=P.loop_steps(caps["ks"]).value),
+            beside("bk", "ks", P.loop_steps),
             lambda a, v: (
                 f"{a.value} steps: log2({v['block']}) up and one fewer down; Kogge-Stone took {a.facts['ks']}."
             ),
@@ -464,7 +454,7 @@ BRENT_KUNG = Lesson(
         ),
         Question(
             "Brent-Kung: how many additions does one block make?",
-            lambda caps, v: _beside(P.loop_work(caps["bk"]), ks=P.loop_work(caps["ks"]).value),
+            beside("bk", "ks", P.loop_work),
             lambda a, v: (
                 f"{a.value:,} additions, about 2n: fewer than Kogge-Stone's {a.facts['ks']:,}, at the price of "
                 f"more steps, and in the late steps most threads are idle."
@@ -509,7 +499,7 @@ MERGE = Lesson(
     questions=(
         Question(
             "The busiest thread: how many loads of A and B do its two co-rank searches make?",
-            lambda caps, v: P.corank_loads(caps["main"]),
+            of("main", P.corank_loads),
             lambda a, v: (
                 f"{a.value} loads: each search step reads two to four elements of A and B, a binary search "
                 f"over up to {v['size']} positions takes about log2({v['size']}) + 1 = "
@@ -579,7 +569,7 @@ SPMV_CSR = Lesson(
     questions=(
         Question(
             "Of the bytes the warp loads of values move (whole 32-byte sectors), what percent does a lane use?",
-            lambda caps, v: P.bytes_used(caps["csr"], "values"),
+            of("csr", P.bytes_used, "values"),
             lambda a, v: (
                 f"{a.value:g} %: {a.facts['bytes']:,} bytes used of {a.facts['moved']:,} moved, over "
                 f"{a.facts['requests']:,} warp requests. At slot k the lanes read 32 different rows' k-th "
@@ -591,7 +581,7 @@ SPMV_CSR = Lesson(
         ),
         Question(
             "How many multiply-adds does the whole launch do (one load of values each)?",
-            lambda caps, v: P.global_loads(caps["csr"], "values"),
+            of("csr", P.global_loads, "values"),
             lambda a, v: f"{a.value:,}: exactly the non-zeros, no padding.",
             unit="FMAs",
         ),
@@ -614,9 +604,7 @@ SPMV_ELL = Lesson(
     questions=(
         Question(
             "ELL: what percent of the bytes its loads of values move does a lane use?",
-            lambda caps, v: _beside(
-                P.bytes_used(caps["ell"], "values"), csr=P.bytes_used(caps["csr"], "values").value
-            ),
+            beside("ell", "csr", P.bytes_used, "values"),
             lambda a, v: (
                 f"{a.value:g} %: at each slot the 32 lanes read 32 neighbouring floats, whole sectors. CSR used "
                 f"{a.facts['csr']:g} % of what it moved."
@@ -626,9 +614,7 @@ SPMV_ELL = Lesson(
         ),
         Question(
             "ELL: how many multiply-adds does the whole launch do, padding included?",
-            lambda caps, v: _beside(
-                P.global_loads(caps["ell"], "values"), csr=P.global_loads(caps["csr"], "values").value
-            ),
+            beside("ell", "csr", P.global_loads, "values"),
             lambda a, v: (
                 f"{a.value:,}: 256 rows × width {v['width']}; CSR did {a.facts['csr']:,}, the non-zeros. With a "
                 "few long rows, ELL's padding is most of its work: real code splits the long rows off (hybrid "

@@ -396,6 +396,21 @@ class Runner:
                 self.restarts += 1
         return reply
 
+    def _launch(self, kernel, request, timeout, progress, what, smaller, launches=1, admit=None):
+        """``_exchange`` for a request that launches ``kernel``: its reply's payload, or LaunchError /
+        KernelError (one line; ``smaller`` says what to try after a timeout)."""
+        try:
+            reply = self._exchange(request, timeout, progress, what, launches, admit)
+        except RunTimeout as exc:
+            raise KernelError(f"{exc}; it was stopped (try {smaller})") from None
+        if reply.kind == "invalid":
+            raise LaunchError(reply.payload)
+        if reply.kind == "fatal":
+            raise KernelError(f"{kernel} faulted on the GPU: {reply.payload} (the worker was restarted)")
+        if reply.kind == "error":
+            raise KernelError(f"{kernel} failed: {reply.payload}")
+        return reply.payload
+
     # --- the one thing callers do ------------------------------------------------------------
     def info(self) -> dict:
         with self._lock:
@@ -443,17 +458,9 @@ class Runner:
         # the worker announces one launch's blocks; the simulator runs it twice when timing clean
         launches = (2 if self.backend == "sim" and time_clean else 1) + runs - 1
         what = f"running {kernel}"
-        try:
-            reply = self._exchange(request, timeout or self.run_timeout, progress, what, launches, admit)
-        except RunTimeout as exc:
-            raise KernelError(f"{exc}; it was stopped (try a smaller launch)") from None
-        if reply.kind == "invalid":
-            raise LaunchError(reply.payload)
-        if reply.kind == "fatal":
-            raise KernelError(f"{kernel} faulted on the GPU: {reply.payload} (the worker was restarted)")
-        if reply.kind == "error":
-            raise KernelError(f"{kernel} failed: {reply.payload}")
-        return build_capture(reply.payload)
+        timeout = timeout or self.run_timeout
+        payload = self._launch(kernel, request, timeout, progress, what, "a smaller launch", launches, admit)
+        return build_capture(payload)
 
     def steps(self, kernel: str, params: dict | None = None, *, steps: int, every: int, seed: int = 0,
               progress=None, timeout: float | None = None) -> dict:  # fmt: skip
@@ -466,17 +473,9 @@ class Runner:
         request = {"op": "steps", "kernel": kernel, "params": dict(params or {}), "steps": steps,
                    "every": every, "seed": seed, **cpu_limit}  # fmt: skip
         what = f"running {steps} steps of {kernel}"
-        try:
-            reply = self._exchange(request, timeout or STEPS_TIMEOUT_S, progress, what)
-        except RunTimeout as exc:
-            raise KernelError(f"{exc}; it was stopped (try fewer steps or a smaller grid)") from None
-        if reply.kind == "invalid":
-            raise LaunchError(reply.payload)
-        if reply.kind == "fatal":
-            raise KernelError(f"{kernel} faulted on the GPU: {reply.payload} (the worker was restarted)")
-        if reply.kind == "error":
-            raise KernelError(f"{kernel} failed: {reply.payload}")
-        return reply.payload
+        return self._launch(
+            kernel, request, timeout or STEPS_TIMEOUT_S, progress, what, "fewer steps or a smaller grid"
+        )
 
 
 class RunTimeout(Exception):
