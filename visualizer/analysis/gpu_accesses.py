@@ -126,13 +126,17 @@ def _unravel(offset: np.ndarray, shape: list[int]) -> np.ndarray:
     return out
 
 
-def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list[dict], grid, block) -> dict:
+def decode(
+    bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list[dict], grid, block, *, lockstep=True
+) -> dict:
     """The recorder's buffers (analysis/memory.build reads them) from a GPU recording.
 
     ``sites``: the pass's table (line, array, op); ``arrays``: name, space, dtype, itemsize, shape
     of each array a site names (the host knows them). What a warp's lanes could not record (past a
     lane's ``cap``) is left out and ``sample`` says how much, per warp and in all; so are the records
-    of a warp whose streams do not fit together (analysis/lane_streams.py), with the reason."""
+    of a warp whose streams do not fit together (analysis/lane_streams.py), with the reason.
+    ``lockstep=False``: the lanes ran one after another (the compiled simulator), so there is no warp
+    order to keep (lane_streams.rebuild)."""
     cnt = bufs["_vz_acc_cnt"].astype(np.int64)
     rows = len(bufs["_vz_acc"]) // (64 * max(len(p["slots"]), 1))
     cap = rows - 1  # the last row of each slot is spare (its word 0: the done word)
@@ -146,7 +150,7 @@ def decode(bufs: dict[str, np.ndarray], p: dict, sites: list[dict], arrays: list
     overflow = []
     inconsistent = []
     for s, (blk, warp) in enumerate(p["slots"]):
-        w = lane_streams.rebuild(rec[s], cnt[s])
+        w = lane_streams.rebuild(rec[s], cnt[s], lockstep=lockstep)
         if w.inconsistent:
             inconsistent.append({"block": blk, "warp": warp, "why": w.inconsistent, "accesses": w.made})
         elif w.unrecorded:

@@ -62,9 +62,15 @@ def _empty(made: int, why: str = "") -> Warp:
     return Warp(z, z, z, z, z, z, z, z, 0, made, why)
 
 
-def rebuild(rec: np.ndarray, counts: np.ndarray) -> Warp:
+def rebuild(rec: np.ndarray, counts: np.ndarray, *, lockstep: bool = True) -> Warp:
     """The warp's requests from ``rec`` (cap, 64): access words in columns 0-31, request words in
-    32-63, row k = each lane's k-th access) and ``counts`` (32,): each lane's accesses in all."""
+    32-63, row k = each lane's k-th access) and ``counts`` (32,): each lane's accesses in all.
+
+    ``lockstep=False``: the lanes ran one after another, not as a warp (the compiled simulator, whose
+    masks group the j-th access of each lane at a site and epoch, as the simulator's recorder does);
+    two lanes may then hold two requests in opposite orders (a loop whose lanes take its branches in
+    different turns), and the requests are ordered by epoch and each one's earliest place in any lane
+    rather than refused."""
     cap = rec.shape[0]
     counts = np.asarray(counts, np.int64)
     made = int(counts.sum())
@@ -128,6 +134,12 @@ def rebuild(rec: np.ndarray, counts: np.ndarray) -> Warp:
         return _empty(made)
 
     level = _order(at, ~bad, nreq, cap)
+    if level is None and not lockstep:
+        first = np.full(nreq, cap, np.int64)
+        np.minimum.at(first, req, ks)
+        repoch = np.zeros(nreq, np.int64)
+        repoch[req] = meta >> 32
+        level = repoch * (cap + 1) + first
     if level is None:
         return _empty(made, "two lanes hold two requests in opposite orders")
     kept = np.flatnonzero(~bad)

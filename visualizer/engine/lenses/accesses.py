@@ -195,6 +195,7 @@ class Accesses(Lens):
             self.arrays,
             self.ctx.launch.grid,
             self.ctx.launch.block,
+            lockstep=not self.compiled,
         )
         if self.compiled:
             simulated(reply["accesses"], self.plan)
