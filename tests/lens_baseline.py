@@ -92,7 +92,11 @@ def tables(cap) -> dict[str, pd.DataFrame]:
 def capture_case(name: str, runner=None, user_runner=None):
     if name in CASES:
         kernel, params, options = CASES[name]
-        return runner.capture(kernel, params, seed=1, repeats=1, time_clean=False, **options)
+        # fastsim: the engine the baseline was written on (the compiled engine's tables are held to
+        # fastsim's in tests/test_compiled_lenses.py, its pc being the pass's site, not a bytecode offset)
+        return runner.capture(
+            kernel, params, seed=1, repeats=1, time_clean=False, sim_engine="fastsim", **options
+        )
     from visualizer.specs.source import plan_source_launch
     from visualizer.web.examples import EXAMPLES
 
@@ -101,7 +105,9 @@ def capture_case(name: str, runner=None, user_runner=None):
     plan = dict(grid=ex.grid, block=ex.block, args=ex.args, threads_for_n=ex.threads_for,
                 reference=[ex.reference.replace(" = ", "=", 1)], filename=ex.file)  # fmt: skip
     launch = plan_source_launch(ex.source, ex.kernel, **{**plan, **overrides})
-    return user_runner.capture_source(launch, seed=1, repeats=1, time_clean=False, **options)
+    return user_runner.capture_source(
+        launch, seed=1, repeats=1, time_clean=False, sim_engine="fastsim", **options
+    )
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter("5", "Memory architecture and data locality", ("barriers", "race_runs")),
     Chapter("6", "Performance considerations", ("coalescing", "aos_soa", "coarsening")),
     Chapter("7", "Convolution", ("convolution",)),
-    Chapter("8", "Stencil", ("stencil",)),
+    Chapter("8", "Stencil", ("stencil", "airflow")),  # the LBM step streams along a 9-point stencil
     Chapter("9", "Parallel histogram", ("histogram", "histogram_contention")),
     Chapter("10", "Reduction", ("reduction_trees", "reduction_shuffle")),
     Chapter("11", "Prefix sum (scan)", ("kogge_stone", "brent_kung")),
