@@ -176,6 +176,19 @@ def _reduce_inputs(p, rng):
     return {"x": small_integers(p, rng), "partial": np.zeros(ceil_div(p["n"], p["block"]), np.float32)}
 
 
+def _reduce_reference(x, p):
+    return {"partial": _sections(x["x"], p["block"]).sum(axis=1).astype(np.float32)}
+
+
+def _reduce_work(p):
+    return 4.0 * p["n"], float(p["n"])
+
+
+def _tree_cost(p: dict, launch: Launch) -> tuple[float, int]:
+    levels = _log2(p["block"]) + 1
+    return launch.threads * (THREAD_START_STEPS + levels * (3 + BARRIER_STEPS)), 8 * p["n"]
+
+
 def _scan_inputs(p, rng):
     return {"x": small_integers(p, rng), "y": np.zeros(p["n"], np.float32)}
 
@@ -185,9 +198,17 @@ def section_scan_reference(x: np.ndarray, block: int) -> np.ndarray:
     return np.cumsum(_sections(x, block), axis=1).ravel()[: len(x)].astype(np.float32)
 
 
-def _tree_cost(p: dict, launch: Launch) -> tuple[float, int]:
-    levels = _log2(p["block"]) + 1
-    return launch.threads * (THREAD_START_STEPS + levels * (3 + BARRIER_STEPS)), 8 * p["n"]
+def _scan_reference(x, p):
+    return {"y": section_scan_reference(x["x"], p["block"])}
+
+
+def _scan_work(p):
+    return 8.0 * p["n"], p["n"] * float(_log2(p["block"]))
+
+
+def _scan_cost(p: dict, launch: Launch) -> tuple[float, int]:
+    steps = 2 * (_log2(p["block"]) + 1) * (3 + 2 * BARRIER_STEPS)
+    return launch.threads * (THREAD_START_STEPS + steps), 8 * p["n"]
 
 
 _SECTION_PARAMS = (
@@ -195,81 +216,67 @@ _SECTION_PARAMS = (
     Param("block", 128, 0, 2048, "threads per block (a power of two, 32 to 1024)", shown=BLOCK_SHOWN),
 )
 
+# what a section kernel's module decides: (its output array, inputs, reference, work, cost)
+_SECTION_KERNELS = {
+    "reduction_variants": ("partial", _reduce_inputs, _reduce_reference, _reduce_work, _tree_cost),
+    "scan": ("y", _scan_inputs, _scan_reference, _scan_work, _scan_cost),
+}
 
-def _reduce_spec(name, title, summary, smem_words) -> KernelSpec:
+
+def _section_spec(module, name, title, summary, smem_words=lambda b: b) -> KernelSpec:
+    """A kernel over sections of ``block`` elements, one section per block: x in, one array out, exact;
+    ``smem_words(block)`` is its static shared memory in 4-byte words."""
+    out, make_inputs, reference, work, cost = _SECTION_KERNELS[module]
     return _spec(
-        "reduction_variants",
+        module,
         name,
         title,
         summary,
         params=_SECTION_PARAMS,
-        args=("x", "partial", "n"),
-        outputs=("partial",),
+        args=("x", out, "n"),
+        outputs=(out,),
         plan=_section_plan(smem_words),
-        make_inputs=_reduce_inputs,
-        reference=lambda x, p: {"partial": _sections(x["x"], p["block"]).sum(axis=1).astype(np.float32)},
+        make_inputs=make_inputs,
+        reference=reference,
         build_args=("block",),
         active_when="i < n",
-        work=lambda p: (4.0 * p["n"], float(p["n"])),
-        cost=_tree_cost,
+        work=work,
+        cost=cost,
         rtol=0.0,
         atol=0.0,
     )
 
 
-REDUCE_DIVERGENT = _reduce_spec(
+REDUCE_DIVERGENT = _section_spec(
+    "reduction_variants",
     "reduce_divergent",
     "Reduction (divergent tree: every 2s-th thread adds)",
     "At stride s the threads whose index is a multiple of 2s add: the active lanes are scattered over "
     "every warp, so most warps run each level with most lanes off.",
-    lambda b: b,
 )
-REDUCE_CONVERGENT = _reduce_spec(
+REDUCE_CONVERGENT = _section_spec(
+    "reduction_variants",
     "reduce_convergent",
     "Reduction (divergence-free tree: the first s threads add)",
     "At stride s the first s threads add the slot s away: whole warps are on or off until s < 32.",
-    lambda b: b,
 )
-REDUCE_SHUFFLE = _reduce_spec(
+REDUCE_SHUFFLE = _section_spec(
+    "reduction_variants",
     "reduce_shuffle",
     "Reduction (warp shuffles, then one shared slot per warp)",
     "Each warp sums its values in registers with shfl_down_sync, lane 0 stores the warp's sum, and "
     "warp 0 sums those: 32 shared words and one barrier per block.",
-    lambda b: 32,
+    smem_words=lambda b: 32,
 )
-
-
-def _scan_spec(name, title, summary) -> KernelSpec:
-    return _spec(
-        "scan",
-        name,
-        title,
-        summary,
-        params=_SECTION_PARAMS,
-        args=("x", "y", "n"),
-        outputs=("y",),
-        plan=_section_plan(lambda b: b),
-        make_inputs=_scan_inputs,
-        reference=lambda x, p: {"y": section_scan_reference(x["x"], p["block"])},
-        build_args=("block",),
-        active_when="i < n",
-        work=lambda p: (8.0 * p["n"], p["n"] * float(_log2(p["block"]))),
-        cost=lambda p, launch: (
-            launch.threads * (THREAD_START_STEPS + 2 * (_log2(p["block"]) + 1) * (3 + 2 * BARRIER_STEPS)),
-            8 * p["n"],
-        ),
-        rtol=0.0,
-        atol=0.0,
-    )
-
-
-SCAN_KOGGE_STONE = _scan_spec(
+SCAN_KOGGE_STONE = _section_spec(
+    "scan",
     "scan_kogge_stone",
     "Scan (Kogge-Stone: log2 B steps, about B log2 B adds)",
     "Inclusive prefix sums of each block's section: at stride s every thread t >= s adds the value s "
     "to its left. Few steps, many additions.",
 )
-SCAN_BRENT_KUNG = _scan_spec(
+SCAN_BRENT_KUNG = _section_spec(
+    "scan",
     "scan_brent_kung",
     "Scan (Brent-Kung: 2 log2 B - 1 steps, about 2B adds)",
     "Inclusive prefix sums of each block's section: a reduction tree up, then a distribution tree down. "

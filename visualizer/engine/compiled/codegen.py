@@ -41,6 +41,7 @@ from visualizer.engine.compiled.translate import (
     rewrite_returns,
     walk_items,
 )
+from visualizer.engine.instrument.ast_tools import integer_arithmetic
 
 HEAD = [P + "bx", P + "by", P + "bz", P + "bdx", P + "bdy", P + "bdz", P + "gdx", P + "gdy", P + "gdz"]
 CTX = "(" + ", ".join(P + i for i in IDS) + ")"
@@ -333,23 +334,18 @@ def _is_check(node) -> bool:
 def _pure(node, written: set) -> bool:
     """An expression of numbers only (names, constants, arithmetic, ``a.shape[d]``), none of whose names
     the loop writes: the same value in every iteration, and evaluating it again has no effect."""
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, (int, bool))
-    if isinstance(node, ast.Name):
-        return node.id not in written
-    if isinstance(node, ast.BinOp):
-        return _pure(node.left, written) and _pure(node.right, written)
-    if isinstance(node, ast.UnaryOp):
-        return _pure(node.operand, written)
-    if (  # a.shape[d]
-        isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Attribute)
-        and node.value.attr == "shape"
-        and isinstance(node.value.value, ast.Name)
-        and isinstance(node.slice, ast.Constant)
-    ):
-        return node.value.value.id not in written
-    return False
+
+    def shape_read(node):  # a.shape[d]
+        return (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "shape"
+            and isinstance(node.value.value, ast.Name)
+            and isinstance(node.slice, ast.Constant)
+            and node.value.value.id not in written
+        )
+
+    return integer_arithmetic(node, written, leaf=shape_read)
 
 
 def _every_iteration(stmts: list):

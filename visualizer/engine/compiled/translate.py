@@ -31,20 +31,9 @@ import numpy as np
 
 P = "__cc_"  # every name this engine adds starts so; a kernel's own names may not
 IDS = ("t", "tx", "ty", "tz", "bx", "by", "bz", "bdx", "bdy", "bdz", "gdx", "gdy", "gdz")
-ID_ATTRS = {
-    ("threadIdx", "x"): "tx",
-    ("threadIdx", "y"): "ty",
-    ("threadIdx", "z"): "tz",
-    ("blockIdx", "x"): "bx",
-    ("blockIdx", "y"): "by",
-    ("blockIdx", "z"): "bz",
-    ("blockDim", "x"): "bdx",
-    ("blockDim", "y"): "bdy",
-    ("blockDim", "z"): "bdz",
-    ("gridDim", "x"): "gdx",
-    ("gridDim", "y"): "gdy",
-    ("gridDim", "z"): "gdz",
-}
+_ID_PREFIX = {"threadIdx": "t", "blockIdx": "b", "blockDim": "bd", "gridDim": "gd"}
+# ("threadIdx", "x") -> "tx", ... ("gridDim", "z") -> "gdz"
+ID_ATTRS = {(name, axis): pre + axis for name, pre in _ID_PREFIX.items() for axis in "xyz"}
 SYNC_CALLS = {
     "syncthreads": "sync",
     "syncthreads_count": "count",

@@ -90,3 +90,21 @@ def is_call_to(node: ast.AST, attr: str, prefix: bool = False) -> bool:
 def each_statement(stmts: list[ast.stmt], rewrite) -> list[ast.stmt]:
     """The statements each rewritten into a list (``rewrite(stmt) -> list``), in order."""
     return [new for stmt in stmts for new in rewrite(stmt)]
+
+
+def integer_arithmetic(
+    node: ast.AST, bound: set[str], bools: bool = True, leaf: Callable[[ast.AST], bool] | None = None
+) -> bool:
+    """Unary and binary arithmetic on integer literals (``bools``: True and False among them) and on
+    names not in ``bound``; ``leaf(node)`` may accept a further kind of operand."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and (bools or not isinstance(node.value, bool))
+    if isinstance(node, ast.Name):
+        return node.id not in bound
+    if isinstance(node, ast.BinOp):
+        return integer_arithmetic(node.left, bound, bools, leaf) and integer_arithmetic(
+            node.right, bound, bools, leaf
+        )
+    if isinstance(node, ast.UnaryOp):
+        return integer_arithmetic(node.operand, bound, bools, leaf)
+    return leaf is not None and leaf(node)

@@ -46,7 +46,13 @@ import copy
 
 import numpy as np
 
-from visualizer.engine.instrument.ast_tools import assigned_names, each_statement, is_call_to, located
+from visualizer.engine.instrument.ast_tools import (
+    assigned_names,
+    each_statement,
+    integer_arithmetic,
+    is_call_to,
+    located,
+)
 from visualizer.engine.instrument.instrumenter import instrument
 
 BRANCH_FN = "_vz_branch"
@@ -90,15 +96,7 @@ def _is_static(test: ast.expr, assigned: set[str]) -> bool:
 
 def _is_constant(expr: ast.expr, assigned: set[str]) -> bool:
     """An integer expression of literals and names the kernel never binds (compile-time constants)."""
-    if isinstance(expr, ast.Constant):
-        return isinstance(expr.value, int) and not isinstance(expr.value, bool)
-    if isinstance(expr, ast.Name):
-        return expr.id not in assigned
-    if isinstance(expr, ast.BinOp):
-        return _is_constant(expr.left, assigned) and _is_constant(expr.right, assigned)
-    if isinstance(expr, ast.UnaryOp):
-        return _is_constant(expr.operand, assigned)
-    return False
+    return integer_arithmetic(expr, assigned, bools=False)
 
 
 def _range_args(node: ast.For) -> list[ast.expr] | None:
