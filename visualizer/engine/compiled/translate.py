@@ -685,6 +685,10 @@ class Splitter:
             if has_warp and not isinstance(s, (ast.If, ast.While, ast.For)):
                 self.split_warp_stmt(s, cur, items)
                 continue
+            for sub in ast.walk(s) if has_barrier else ():
+                if isinstance(sub, ast.Call) and (cuda_attr_path(sub.func, self.names, self.local) or [])[:2] == [
+                    "cg", "this_grid"]:  # fmt: skip
+                    _refuse(sub, "grid sync (cuda.cg.this_grid) is not compiled: fastsim runs it")
             b = barrier_of(s, self.names, self.local)
             if b is not None:
                 kind, target, vote = b
