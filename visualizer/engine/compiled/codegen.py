@@ -8,7 +8,9 @@ One kernel becomes one generated module:
   expanded variables it touches, the statements, stores of those it writes), or a condition;
 * ``__cc_block``: one block: shared arrays (poisoned), expansion arrays, then the item tree as loops
   over the block's threads (default order: linear, x fastest; seeded: warps in a drawn order, a drawn
-  lane order, statement by statement, so one warp may run ahead of another between barriers);
+  lane order, statement by statement, so one warp may run ahead of another between barriers); a
+  warp-level operation is a warp step between two regions (``warp_step``), a warp-level ``if`` or loop
+  sets aside the threads of the warps not in it (``BlockWriter.warp_if`` / ``warp_while``);
 * ``__cc_grid``: every block, one after another (or in ``prange`` where the engine allows it).
 """
 
@@ -728,13 +730,12 @@ def warp_step(op: WarpOp, dtypes: dict) -> list[str]:
     if op.kind in SHFL_MODES:
         call = f"{P}warp_shfl({SHFL_MODES[op.kind]}, {e[0]}, {e[1]}, {e[2]}, {live}, {e[3]})"
     elif op.kind in VOTE_MODES:
-        call = f"{P}warp_vote({VOTE_MODES[op.kind]}, {e[0]}, {e[1]}, {live}, {e[2]})"
-    elif op.kind == "match_any_sync":
-        call = f"{P}warp_match_any({e[0]}, {_match_keys(op.args[1], dtypes, op)}, {live}, {e[2]})"
-    elif op.kind == "match_all_sync":
-        call = f"{P}warp_match_all({e[0]}, {_match_keys(op.args[1], dtypes, op)}, {live}, {e[2]}, {e[3]})"
+        call = f"{P}warp_vote({VOTE_MODES[op.kind]}, {e[0]}, {e[1]}, {live}, {e[2]}, None)"
+    elif op.kind.startswith("match"):
+        mode, pred = (5, e[3]) if op.kind == "match_all_sync" else (4, "None")
+        call = f"{P}warp_vote({mode}, {e[0]}, {_match_keys(op.args[1], dtypes, op)}, {live}, {e[2]}, {pred})"
     elif op.kind == "syncwarp":
-        call = f"{P}warp_check_all({e[0]}, {live})"
+        call = f"{P}warp_check_all({e[0]}, {live}, False)"
     else:  # activemask
         call = f"{P}warp_active({live}, {e[0]})"
     lines = [f"{P}wc = {call}"]

@@ -86,8 +86,7 @@ def namespace_of(py_fn) -> dict:
     return ns
 
 
-WARP_HELPERS = ("warp_shfl", "warp_vote", "warp_match_any", "warp_match_all", "warp_check_all", "warp_active",
-                "warp_uniform")  # fmt: skip
+WARP_HELPERS = ("warp_shfl", "warp_vote", "warp_check_all", "warp_active", "warp_uniform")
 
 
 def _base_ns() -> dict:

@@ -324,10 +324,10 @@ def warp_check(masks, alive, w, nthr, vote):
 
 
 @njit(**_JIT)
-def warp_check_all(masks, alive, nthr):
-    """syncwarp(mask): the lanes' masks, nothing to compute (the split is the warp barrier)."""
+def warp_check_all(masks, alive, nthr, vote):
+    """warp_check for every warp; also syncwarp(mask)'s whole step (the split is the warp barrier)."""
     for w in range((nthr + 31) // 32):
-        c = warp_check(masks, alive, w, nthr, False)
+        c = warp_check(masks, alive, w, nthr, vote)
         if c:
             return c
     return 0
@@ -339,28 +339,29 @@ def _as_i32(bits):
 
 
 @njit(**_JIT)
+def _shfl_source(mode, lane, b):
+    if mode == 1:
+        return lane - b if lane >= b else lane
+    if mode == 2:
+        return lane + b if lane + b <= 31 else lane
+    if mode == 3:
+        return lane ^ b
+    return b
+
+
+@njit(**_JIT)
 def warp_shfl(mode, masks, vals, lanes, alive, nthr, out):
     """shfl_sync (0), shfl_up_sync (1), shfl_down_sync (2), shfl_xor_sync (3), width 32: only the lane
     argument's low 5 bits count, and a source past the warp's edge is the lane itself (PTX shfl.sync with
     numba's clamp values)."""
-    for w in range((nthr + 31) // 32):
-        c = warp_check(masks, alive, w, nthr, False)
-        if c:
-            return c
-        base = w * 32
-        for lane in range(min(32, nthr - base)):
-            u = base + lane
-            if not alive[u]:
-                continue
-            b = np.int64(lanes[u]) & 31
-            src = b
-            if mode == 1:
-                src = lane - b if lane >= b else lane
-            elif mode == 2:
-                src = lane + b if lane + b <= 31 else lane
-            elif mode == 3:
-                src = lane ^ b
-            y = base + src
+    c = warp_check_all(masks, alive, nthr, False)
+    if c:
+        return c
+    for u in range(nthr):
+        if alive[u]:
+            lane = u % 32
+            src = _shfl_source(mode, lane, np.int64(lanes[u]) & 31)
+            y = u - lane + src
             if not (np.int64(masks[u]) >> src) & 1 or y >= nthr or not alive[y]:
                 return 3
             out[u] = vals[y]
@@ -368,73 +369,38 @@ def warp_shfl(mode, masks, vals, lanes, alive, nthr, out):
 
 
 @njit(**_JIT)
-def warp_vote(mode, masks, preds, alive, nthr, out):
-    """ballot_sync (0: the int32 of the voting lanes' bits), all_sync (1), any_sync (2), eq_sync (3)."""
-    for w in range((nthr + 31) // 32):
-        c = warp_check(masks, alive, w, nthr, True)
-        if c:
-            return c
-        base = w * 32
-        for lane in range(min(32, nthr - base)):
-            u = base + lane
-            if not alive[u]:
-                continue
+def _lanes_where(m, base, values, want, equal):
+    """The bits of the mask's lanes whose value is true (``equal`` False) or equals ``want``."""
+    bits = 0
+    for k in range(32):
+        if (m >> k) & 1 and ((values[base + k] == want) if equal else values[base + k]):
+            bits |= 1 << k
+    return bits
+
+
+@njit(**_JIT)
+def warp_vote(mode, masks, values, alive, nthr, out, pred):
+    """ballot_sync (0: the int32 of the voting lanes' bits), all_sync (1), any_sync (2), eq_sync (3);
+    match_any_sync (4: the mask's lanes whose value has this lane's bits), match_all_sync (5: the mask and
+    True in ``pred`` where every lane of the mask has the same bits, else 0 and False)."""
+    c = warp_check_all(masks, alive, nthr, True)
+    if c:
+        return c
+    for u in range(nthr):
+        if alive[u]:
             m = np.int64(masks[u]) & 0xFFFFFFFF
-            bits = 0
-            for k in range(32):
-                if (m >> k) & 1 and preds[base + k]:
-                    bits |= 1 << k
-            if mode == 0:
+            bits = _lanes_where(m, u - u % 32, values, values[u], mode >= 4)
+            if mode == 0 or mode == 4:
                 out[u] = _as_i32(bits)
             elif mode == 1:
                 out[u] = bits == m
             elif mode == 2:
                 out[u] = bits != 0
-            else:
+            elif mode == 3:
                 out[u] = bits == 0 or bits == m
-    return 0
-
-
-@njit(**_JIT)
-def warp_match_any(masks, keys, alive, nthr, out):
-    """match_any_sync: the lanes of the mask whose value has the same bits as this lane's."""
-    for w in range((nthr + 31) // 32):
-        c = warp_check(masks, alive, w, nthr, True)
-        if c:
-            return c
-        base = w * 32
-        for lane in range(min(32, nthr - base)):
-            u = base + lane
-            if not alive[u]:
-                continue
-            m = np.int64(masks[u]) & 0xFFFFFFFF
-            bits = 0
-            for k in range(32):
-                if (m >> k) & 1 and keys[base + k] == keys[u]:
-                    bits |= 1 << k
-            out[u] = _as_i32(bits)
-    return 0
-
-
-@njit(**_JIT)
-def warp_match_all(masks, keys, alive, nthr, out, pred):
-    """match_all_sync: (the mask, True) where every lane of the mask has the same bits, else (0, False)."""
-    for w in range((nthr + 31) // 32):
-        c = warp_check(masks, alive, w, nthr, True)
-        if c:
-            return c
-        base = w * 32
-        for lane in range(min(32, nthr - base)):
-            u = base + lane
-            if not alive[u]:
-                continue
-            m = np.int64(masks[u]) & 0xFFFFFFFF
-            same = True
-            for k in range(32):
-                if (m >> k) & 1 and keys[base + k] != keys[u]:
-                    same = False
-            out[u] = _as_i32(m if same else 0)
-            pred[u] = same
+            elif pred is not None:
+                out[u] = _as_i32(m if bits == m else 0)
+                pred[u] = bits == m
     return 0
 
 

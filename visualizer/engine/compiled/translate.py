@@ -13,7 +13,11 @@ A kernel body becomes a tree of *items*:
 * ``BlockIf`` / ``BlockWhile``: an ``if`` or a loop with a barrier inside. Its condition is evaluated by
   every live thread and must be the same for all of them (a GPU's barrier in divergent code is
   undefined): checked at run time, refused otherwise. A ``for`` over ``range()`` with a barrier inside is
-  first rewritten into such a ``while``.
+  first rewritten into such a ``while``;
+* ``WarpOp``: a warp-level operation (shuffle, vote, match, activemask, syncwarp): every live thread has
+  stored its arguments in the regions before; the warp step computes each lane's results from its warp's
+  32 lanes in lockstep. An ``if`` or loop with warp-level operations and no barrier inside is a
+  ``BlockIf`` / ``BlockWhile`` with ``warp`` set: its condition need only agree within each warp.
 
 A value that lives from one region into another (or round a loop with a barrier) is kept per thread in
 an array (scalar expansion): codegen.py loads it at a region's start and stores it at its end.
