@@ -24,8 +24,9 @@ from visualizer.specs.catalog import KERNELS  # noqa: E402
 # what falls back today, and why (a kernel leaving this list is progress; one joining it, a regression)
 BUILTIN_FALLBACKS = {
     "flash_attention_fast": "a barrier inside device function",
-    "reduce_shuffle": "warp-level cuda.shfl_down_sync is not compiled yet",  # the PMPP warp-shuffle lesson
 }
+# the built-in kernels with warp-level operations: each runs compiled (a lesson's warp shuffle included)
+BUILTIN_WARP_KERNELS = {"reduce_shuffle"}
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
@@ -43,6 +44,8 @@ def test_builtin_kernel_matches_fastsim(name):
         return
     assert comp is not None, report
     assert report.engine == "compiled"
+    if name in BUILTIN_WARP_KERNELS:
+        assert report.regions > 1, "its warp-level operations split it"
     for role, f, c in zip(spec.args, fast, comp, strict=True):
         assert same(f, c, rtol=1e-4, atol=1e-4), f"{name}: {role} differs from fastsim"
     if not spec.deliberately_wrong:
@@ -111,7 +114,27 @@ def test_fastsim_suite_cases():
     assert "dynamic_shared" in fell_back and "grid_sync_one_block" in fell_back
 
 
-def test_warp_cases_fall_back_with_the_same_results():
+WARP_CASES_COMPILED = {
+    "shfl",
+    "half_masks",
+    "votes_full",
+    "match",
+    "partial_warp",
+    "syncwarp",
+    "votes_after_exit",
+}
+WARP_CASES_FALL_BACK = {
+    "divergent": "a warp-level operation under a condition that differs between a warp's lanes (line",
+    "grid_block_sums": "grid",
+    "laplace": "grid",
+    "sequential_rows": "grid",
+}
+
+
+def test_warp_cases_compile_with_fastsims_and_the_h200s_results():
+    """Every warp case gives fastsim's arrays; the warp intrinsics' cases run compiled and give what the
+    hardware defines (warp_cases.MODELS, which tests/test_warp_sim.py checks on the H200); divergent
+    warps and grid sync fall back with their one-line reason."""
     cases = _load(Path(__file__).parent / "warp_cases.py", "warp_cases_for_compiled")
 
     def run(mod, name):
@@ -123,8 +146,42 @@ def test_warp_cases_fall_back_with_the_same_results():
     results = _run_cases(cases, list(cases.CASES), run)
     compiled, fell_back = _compare(results)
     print(f"warp cases: {len(set(compiled))} compiled, {len(fell_back)} fell back: {fell_back}")
-    assert fell_back  # the warp intrinsics are not compiled yet: fastsim runs them
-    assert all("warp" in why or "grid" in why or why for why in fell_back.values())
+    assert set(compiled) == WARP_CASES_COMPILED
+    assert set(fell_back) == set(WARP_CASES_FALL_BACK)
+    for name, why in WARP_CASES_FALL_BACK.items():
+        assert why in fell_back[name] and "\n" not in fell_back[name], (name, fell_back[name])
+    for name in WARP_CASES_COMPILED:
+        comp = results[name][1]
+        for key, want in cases.MODELS[name]().items():
+            np.testing.assert_array_equal(
+                np.asarray(comp[key]).astype(np.float64), np.asarray(want).astype(np.float64), err_msg=name
+            )
+
+
+def test_warp_refusals_fall_back_to_fastsims_error():
+    """Where a GPU leaves a warp-level operation's result undefined (a mask without the caller's lane,
+    a vote naming exited lanes, a shuffle from a lane not taking part) the compiled engine refuses in one
+    line, the arrays untouched, and fastsim raises its error."""
+    cases = _load(Path(__file__).parent / "warp_cases.py", "warp_cases_for_compiled")
+    router.install()
+    want = {
+        "own_lane_missing": "cuda.ballot_sync: a lane's mask leaves out the lane itself",
+        "vote_names_exited": "cuda.ballot_sync: the mask names lanes that have exited",
+        "vote_names_missing": "cuda.ballot_sync: the mask names lanes that have exited or that the block lacks",
+        "shfl_from_outside": "cuda.shfl_down_sync: a lane reads a lane that is not taking part",
+        "warp_deadlock": "a barrier under a condition that differs",
+    }
+    for name, why in want.items():
+        with router.engine("fastsim"):
+            fast = cases._refusal(cases.REFUSALS[name])
+        router.LAUNCHES.clear()
+        with router.engine("compiled"):
+            comp = cases._refusal(cases.REFUSALS[name])
+        assert fast is not None and fast.startswith("WarpError") or name == "warp_deadlock", (name, fast)
+        assert comp == fast, name
+        [entry] = router.LAUNCHES
+        assert entry["engine"] == "fastsim" and why in entry["fallback"], (name, entry)
+        assert "\n" not in entry["fallback"]
 
 
 def _source_kernel(src: str, name: str):
@@ -262,12 +319,71 @@ def test_refusals_are_one_line_and_leave_arrays_alone():
     assert not out.any()
 
     @cuda.jit
-    def shuffles(out):
+    def half_warp_shuffles(out):
         t = cuda.threadIdx.x
-        out[t] = cuda.shfl_down_sync(0xFFFFFFFF, t, 1)
+        if t % 32 < 16:  # lanes of one warp in different branches: fastsim's rendezvous, not lockstep
+            out[t] = cuda.shfl_down_sync(0x0000FFFF, t, 1)
 
-    with pytest.raises(NotCompiled, match="warp-level"):
-        launch(shuffles, 1, 32, [out])
+    out[:] = 0
+    with pytest.raises(NotCompiled) as e:
+        launch(half_warp_shuffles, 1, 32, [out])
+    assert "a warp-level operation under a condition that differs between a warp's lanes" in str(e.value)
+    assert "\n" not in str(e.value) and not out.any()
+
+    @cuda.jit
+    def in_a_device_function(out):
+        out[cuda.threadIdx.x] = shuffled(cuda.threadIdx.x)
+
+    with pytest.raises(NotCompiled, match="warp-level cuda.shfl_xor_sync inside a device function"):
+        launch(in_a_device_function, 1, 32, [out])
+
+    @cuda.jit
+    def seeded(out):
+        out[cuda.threadIdx.x] = cuda.shfl_xor_sync(0xFFFFFFFF, cuda.threadIdx.x, 1)
+
+    launch(seeded, 1, 32, [out])  # compiled
+    np.testing.assert_array_equal(out, np.arange(32) ^ 1)
+    with pytest.raises(NotCompiled, match="a seeded schedule of a kernel with warp-level operations"):
+        launch(seeded, 1, 32, [out], schedule=(1, 0))
+
+
+@cuda.jit(device=True)
+def shuffled(v):
+    return cuda.shfl_xor_sync(0xFFFFFFFF, v, 1)
+
+
+@cuda.jit
+def per_warp(x, out, trips):  # module level: fastsim swaps this module's `cuda`
+    t = cuda.threadIdx.x
+    lane = t % 32
+    w = t // 32
+    v = x[t]
+    if w == 1:
+        off = 16
+        while off > 0:
+            v += cuda.shfl_down_sync(0xFFFFFFFF, v, off)
+            off //= 2
+    n = 0
+    for k in range(w + 1):  # warp w: w + 1 trips
+        n += cuda.ballot_sync(cuda.activemask(), lane < 8 + k) & 1
+    if t == 70:
+        return
+    if w == 2:
+        trips[t] = cuda.activemask()
+    out[t] = v + n
+
+
+def test_warp_level_ifs_and_loops_agree_per_warp_only():
+    """An if or loop with warp-level operations and no barrier inside needs its condition the same for a
+    warp's lanes, not for the block's: warp 0 alone reduces (reduce_shuffle's second stage), a loop runs
+    a different number of times in each warp, a lane's return in the loop leaves the others going."""
+    x = np.arange(96, dtype=np.int32)
+    fast, comp, report = both(per_warp, 1, 96, [x, np.zeros(96, np.int32), np.zeros(96, np.uint32)])
+    assert comp is not None, report
+    for f, c in zip(fast, comp, strict=True):
+        np.testing.assert_array_equal(f, c)
+    assert comp[2][64] == 0xFFFFFFFF & ~(1 << 6)  # lane 6 of warp 2 returned
+    assert comp[1][32] == sum(range(32, 64)) + 2
 
 
 def test_uniform_barrier_loop_and_votes():

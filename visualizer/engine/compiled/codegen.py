@@ -8,7 +8,9 @@ One kernel becomes one generated module:
   expanded variables it touches, the statements, stores of those it writes), or a condition;
 * ``__cc_block``: one block: shared arrays (poisoned), expansion arrays, then the item tree as loops
   over the block's threads (default order: linear, x fastest; seeded: warps in a drawn order, a drawn
-  lane order, statement by statement, so one warp may run ahead of another between barriers);
+  lane order, statement by statement, so one warp may run ahead of another between barriers); a
+  warp-level operation is a warp step between two regions (``warp_step``), a warp-level ``if`` or loop
+  sets aside the threads of the warps not in it (``BlockWriter.warp_if`` / ``warp_while``);
 * ``__cc_grid``: every block, one after another (or in ``prange`` where the engine allows it).
 """
 
@@ -32,6 +34,7 @@ from visualizer.engine.compiled.translate import (
     P,
     Region,
     Splitter,
+    WarpOp,
     _refuse,
     array_decl,
     contains_barrier,
@@ -204,7 +207,12 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
                 looped.add(v)
     votes = {it.pred for it in _syncs(items) if it.pred}
     expanded = (
-        {v for v, k in touched.items() if k > 1} | looped | splitter.barrier_targets | votes | written_params
+        {v for v, k in touched.items() if k > 1}
+        | looped
+        | splitter.barrier_targets
+        | votes
+        | written_params
+        | splitter.warp_vars
     )
     plan = Plan(
         fn.name, params, written_params, items, splitter.regions, splitter.conds, shared, local_arrays,
@@ -252,6 +260,8 @@ def flat_source(plan: Plan) -> str:
             elif isinstance(it, Barrier):
                 if it.target:
                     lines.append(f"{it.target} = {P}i32(0)")
+            elif isinstance(it, WarpOp):
+                lines += warp_result_types(it)
             elif isinstance(it, BlockIf):
                 lines.append(f"if {_src(it.cond.expr)}:")
                 lines += _indent(emit(it.body) or ["pass"], 4)
@@ -267,6 +277,19 @@ def flat_source(plan: Plan) -> str:
     body = [x for x in body if not x.strip().startswith(f"{P}alive[")]
     out += _indent(body or ["pass"], 4)
     return "\n".join(out) + "\n"
+
+
+def warp_result_types(op: WarpOp) -> list[str]:
+    """What a warp-level operation returns, for the typing function: a shuffle its value's type, ballot
+    and match_any an int32, the votes a boolean, match_all both, activemask a uint32 (as numba-cuda's)."""
+    if op.kind.startswith("shfl"):
+        return [f"{op.targets[0]} = {op.args[1]}"]
+    value = {"ballot_sync": f"{P}i32(0)", "match_any_sync": f"{P}i32(0)", "activemask": f"{P}u32(0)",
+             "match_all_sync": f"{P}i32(0)"}.get(op.kind, "False")  # fmt: skip
+    lines = [f"{op.targets[0]} = {value}"] if op.targets else []
+    if op.kind == "match_all_sync":
+        lines.append(f"{op.targets[1]} = False")
+    return lines
 
 
 def unit_args(plan: Plan) -> list[str]:
@@ -519,10 +542,22 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
             f"{P}prog = {P}np.empty({P}nw, {P}np.int64)",
             f"{P}pend = {P}np.empty({P}nw, {P}np.int64)",
         ]
-    call_args = ", ".join([P + "u", *unit_args(plan)[1:]])
+    writer = BlockWriter(plan, dtypes, seeded)
+    out += _indent(b + writer.emit(plan.items) + [f"return {P}err[0]"], 4)
+    return "\n".join(out) + "\n"
 
-    def group(regions: list[Region]) -> list[str]:
-        if not seeded:
+
+class BlockWriter:
+    """The item tree as loops over a block's threads (block_source)."""
+
+    def __init__(self, plan: Plan, dtypes: dict, seeded: bool):
+        self.plan, self.dtypes, self.seeded = plan, dtypes, seeded
+        self.call_args = ", ".join([P + "u", *unit_args(plan)[1:]])
+        self.serial = 0  # numbers the per-construct arrays of warp-level ifs and loops
+
+    def group(self, regions: list[Region]) -> list[str]:
+        call_args = self.call_args
+        if not self.seeded:
             assert len(regions) == 1
             return [
                 f"for {P}u in range({P}nthr):",
@@ -554,13 +589,13 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
             lines += [f"            {kw} {P}j == {j}:", f"                {P}region_{r.index}({call_args})"]
         return lines
 
-    def uniform(c: Cond) -> list[str]:
+    def uniform(self, c: Cond) -> list[str]:
         return [
             f"{P}first = True",
             f"{P}c = False",
             f"for {P}u in range({P}nthr):",
             f"    if {P}alive[{P}u]:",
-            f"        {P}v = {P}cond_{c.index}({call_args})",
+            f"        {P}v = {P}cond_{c.index}({self.call_args})",
             f"        if {P}first:",
             f"            {P}c = {P}v",
             f"            {P}first = False",
@@ -568,40 +603,141 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
             f"            raise {P}Divergent({c.line})",
         ]
 
-    def emit(items) -> list[str]:
+    def barrier(self, it: Barrier) -> list[str]:
+        if it.kind == "sync":
+            return []  # every region before it has run for every thread
+        lines = [
+            f"{P}votes = 0",
+            f"{P}nlive = 0",
+            f"for {P}u in range({P}nthr):",
+            f"    if {P}alive[{P}u]:",
+            f"        {P}nlive += 1",
+            f"        if {P}e_{it.pred}[{P}u]:",
+            f"            {P}votes += 1",
+        ]
+        result = {"count": f"{P}votes", "and": f"1 if {P}votes == {P}nlive else 0",
+                  "or": f"1 if {P}votes > 0 else 0"}[it.kind]  # fmt: skip
+        if it.target and it.target in self.plan.expanded:
+            lines += [f"{P}res = {result}", f"{P}e_{it.target}[:] = {P}res"]
+        return lines
+
+    def emit(self, items) -> list[str]:
         lines = []
         for it in items:
             if isinstance(it, list):
-                lines += group(it)
+                lines += self.group(it)
             elif isinstance(it, Barrier):
-                if it.kind == "sync":
-                    continue  # every region before it has run for every thread
-                lines += [
-                    f"{P}votes = 0",
-                    f"{P}nlive = 0",
-                    f"for {P}u in range({P}nthr):",
-                    f"    if {P}alive[{P}u]:",
-                    f"        {P}nlive += 1",
-                    f"        if {P}e_{it.pred}[{P}u]:",
-                    f"            {P}votes += 1",
-                ]
-                result = {"count": f"{P}votes", "and": f"1 if {P}votes == {P}nlive else 0",
-                          "or": f"1 if {P}votes > 0 else 0"}[it.kind]  # fmt: skip
-                if it.target and it.target in plan.expanded:
-                    lines += [f"{P}res = {result}", f"{P}e_{it.target}[:] = {P}res"]
+                lines += self.barrier(it)
+            elif isinstance(it, WarpOp):
+                lines += warp_step(it, self.dtypes)
+            elif isinstance(it, BlockIf) and it.warp:
+                lines += self.warp_if(it)
+            elif isinstance(it, BlockWhile) and it.warp:
+                lines += self.warp_while(it)
             elif isinstance(it, BlockIf):
-                lines += uniform(it.cond)
+                lines += self.uniform(it.cond)
                 lines.append(f"if {P}c:")
-                lines += _indent(emit(it.body) or ["pass"], 4)
+                lines += _indent(self.emit(it.body) or ["pass"], 4)
                 lines.append("else:")
-                lines += _indent(emit(it.orelse) or ["pass"], 4)
+                lines += _indent(self.emit(it.orelse) or ["pass"], 4)
             elif isinstance(it, BlockWhile):
                 lines.append("while True:")
-                lines += _indent(uniform(it.cond) + [f"if not {P}c:", "    break"] + emit(it.body), 4)
+                lines += _indent(
+                    self.uniform(it.cond) + [f"if not {P}c:", "    break"] + self.emit(it.body), 4
+                )
         return lines
 
-    out += _indent(b + emit(plan.items) + [f"return {P}err[0]"], 4)
-    return "\n".join(out) + "\n"
+    def warp_cond(self, c: Cond, cd: str) -> list[str]:
+        """Each live thread's condition into ``cd``; it must be the same for a warp's live lanes."""
+        return [
+            f"for {P}u in range({P}nthr):",
+            f"    {cd}[{P}u] = False",
+            f"    if {P}alive[{P}u]:",
+            f"        {cd}[{P}u] = {P}cond_{c.index}({self.call_args})",
+            f"if {P}warp_uniform({cd}, {P}alive, {P}nthr):",
+            f"    raise {P}WarpRefused({c.line}, 5, 'if')",
+        ]
+
+    def warp_if(self, it: BlockIf) -> list[str]:
+        """An ``if`` each warp takes as one (warp-level operations inside, no barrier): the threads not
+        taking a branch are set aside (not alive) while it runs, and get their state back after it."""
+        self.serial += 1
+        sv, cd = f"{P}sv{self.serial}", f"{P}cd{self.serial}"
+        lines = [f"{sv} = {P}alive.copy()", f"{cd} = {P}np.zeros({P}nthr, {P}np.bool_)"]
+        lines += self.warp_cond(it.cond, cd)
+        lines += [f"for {P}u in range({P}nthr):", f"    {P}alive[{P}u] = {sv}[{P}u] and {cd}[{P}u]"]
+        lines += self.emit(it.body)
+        lines += [
+            f"for {P}u in range({P}nthr):",
+            f"    if {cd}[{P}u]:",
+            f"        {sv}[{P}u] = {P}alive[{P}u]",
+            f"        {P}alive[{P}u] = False",
+            "    else:",
+            f"        {P}alive[{P}u] = {sv}[{P}u]",
+        ]
+        lines += self.emit(it.orelse)
+        return lines + [
+            f"for {P}u in range({P}nthr):",
+            f"    if {cd}[{P}u]:",
+            f"        {P}alive[{P}u] = {sv}[{P}u]",
+        ]
+
+    def warp_while(self, it: BlockWhile) -> list[str]:
+        """A loop each warp runs as one: a thread whose condition fails waits (``lf``) until every warp
+        has left the loop."""
+        self.serial += 1
+        lf, cd, more = f"{P}lf{self.serial}", f"{P}cd{self.serial}", f"{P}more{self.serial}"
+        body = self.warp_cond(it.cond, cd) + [
+            f"{more} = False",
+            f"for {P}u in range({P}nthr):",
+            f"    if {P}alive[{P}u]:",
+            f"        if {cd}[{P}u]:",
+            f"            {more} = True",
+            "        else:",
+            f"            {lf}[{P}u] = True",
+            f"            {P}alive[{P}u] = False",
+            f"if not {more}:",
+            "    break",
+        ]
+        lines = [f"{lf} = {P}np.zeros({P}nthr, {P}np.bool_)", f"{cd} = {P}np.zeros({P}nthr, {P}np.bool_)"]
+        lines += ["while True:"] + _indent(body + self.emit(it.body), 4)
+        return lines + [f"for {P}u in range({P}nthr):", f"    {P}alive[{P}u] = {lf}[{P}u]"]
+
+
+SHFL_MODES = {"shfl_sync": 0, "shfl_up_sync": 1, "shfl_down_sync": 2, "shfl_xor_sync": 3}
+VOTE_MODES = {"ballot_sync": 0, "all_sync": 1, "any_sync": 2, "eq_sync": 3}
+
+
+def _match_keys(var: str, dtypes: dict, op: WarpOp) -> str:
+    """The per-thread values a match compares, as their bits (floats viewed as integers of their size)."""
+    dt = dtypes[var]
+    if dt.kind == "f":
+        return f"{P}e_{var}.view({P}np.int{dt.itemsize * 8})"
+    if dt.kind not in "biu":
+        _refuse(None, f"cuda.{op.kind} of a {dt.name} value (line {op.line})")
+    return f"{P}e_{var}"
+
+
+def warp_step(op: WarpOp, dtypes: dict) -> list[str]:
+    """The warp step: every warp's lanes' results from their stored arguments (runtime.py), or the launch
+    is refused (fastsim runs it, and raises its one-line error where a GPU's result is undefined)."""
+    e = [f"{P}e_{v}" for v in op.args + op.targets]
+    live = f"{P}alive, {P}nthr"
+    if op.kind in SHFL_MODES:
+        call = f"{P}warp_shfl({SHFL_MODES[op.kind]}, {e[0]}, {e[1]}, {e[2]}, {live}, {e[3]})"
+    elif op.kind in VOTE_MODES:
+        call = f"{P}warp_vote({VOTE_MODES[op.kind]}, {e[0]}, {e[1]}, {live}, {e[2]}, None)"
+    elif op.kind.startswith("match"):
+        mode, pred = (5, e[3]) if op.kind == "match_all_sync" else (4, "None")
+        call = f"{P}warp_vote({mode}, {e[0]}, {_match_keys(op.args[1], dtypes, op)}, {live}, {e[2]}, {pred})"
+    elif op.kind == "syncwarp":
+        call = f"{P}warp_check_all({e[0]}, {live}, False)"
+    else:  # activemask
+        call = f"{P}warp_active({live}, {e[0]})"
+    lines = [f"{P}wc = {call}"]
+    for code in range(1, 5):  # numba raises exceptions with constant arguments
+        lines += [f"if {P}wc == {code}:", f"    raise {P}WarpRefused({op.line}, {code}, {op.kind!r})"]
+    return lines
 
 
 def grid_source(plan: Plan, parallel: bool) -> str:

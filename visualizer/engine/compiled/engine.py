@@ -86,6 +86,9 @@ def namespace_of(py_fn) -> dict:
     return ns
 
 
+WARP_HELPERS = ("warp_shfl", "warp_vote", "warp_check_all", "warp_active", "warp_uniform")
+
+
 def _base_ns() -> dict:
     return {
         P + "np": np,
@@ -94,6 +97,9 @@ def _base_ns() -> dict:
         P + "rng_below": runtime.rng_below,
         P + "shuffled_lanes": runtime.shuffled_lanes,
         P + "Divergent": runtime.DivergentBarrier,
+        P + "WarpRefused": runtime.WarpRefused,
+        P + "u32": np.uint32,
+        **{P + n: getattr(runtime, n) for n in WARP_HELPERS},
         P + "ix": runtime.check_index,
         P + "ixt2": runtime.check_index_tuple2,
         P + "ixt3": runtime.check_index_tuple3,
@@ -644,6 +650,12 @@ def launch(kernel=None, griddim=1, blockdim=1, args=(), *, schedule=None, parall
             line = e.args[0] if e.args else "?"
             raise NotCompiled(
                 f"a barrier under a condition that differs between the block's threads (line {line})"
+            ) from None
+        if isinstance(e, runtime.WarpRefused) and len(e.args) == 3:
+            line, code, kind = e.args
+            what = "" if code == 5 else f"cuda.{kind}: "
+            raise NotCompiled(
+                f"{what}{runtime.WARP_REASONS.get(code, '?')} (line {line}); fastsim runs it"
             ) from None
         raise NotCompiled(f"the kernel raised {type(e).__name__} on the compiled engine") from None
     run_s = clock() - t0

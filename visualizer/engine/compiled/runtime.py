@@ -29,6 +29,21 @@ class DivergentBarrier(Exception):
     with the source line; the launcher turns it into NotCompiled after restoring the arrays)."""
 
 
+class WarpRefused(Exception):
+    """A warp-level operation the lanes cannot run in lockstep as a GPU defines it: (line, code, kind),
+    the reason ``WARP_REASONS[code]``; the launcher restores the arrays and fastsim runs the kernel
+    (it raises its one-line error where a GPU's result is undefined)."""
+
+
+WARP_REASONS = {
+    1: "a lane's mask leaves out the lane itself",
+    2: "the mask names lanes that have exited or that the block lacks",
+    3: "a lane reads a lane that is not taking part",
+    4: "lanes of one warp pass different masks",
+    5: "a warp-level operation under a condition that differs between a warp's lanes",
+}
+
+
 # --- atomics: each returns the old value, as numba.cuda's do. Blocks that share global memory run
 # one after another (engine.py never runs those in prange), so a read-modify-write is atomic here.
 
@@ -268,3 +283,153 @@ def model_globaltimer(ctx):
     """The host's cycle counter: the simulator's order of events, not GPU time (like fastsim's host
     clock; its unit is CPU cycles, not nanoseconds)."""
     return _read_cycles()
+
+
+# --- warp-level operations (codegen.warp_step): a warp is 32 consecutive linear thread ids of a block;
+# every live thread has stored its arguments, and each returns 0 or a WARP_REASONS code.
+
+
+@njit(**_JIT)
+def warp_check(masks, alive, w, nthr, vote):
+    """The lanes of warp ``w`` pass masks a rendezvous can take in lockstep: each names its own lane, every
+    live lane a mask names passes the same mask, and (``vote``) names no lane that exited or is missing."""
+    base = w * 32
+    live, m0, same = 0, np.int64(-1), True
+    for lane in range(min(32, nthr - base)):
+        if alive[base + lane]:
+            live |= 1 << lane
+            m = np.int64(masks[base + lane]) & 0xFFFFFFFF
+            if m0 < 0:
+                m0 = m
+            elif m != m0:
+                same = False
+    if live == 0:
+        return 0
+    if same:  # the common case: one mask for the warp
+        if live & ~m0:
+            return 1
+        return 2 if vote and (m0 & ~live) else 0
+    for lane in range(min(32, nthr - base)):
+        if not alive[base + lane]:
+            continue
+        m = np.int64(masks[base + lane]) & 0xFFFFFFFF
+        if not (m >> lane) & 1:
+            return 1
+        if vote and (m & ~live):
+            return 2
+        for k in range(32):
+            if (m >> k) & 1 and (live >> k) & 1 and (np.int64(masks[base + k]) & 0xFFFFFFFF) != m:
+                return 4
+    return 0
+
+
+@njit(**_JIT)
+def warp_check_all(masks, alive, nthr, vote):
+    """warp_check for every warp; also syncwarp(mask)'s whole step (the split is the warp barrier)."""
+    for w in range((nthr + 31) // 32):
+        c = warp_check(masks, alive, w, nthr, vote)
+        if c:
+            return c
+    return 0
+
+
+@njit(**_JIT)
+def _as_i32(bits):
+    return np.int32(bits - (1 << 32) if bits >= (1 << 31) else bits)
+
+
+@njit(**_JIT)
+def _shfl_source(mode, lane, b):
+    if mode == 1:
+        return lane - b if lane >= b else lane
+    if mode == 2:
+        return lane + b if lane + b <= 31 else lane
+    if mode == 3:
+        return lane ^ b
+    return b
+
+
+@njit(**_JIT)
+def warp_shfl(mode, masks, vals, lanes, alive, nthr, out):
+    """shfl_sync (0), shfl_up_sync (1), shfl_down_sync (2), shfl_xor_sync (3), width 32: only the lane
+    argument's low 5 bits count, and a source past the warp's edge is the lane itself (PTX shfl.sync with
+    numba's clamp values)."""
+    c = warp_check_all(masks, alive, nthr, False)
+    if c:
+        return c
+    for u in range(nthr):
+        if alive[u]:
+            lane = u % 32
+            src = _shfl_source(mode, lane, np.int64(lanes[u]) & 31)
+            y = u - lane + src
+            if not (np.int64(masks[u]) >> src) & 1 or y >= nthr or not alive[y]:
+                return 3
+            out[u] = vals[y]
+    return 0
+
+
+@njit(**_JIT)
+def _lanes_where(m, base, values, want, equal):
+    """The bits of the mask's lanes whose value is true (``equal`` False) or equals ``want``."""
+    bits = 0
+    for k in range(32):
+        if (m >> k) & 1 and ((values[base + k] == want) if equal else values[base + k]):
+            bits |= 1 << k
+    return bits
+
+
+@njit(**_JIT)
+def warp_vote(mode, masks, values, alive, nthr, out, pred):
+    """ballot_sync (0: the int32 of the voting lanes' bits), all_sync (1), any_sync (2), eq_sync (3);
+    match_any_sync (4: the mask's lanes whose value has this lane's bits), match_all_sync (5: the mask and
+    True in ``pred`` where every lane of the mask has the same bits, else 0 and False)."""
+    c = warp_check_all(masks, alive, nthr, True)
+    if c:
+        return c
+    for u in range(nthr):
+        if alive[u]:
+            m = np.int64(masks[u]) & 0xFFFFFFFF
+            bits = _lanes_where(m, u - u % 32, values, values[u], mode >= 4)
+            if mode == 0 or mode == 4:
+                out[u] = _as_i32(bits)
+            elif mode == 1:
+                out[u] = bits == m
+            elif mode == 2:
+                out[u] = bits != 0
+            elif mode == 3:
+                out[u] = bits == 0 or bits == m
+            elif pred is not None:
+                out[u] = _as_i32(m if bits == m else 0)
+                pred[u] = bits == m
+    return 0
+
+
+@njit(**_JIT)
+def warp_active(alive, nthr, out):
+    """activemask(): the warp's live lanes (every one reaches the call: the code around it is uniform per
+    warp, or the launch was refused)."""
+    for w in range((nthr + 31) // 32):
+        base = w * 32
+        bits = 0
+        for lane in range(min(32, nthr - base)):
+            if alive[base + lane]:
+                bits |= 1 << lane
+        for lane in range(min(32, nthr - base)):
+            if alive[base + lane]:
+                out[base + lane] = bits
+    return 0
+
+
+@njit(**_JIT)
+def warp_uniform(cd, alive, nthr):
+    """1 where a warp's live lanes' conditions differ."""
+    for w in range((nthr + 31) // 32):
+        first = -1
+        for u in range(w * 32, min(nthr, w * 32 + 32)):
+            if alive[u]:
+                v = 1 if cd[u] else 0
+                if first < 0:
+                    first = v
+                elif v != first:
+                    return 1
+    return 0

@@ -13,7 +13,11 @@ A kernel body becomes a tree of *items*:
 * ``BlockIf`` / ``BlockWhile``: an ``if`` or a loop with a barrier inside. Its condition is evaluated by
   every live thread and must be the same for all of them (a GPU's barrier in divergent code is
   undefined): checked at run time, refused otherwise. A ``for`` over ``range()`` with a barrier inside is
-  first rewritten into such a ``while``.
+  first rewritten into such a ``while``;
+* ``WarpOp``: a warp-level operation (shuffle, vote, match, activemask, syncwarp): every live thread has
+  stored its arguments in the regions before; the warp step computes each lane's results from its warp's
+  32 lanes in lockstep. An ``if`` or loop with warp-level operations and no barrier inside is a
+  ``BlockIf`` / ``BlockWhile`` with ``warp`` set: its condition need only agree within each warp.
 
 A value that lives from one region into another (or round a loop with a barrier) is kept per thread in
 an array (scalar expansion): codegen.py loads it at a region's start and stores it at its end.
@@ -44,6 +48,13 @@ NO_OPS = {"threadfence", "threadfence_block", "threadfence_system"}  # blocks ru
 WARP_OPS = {
     "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync", "all_sync", "any_sync",
     "eq_sync", "activemask", "match_any_sync", "match_all_sync", "syncwarp", "lanemask_lt",
+}  # fmt: skip
+# the warp-level operations that need the warp's other lanes (a split point, like a barrier), with the
+# arguments numba takes after the mask: lanemask_lt is the lane's own (rewritten in place)
+WARP_ARITY = {
+    "shfl_sync": 3, "shfl_up_sync": 3, "shfl_down_sync": 3, "shfl_xor_sync": 3, "ballot_sync": 2,
+    "all_sync": 2, "any_sync": 2, "eq_sync": 2, "match_any_sync": 2, "match_all_sync": 2,
+    "syncwarp": (0, 1), "activemask": 0,
 }  # fmt: skip
 ATOMIC_NAMES = {"add", "sub", "max", "min", "nanmax", "nanmin", "and_", "or_", "xor", "exch", "inc", "dec",
                 "cas", "compare_and_swap"}  # fmt: skip
@@ -311,8 +322,12 @@ class CudaRewriter(ast.NodeTransformer):
             return ast.copy_location(ast.Constant(None), node)
         if path[0] in SYNC_CALLS:
             _refuse(node, f"cuda.{name} where the compiled engine takes barriers only as statements")
+        if path == ["lanemask_lt"] and not args:
+            return ast.copy_location(ast.parse(f"{P}u32((1 << ({P}t % 32)) - 1)", mode="eval").body, node)
+        if path[0] in WARP_OPS and self.in_device:
+            _refuse(node, f"warp-level cuda.{name} inside a device function (fastsim runs it)")
         if path[0] in WARP_OPS:
-            _refuse(node, f"warp-level cuda.{name} is not compiled yet")
+            _refuse(node, f"warp-level cuda.{name} where the compiled engine cannot split the kernel at it")
         if path[0] in ("shared", "local"):
             _refuse(node, f"cuda.{name} other than as 'name = cuda.{name}(shape, dtype)'")
         _refuse(node, f"cuda.{name} is not compiled for the CPU")
@@ -456,16 +471,30 @@ class Barrier:
 
 
 @dataclass
+class WarpOp:
+    """A warp-level operation: every live thread has stored its arguments (``args``: the mask first, then
+    the value, predicate or lane, per thread); the warp step computes each lane's results (``targets``)
+    from its warp's lanes, the 32 in lockstep (runtime.py)."""
+
+    kind: str  # shfl_sync, ballot_sync, ..., syncwarp, activemask
+    line: int
+    args: list
+    targets: list
+
+
+@dataclass
 class BlockIf:
     cond: Cond
     body: list
     orelse: list
+    warp: bool = False  # warp-level operations and no barrier inside: the condition must agree per warp
 
 
 @dataclass
 class BlockWhile:
     cond: Cond
     body: list
+    warp: bool = False
 
 
 def barrier_of(stmt: ast.stmt, names: Names, local: set[str]):
@@ -505,6 +534,72 @@ def contains_barrier(node: ast.AST, names: Names, local: set[str]) -> bool:
     return False
 
 
+def warp_kind(node: ast.AST, names: Names, local: set[str]) -> str | None:
+    """The warp-level operation ``node`` calls (one that needs the warp's other lanes), else None."""
+    if isinstance(node, ast.Call):
+        path = cuda_attr_path(node.func, names, local)
+        if path and len(path) == 1 and path[0] in WARP_ARITY:
+            return path[0]
+    return None
+
+
+def contains_warp_op(node: ast.AST, names: Names, local: set[str]) -> bool:
+    return any(warp_kind(sub, names, local) for sub in ast.walk(node))
+
+
+class HoistWarpOps(ast.NodeTransformer):
+    """A statement's warp-level calls, innermost first: each call's arguments go to fresh per-thread
+    variables (``steps``: the assignments, then the ``WarpOp``), the call becomes its result's name."""
+
+    def __init__(self, splitter):
+        self.sp = splitter
+        self.steps: list = []
+
+    def _warp_in(self, nodes) -> bool:
+        return any(contains_warp_op(n, self.sp.names, self.sp.local) for n in nodes)
+
+    def visit_IfExp(self, node):
+        if self._warp_in([node.body, node.orelse]):
+            _refuse(node, "a warp-level operation in one branch of a conditional expression")
+        return self.generic_visit(node)
+
+    def visit_BoolOp(self, node):
+        if self._warp_in(node.values[1:]):
+            _refuse(node, "a warp-level operation after the first operand of and/or")
+        return self.generic_visit(node)
+
+    def visit_ListComp(self, node):
+        if self._warp_in([node]):
+            _refuse(node, "a warp-level operation inside a comprehension")
+        return node
+
+    visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda = visit_ListComp
+
+    def visit_Call(self, node):
+        kind = warp_kind(node, self.sp.names, self.sp.local)
+        node = self.generic_visit(node)
+        if kind is None:
+            return node
+        arity = WARP_ARITY[kind]
+        if node.keywords or len(node.args) not in (arity if isinstance(arity, tuple) else (arity,)):
+            _refuse(node, f"cuda.{kind} with {len(node.args)} argument(s) or keyword arguments")
+        args = list(node.args) or ([ast.Constant(0xFFFFFFFF)] if kind == "syncwarp" else [])
+        names, assigns = [], []
+        for a in args:
+            v = self.sp.fresh("wa")
+            self.sp.warp_vars.add(v)
+            names.append(v)
+            assigns.append(located(ast.Assign(targets=[ast.Name(id=v, ctx=ast.Store())], value=a), node))
+        n_out = {"syncwarp": 0, "match_all_sync": 2}.get(kind, 1)
+        targets = [self.sp.fresh("wr") for _ in range(n_out)]
+        self.sp.warp_vars.update(targets)
+        self.steps.append((assigns, WarpOp(kind, node.lineno, names, targets)))
+        if n_out == 0:
+            return ast.copy_location(ast.Constant(None), node)
+        outs = [ast.Name(id=t, ctx=ast.Load()) for t in targets]
+        return ast.copy_location(outs[0] if n_out == 1 else ast.Tuple(elts=outs, ctx=ast.Load()), node)
+
+
 def refuse_spin_waits(fn: ast.AST, names: Names, local: set[str]) -> None:
     """A loop that waits on memory (``while flag[0] == 0``, ``while atomic.cas(...)``) waits for another
     thread; here threads run one after another between barriers, so it could wait for ever: fastsim,
@@ -527,7 +622,7 @@ def refuse_spin_waits(fn: ast.AST, names: Names, local: set[str]) -> None:
 def _check_no_break(stmts: list, loop: ast.stmt):
     for s in stmts:
         if isinstance(s, (ast.Break, ast.Continue)):
-            _refuse(s, "break/continue in a loop with a barrier inside")
+            _refuse(s, "break/continue in a loop with a barrier or warp-level operation inside")
         if isinstance(s, (ast.For, ast.While)):
             continue
         for field_name in ("body", "orelse"):
@@ -543,6 +638,7 @@ class Splitter:
         self.extra_vars: set[str] = set()  # names the splitter introduces (range bounds, votes)
         self.barrier_targets: set[str] = set()
         self.loop_vars: set[str] = set()  # every name a region inside a block loop touches
+        self.warp_vars: set[str] = set()  # a warp-level operation's arguments and results: per thread
 
     def fresh(self, what: str) -> str:
         self.counter += 1
@@ -572,9 +668,20 @@ class Splitter:
     def split(self, stmts: list) -> list:
         items, cur = [], []
         for s in stmts:
-            if not contains_barrier(s, self.names, self.local):
+            has_barrier = contains_barrier(s, self.names, self.local)
+            has_warp = contains_warp_op(s, self.names, self.local)
+            if not has_barrier and not has_warp:
                 cur.append(s)
                 continue
+            if has_warp and self.soft:
+                _refuse(s, "a seeded schedule of a kernel with warp-level operations is run by fastsim")
+            if has_warp and not isinstance(s, (ast.If, ast.While, ast.For)):
+                self.split_warp_stmt(s, cur, items)
+                continue
+            for sub in ast.walk(s) if has_barrier else ():
+                if isinstance(sub, ast.Call) and (cuda_attr_path(sub.func, self.names, self.local) or [])[:2] == [
+                    "cg", "this_grid"]:  # fmt: skip
+                    _refuse(sub, "grid sync (cuda.cg.this_grid) is not compiled: fastsim runs it")
             b = barrier_of(s, self.names, self.local)
             if b is not None:
                 kind, target, vote = b
@@ -589,19 +696,44 @@ class Splitter:
                 items.append(Barrier(kind, s.lineno, pred, target))
                 continue
             self.flush(cur, items)
-            if isinstance(s, ast.If):
-                items.append(BlockIf(self.cond(s.test, s.lineno), self.split(s.body), self.split(s.orelse)))
+            warp = not has_barrier  # warp-level operations only: the condition must agree per warp
+            if isinstance(s, ast.If) and contains_warp_op(s.test, self.names, self.local):
+                t = self.fresh("wt")  # the test's warp-level operations first, then an if on its value
+                pre = located(ast.Assign(targets=[ast.Name(id=t, ctx=ast.Store())], value=s.test), s)
+                test = ast.copy_location(ast.Name(id=t, ctx=ast.Load()), s.test)
+                items.extend(self.split([pre, ast.copy_location(ast.If(test, s.body, s.orelse), s)]))
+            elif isinstance(s, ast.If):
+                items.append(BlockIf(self.cond(s.test, s.lineno), self.split(s.body), self.split(s.orelse),
+                                     warp))  # fmt: skip
             elif isinstance(s, ast.While):
                 if s.orelse:
-                    _refuse(s, "while/else with a barrier inside")
+                    _refuse(s, "while/else with a barrier or warp-level operation inside")
+                if contains_warp_op(s.test, self.names, self.local):
+                    _refuse(s, "a warp-level operation in a while loop's condition")
                 _check_no_break(s.body, s)
-                items.append(BlockWhile(self.cond(s.test, s.lineno), self.split(s.body)))
+                items.append(BlockWhile(self.cond(s.test, s.lineno), self.split(s.body), warp))
             elif isinstance(s, ast.For):
+                if contains_warp_op(s.iter, self.names, self.local):
+                    _refuse(s, "a warp-level operation in a for loop's range")
                 items.extend(self.split(self.for_as_while(s)))
             else:
-                _refuse(s, f"a barrier inside {type(s).__name__.lower()}")
+                _refuse(s, f"a barrier or warp-level operation inside {type(s).__name__.lower()}")
         self.flush(cur, items)
         return items
+
+    def split_warp_stmt(self, s: ast.stmt, cur: list, items: list) -> None:
+        """A statement (no barrier) with warp-level calls: their arguments stored per thread in the region
+        before, one warp step each, the statement on their results in the region after."""
+        if not isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)):
+            _refuse(s, f"a warp-level operation inside {type(s).__name__.lower()}")
+        hoist = HoistWarpOps(self)
+        s = hoist.visit(s)
+        for assigns, op in hoist.steps:
+            cur.extend(assigns)
+            self.flush(cur, items)
+            items.append(op)
+        if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)):
+            cur.append(s)
 
     def for_as_while(self, s: ast.For) -> list:
         """``for v in range(a, b, c): body`` with a barrier inside -> a while over fresh bound names."""
@@ -611,7 +743,7 @@ class Splitter:
             and "range" not in self.local and not it.keywords and 1 <= len(it.args) <= 3
         )  # fmt: skip
         if not is_range or s.orelse or not isinstance(s.target, ast.Name):
-            _refuse(s, "a barrier inside a for loop other than 'for name in range(...)'")
+            _refuse(s, "a barrier or warp-level operation inside a for loop other than 'for name in range()'")
         _check_no_break(s.body, s)
         args = list(it.args)
         start, stop, step = (ast.Constant(0), args[0], None) if len(args) == 1 else (args[0], args[1], None)
