@@ -265,13 +265,15 @@ def visitor_launches():
 
 def test_same_table_on_recorded_kernels(sim_runner):
     """Visitors' racy kernels and their fixes, and the built-in racy reduction, as recorded."""
-    seen = {}
+    # fastsim: these launches are tiny, and each visitor's run is a fresh sandbox where the compiled
+    # engine would compile every kernel anew (about 4x slower); both engines record the same accesses
+    seen, fast = {}, {"accesses": True, "time_clean": False, "sim_engine": "fastsim"}
     with UserRunner("sim") as runner:
         for name, launch in visitor_launches():
-            cap = runner.capture_source(launch, accesses=True, time_clean=False)
+            cap = runner.capture_source(launch, **fast)
             seen[name] = len(assert_same_hazards(cap.accesses).query("kind != 'UNINIT'"))
     for kernel in ("reduction_race", "reduction"):
-        cap = sim_runner.capture(kernel, {"n": 1000, "block": 128}, accesses=True, time_clean=False)
+        cap = sim_runner.capture(kernel, {"n": 1000, "block": 128}, **fast)
         seen[kernel] = len(assert_same_hazards(cap.accesses).query("kind != 'UNINIT'"))
     assert seen["scan-True"] and seen["reverse-True"] and seen["matmul-True"] and seen["reduction_race"]
     assert not seen["scan-False"] and not seen["reverse-False"] and not seen["reduction"]
