@@ -268,21 +268,14 @@ def flat_source(plan: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
-def unit_args(plan: Plan, unit=None) -> list[str]:
-    """A unit's parameters: the thread's ids, then the arrays and values its body reads (``unit`` None:
-    all of them). Only those: numba's cost of a function and of each call grows with its arguments
-    (flash_attention's regions took 60 each, most of them other regions' per-thread arrays)."""
-    rest = (
-        [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
+def unit_args(plan: Plan) -> list[str]:
+    return (
+        [P + "t", *HEAD, P + "alive", P + "err"]
+        + [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
         + list(plan.shared)
         + [P + "e_" + v for v in plan.expanded]
         + [P + "la_" + v for v in plan.local_arrays]
     )
-    if unit is not None:
-        body = "def _f():\n" + "\n".join(_indent(_unit_body(plan, unit), 4))
-        used = {n.id for n in ast.walk(ast.parse(body)) if isinstance(n, ast.Name)}
-        rest = [a for a in rest if a in used]
-    return [P + "t", *HEAD, P + "alive", P + "err", *rest]
 
 
 class CheckedIndex(ast.NodeTransformer):
@@ -467,7 +460,7 @@ def unit_source(plan: Plan, unit, fname: str) -> str:
     """One thread's unit: a region, or a condition (a function each: numba's cost of one function
     grows faster than its size, so one function for all units compiled slower, 52 s against 18)."""
     out = [
-        f"def {fname}({', '.join(unit_args(plan, unit))}):",
+        f"def {fname}({', '.join(unit_args(plan))}):",
         f"    {P}tx = {P}t % {P}bdx",
         f"    {P}ty = ({P}t // {P}bdx) % {P}bdy",
         f"    {P}tz = {P}t // ({P}bdx * {P}bdy)",
@@ -530,7 +523,7 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
             f"{P}prog = {P}np.empty({P}nw, {P}np.int64)",
             f"{P}pend = {P}np.empty({P}nw, {P}np.int64)",
         ]
-    unit_calls = {id(u): ", ".join([P + "u", *unit_args(plan, u)[1:]]) for u in [*plan.regions, *plan.conds]}
+    call_args = ", ".join([P + "u", *unit_args(plan)[1:]])
 
     def group(regions: list[Region]) -> list[str]:
         if not seeded:
@@ -538,7 +531,7 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
             return [
                 f"for {P}u in range({P}nthr):",
                 f"    if {P}alive[{P}u]:",
-                f"        {P}region_{regions[0].index}({unit_calls[id(regions[0])]})",
+                f"        {P}region_{regions[0].index}({call_args})",
             ]
         m = len(regions)
         lines = [
@@ -562,10 +555,7 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
         ]
         for j, r in enumerate(regions):
             kw = "if" if j == 0 else "elif"
-            lines += [
-                f"            {kw} {P}j == {j}:",
-                f"                {P}region_{r.index}({unit_calls[id(r)]})",
-            ]
+            lines += [f"            {kw} {P}j == {j}:", f"                {P}region_{r.index}({call_args})"]
         return lines
 
     def uniform(c: Cond) -> list[str]:
@@ -574,7 +564,7 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
             f"{P}c = False",
             f"for {P}u in range({P}nthr):",
             f"    if {P}alive[{P}u]:",
-            f"        {P}v = {P}cond_{c.index}({unit_calls[id(c)]})",
+            f"        {P}v = {P}cond_{c.index}({call_args})",
             f"        if {P}first:",
             f"            {P}c = {P}v",
             f"            {P}first = False",
