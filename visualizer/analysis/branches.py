@@ -125,37 +125,42 @@ def rows_from_lanes(
     n = np.minimum(np.asarray(count, np.int64), log.shape[1])
     key_ids: dict = {}  # (site, iterations) -> id
     parts = []  # (thread, key id, took) of every decision
-    seqs: dict[tuple, list[int]] = {}  # (length, site codes' bytes) -> threads
-    site_codes = log >> 1
-    for t in range(log.shape[0]):
-        seqs.setdefault((int(n[t]), site_codes[t, : n[t]].tobytes()), []).append(t)
-    for (length, _), threads in seqs.items():
-        threads = np.asarray(threads, np.int64)
+    # the lanes' sequences of sites (past a lane's count: -1), grouped in numpy (1M lanes: no Python loop)
+    site_codes = np.where(np.arange(log.shape[1])[None, :] < n[:, None], log.astype(np.int64) >> 1, -1)
+    rows = np.ascontiguousarray(site_codes).view(np.dtype((np.void, 8 * log.shape[1]))).ravel()
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    order = np.argsort(inverse.ravel(), kind="stable")
+    groups = np.split(order, np.cumsum(np.bincount(inverse.ravel()))[:-1])
+    for g, threads in enumerate(groups if log.size else []):
+        length = int(n[first[g]])
+        threads = threads.astype(np.int64)
         keys = _lane_keys(log[threads[0], :length].tolist(), loops, is_loop)
         cols = [j for j, k in enumerate(keys) if k is not None]
         if not cols:
             continue
         ids = np.array([key_ids.setdefault(keys[j], len(key_ids)) for j in cols], np.int64)
-        took = (log[threads][:, cols] & 1).astype(np.int64)
-        parts.append((np.repeat(threads, len(cols)), np.tile(ids, len(threads)), took.ravel()))
+        uniq, col_key = np.unique(ids, return_inverse=True)  # a key twice in a sequence: its took OR'ed
+        vals = (log[threads][:, cols] & 1).astype(np.int64)
+        took = np.zeros((len(threads), len(uniq)), np.int64)
+        for c, kk in enumerate(col_key.ravel().tolist()):
+            np.maximum(took[:, kk], vals[:, c], out=took[:, kk])
+        parts.append((np.repeat(threads, len(uniq)), np.tile(uniq, len(threads)), took.ravel()))
     records = []
     if parts:
         t = np.concatenate([p[0] for p in parts])
         k = np.concatenate([p[1] for p in parts])
         took = np.concatenate([p[2] for p in parts])
+        wpb = (threads_per_block + 31) // 32
         block, thread = np.divmod(t, threads_per_block)
         warp, lane = np.divmod(thread, 32)
-        # one (block, warp, key, lane) once: its taken bit is the OR of its decisions there
-        df = pd.DataFrame({"block": block, "warp": warp, "key": k, "lane": lane, "took": took})
-        df = df.groupby(["block", "warp", "key", "lane"], sort=False)["took"].max().reset_index()
-        bit = np.left_shift(np.int64(1), df["lane"].to_numpy(np.int64))
-        df["active_bits"] = bit
-        df["taken_bits"] = bit * df["took"].to_numpy(np.int64)
-        v = (
-            df.groupby(["block", "warp", "key"], sort=False)[["active_bits", "taken_bits"]]
-            .sum()
-            .reset_index()
-        )
+        # one (warp, key) per visit; its lanes' bits are distinct, so their sum is their OR (exact in float64)
+        combo, inv = np.unique((block * wpb + warp) * len(key_ids) + k, return_inverse=True)
+        bit = np.left_shift(np.int64(1), lane).astype(np.float64)
+        active = np.bincount(inv.ravel(), weights=bit, minlength=len(combo)).astype(np.int64)
+        taken = np.bincount(inv.ravel(), weights=bit * took, minlength=len(combo)).astype(np.int64)
+        gw, key = np.divmod(combo, len(key_ids))
+        v = pd.DataFrame({"block": gw // wpb, "warp": gw % wpb, "key": key, "active_bits": active,
+                          "taken_bits": taken})  # fmt: skip
         keys = list(key_ids)
         order = {key_ids[key]: rank for rank, key in enumerate(sorted(keys))}  # a warp's order of them
         v["site"] = [keys[i][0] for i in v["key"].tolist()]
