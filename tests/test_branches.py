@@ -395,3 +395,69 @@ def test_a_constant_loop_is_no_branch_and_a_gpu_does_not_probe_it(sim):
     assert [type(n).__name__ for n in loops] == ["For"]  # not rewritten into a probed while
     assert ast.unparse(traced).count("_vz_branch(") == 2
     assert "constant trip count" in gpu.vz_info["branches"]["not_recorded"][0]["why"]
+
+
+def _visits_one_lane_at_a_time(log, count, sites, tpb):
+    """The visits as the per-lane walk made them before lanes sharing a sequence were combined: the oracle."""
+    from visualizer.analysis import branches
+
+    loops = {s["site"]: list(s["loops"]) for s in sites}
+    is_loop = {s["site"]: s["kind"] in branches.LOOP_KINDS for s in sites}
+    visits = {}
+    for t in range(log.shape[0]):
+        block, thread = divmod(t, tpb)
+        warp, lane = divmod(thread, 32)
+        stack = []
+        for code in log[t, : min(count[t], log.shape[1])].tolist():
+            site, took = code >> 1, code & 1
+            if site not in loops:
+                continue
+            path = loops[site] + ([site] if is_loop[site] else [])
+            keep = 0
+            while keep < len(stack) and keep < len(path) and stack[keep][0] == path[keep]:
+                keep += 1
+            del stack[keep:]
+            if is_loop[site]:
+                if len(stack) == len(path):
+                    stack[-1][1] += 1
+                else:
+                    stack.append([site, 0])
+            bits = visits.setdefault((block, warp, site, tuple(i for _, i in stack)), [0, 0])
+            bits[0] |= 1 << lane
+            bits[1] |= took << lane
+    out, counter = [], {}
+    for key in sorted(visits):
+        b, w, s, _ = key
+        v = counter.get((b, w, s), 0)
+        counter[(b, w, s)] = v + 1
+        out.append((b, w, s, v, *visits[key]))
+    return out
+
+
+def test_lane_decisions_combined_per_sequence_make_the_per_lane_visits():
+    from visualizer.analysis import branches
+
+    loop = sorted(branches.LOOP_KINDS)[0]
+    sites = [
+        {"site": 0, "line": 1, "kind": loop, "loops": [], "text": ""},
+        {"site": 1, "line": 2, "kind": "if", "loops": [0], "text": ""},
+        {"site": 2, "line": 3, "kind": loop, "loops": [0], "text": ""},
+        {"site": 3, "line": 4, "kind": "if", "loops": [0, 2], "text": ""},
+        {"site": 4, "line": 5, "kind": "if", "loops": [], "text": ""},
+    ]
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        threads, records = int(rng.integers(1, 150)), 30
+        shared = rng.choice([0, 1, 2, 3, 4, 9], size=records)  # 9: a code of no site, skipped
+        log = np.empty((threads, records), np.int32)
+        for t in range(threads):  # most lanes share one sequence of sites, some have their own
+            seq = shared if rng.random() < 0.6 else rng.choice([0, 1, 2, 3, 4, 9], size=records)
+            log[t] = seq * 2 + rng.integers(0, 2, records)
+        count = rng.integers(0, records + 5, threads)  # some cut (count past the row)
+        tpb = int(rng.choice([32, 48, 100]))
+        got = branches.rows_from_lanes(log, count, sites, tpb)
+        want = _visits_one_lane_at_a_time(log, count, sites, tpb)
+        shown = [r for r in want if sites[r[2]]["kind"] not in branches.NOT_SHOWN]
+        cols = ["block", "warp", "site", "visit", "active_mask", "taken_mask"]
+        assert [tuple(r) for r in got[cols].itertuples(index=False)] == sorted(shown)
+        assert got.attrs["truncated"] == int((count > records).sum())

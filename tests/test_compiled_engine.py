@@ -597,3 +597,77 @@ def test_disk_cache_keys_name_what_globals_are():
     assert all(not v.startswith("id ") for _, v in k1)
     assert _object_key({"tbl": a + 1}) != _object_key({"tbl": a})
     assert _object_key({"obj": object()})[0][1].startswith("id ")
+
+
+# the index check (runtime.check_index, an LLVM intrinsic): every integer kind an index may have
+@cuda.jit
+def _index_kinds(a, out, iu32, i8, iu64, i64):
+    t = cuda.threadIdx.x
+    out[t] = a[iu32[t]] + 10 * a[i8[t]] + 100 * a[iu64[t]] + 1000 * a[i64[t]]
+
+
+def test_index_check_takes_every_integer_kind_as_fastsim_does():
+    a = np.arange(16, dtype=np.float64)
+    n = 8
+    iu32 = np.arange(n, dtype=np.uint32) * 2
+    i8 = -np.arange(1, n + 1, dtype=np.int8)  # negative: wraps, as numpy reads it
+    iu64 = np.arange(n, dtype=np.uint64) + 8
+    i64 = np.arange(n, dtype=np.int64) - 16  # -16: the first element, wrapped
+    args = [a, np.zeros(n), iu32, i8, iu64, i64]
+    fast, comp, report = both(_index_kinds, 1, n, args)
+    assert comp is not None, report
+    assert same(fast[1], comp[1])
+    expected = a[iu32] + 10 * a[i8] + 100 * a[iu64] + 1000 * a[i64]
+    assert same(comp[1], expected)
+    # out of range in each kind: noted, the launch undone and handed to fastsim, which raises
+    for i, bad in ((2, np.uint32(16)), (3, np.int8(-17)), (4, np.uint64(2**63 + 1)), (5, np.int64(-17))):
+        wrong = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+        wrong[i][3] = bad
+        with pytest.raises(NotCompiled, match="raised IndexError"):
+            launch(_index_kinds, 1, n, wrong)
+        assert not wrong[1].any()
+
+
+def test_instrumented_and_clean_builds_agree_on_a_tiled_matmul():
+    """The capture's two builds of the tiled matmul (its trace_tile probes real in the instrumented one,
+    inlined into the regions: engine.DEVICE) give the same C, and the instrumented one records every
+    block's tiles and every warp's ids."""
+    from visualizer.engine.compiled import bench
+    from visualizer.kernels.matmul import matmul_tiled_kernel
+    from visualizer.kernels.probes import without_probes
+
+    n, tile = 72, 16  # 5 x 5 blocks, the last row and column of blocks partly outside C
+    g = (n + tile - 1) // tile
+    rng = np.random.default_rng(3)
+    A, B = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    tiles = np.full((g * g, g, 2, 5), -1, np.int64)
+    fn = matmul_tiled_kernel(tile)
+    clean = [A, B, np.zeros((n, n), np.float32), n, tiles.copy()]
+    launch(without_probes(fn), (g, g), (tile, tile), clean)
+    traced, fd, args = bench._traced(fn, (g, g), (tile, tile), [A, B, np.zeros((n, n), np.float32), n, tiles])
+    report = launch(None, (g, g), (tile, tile), args, tree=fd, namespace=traced.__globals__)
+    assert report.engine == "compiled"
+    assert np.array_equal(clean[2], args[2])  # bit for bit
+    assert np.allclose(args[2], A.astype(np.float64) @ B.astype(np.float64), rtol=1e-5)
+    assert (clean[4] == -1).all()  # the clean build's probes are no-ops
+    rec = args[4]
+    for b in range(g * g):
+        by, bx = divmod(b, g)  # blockIdx.x is the fastest in the linear block number
+        for step in range(g):
+            assert list(rec[b, step, 0, :4]) == [
+                by * tile,
+                step * tile,
+                min(tile, n - by * tile),
+                min(tile, n - step * tile),
+            ]
+            assert list(rec[b, step, 1, :4]) == [
+                step * tile,
+                bx * tile,
+                min(tile, n - step * tile),
+                min(tile, n - bx * tile),
+            ]
+    trace, active = args[5], args[6]
+    assert (trace[2] >= trace[1]).all() and (trace[1] > 0).all()
+    blocks = np.repeat(np.arange(g * g), tile * tile)
+    assert np.array_equal(trace[0], blocks % 132)  # modelled SMs, one record per thread here
+    assert (active == 1).all()  # no active_when given to the instrumenter here: every thread did work

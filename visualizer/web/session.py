@@ -17,7 +17,7 @@ from streamlit.errors import StreamlitAPIException
 
 from visualizer.analysis.capture import Capture
 from visualizer.engine.run.cluster import capture_queue, gpu_for_captures
-from visualizer.engine.run.runner import BACKENDS, KernelError
+from visualizer.engine.run.runner import BACKENDS, KernelError, default_sim_engine
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 
@@ -346,7 +346,11 @@ def run_capture(config: RunConfig, seed: int = 0) -> tuple[Capture | None, str |
     try:
         backend = "gpu" if config.backend == "auto" and gpu_for_captures() else config.backend
         backend = "sim" if backend == "auto" else backend
-        catalog.admit_capture(config.kernel, config.param_dict, "sim" if backend == "sim" else "gpu")
+        # at the limits of the engine the simulator's worker will run it on (the compiled one admits a
+        # 1M-thread tiled matmul that fastsim's limits refuse: docs/compiled-engine.md "Caps")
+        sim = backend == "sim"
+        catalog.admit_capture(config.kernel, config.param_dict, "sim" if sim else "gpu",
+                              sim_engine=default_sim_engine() if sim else "fastsim")  # fmt: skip
         label = (
             "Running on the GPU…"
             if backend == "gpu"

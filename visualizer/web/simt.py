@@ -7,7 +7,7 @@ import streamlit as st
 
 from visualizer.analysis.capture import Capture
 from visualizer.engine.run.cluster import gpu_for_captures
-from visualizer.engine.run.runner import KernelError
+from visualizer.engine.run.runner import KernelError, default_sim_engine
 from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.session import as_text, cached_capture, capture_cache, capture_key
@@ -46,7 +46,8 @@ def lens_capture(
         bar.progress(min(done / total, 1.0), text=f"Recording {kernel}: {done} of {total} blocks")
 
     try:
-        catalog.admit_capture(kernel, dict(items), backend)
+        engine = default_sim_engine() if backend == "sim" else "fastsim"  # the branches lens is compiled
+        catalog.admit_capture(kernel, dict(items), backend, sim_engine=engine)
         cap = cached_capture(kernel, items, backend, seed, progress=progress, **options)
     except (LaunchError, KernelError) as exc:
         return None, as_text(str(exc))

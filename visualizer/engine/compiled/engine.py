@@ -74,6 +74,12 @@ _lock = threading.RLock()
 _kernels: dict = {}
 # the kernel's regions check their own indexes (codegen.CheckedIndex): numba's boundscheck off there
 REGION = {**INNER, "boundscheck": False}
+# device functions are inlined into their caller in numba's IR, before its reference-count pruning: called
+# (and only inlined later by LLVM), each call kept the caller's NRT incref/decref of every array it
+# touches (atomic, per thread per call) and kept the region out of its block function. The tiled
+# matmul's two trace_tile calls per step made its instrumented 1M-thread launch 18x its clean one
+# (29.5 CPU s against 1.6; 1.4 inlined: docs/benchmarks.md, tests/test_compiled_engine.py)
+DEVICE = {**INNER, "inline": "always"}
 _devices: dict = {}
 _compiling: set = set()  # device functions being translated (recursion is refused)
 _module_serial = itertools.count()  # generated modules not on disk: one name each
@@ -314,7 +320,7 @@ def compile_device(py_fn) -> DeviceFn:
             stable = all(not v.startswith("id ") for _, v in _object_key(ns)) and all(
                 _devices[d].stable for d in ns if d.startswith(P + "dev_") and d in _devices
             )
-            dev = DeviceFn(name, njit(**INNER)(gns[name]), src, stable)
+            dev = DeviceFn(name, njit(**DEVICE)(gns[name]), src, stable)
             _devices[name] = dev
             return dev
     finally:

@@ -216,16 +216,54 @@ def rng_state(seed: int, run: int) -> np.ndarray:
     return np.frombuffer(digest[:8], dtype=np.uint64).copy()
 
 
-@njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True, inline="always")
-def check_index(i, n, err):
-    """One index of a kernel's array access: wrapped if negative (numpy's rule, fastsim's); one outside
-    the dimension is noted in err and reads as 0 (codegen.CheckedIndex)."""
-    if i < 0:
-        i += n
-    if i < 0 or i >= n:
-        err[0] = 1
-        return 0
-    return i
+def _check_index_intrinsic():
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic
+
+    def as_intp(builder, value, ty):
+        if isinstance(ty, types.Boolean) or value.type.width < 64:
+            signed = isinstance(ty, types.Integer) and ty.signed
+            return builder.sext(value, ir.IntType(64)) if signed else builder.zext(value, ir.IntType(64))
+        return value
+
+    @intrinsic
+    def check_index(typingctx, i, n, err):
+        """One index of a kernel's array access: wrapped if negative (numpy's rule, fastsim's); one outside
+        the dimension is noted in ``err[0]`` and reads as 0 (codegen.CheckedIndex). An intrinsic: each
+        call is a few LLVM instructions, where an ``inline="always"`` function was copied into numba's
+        IR at every index of the kernel (flash_attention: 4 of its 19 CPU s of compile)."""
+        ints = (types.Integer, types.Boolean)
+        if not (isinstance(i, ints) and isinstance(n, types.Integer) and isinstance(err, types.Array)):
+            return None  # a float index: numba's typing error, and the launch goes to fastsim
+        if not isinstance(err.dtype, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ity, nty, ety = sig.args
+            idx, size = as_intp(builder, args[0], ity), as_intp(builder, args[1], nty)
+            zero = ir.Constant(ir.IntType(64), 0)
+            if isinstance(ity, types.Integer) and ity.signed:
+                wrapped = builder.select(builder.icmp_signed("<", idx, zero), builder.add(idx, size), idx)
+                bad = builder.or_(
+                    builder.icmp_signed("<", wrapped, zero), builder.icmp_signed(">=", wrapped, size)
+                )
+            else:  # unsigned: never negative (a uint64 past 2**63 is out of range, not wrapped)
+                wrapped = idx
+                bad = builder.or_(
+                    builder.icmp_signed("<", size, zero), builder.icmp_unsigned(">=", idx, size)
+                )
+            with builder.if_then(bad, likely=False):
+                arr = context.make_array(ety)(context, builder, args[2])
+                builder.store(context.get_constant(ety.dtype, 1), arr.data)
+            return builder.select(bad, zero, wrapped)
+
+        return types.intp(i, n, err), codegen
+
+    return check_index
+
+
+check_index = _check_index_intrinsic()
 
 
 @njit(**_JIT)

@@ -38,7 +38,13 @@ import time
 import uuid
 from collections import OrderedDict
 
-from visualizer.engine.run.runner import KernelError, cluster_address, get_runner, gpu_present
+from visualizer.engine.run.runner import (
+    KernelError,
+    cluster_address,
+    default_sim_engine,
+    get_runner,
+    gpu_present,
+)
 from visualizer.specs.catalog import LaunchError, admit_capture
 
 KEY_PREFIX = "visualizer_capture"
@@ -218,7 +224,9 @@ class ClusterQueue:
 
         from visualizer.engine.run.cluster_worker import Abandoned
 
-        admit_capture(kernel, params, self.backend)  # a refused launch never reaches the cluster
+        # a refused launch never reaches the cluster; the simulator's, at its worker's engine's limits
+        engine = (options.get("sim_engine") or default_sim_engine()) if self.backend == "sim" else "fastsim"
+        admit_capture(kernel, params, self.backend, sim_engine=engine)
         options.pop("timeout", None)  # the worker's runner applies the per-run limit
         key = task_key(self.backend, kernel, params, options)
         if fresh:

@@ -569,9 +569,10 @@ class RunQueue:
     ) -> Capture:
         """Runner.capture on the next free worker, after waiting in line (see ``waiting``). Every
         call is a new run (``fresh`` is for the cluster's queue, which may answer from its memory)."""
-        admit_capture(
-            kernel, params, self.backend, runs=kwargs.get("runs", 1)
-        )  # refused: never waits in line
+        # refused: never waits in line; a simulator's at its engine's limits (the runner then checks the
+        # engine its lenses leave: Runner.capture)
+        engine = (kwargs.get("sim_engine") or default_sim_engine()) if self.backend == "sim" else "fastsim"
+        admit_capture(kernel, params, self.backend, runs=kwargs.get("runs", 1), sim_engine=engine)
         runner = self._acquire(waiting)
         try:
             return runner.capture(kernel, params, **kwargs)
