@@ -50,7 +50,7 @@ def gpu_runner():
 APP_ENTRY = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 
 
-def new_app(timeout: int = 180, **query):
+def new_app(timeout: int = 600, **query):  # a hang guard, not a speed bar: a loaded 2-core CI compiles slowly
     """The app as AppTest sees it, with these URL parameters set (values as strings), not run yet."""
     from streamlit.testing.v1 import AppTest
 
@@ -60,7 +60,7 @@ def new_app(timeout: int = 180, **query):
     return at
 
 
-def open_app(switch_to: str | None = None, *, direct: bool = False, timeout: int = 180, **query):
+def open_app(switch_to: str | None = None, *, direct: bool = False, timeout: int = 600, **query):
     """The app after a visit with these URL parameters (``page=`` among them is the URL's), then on
     ``switch_to`` (a file of web/pages, e.g. "grid").
 

@@ -8,7 +8,7 @@ ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 
 
 def _app(**query):
-    at = AppTest.from_file(ENTRY, default_timeout=180)
+    at = AppTest.from_file(ENTRY, default_timeout=600)
     for k, v in query.items():
         at.query_params[k] = v
     return at

@@ -88,7 +88,7 @@ def test_a_link_reopens_the_same_line_block_and_warp():
     )
 
     # a new visitor opening that link sees the same request
-    again = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
+    again = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=600)
     for k, v in link.items():
         again.query_params[k] = v
     again.run()
@@ -106,7 +106,7 @@ def test_a_bad_request_in_the_link_falls_back_with_a_notice():
         ({"mem_line": "abc", "mem_block": "-3"}, "mem_block=-3"),
         ({"mem_block": "1e9", "mem_warp": "99999", "mem_exec": "x"}, "mem_warp=99999"),
     ):
-        bad = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=180)
+        bad = AppTest.from_file(str(ROOT / "visualizer/app.py"), default_timeout=600)
         for k, v in {"kernel": "transpose_naive", "backend": "sim", "rows": "32", "cols": "32",
                      "tile": "32", "page": "memory_access", **query}.items():  # fmt: skip
             bad.query_params[k] = v

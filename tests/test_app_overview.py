@@ -33,7 +33,8 @@ def test_impossible_launch_shows_error_not_traceback():
     at = _app(kernel="vector_add", backend="sim", n="100", block="0").run()
     assert not at.exception
     assert any("at least 1" in e.value for e in at.main.error)
-    at = _app(kernel="vector_add", backend="sim", n="5000000", block="256").run()
+    # past the compiled engine's thread limit (2^26; fastsim's 2^19 holds only where fastsim runs)
+    at = _app(kernel="vector_add", backend="sim", n="70000000", block="256").run()
     assert not at.exception
     assert any("simulator" in e.value for e in at.main.error)
 
@@ -87,9 +88,9 @@ def test_a_failed_run_replaces_the_charts_with_its_error():
     at = _app(kernel="vector_add", backend="sim", n="100", block="32").run()
     at.switch_page("web/pages/grid.py").run()
     assert at.get("plotly_chart")
-    at.number_input(key="param_vector_add_n").set_value(600_000)  # over the simulator's thread limit
+    at.number_input(key="param_vector_add_n").set_value(70_000_000)  # over the compiled engine's limit
     at.sidebar.button(key="sidebar_run").click().run()
-    assert any("did not run" in e.value and "524,288" in e.value for e in at.main.error), at.main.error
+    assert any("did not run" in e.value and "67,108,864" in e.value for e in at.main.error), at.main.error
     assert not at.get("plotly_chart")  # no chart of the previous run under the new configuration
 
 

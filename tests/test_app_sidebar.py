@@ -9,7 +9,7 @@ ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
 
 
 def open_app(**query) -> AppTest:
-    at = AppTest.from_file(ENTRY, default_timeout=180)
+    at = AppTest.from_file(ENTRY, default_timeout=600)
     for k, v in {"kernel": "vector_add", "backend": "sim", "n": "200", "block": "48", **query}.items():
         at.query_params[k] = v
     at.run()

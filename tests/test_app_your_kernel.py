@@ -21,7 +21,7 @@ def _operator_key(monkeypatch):
 
 def _your_kernel_page(token: str | None = TOKEN) -> AppTest:
     """The Your kernel page in a session that opened the operator's link (``?token=``) unless None."""
-    at = AppTest.from_file(ENTRY, default_timeout=180)
+    at = AppTest.from_file(ENTRY, default_timeout=600)
     at.query_params["backend"] = "sim"
     if token is not None:
         at.query_params["token"] = token
@@ -131,7 +131,7 @@ def test_the_run_that_finds_the_key_draws_nothing_but_the_history_scrubber():
     """Issue 36: the key's history entry must be replaced before anything else renders (each URL
     write of a page pushes an entry, and the key's would stay behind it). In a browser, the scrubber
     replaces the entry and asks for the next run (tests/e2e/test_key_history_browser.py)."""
-    at = AppTest.from_file(ENTRY, default_timeout=180)
+    at = AppTest.from_file(ENTRY, default_timeout=600)
     at.query_params.update(backend="sim", token=TOKEN)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -173,7 +173,7 @@ def test_without_the_key_the_page_says_how_and_runs_nothing(token):
     warnings = " ".join(w.value for w in at.warning)
     assert "?token=" in warnings and "python -m visualizer serve" in warnings, warnings
     if token is not None:  # the page the link opened said so, and the key left the URL
-        first = AppTest.from_file(ENTRY, default_timeout=180)
+        first = AppTest.from_file(ENTRY, default_timeout=600)
         first.query_params["token"] = token
         first.run().run()  # judged, then the page
         assert (

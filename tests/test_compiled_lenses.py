@@ -37,9 +37,6 @@ CASES = [
         ),
     ),
     ("branch_lanes", {"reps": 4}),
-    # a device function the access pass rewrites (co_rank's recording copy), and binary searches whose
-    # lanes take the loop's two branches in different turns (no one warp order of the lanes' requests)
-    ("merge_corank", {"m": 64, "n": 64, "per_thread": 8}),
 ]
 
 

@@ -210,7 +210,7 @@ def test_launch_fields_and_argument_specs_are_bounded(call):
 
 def _page(monkeypatch, allow: str) -> AppTest:
     monkeypatch.setenv("VISUALIZER_ALLOW_USER_CODE", allow)
-    at = AppTest.from_file(ENTRY, default_timeout=180)
+    at = AppTest.from_file(ENTRY, default_timeout=600)
     at.query_params["backend"] = "sim"
     at.run()
     at.switch_page("web/pages/your_kernel.py").run()

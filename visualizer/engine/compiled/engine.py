@@ -74,12 +74,10 @@ _lock = threading.RLock()
 _kernels: dict = {}
 # the kernel's regions check their own indexes (codegen.CheckedIndex): numba's boundscheck off there
 REGION = {**INNER, "boundscheck": False}
-# device functions are inlined into their caller in numba's IR, before its reference-count pruning: called
-# (and only inlined later by LLVM), each call kept the caller's NRT incref/decref of every array it
-# touches (atomic, per thread per call) and kept the region out of its block function. The tiled
-# matmul's two trace_tile calls per step made its instrumented 1M-thread launch 18x its clean one
-# (29.5 CPU s against 1.6; 1.4 inlined: docs/benchmarks.md, tests/test_compiled_engine.py)
-DEVICE = {**INNER, "inline": "always"}
+# device functions are not inlined in numba's IR (inline="always"): it would drop the NRT incref/decref of
+# every array per call (the tiled matmul's 1M-thread instrumented launch 29.5 -> 1.4 CPU s), but an
+# access-pass build's compile then exploded (lbm_aos with --accesses: 22 -> over 60 s); see benchmarks.md
+DEVICE = {**INNER}
 _devices: dict = {}
 _compiling: set = set()  # device functions being translated (recursion is refused)
 _module_serial = itertools.count()  # generated modules not on disk: one name each

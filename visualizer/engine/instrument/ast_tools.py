@@ -16,35 +16,11 @@ def assigned_names(fn: ast.FunctionDef) -> set[str]:
     return names
 
 
-# the defs a pass added to a module (the access pass's recording copies of device functions), by the
-# code object exec'd from each: their file holds the original, so their source is this tree, not the file's
-_REWRITTEN: dict = {}
-_REWRITTEN_KEPT = 512
-
-
-def remember_rewritten(namespace: dict, defs) -> None:
-    """After a module tree with pass-added ``defs`` is exec'd into ``namespace``: each def's function
-    reads its source from its def (function_source_tree), so the compiled engine can take it."""
-    for d in defs:
-        fn = namespace.get(d.name)
-        py = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
-        code = getattr(py, "__code__", None)
-        if code is not None:
-            _REWRITTEN.pop(code, None)
-            _REWRITTEN[code] = d
-    while len(_REWRITTEN) > _REWRITTEN_KEPT:  # a long-lived worker: the oldest go first
-        _REWRITTEN.pop(next(iter(_REWRITTEN)))
-
-
 def function_source_tree(py_fn) -> ast.Module:
     """A function's own source, parsed, with its file's line numbers (the def is ``body[0]``)."""
-    import copy
     import inspect
     import textwrap
 
-    rewritten = _REWRITTEN.get(getattr(py_fn, "__code__", None))
-    if rewritten is not None:
-        return ast.Module(body=[copy.deepcopy(rewritten)], type_ignores=[])
     lines, first = inspect.getsourcelines(py_fn)
     tree = ast.parse(textwrap.dedent("".join(lines)))
     ast.increment_lineno(tree, first - 1)

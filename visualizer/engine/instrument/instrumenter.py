@@ -42,7 +42,6 @@ from visualizer.engine.instrument.ast_tools import (
     BeforeReturns,
     function_source_tree,
     located,
-    remember_rewritten,
 )
 
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
@@ -161,16 +160,14 @@ def instrument(
     for p in passes:
         infos[p.name] = {}
         p.apply(traced, infos[p.name])
-    added = []
     for p in passes:  # a pass's module-level helpers (the access pass's recording device functions)
         for d in getattr(p, "module_defs", []):
             tree.body.insert(index + 1, d)
             index += 1
-            added.append(d)
     if not trace:
         tree.body.insert(index + 1, traced)
         tree = ast.fix_missing_locations(tree)
-        tree.vz_info, tree.vz_params, tree.vz_defs = infos, params, added
+        tree.vz_info, tree.vz_params = infos, params
         return tree
     # which threads did work: the spec's expression; else those past a guard return did not; under a
     # whole-body guard, those whose condition held; everyone else did
@@ -210,7 +207,6 @@ def instrument(
     tree = ast.fix_missing_locations(tree)
     tree.vz_info = infos
     tree.vz_params = params
-    tree.vz_defs = added
     return tree
 
 
@@ -250,7 +246,6 @@ def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (
                 namespace.setdefault(k, v)
     namespace.update(probe_globals(passes))
     exec(compile(tree, py_fn.__code__.co_filename, "exec"), namespace)
-    remember_rewritten(namespace, tree.vz_defs)
     traced = namespace[traced_name(fn.name)]
     traced.__qualname__ = py_fn.__qualname__ + TRACED_SUFFIX
     return traced, tree
