@@ -164,3 +164,16 @@ def test_recorder_masks_group_each_lanes_jth_access_at_a_site():
     cnt[0, 2] = 9  # lane 2 made more than it had room for
     out = recorder_masks(rec.reshape(-1), cnt).reshape(1, cap + 1, 64)
     assert ((out[0, :2, 32:34] >> 2) & 1).all()  # lane 2 is named in lanes 0 and 1's requests
+
+
+def test_a_kernel_the_engine_hands_to_fastsim_still_records_every_access(sim_runner):
+    """merge_corank: the access pass rewrites its device function (co_rank), which the compiled engine does
+    not take; fastsim runs the pass's build, whose lanes' binary searches take the loop's branches in
+    different turns (no one warp order): the tables are still the recorder's, not an empty warp."""
+    params = {"m": 64, "n": 64, "per_thread": 8}
+    fast, comp = _pair(sim_runner, "merge_corank", params, accesses=True)
+    assert comp.launch["sim_engine"] == "fastsim" and "rewritten copy" in comp.launch["sim_engine_note"]
+    assert comp.launch["accesses"]["accesses"] == fast.launch["accesses"]["accesses"] > 0
+    for table, cols in (("accesses", ACC), ("requests", REQ), ("hazards", HAZ)):
+        a, b = norm(getattr(fast, table), cols), norm(getattr(comp, table), cols)
+        assert a.equals(b), f"merge_corank: {table} differ ({len(a)} rows on fastsim, {len(b)} handed over)"

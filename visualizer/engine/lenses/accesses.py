@@ -195,7 +195,7 @@ class Accesses(Lens):
             self.arrays,
             self.ctx.launch.grid,
             self.ctx.launch.block,
-            lockstep=not self.compiled,
+            lockstep=not self.ctx.backend.simulator,  # a simulator runs lanes one after another
         )
         if self.compiled:
             simulated(reply["accesses"], self.plan)
