@@ -103,7 +103,8 @@ class Accesses(Lens):
         # on the compiled engine (planned: a kernel it can't take runs this build on fastsim, which
         # gives the same tables)
         self.compiled = ctx.backend.listens and ctx.request.planned_sim_engine()[0] == "compiled"
-        self.by_pass = not ctx.backend.listens or self.options_given.get("access_engine") == "pass"
+        self.pass_asked = self.options_given.get("access_engine") == "pass"  # sampled warps, as on a GPU
+        self.by_pass = not ctx.backend.listens or self.pass_asked
         self.by_pass = self.by_pass or self.compiled
         if self.compiled:
             compiled_probes()
@@ -141,7 +142,7 @@ class Accesses(Lens):
             blocks = sample_blocks(self.options_given.get("sample_blocks"), self.ctx.launch.grid)
         except ValueError as exc:
             raise LaunchError(str(exc)) from None
-        if self.compiled and blocks is None:
+        if self.compiled and blocks is None and not self.pass_asked:
             self.plan = compiled_plan(self.ctx.launch.grid, self.ctx.launch.block, kernel)
         else:
             self.plan = gpu_accesses.plan(self.ctx.launch.grid, self.ctx.launch.block, blocks)
@@ -197,9 +198,9 @@ class Accesses(Lens):
             self.ctx.launch.block,
             lockstep=not self.ctx.backend.simulator,  # a simulator runs lanes one after another
         )
-        if self.compiled:
+        if self.compiled and not self.pass_asked:
             simulated(reply["accesses"], self.plan)
-        elif self.ctx.backend.simulator:  # the pass ran on fastsim: simulated, not measured
+        elif self.ctx.backend.simulator:  # sampled warps as a GPU does (asked, or fastsim ran the pass)
             from visualizer.analysis.provenance import SIMULATED_SAMPLED
 
             reply["accesses"]["source"] = SIMULATED_SAMPLED
