@@ -86,9 +86,9 @@ def test_race_demo_exits_zero_and_says_so(tmp_path):
             "simulator",
         ),  # its cap
         (
-            ["capture", "vector_add", "--param", "n=4000000", "--accesses"],
+            ["capture", "vector_add", "--param", "n=70000000", "--accesses"],
             "simulator",
-        ),  # a lens: fastsim's cap
+        ),  # a lens on the compiled engine: its cap (2^26)
         (["capture", "vector_add", "--sim-engine", "turbo"], "invalid choice"),
         (["capture", "vector_add", "--param", "colour=3"], "no parameter"),
         (["capture", "vector_add", "--param", "n"], "NAME=VALUE"),

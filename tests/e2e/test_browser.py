@@ -204,7 +204,7 @@ def test_link_copied_after_page_switches_reproduces_the_view(page, app_url, brow
     ("query", "words"),
     [
         ("?kernel=vector_add&backend=sim&n=100&block=0&page=grid", "at least 1"),
-        ("?kernel=vector_add&backend=sim&n=5000000&block=256&page=scheduling", "simulator"),
+        ("?kernel=vector_add&backend=sim&n=70000000&block=256&page=scheduling", "simulator"),
         pytest.param(
             "?kernel=vector_add&backend=gpu&n=100&block=32&page=memory_flow",
             "no CUDA GPU",
@@ -223,7 +223,7 @@ def test_a_failed_run_is_explained_where_the_chart_would_be(page, app_url, query
 def test_a_failed_run_after_a_good_one_replaces_its_charts(page, app_url):
     page = open_page(page, app_url, f"{QUERY}&page=grid")
     assert charts(page).count() == 1
-    page.get_by_test_id("stSidebar").get_by_role("spinbutton").first.fill("5000000")
+    page.get_by_test_id("stSidebar").get_by_role("spinbutton").first.fill("70000000")
     page.keyboard.press("Enter")
     wait_for_app(page)
     assert main(page).get_by_text("still the previous run").count() == 1  # un-run parameters are named
