@@ -213,7 +213,7 @@ def _scan_cost(p: dict, launch: Launch) -> tuple[float, int]:
 
 _SECTION_PARAMS = (
     Param("n", 1024, 1, 1 << 24, "number of elements"),
-    Param("block", 128, 0, 2048, "threads per block (a power of two, 32 to 1024)", shown=BLOCK_SHOWN),
+    Param("block", 128, 0, 2048, "threads per block (a power of two, 32 to 1024)", shown=(32, 1024)),
 )
 
 # what a section kernel's module decides: (its output array, inputs, reference, work, cost)
