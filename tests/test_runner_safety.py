@@ -86,7 +86,7 @@ def test_a_run_past_its_cpu_time_is_stopped_by_the_kernel(monkeypatch):
     monkeypatch.setattr(runner_module, "SIM_RUN_CPU_S", 1)
     with Runner("sim") as runner:
         with pytest.raises(KernelError, match="more than its 1 s of CPU time"):
-            runner.capture("matmul_naive", {"n": 160, "tile": 16})  # ~7 s of CPU
+            runner.capture("matmul_naive", {"n": 160, "tile": 16}, sim_engine="fastsim")  # ~7 s of CPU
         assert runner.restarts == 1
         # fastsim: a fresh worker's compiled engine spends more than this 1 s compiling (its limit is 90 s)
         cap = runner.capture("vector_add", {"n": 32, "block": 32}, sim_engine="fastsim")
