@@ -36,8 +36,6 @@ class Run:
     def options(self) -> dict:
         """The runner options beyond accesses (none for one run without the SIMT lens)."""
         out = {"runs": self.runs, "schedule_seed": self.schedule_seed} if self.runs > 1 else {}
-        if self.accesses:  # every thread's accesses by fastsim's recorder, what the answers are written on
-            out["sim_engine"] = "fastsim"
         return {**out, "branches": True} if self.branches else out
 
 

@@ -38,11 +38,7 @@ import ast
 import copy
 from typing import Any, Protocol
 
-from visualizer.engine.instrument.ast_tools import (
-    BeforeReturns,
-    function_source_tree,
-    located,
-)
+from visualizer.engine.instrument.ast_tools import BeforeReturns, function_source_tree, located
 
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
 BEGIN, END = "_vz_trace_begin", "_vz_trace_end"
