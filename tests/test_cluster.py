@@ -123,7 +123,10 @@ def deployment(tmp_path_factory):
     watch = SocketWatch(lambda: [*cluster.pids(), *(s.proc.pid for s in servers)])
     try:
         for r in range(2):
-            servers.append(Server(logs / f"replica-{r}.log", serve_args=["--cluster", cluster.address]))
+            # fastsim reports each block as it finishes, so a visitor can leave mid-run; the compiled engine
+            # runs a launch in one call and may end before any report reaches a replica
+            args = ["--cluster", cluster.address, "--sim-engine", "fastsim"]
+            servers.append(Server(logs / f"replica-{r}.log", serve_args=args))
         client = distributed.Client(cluster.address, set_as_default=False, timeout=30)
         yield cluster, servers, client, watch
         client.close()
@@ -228,11 +231,27 @@ def test_a_run_left_and_asked_again_at_once_is_answered(deployment):
             raise Left
 
         with pytest.raises(Left):
-            queue.capture("matmul_naive", params, progress=leave, seed=seed)
-        cap = queue.capture("matmul_naive", params, seed=seed)
+            queue.capture("matmul_naive", params, progress=leave, seed=seed, sim_engine="fastsim")
+        cap = queue.capture("matmul_naive", params, seed=seed, sim_engine="fastsim")
         assert cap.launch["kernel"] == "matmul_naive" and cap.launch["params"] == params
         assert cap.check["correct"], cap.check
         assert queue.abandoned == 1
+    finally:
+        link.close()
+
+
+def test_the_replicas_engine_runs_on_the_cluster(deployment, monkeypatch):
+    """`serve --sim-engine fastsim --cluster ...`: the workers run the replica's engine, not their own default."""
+    from visualizer.engine.run.cluster import Cluster, ClusterQueue
+    from visualizer.engine.run.runner import SIM_ENGINE_ENV
+
+    cluster, _, _, _ = deployment
+    link = Cluster(cluster.address)
+    try:
+        for engine in ("fastsim", "compiled"):
+            monkeypatch.setenv(SIM_ENGINE_ENV, engine)
+            cap = ClusterQueue(link, "sim").capture("vector_add", {"n": 77, "block": 32}, seed=3)
+            assert cap.launch["sim_engine"] == engine and cap.check["correct"]
     finally:
         link.close()
 
