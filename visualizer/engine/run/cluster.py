@@ -227,7 +227,8 @@ class ClusterQueue:
         # a refused launch never reaches the cluster; the simulator's, at its worker's engine's limits
         engine = (options.get("sim_engine") or default_sim_engine()) if self.backend == "sim" else "fastsim"
         admit_capture(kernel, params, self.backend, sim_engine=engine)
-        if self.backend == "sim":  # the engine this replica's operator chose (serve --sim-engine), not the worker's
+        # the engine this replica's operator chose (serve --sim-engine), not the worker's own default
+        if self.backend == "sim":
             options["sim_engine"] = engine
         options.pop("timeout", None)  # the worker's runner applies the per-run limit
         key = task_key(self.backend, kernel, params, options)
