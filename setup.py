@@ -35,6 +35,6 @@ packages += ["visualizer.kernels.examples"]  # sources the Your kernel page read
 setup(
     packages=packages,
     package_dir={"visualizer.kernels": "kernels"},
-    package_data={"visualizer.kernels.examples": ["*.py"]},
+    package_data={"visualizer.kernels.examples": ["*.py", "*.toml"]},
     cmdclass={"build_py": BuildWithData},
 )
