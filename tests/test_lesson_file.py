@@ -71,6 +71,10 @@ def test_a_lesson_joins_the_files_words_to_the_codes_answers(tmp_path):
         (("unit = \"threads\"", "unti = \"threads\""), "unknown question key(s) ['unti']"),
         (("title = \"Demo\"", "titel = \"Demo\""), "unknown lesson key(s) ['titel']"),
         (("default = 1000", "default = 100"), "default 100 is not one of its options"),
+        (("prompt = \"Which?\"", "promt = \"Which?\""), "unknown question key(s) ['promt']"),
+        (("    { key = \"n\", label = \"elements n\",", "    { key = \"n\","), "a control without ['label']"),
+        (("controls = [", 'controls = ["n",'), "a control is a table, not 'n'"),
+        (("title = \"Demo\"", "title = \"Demo"), "lessons.toml: "),
         (("{half} each", "{halve} each"), "quotes ['halve'], which nothing computes"),
         (("; {half} each", ""), "computes ['half'], which its template never quotes"),
         (("kind = \"choice\"", "kind = \"choice\"\nexplain = \"{value}\""), "a template in the file or a function"),
@@ -84,7 +88,7 @@ def test_a_slip_in_the_file_is_named(tmp_path, edit, words_said):
     assert text != GOOD
     with pytest.raises(ValueError) as err:
         build(words(tmp_path, text))
-    assert str(err.value).startswith("lessons.toml [demo]: ") and words_said in str(err.value)
+    assert str(err.value).startswith("lessons.toml") and words_said in str(err.value)
 
 
 def test_the_code_and_the_file_must_agree(tmp_path):

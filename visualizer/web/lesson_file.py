@@ -20,9 +20,10 @@ from visualizer.analysis import lesson_answers as A
 from visualizer.web.lesson_types import Control, Lesson, Question
 
 TEMPLATE_NAMES = {"value", "facts", "source", "v"}  # what every explanation template may quote
-LESSON_KEYS = {"title", "intro", "takeaway", "controls", "questions"}
-CONTROL_KEYS = {"key", "label", "options", "default", "help"}
-QUESTION_KEYS = {"prompt", "explain", "kind", "choices", "tolerance", "unit"}
+# (the keys a table must have, the keys it may have)
+LESSON_KEYS = ({"title", "intro"}, {"title", "intro", "takeaway", "controls", "questions"})
+CONTROL_KEYS = ({"key", "label", "default"}, {"key", "label", "options", "default", "help"})
+QUESTION_KEYS = ({"prompt"}, {"prompt", "explain", "kind", "choices", "tolerance", "unit"})
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,24 @@ class LessonFile:
 
     def __init__(self, path: Path):
         self.path = path
-        with open(path, "rb") as f:
-            self.tables = tomllib.load(f)
+        try:
+            with open(path, "rb") as f:
+                self.tables = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path.name}: {e}") from None
         self.built: set[str] = set()
 
     def _fail(self, name: str, why: str):
         raise ValueError(f"{self.path.name} [{name}]: {why}")
 
-    def _keys(self, name: str, table: dict, allowed: set[str], what: str):
+    def _keys(self, name: str, table, keys: tuple[set[str], set[str]], what: str):
+        need, allowed = keys
+        if not isinstance(table, dict):
+            self._fail(name, f"a {what} is a table, not {table!r:.40}")
         if extra := set(table) - allowed:
             self._fail(name, f"unknown {what} key(s) {sorted(extra)} (allowed: {sorted(allowed)})")
+        if missing := need - set(table):
+            self._fail(name, f"a {what} without {sorted(missing)}")
 
     def lesson(
         self,
