@@ -35,7 +35,7 @@ packages += ["visualizer.kernels.examples"]  # sources the Your kernel page read
 setup(
     packages=packages,
     package_dir={"visualizer.kernels": "kernels"},
-    # the examples the Your kernel page reads; the lessons' words (web/lessons*.toml)
-    package_data={"visualizer.kernels.examples": ["*.py"], "visualizer.web": ["*.toml"]},
+    # the examples the Your kernel page reads (and their .toml); the lessons' words (web/lessons*.toml)
+    package_data={"visualizer.kernels.examples": ["*.py", "*.toml"], "visualizer.web": ["*.toml"]},
     cmdclass={"build_py": BuildWithData},
 )
