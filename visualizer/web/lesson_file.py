@@ -108,7 +108,10 @@ class LessonFile:
             self._fail(
                 name, f"{len(questions)} question(s) in the file, {len(answers)} answer(s) in the code"
             )
-        intro = t["intro"].format(**intro_facts) if intro_facts else t["intro"]
+        try:
+            intro = t["intro"].format(**intro_facts) if intro_facts else t["intro"]
+        except (KeyError, ValueError, IndexError) as e:
+            self._fail(name, f"the intro's template: {type(e).__name__} {e}")
         return Lesson(
             name=name,
             title=t["title"],
@@ -136,8 +139,13 @@ class LessonFile:
         where = f"question {q['prompt'][:40]!r}"
         if (ask.explain is None) == ("explain" not in q):
             self._fail(name, f"{where}: explained by a template in the file or a function in the code, once")
+        if q.get("kind", "number") not in ("number", "choice"):
+            self._fail(name, f"{where}: kind {q['kind']!r} is neither 'number' nor 'choice'")
         if ask.explain is None:
-            quoted = template_names(q["explain"])
+            try:
+                quoted = template_names(q["explain"])
+            except ValueError as e:
+                self._fail(name, f"{where}: its template: {e}")
             if unknown := quoted - TEMPLATE_NAMES - set(ask.more):
                 self._fail(name, f"{where}: its template quotes {sorted(unknown)}, which nothing computes")
             if unused := set(ask.more) - quoted:
