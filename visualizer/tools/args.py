@@ -11,6 +11,18 @@ class CliError(Exception):
     pass
 
 
+def plan_from_flags(
+    text: str, kernel: str, args: argparse.Namespace, filename: str, backend: str = "sim", **more
+):
+    """A kernel file's launch from the flags every command that takes one shares (``--grid``, ``--block``,
+    ``--arg NAME=SPEC``, and where the command has them ``--threads-for`` and ``--reference``)."""
+    from visualizer.specs.source import plan_source_launch
+
+    form = {"grid": args.grid, "block": args.block, "args": list(args.arg or []),
+            "threads_for_n": getattr(args, "threads_for", None), "reference": getattr(args, "reference", None)}  # fmt: skip
+    return plan_source_launch(text, kernel, backend=backend, filename=filename, **form, **more)
+
+
 def count(minimum: int):
     """argparse type: an integer >= minimum (bad values exit 2 with one line, like any bad flag)."""
 

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from visualizer.tools.args import CliError, OneLineParser
+from visualizer.tools.args import CliError, OneLineParser, plan_from_flags
 
 
 def parser() -> OneLineParser:
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
 
     try:
         if args.source:
-            from visualizer.specs.source import MAX_SOURCE_BYTES, plan_source_launch
+            from visualizer.specs.source import MAX_SOURCE_BYTES
 
             path = Path(args.source)
             if not path.is_file():
@@ -50,10 +50,7 @@ def main(argv: list[str]) -> int:
             if not args.source_kernel:
                 raise CliError("--kernel NAME is needed with --source")
             text = path.read_text()
-            launch = plan_source_launch(
-                text, args.source_kernel, grid=args.grid, block=args.block, filename=str(path.resolve()),
-                args=dict(a.partition("=")[::2] for a in args.arg),
-            )  # fmt: skip
+            launch = plan_from_flags(text, args.source_kernel, args, str(path.resolve()))
             got = ptx.source_asm(launch.request("sim"), arch=args.arch)
         elif args.kernel:
             params = {}

@@ -12,7 +12,7 @@ import math
 import sys
 from pathlib import Path
 
-from visualizer.tools.args import OneLineParser, count
+from visualizer.tools.args import OneLineParser, count, plan_from_flags
 from visualizer.tools.capture_report import (
     add_lens_flags,
     checked_out,
@@ -129,18 +129,7 @@ def cmd_capture_source(argv: list[str]) -> int:
             kernel = found[0]
         backend = resolve_backend(args.backend)
         tolerances = {k: v for k, v in (("rtol", args.rtol), ("atol", args.atol)) if v is not None}
-        launch = uspec.plan_source_launch(
-            source,
-            kernel,
-            grid=args.grid,
-            block=args.block,
-            args=args.arg,
-            threads_for_n=args.threads_for,
-            reference=args.reference,
-            backend=backend,
-            filename=str(path.resolve()),
-            **tolerances,
-        )
+        launch = plan_from_flags(source, kernel, args, str(path.resolve()), backend, **tolerances)
         if args.barriers and backend == "sim":  # "auto" resolved to the simulator
             raise LaunchError(flag_problem(args, backend))
         with UserRunner(backend) as runner:

@@ -106,20 +106,23 @@ def versions() -> list[Version]:
     return list(st.session_state.get("uk_versions") or [])
 
 
+def plan_visitor_launch(
+    source: str, kernel: str, backend: str, uploads: dict, filename: str = "your_kernel.py", **form
+) -> uspec.SourceLaunch:
+    """A visitor's launch through every check of the Your kernel page: ``form`` is its grid, block, args,
+    threads_for_n and reference. One place for the page's rule: the arguments come from the visitor's
+    uploads, never from a file of the server (``allow_files=False``), and the source is cut at the limit."""
+    src = str(source)[: uspec.MAX_SOURCE_BYTES + 1]
+    return uspec.plan_source_launch(
+        src, kernel, backend=backend, filename=filename, allow_files=False, uploads=dict(uploads), **form
+    )
+
+
 def edited_copy(base: uspec.SourceLaunch, backend: str, source: str) -> uspec.SourceLaunch:
     """A visitor launch with another source (same kernel name, launch, arguments, reference), through
     every check of the Your kernel page again; LaunchError (one line) if the copy cannot run."""
-    launch = base
     store = st.session_state.get("uk_kept_uploads") or {}
-    return uspec.plan_source_launch(
-        str(source)[: uspec.MAX_SOURCE_BYTES + 1],
-        launch.kernel,
-        grid=tuple(launch.launch.grid),
-        block=tuple(launch.launch.block),
-        args={name: spec.text for name, spec in launch.args.items()},
-        reference=list(launch.reference),
-        backend=backend,
-        filename=launch.filename,
-        allow_files=False,
-        uploads=dict(store),
-    )
+    grid, block = tuple(base.launch.grid), tuple(base.launch.block)
+    args = {name: spec.text for name, spec in base.args.items()}
+    form = {"grid": grid, "block": block, "args": args, "reference": list(base.reference)}
+    return plan_visitor_launch(source, base.kernel, backend, store, base.filename, **form)

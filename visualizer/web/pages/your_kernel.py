@@ -34,6 +34,7 @@ from visualizer.web.examples import EXAMPLES
 from visualizer.web.guard import visitor_has_key
 from visualizer.web.session import as_text, queue_text
 from visualizer.web.uploads import SESSION_UPLOAD_BYTES, SESSION_UPLOAD_FILES, UPLOAD_MAX_MB
+from visualizer.web.visitor_runs import plan_visitor_launch
 
 BACKENDS = {"auto": "auto (GPU if present)", "gpu": "GPU", "sim": "simulator"}
 MODES = ("one thread per element", "grid")
@@ -218,19 +219,9 @@ if run and not allowed:  # a disabled button is a hint to the browser; the serve
 elif run:
     try:
         chosen = "gpu" if backend == "auto" and gpu_present() else ("sim" if backend == "auto" else backend)
-        launch = uspec.plan_source_launch(
-            source,
-            kernel,
-            grid=grid,
-            block=block,
-            args=arg_texts,
-            threads_for_n=n,
-            reference=reference,
-            backend=chosen,
-            filename="your_kernel.py",
-            allow_files=False,  # never read files of the server on a visitor's behalf
-            uploads={f.name: f.getvalue() for f in uploads or []},
-        )
+        form = {"grid": grid, "block": block, "args": arg_texts, "threads_for_n": n, "reference": reference}
+        files = {f.name: f.getvalue() for f in uploads or []}  # never files of the server (the helper's rule)
+        launch = plan_visitor_launch(source, kernel, chosen, files, **form)
         with st.status(f"Running {kernel} on the {BACKENDS[chosen]}…", expanded=False) as status:
             bar = st.progress(0.0, text="starting the worker")
 
