@@ -35,6 +35,7 @@ packages += ["visualizer.kernels.examples"]  # sources the Your kernel page read
 setup(
     packages=packages,
     package_dir={"visualizer.kernels": "kernels"},
-    package_data={"visualizer.kernels.examples": ["*.py"]},
+    # the examples the Your kernel page reads (and their .toml); the lessons' words (web/lessons*.toml)
+    package_data={"visualizer.kernels.examples": ["*.py", "*.toml"], "visualizer.web": ["*.toml"]},
     cmdclass={"build_py": BuildWithData},
 )

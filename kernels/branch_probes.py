@@ -60,16 +60,21 @@ if SIMULATOR:
 else:
 
     @cuda.jit(device=True)
+    def append_record(rows, count, a, b, c):
+        """Appends (a, b, c) to this warp's row of ``rows``; ``count[warp]`` counts it even past the row's end."""
+        w = warp_slot()
+        k = cuda.atomic.add(count, w, 1)
+        if k < rows.shape[1]:
+            rows[w, k, 0] = a
+            rows[w, k, 1] = b
+            rows[w, k, 2] = c
+
+    @cuda.jit(device=True)
     def branch(log, count, site, cond):
         mask = cuda.activemask()
         taken = cuda.ballot_sync(mask, True if cond else False)
         if (mask & cuda.lanemask_lt()) == 0:  # the lowest lane evaluating this test writes for the warp
-            w = warp_slot()
-            k = cuda.atomic.add(count, w, 1)
-            if k < log.shape[1]:
-                log[w, k, 0] = site
-                log[w, k, 1] = mask
-                log[w, k, 2] = taken
+            append_record(log, count, site, mask, taken)
         return cond
 
     @cuda.jit(device=True)
@@ -82,10 +87,4 @@ else:
     @cuda.jit(device=True)
     def barrier_release(bars, count, site, t_arrive):
         if (cuda.activemask() & cuda.lanemask_lt()) == 0:
-            t = globaltimer()
-            w = warp_slot()
-            k = cuda.atomic.add(count, w, 1)
-            if k < bars.shape[1]:
-                bars[w, k, 0] = site
-                bars[w, k, 1] = t_arrive
-                bars[w, k, 2] = t
+            append_record(bars, count, site, t_arrive, globaltimer())
