@@ -630,7 +630,7 @@ def test_index_check_takes_every_integer_kind_as_fastsim_does():
 
 def test_instrumented_and_clean_builds_agree_on_a_tiled_matmul():
     """The capture's two builds of the tiled matmul (its trace_tile probes real in the instrumented one,
-    inlined into the regions: engine.DEVICE) give the same C, and the instrumented one records every
+    inlined into the regions: engine.PROBE_DEVICE) give the same C, and the instrumented one records every
     block's tiles and every warp's ids."""
     from visualizer.engine.compiled import bench
     from visualizer.kernels.matmul import matmul_tiled_kernel
@@ -671,3 +671,46 @@ def test_instrumented_and_clean_builds_agree_on_a_tiled_matmul():
     blocks = np.repeat(np.arange(g * g), tile * tile)
     assert np.array_equal(trace[0], blocks % 132)  # modelled SMs, one record per thread here
     assert (active == 1).all()  # no active_when given to the instrumenter here: every thread did work
+
+
+@cuda.jit(device=True)
+def trace_tile(tiles, step, operand, row0, col0, rows, cols):  # a kernel's own, named as the probe
+    tiles[0, step, operand, 0] = row0
+
+
+def test_only_the_trace_probes_are_inlined_and_their_region_keeps_no_reference_counts(monkeypatch):
+    """kernels/probes.py's trace probes are inlined in numba's IR (engine.PROBE_DEVICE), a kernel's own
+    device functions (and a lens's) are called: inlining those made access-pass builds' compiles explode.
+    Called, trace_tile kept the tiled matmul's tile-loop region's NRT incref/decref of all its arrays
+    per thread per step (its 1M-thread instrumented launch 18x the clean one: docs/benchmarks.md)."""
+    import re
+
+    from visualizer.engine.compiled import bench, engine
+    from visualizer.kernels import access_probes, probes
+    from visualizer.kernels.matmul import matmul_tiled_kernel
+    from visualizer.kernels.merge import co_rank
+
+    def py(f):
+        return getattr(f, "py_func", None) or getattr(f, "fn", None) or f
+
+    for name in ("trace_begin", "trace_end", "trace_tile", "trace_row_state", "linear_ids", "record_slot"):
+        assert engine.inlined(py(getattr(probes, name))), name
+    for f in (trace_tile, co_rank, access_probes.note, probes.race_delay):
+        assert not engine.inlined(py(f)), f
+    assert engine.compile_device(py(probes.trace_tile)).dispatcher.targetoptions.get("inline") == "always"
+    assert engine.compile_device(py(trace_tile)).dispatcher.targetoptions.get("inline", "never") == "never"
+
+    monkeypatch.setenv(engine.CACHE_ENV, "off")  # compiled here, not loaded: its regions' LLVM is there
+    n, tile = 36, 12  # a tile size no other test compiles (this process's cache keeps compiled kernels)
+    g = n // tile
+    A = np.ones((n, n), np.float32)
+    tiles = np.full((g * g, g, 2, 5), -1, np.int64)
+    traced, fd, args = bench._traced(matmul_tiled_kernel(tile), (g, g), (tile, tile), [A, A, A * 0, n, tiles])
+    ck = engine.compile_kernel(None, engine._argtypes(args), tree=fd, namespace=traced.__globals__)
+    defs = ck.source.split("\ndef ")
+    looped = [d.split("(")[0] for d in defs if d.startswith(engine.P + "region_") and "dev_trace_tile" in d]
+    assert looped, "no region calls trace_tile"
+    for region in looped:
+        (llvm,) = ck.ns[region].inspect_llvm().values()
+        calls = set(re.findall(r"call [^@]*@([\w.$]+)", llvm))
+        assert not calls & {"NRT_incref", "NRT_decref"}, (region, sorted(calls))

@@ -74,10 +74,15 @@ _lock = threading.RLock()
 _kernels: dict = {}
 # the kernel's regions check their own indexes (codegen.CheckedIndex): numba's boundscheck off there
 REGION = {**INNER, "boundscheck": False}
-# device functions are not inlined in numba's IR (inline="always"): it would drop the NRT incref/decref of
-# every array per call (the tiled matmul's 1M-thread instrumented launch 29.5 -> 1.4 CPU s), but an
-# access-pass build's compile then exploded (lbm_aos with --accesses: 22 -> over 60 s); see benchmarks.md
+# a kernel's own device functions (and a lens's) are called, not inlined in numba's IR: inlining them all
+# made an access-pass build's compile explode (lbm_aos with --accesses: 22 -> over 60 CPU s)
 DEVICE = {**INNER}
+# kernels/probes.py's trace probes are inlined in numba's IR (before its reference-count pruning): called,
+# each call kept the caller's NRT incref/decref of every array it holds (atomic, per thread per call) and
+# kept the region out of its block function; the tiled matmul's two trace_tile calls per tile step made
+# its instrumented 1M-thread launch 18x its clean one (docs/benchmarks.md). Their bodies are a few stores.
+PROBE_DEVICE = {**INNER, "inline": "always"}
+TRACE_PROBES = ("linear_ids", "record_slot", "trace_begin", "trace_end", "trace_tile", "trace_row_state")
 _devices: dict = {}
 _compiling: set = set()  # device functions being translated (recursion is refused)
 _module_serial = itertools.count()  # generated modules not on disk: one name each
@@ -258,6 +263,32 @@ class DeviceFn:
     stable: bool = True  # every global it reads is known by what it is (the disk cache may key on it)
 
 
+def _trace_probe_codes() -> frozenset:
+    try:
+        from visualizer.kernels import probes
+    except ImportError:
+        return frozenset()
+    codes = set()
+    for name in TRACE_PROBES:
+        fn = getattr(probes, name, None)
+        py = getattr(fn, "py_func", None) or getattr(fn, "fn", None) or fn
+        if hasattr(py, "__code__"):
+            codes.add(py.__code__)
+    return frozenset(codes)
+
+
+def inlined(py_fn) -> bool:
+    """Whether the compiled engine inlines this device function in numba's IR: only kernels/probes.py's
+    trace probes (known by their code objects, so a visitor's function of the same name is not)."""
+    global _PROBE_CODES
+    if _PROBE_CODES is None:
+        _PROBE_CODES = _trace_probe_codes()
+    return getattr(py_fn, "__code__", None) in _PROBE_CODES
+
+
+_PROBE_CODES: frozenset | None = None
+
+
 def compile_device(py_fn) -> DeviceFn:
     """A device function (a plain function or ``@cuda.jit(device=True)``) as an njit function taking
     the calling thread's ids first."""
@@ -318,7 +349,7 @@ def compile_device(py_fn) -> DeviceFn:
             stable = all(not v.startswith("id ") for _, v in _object_key(ns)) and all(
                 _devices[d].stable for d in ns if d.startswith(P + "dev_") and d in _devices
             )
-            dev = DeviceFn(name, njit(**DEVICE)(gns[name]), src, stable)
+            dev = DeviceFn(name, njit(**(PROBE_DEVICE if inlined(py_fn) else DEVICE))(gns[name]), src, stable)
             _devices[name] = dev
             return dev
     finally:
