@@ -1,0 +1,201 @@
+"""The measured set: recorded by tools/ship_h200.py (here on the simulator, labelled so), read back by
+analysis/measured_set.py: the same launch or the nearest, said as such; damaged sets are absent with a line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from visualizer.analysis import measured_set as ms
+from visualizer.tools import ship_h200
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """vector_add and reduction's default launches, recorded on the simulator (the suite's fixture set)."""
+    out = tmp_path_factory.mktemp("set") / "sim_set"
+    rc = ship_h200.main(
+        ["--out", str(out), "--kernels", "vector_add,reduction", "--no-lessons", "--backend", "sim"]
+    )
+    assert rc == 0
+    return out
+
+
+def copy_of(recorded: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "set"
+    shutil.copytree(recorded, dest)
+    return dest
+
+
+def test_the_index_names_the_device_versions_and_every_file_with_its_size(recorded):
+    index = json.loads((recorded / "index.json").read_text())
+    assert index["format"] == ms.FORMAT and index["version"] == ms.VERSION
+    assert index["device"]["name"] == "CUDA simulator on CPU" and index["device"]["backend"] == "sim"
+    assert index["versions"]["numba_cuda"] and index["versions"]["visualizer"]
+    assert index["recorded_at"].endswith("Z") and index["tool"].startswith("visualizer.tools.ship_h200")
+    ids = sorted(r["id"] for r in index["launches"])
+    assert ids == ["reduction--block=128-n=1000", "vector_add--block=128-n=1000"]
+    total = 0
+    for r in index["launches"]:
+        assert r["roles"] == ["default"] and "accesses" in r["lenses"] and "branches" in r["lenses"]
+        on_disk = {p.name: p.stat().st_size for p in (recorded / r["id"]).iterdir()}
+        assert on_disk == r["files"]  # every file listed, with its size; no arrays.npz
+        assert "threads.parquet" in on_disk and "arrays.npz" not in on_disk
+        label = json.loads((recorded / r["id"] / "launch.json").read_text())["recorded"]
+        assert label["device"] == "CUDA simulator on CPU" and label["recorded_at"] == index["recorded_at"]
+        total += sum(r["files"].values())
+    assert index["total_bytes"] == total < 2 * 2**20  # two small launches: well under a MiB each
+
+
+def test_a_simulator_set_is_never_labelled_measured(recorded):
+    the_set, why = ms.load_set(recorded)
+    assert why is None and not the_set.measured
+    assert the_set.label().endswith("simulated, not measured") and "H200" not in the_set.label()
+    match, _ = ms.find("vector_add", {"n": 1000, "block": 128}, recorded)
+    assert "simulated" in match.heading() and "measured on" not in match.heading()
+
+
+def test_expect_device_refuses_the_simulator_and_writes_nothing(tmp_path):
+    out = tmp_path / "h200"
+    res = subprocess.run(
+        [sys.executable, "-m", "visualizer.tools.ship_h200", "--out", str(out), "--kernels", "vector_add",
+         "--no-lessons", "--backend", "sim", "--expect-device", "H200"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "never labelled as a GPU" in lines[0]
+    assert not (out / "index.json").exists()
+
+
+def test_a_set_of_another_device_is_not_added_to(recorded, tmp_path):
+    dest = copy_of(recorded, tmp_path)
+    index = json.loads((dest / "index.json").read_text())
+    index["device"].update(name="NVIDIA H200", backend="gpu")
+    (dest / "index.json").write_text(json.dumps(index))
+    rc = ship_h200.main(["--out", str(dest), "--kernels", "vector_add", "--no-lessons", "--backend", "sim"])
+    assert rc == 2
+    assert json.loads((dest / "index.json").read_text())["device"]["name"] == "NVIDIA H200"  # untouched
+
+
+def test_an_unknown_kernel_is_one_line_exit_2(tmp_path, capsys):
+    assert ship_h200.main(["--out", str(tmp_path / "s"), "--backend", "sim", "--kernels", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown kernel 'nope'" in err[0]
+
+
+def test_a_bad_flag_is_one_line_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        ship_h200.main(["--out", str(tmp_path / "s"), "--max-mb", "0"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must be at least 1" in err[0]
+
+
+def test_a_foreign_directory_is_refused(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert ship_h200.main(["--out", str(tmp_path), "--kernels", "vector_add", "--backend", "sim"]) == 2
+    assert "neither empty nor a measured set" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_the_same_launch_and_the_nearest_one(recorded):
+    match, why = ms.find("vector_add", {"n": 1000, "block": 128}, recorded)
+    assert why is None and match.exact and match.line() == "the same launch (block=128, n=1000)"
+    cap = match.capture()
+    assert len(cap.threads) == 1024 and cap.launch["kernel"] == "vector_add"
+    near, _ = ms.find("vector_add", {"n": 4096, "block": 128}, recorded)
+    assert not near.exact and near.launch.params == {"n": 1000, "block": 128}
+    assert near.line() == "nearest recorded: n=1000 (yours n=4096); not your launch"
+    assert near.heading().startswith("The nearest recorded launch")
+    none, why = ms.find("matmul_tiled", {"n": 48, "tile": 16}, recorded)
+    assert none is None and why.startswith("matmul_tiled was not recorded")
+
+
+def test_nearest_prefers_the_closer_size_and_a_matching_choice():
+    a = ms.Recorded("a", "k", {"n": 1000, "block": 128}, {"threads.parquet": 1})
+    b = ms.Recorded("b", "k", {"n": 100000, "block": 256}, {"threads.parquet": 1})
+    the_set = ms.MeasuredSet(
+        Path("."), {"name": "NVIDIA H200", "backend": "gpu"}, {}, "2026-12-04T10:00:00Z", "t", (a, b)
+    )
+    assert ms.nearest(the_set, "k", {"n": 50000, "block": 256}).launch.id == "b"
+    assert ms.nearest(the_set, "k", {"n": 4000, "block": 128}).launch.id == "a"
+    assert the_set.label() == "measured on an NVIDIA H200, 2026-12-04"
+    assert ms.nearest(the_set, "other", {}) is None
+
+
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda i: i.update(format="something else"), "not a measured set"),
+        (lambda i: i.update(version=99), "set version 99"),
+        (lambda i: i["launches"][0].update(id="../../etc"), "not a valid name"),
+        (lambda i: i["launches"][0]["files"].update({"x.parquet": 2**40}), "file size must be a count"),
+        (lambda i: i["device"].update(backend="tpu"), "backend must be"),
+        (lambda i: i["launches"][0].update(params={"n": [1, 2]}), "must be a number or text"),
+        (lambda i: i.update(launches=[i["launches"][0]] * 2), "twice"),
+    ],
+)
+def test_a_damaged_index_is_absent_with_one_line(recorded, tmp_path, mutate, words):
+    dest = copy_of(recorded, tmp_path)
+    index = json.loads((dest / "index.json").read_text())
+    mutate(index)
+    (dest / "index.json").write_text(json.dumps(index))
+    the_set, why = ms.load_set(dest)
+    assert the_set is None and words in why and "\n" not in why
+
+
+def test_index_that_is_not_json_is_absent(recorded, tmp_path):
+    dest = copy_of(recorded, tmp_path)
+    (dest / "index.json").write_bytes(b"\xff{" * 10)
+    the_set, why = ms.load_set(dest)
+    assert the_set is None and "not valid JSON" in why
+
+
+def test_a_damaged_bundle_is_a_one_line_error_not_a_traceback(recorded, tmp_path):
+    dest = copy_of(recorded, tmp_path)
+    match, _ = ms.find("reduction", {"n": 1000, "block": 128}, dest)
+    threads = dest / match.launch.id / "threads.parquet"
+    data = bytearray(threads.read_bytes())
+    data[-4:] = b"JUNK"  # the footer's magic: same size, unreadable
+    threads.write_bytes(bytes(data))
+    with pytest.raises(ms.SetError, match="not a readable Parquet table"):
+        match.capture()
+    threads.write_bytes(bytes(data[:100]))  # a different size than the index says
+    with pytest.raises(ms.SetError, match="the index says"):
+        match.capture()
+
+
+def test_a_bundle_of_another_device_or_launch_is_refused(recorded, tmp_path):
+    dest = copy_of(recorded, tmp_path)
+    match, _ = ms.find("vector_add", {"n": 1000, "block": 128}, dest)
+    launch_json = dest / match.launch.id / "launch.json"
+    launch = json.loads(launch_json.read_text())
+    launch["device_name"] = "NVIDIA H200"  # a simulated bundle passed off as the GPU's
+    text = json.dumps(launch, separators=(",", ":")) + "\n"
+    launch_json.write_text(text)
+    index = json.loads((dest / "index.json").read_text())
+    for r in index["launches"]:
+        if r["id"] == match.launch.id:
+            r["files"]["launch.json"] = len(text.encode())
+    (dest / "index.json").write_text(json.dumps(index))
+    match, _ = ms.find("vector_add", {"n": 1000, "block": 128}, dest)
+    with pytest.raises(ms.SetError, match="not the set's device"):
+        match.capture()
+
+
+def test_the_shipped_set_if_any_is_a_gpu_recording():
+    """What the package ships is measured on a GPU, never a simulator's run (absent until recorded)."""
+    the_set, why = ms.load_set(ms.SHIPPED_DIR)
+    if the_set is None:
+        assert why.startswith("no measured set")
+        return
+    assert the_set.measured and the_set.device["backend"] == "gpu"
+    assert sum(r.bytes for r in the_set.launches) <= ms.SET_MAX_BYTES
