@@ -158,6 +158,9 @@ def timing_panel() -> None:
                 st.caption(note)
         else:
             st.caption(sim_time_caption(t))
+            from visualizer.web.measured import timing_beside
+
+            timing_beside(cap)  # the same launch's device time, recorded on the H200 (shipped)
         baseline = numpy_baseline_ms(cap)
         if baseline is not None:
             st.caption(f"numpy on the CPU (baseline): {fmt_ms(baseline)}")

@@ -1,0 +1,79 @@
+"""The recorded launch beside the simulated run (web/measured.py) on the scheduling page and in the timing
+panel, from a set recorded here on the simulator, which the page must call simulated, never measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import open_app
+from visualizer.analysis import measured_set as ms
+from visualizer.tools import ship_h200
+
+
+@pytest.fixture(scope="module")
+def sim_set(tmp_path_factory):
+    out = tmp_path_factory.mktemp("measured") / "set"
+    assert (
+        ship_h200.main(["--out", str(out), "--kernels", "vector_add", "--no-lessons", "--backend", "sim"])
+        == 0
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ms.SET_ENV, str(out))
+        yield out
+
+
+def _titles(at) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+
+
+def _texts(at) -> list[str]:
+    return [c.value for c in at.caption] + [m.value for m in at.markdown]
+
+
+@pytest.fixture(scope="module")
+def nearest_page(sim_set):
+    return open_app("scheduling", kernel="vector_add", backend="sim", n="2000", block="64")
+
+
+def test_scheduling_shows_the_nearest_recorded_launch_and_says_it_is_not_yours(nearest_page):
+    at = nearest_page
+    heads = [h.value for h in at.subheader]
+    assert "The nearest recorded launch, recorded on the simulator (simulated): blocks on its SMs" in heads
+    line = "nearest recorded: block=128, n=1000 (yours block=64, n=2000); not your launch"
+    assert any(line in t for t in _texts(at))
+    assert any("Not your launch." in t for t in _texts(at))
+    beside = [
+        t for t in _titles(at) if t.startswith("Blocks on each SM over time") and "recorded on the" in t
+    ]
+    assert len(beside) == 1 and "simulated, not measured" in beside[0] and line in beside[0]
+    assert not any("measured on" in t for t in _titles(at))  # a simulator's set is never called measured
+    modelled = [t for t in _titles(at) if "modelled (H200" in t]
+    assert len(modelled) == 4  # your run's charts are still there, modelled, as before
+
+
+def test_the_timing_panel_shows_the_recording_beside_the_simulators_caption(nearest_page):
+    sidebar = [c.value for c in nearest_page.sidebar.caption] + [
+        m.value for m in nearest_page.sidebar.markdown
+    ]
+    assert any("The nearest recorded launch, recorded on the simulator (simulated)" in t for t in sidebar)
+    assert any("This recording has no device time" in t for t in sidebar)
+
+
+def test_the_same_launch_is_called_the_same(sim_set):
+    at = open_app("scheduling", kernel="vector_add", backend="sim", n="1000", block="128")
+    heads = [h.value for h in at.subheader]
+    assert "The same launch, recorded on the simulator (simulated): blocks on its SMs" in heads
+    assert any("the same launch (block=128, n=1000)" in t for t in _texts(at))
+    assert not any("Not your launch." in t for t in _texts(at))
+
+
+def test_a_damaged_set_is_one_caption_and_the_page_still_works(sim_set, tmp_path, monkeypatch):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "index.json").write_text("{not json")
+    monkeypatch.setenv(ms.SET_ENV, str(broken))
+    at = open_app("scheduling", kernel="vector_add", backend="sim", n="1000", block="128")
+    assert any(t.startswith("measured set not shown: index.json: not valid JSON") for t in _texts(at))
+    assert not any("blocks on its SMs" in h.value for h in at.subheader)
