@@ -77,3 +77,24 @@ def test_a_damaged_set_is_one_caption_and_the_page_still_works(sim_set, tmp_path
     at = open_app("scheduling", kernel="vector_add", backend="sim", n="1000", block="128")
     assert any(t.startswith("measured set not shown: index.json: not valid JSON") for t in _texts(at))
     assert not any("blocks on its SMs" in h.value for h in at.subheader)
+
+
+def test_memory_access_shows_the_recorded_requests_beside_yours(sim_set):
+    at = open_app("memory_access", kernel="vector_add", backend="sim", n="1000", block="128")
+    heads = [h.value for h in at.subheader]
+    assert "The same launch, recorded on the simulator (simulated): its memory requests" in heads
+    titles = [t for t in _titles(at) if "the recorded launch vs your run (simulated)" in t]
+    assert len(titles) == 1 and "simulated, not measured" in titles[0]
+    assert "the same per request on every line" in titles[0]  # one launch, recorded twice: same pattern
+
+
+def test_simt_shows_the_recorded_branch_efficiency_and_says_why_no_barrier_waits(sim_set):
+    at = open_app("simt", kernel="vector_add", backend="sim", n="4096", block="128")
+    heads = [h.value for h in at.subheader]
+    assert (
+        "The nearest recorded launch, recorded on the simulator (simulated): branch efficiency and barrier waits"
+        in heads
+    )
+    assert any(m.label == "branch efficiency (recorded)" for m in at.metric)
+    assert any("nearest recorded: n=1000 (yours n=4096); not your launch" in t for t in _texts(at))
+    assert any("made on the simulator, which has no clock" in t for t in _texts(at))

@@ -26,7 +26,7 @@ FORMAT = "gpu-visualizer-measured-set"
 VERSION = 1
 INDEX = "index.json"
 SET_ENV = "VISUALIZER_MEASURED_SET"  # another set's directory (the operator's; tests use a recorded fixture)
-SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "h200"  # in the package: setup.py ships it
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "h200"  # in the package: setup.py ships it
 SET_MAX_BYTES = 30 * 2**20  # the whole set, as shipped (issue 40: <= 30 MB)
 INDEX_MAX_BYTES = 2 * 2**20
 MAX_LAUNCHES = 2000

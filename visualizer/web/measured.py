@@ -97,29 +97,82 @@ def schedule_beside(cap: Capture) -> None:
     )
 
 
-def timing_beside(cap: Capture) -> None:
-    """Timing panel (sidebar): the recorded launch's device time and launch overhead under the simulator's
-    caption, which says no kernel time is measured here."""
-    from visualizer.web.timing import fmt_ms, fmt_us
+def _device_name(match: ms.Match) -> str:
+    return str(match.set.device.get("name") or "the recording device")
 
-    match, _ = match_for(cap)
-    if match is None:
+
+def accesses_beside(cap: Capture) -> None:
+    """Memory access page: per source line, sectors or wavefronts per request, the recorded launch's
+    beside your simulated run's (the same launch: counted over the blocks the GPU recorded)."""
+    from visualizer.analysis import gpu_accesses
+    from visualizer.figures.memory import side_by_side_figure
+
+    match, why = match_for(cap)
+    if match is None or cap.requests is None:
+        if why and not cap.measured and not cap.launch.get("user_kernel"):
+            st.caption(why)
         return
-    st.markdown(f"**{match.heading()}**")
-    st.caption(f"{match.set.label()} · {match.line()}")
+    show_heading(match, "its memory requests")
     recorded, problem = recorded_capture(match)
     if recorded is None:
         st.caption(problem)
         return
-    t = recorded.timing
-    if not match.set.measured or t.get("clean_ms") is None or t.get("launch_overhead_us") is None:
-        st.caption("This recording has no device time (it was not made on a GPU).")
+    if recorded.requests is None or not len(recorded.requests):
+        st.caption("This recording has no memory accesses (its launch was recorded without the access lens).")
         return
-    st.metric(
-        "device time (H200)" if "H200" in match.set.device_words() else "device time", fmt_ms(t["clean_ms"])
-    )
-    st.metric("launch overhead (host)", fmt_us(t["launch_overhead_us"]))
-    st.caption(
-        "Device time: CUDA events around launches queued behind a spin kernel (the clean build, median); "
-        "the host's launch overhead is Python and Numba queueing one launch."
-    )
+    name = _device_name(match)
+    blocks = ((recorded.launch.get("accesses") or {}).get("sample") or {}).get("blocks")
+    if match.exact and blocks is not None:  # one launch: your run's requests of the blocks the GPU recorded
+        table = gpu_accesses.side_by_side(cap.requests, recorded.requests, blocks)
+        sides = (("sim", "your run, simulated (the recorded blocks)"), ("gpu", f"recorded on {name}"))
+        what = f"your run (simulated) vs {name}"
+    else:  # two launches (or a recording of every thread): the pattern per request
+        table = gpu_accesses.sizes_side_by_side(recorded.requests, cap.requests)
+        sides = (("small", f"the recorded launch ({name})"), ("big", "your run, simulated"))
+        what = "the recorded launch vs your run (simulated)"
+    table.attrs["source"] = chart_source(match)
+    chart(side_by_side_figure(table, sides=sides, what=what), key="mem_measured_chart")
+    capped = (recorded.launch.get("capped") or {}).get("requests")
+    if capped:
+        st.caption(f"The set ships the first {capped[0]:,} of the {capped[1]:,} recorded requests.")
+
+
+def simt_beside(cap: Capture) -> None:
+    """SIMT page: the recorded launch's branch efficiency and barrier waits (a GPU's clock), which the
+    simulator cannot measure, beside your run's lanes."""
+    from visualizer.analysis import branches
+
+    match, why = match_for(cap)
+    if match is None:
+        if why and not cap.measured and not cap.launch.get("user_kernel"):
+            st.caption(why)
+        return
+    show_heading(match, "branch efficiency and barrier waits")
+    recorded, problem = recorded_capture(match)
+    if recorded is None:
+        st.caption(problem)
+        return
+    c1, c2, c3 = st.columns(3)
+    rows = recorded.branches
+    eff = branches.efficiency(rows) if rows is not None and len(rows) else None
+    c1.metric("branch efficiency (recorded)", "–" if eff is None else f"{eff:.1f}%")
+    bars = recorded.barriers
+    if bars is not None and len(bars):
+        summ = branches.barrier_summary(bars)
+        c2.metric("barrier wait, median (recorded)", f"{summ['wait_ns_median']:,.0f} ns")
+        c3.metric("barrier wait, longest (recorded)", f"{summ['wait_ns_max']:,} ns")
+        st.caption(
+            f"{summ['arrivals']:,} warp arrivals timed at {summ['sites']} syncthreads (%globaltimer on "
+            f"{_device_name(match)}, 32 ns steps): {match.set.label()}."
+        )
+    elif bars is not None:
+        st.caption("The recorded launch reached no `cuda.syncthreads()`.")
+    else:
+        st.caption(
+            "No barrier waits in this recording: "
+            + (
+                "it was made on the simulator, which has no clock."
+                if not match.set.measured
+                else "not recorded."
+            )
+        )
