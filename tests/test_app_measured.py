@@ -16,7 +16,9 @@ from visualizer.tools import ship_h200
 def sim_set(tmp_path_factory):
     out = tmp_path_factory.mktemp("measured") / "set"
     assert (
-        ship_h200.main(["--out", str(out), "--kernels", "vector_add", "--no-lessons", "--backend", "sim"])
+        ship_h200.main(
+            ["--out", str(out), "--kernels", "vector_add,vector_add_x4", "--no-lessons", "--backend", "sim"]
+        )
         == 0
     )
     with pytest.MonkeyPatch.context() as mp:
@@ -98,3 +100,34 @@ def test_simt_shows_the_recorded_branch_efficiency_and_says_why_no_barrier_waits
     assert any(m.label == "branch efficiency (recorded)" for m in at.metric)
     assert any("nearest recorded: n=1000 (yours n=4096); not your launch" in t for t in _texts(at))
     assert any("made on the simulator, which has no clock" in t for t in _texts(at))
+
+
+def test_compare_on_the_simulator_shows_the_recorded_pair_and_no_device_time_from_a_simulator(sim_set):
+    at = open_app("compare", cmp_pair="vector_add", cmp_backend="sim")
+    heads = [h.value for h in at.subheader]
+    assert "Recorded on the simulator (simulated): no device time" in heads
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["A: vector_add (recorded)"] == "–" and metrics["B: vector_add_x4 (recorded)"] == "–"
+    assert "B/A (recorded)" not in metrics  # no ratio of times nobody measured
+    assert any("nearest recorded: n=1000 (yours n=4096); not your launch" in t for t in _texts(at))
+
+
+@pytest.mark.gpu
+def test_a_set_recorded_on_the_gpu_is_labelled_measured_with_its_device_time(tmp_path, monkeypatch):
+    """On the GPU machine: record one launch there, then read it beside a simulated run."""
+    out = tmp_path / "gpu_set"
+    assert (
+        ship_h200.main(["--out", str(out), "--kernels", "vector_add", "--no-lessons", "--backend", "gpu"])
+        == 0
+    )
+    the_set, why = ms.load_set(out)
+    assert why is None and the_set.measured and the_set.label().startswith("measured on an NVIDIA")
+    assert the_set.device["driver"] and the_set.device["cuda_driver"]
+    monkeypatch.setenv(ms.SET_ENV, str(out))
+    at = open_app("scheduling", kernel="vector_add", backend="sim", n="1000", block="128")
+    assert any(h.value.startswith("The same launch, measured on an NVIDIA") for h in at.subheader)
+    assert any(
+        t.startswith("Blocks on each SM over time") and "measured on an NVIDIA" in t for t in _titles(at)
+    )
+    sidebar = {m.label: m.value for m in at.sidebar.metric}
+    assert sidebar.get("device time (H200)", sidebar.get("device time", "–")).endswith("µs")

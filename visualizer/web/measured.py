@@ -97,6 +97,12 @@ def schedule_beside(cap: Capture) -> None:
     )
 
 
+def _fmt_ms(ms_: float | None) -> str:  # as web/timing.fmt_ms (which imports this module)
+    if ms_ is None:
+        return "–"
+    return f"{ms_ * 1e3:.1f} µs" if ms_ < 1 else f"{ms_:.2f} ms"
+
+
 def _device_name(match: ms.Match) -> str:
     return str(match.set.device.get("name") or "the recording device")
 
@@ -176,3 +182,37 @@ def simt_beside(cap: Capture) -> None:
                 else "not recorded."
             )
         )
+
+
+def compare_beside(sides: list[tuple[str, dict]]) -> None:
+    """Compare page on the simulator: A's and B's device time as recorded (the simulator has none), each
+    the same launch or the nearest recorded, said so; B/A only where both were measured."""
+    found = [ms.find(kernel, params) for kernel, params in sides]
+    if any(m is None for m, _ in found):
+        why = next(w for m, w in found if m is None)
+        st.caption(f"No recorded device time beside this pair: {why}")
+        return
+    matches = [m for m, _ in found]
+    the_set = matches[0].set
+    st.subheader(
+        f"Device time, measured on {the_set.device_words()}"
+        if the_set.measured
+        else "Recorded on the simulator (simulated): no device time"
+    )
+    st.caption(f"{the_set.label()} · {the_set.versions_line()}")
+    times = []
+    cols = st.columns(3)
+    for col, name, match in zip(cols, ("A", "B"), matches, strict=False):
+        recorded, problem = recorded_capture(match)
+        ms_ = (
+            (recorded.timing.get("clean_ms") if recorded is not None else None) if the_set.measured else None
+        )
+        times.append(ms_)
+        col.metric(f"{name}: {match.launch.kernel} (recorded)", _fmt_ms(ms_))
+        col.caption(problem or match.line())
+    if all(t is not None and t > 0 for t in times):
+        cols[2].metric("B/A (recorded)", f"×{times[1] / times[0]:.2f}")
+        if not all(m.exact for m in matches):
+            cols[2].caption(
+                "At least one side is the nearest recorded launch, not yours: the ratio is theirs."
+            )
