@@ -112,6 +112,25 @@ def test_compare_on_the_simulator_shows_the_recorded_pair_and_no_device_time_fro
     assert any("nearest recorded: n=1000 (yours n=4096); not your launch" in t for t in _texts(at))
 
 
+def _lesson_run(lesson: str, answer) -> object:
+    at = open_app(backend="sim", page="lessons", lesson=lesson)
+    key = sorted(w.key for w in (*at.number_input, *at.radio) if str(w.key).startswith("lesson_guess_"))[0]
+    next(w for w in (*at.number_input, *at.radio) if w.key == key).set_value(answer).run()
+    at.button(key=f"lock_{key}").click().run()
+    at.button(key="lesson_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_a_gpu_time_lesson_names_the_recorded_launch_and_gives_no_answer_from_a_simulator(sim_set):
+    at = _lesson_run("cpu_gpu", "GPU kernel")
+    heads = [h.value for h in at.subheader]
+    assert any(h.startswith("The recorded launch: recorded on the CUDA simulator") for h in heads), heads
+    assert any("nearest recorded: block=128 (yours block=256); not your launch" in t for t in _texts(at))
+    assert any("it holds no measured answer" in t for t in _texts(at))
+    assert not any(m.label.startswith("Q1, measured on") for m in at.metric)
+
+
 @pytest.mark.gpu
 def test_a_set_recorded_on_the_gpu_is_labelled_measured_with_its_device_time(tmp_path, monkeypatch):
     """On the GPU machine: record one launch there, then read it beside a simulated run."""
@@ -131,3 +150,6 @@ def test_a_set_recorded_on_the_gpu_is_labelled_measured_with_its_device_time(tmp
     )
     sidebar = {m.label: m.value for m in at.sidebar.metric}
     assert sidebar.get("device time (H200)", sidebar.get("device time", "–")).endswith("µs")
+
+    at = _lesson_run("cpu_gpu", "GPU kernel")  # its launch (n=1000, block=256) is recorded: a lesson's
+    assert any(m.label.startswith("Q1, measured on an NVIDIA") for m in at.metric)

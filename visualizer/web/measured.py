@@ -216,3 +216,58 @@ def compare_beside(sides: list[tuple[str, dict]]) -> None:
             cols[2].caption(
                 "At least one side is the nearest recorded launch, not yours: the ratio is theirs."
             )
+
+
+def lesson_beside(questions, caps: dict, values: dict, answers: list, fmt) -> None:
+    """Lessons whose answer the simulator can only model (a GPU time): the same question answered from the
+    recorded launch, measured on the H200, beside the modelled answer. Only for the same launch (a nearest
+    one is named, not answered for); ``fmt(value, unit)`` as the page formats its answers."""
+    import dataclasses
+
+    modelled = [i for i, a in enumerate(answers) if str(getattr(a, "source", "")).startswith("modelled")]
+    if not modelled or any(c.measured or c.launch.get("user_kernel") for c in caps.values()):
+        return
+    found = {role: match_for(cap) for role, cap in caps.items()}
+    missing = [why for m, why in found.values() if m is None]
+    if missing:
+        st.caption(f"No measured answer beside the modelled one: {missing[0]}")
+        return
+    matches = {role: m for role, (m, _) in found.items()}
+    the_set = next(iter(matches.values())).set
+    st.subheader(
+        f"The measured answer: {the_set.label()}"
+        if the_set.measured
+        else f"The recorded launch: {the_set.label()}"
+    )
+    for role, m in matches.items():
+        st.caption(f"{role}: {m.line()}" if len(matches) > 1 else m.line())
+    if not the_set.measured:
+        st.caption("This set was recorded on the simulator: it holds no measured answer.")
+        return
+    if not all(m.exact for m in matches.values()):
+        st.caption(
+            "Not your launch, so no measured answer is given for it: the set holds the lesson's launch at its "
+            "first settings."
+        )
+        return
+    recorded = {}
+    for role, m in matches.items():
+        rec, problem = recorded_capture(m)
+        if rec is None:
+            st.caption(problem)
+            return
+        # the same launch from the same seed has the same arrays, which the set does not ship
+        recorded[role] = dataclasses.replace(rec, inputs=caps[role].inputs, outputs=caps[role].outputs)
+    for i in modelled:
+        q = questions[i]
+        try:
+            answer = q.answer(recorded, values)
+        except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+            st.caption(
+                f"Q{i + 1}: no measured answer from the recording ({' '.join(str(exc).split())[:120]})"
+            )
+            continue
+        if not str(answer.source).startswith("measured"):
+            continue
+        st.metric(f"Q{i + 1}, measured on {the_set.device_words()}", fmt(answer.value, q.unit))
+        st.caption(f"Computed from the recorded launch: {answer.source}")
