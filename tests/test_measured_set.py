@@ -41,7 +41,7 @@ def test_the_index_names_the_device_versions_and_every_file_with_its_size(record
     assert index["versions"]["numba_cuda"] and index["versions"]["visualizer"]
     assert index["recorded_at"].endswith("Z") and index["tool"].startswith("visualizer.tools.ship_h200")
     ids = sorted(r["id"] for r in index["launches"])
-    assert ids == ["reduction--block=128-n=1000", "vector_add--block=128-n=1000"]
+    assert ids == ["reduction.block-128.n-1000", "vector_add.block-128.n-1000"]
     total = 0
     for r in index["launches"]:
         assert r["roles"] == ["default"] and "accesses" in r["lenses"] and "branches" in r["lenses"]
@@ -199,3 +199,10 @@ def test_the_shipped_set_if_any_is_a_gpu_recording():
         return
     assert the_set.measured and the_set.device["backend"] == "gpu"
     assert sum(r.bytes for r in the_set.launches) <= ms.SET_MAX_BYTES
+
+
+def test_launch_ids_are_plain_names():
+    assert ship_h200.launch_id("vector_add", {"n": 1000, "block": 128}) == "vector_add.block-128.n-1000"
+    long = ship_h200.launch_id("flash_attention", {f"p{i}": 10**9 for i in range(20)})
+    assert len(long) <= 120 and ms.LAUNCH_ID.fullmatch(long)
+    assert ship_h200.launch_id("k", {"x": 0.5}) == "k.x-0.5" and ms.LAUNCH_ID.fullmatch("k.x-0.5")

@@ -32,7 +32,7 @@ INDEX_MAX_BYTES = 2 * 2**20
 MAX_LAUNCHES = 2000
 MAX_PARAMS = 32
 TEXT_MAX = 200
-LAUNCH_ID = re.compile(r"[a-z0-9_][a-z0-9_.=-]{0,159}")  # a bundle's directory name: never a path
+LAUNCH_ID = re.compile(r"[a-z0-9_][a-z0-9_.-]{0,159}")  # a bundle's directory name: never a path
 KERNEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 FILE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}\.(parquet|json)")
 SET_READ_BUDGET = 256 * 2**20  # bytes one shipped bundle's tables may take once decoded

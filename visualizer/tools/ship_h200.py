@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime as dt
+import hashlib
 import json
 import platform
 import re
@@ -77,10 +78,14 @@ def full_params(kernel: str, params: dict) -> dict:
 
 
 def launch_id(kernel: str, params: dict) -> str:
-    """The bundle's directory name: readable, and only [a-z0-9_.=-] (never a path)."""
-    text = kernel + "--" + "-".join(f"{k}={v}" for k, v in sorted(params.items()))
-    text = re.sub(r"[^a-z0-9_.=-]", "_", text.lower())
-    return text[:160]
+    """The bundle's directory name, e.g. ``vector_add.block-128.n-1000``: readable, only [a-z0-9_.-] (never a
+    path, and plain enough for any copy tool), with a hash of the parameters where it would be too long."""
+    text = ".".join([kernel, *(f"{k}-{v}" for k, v in sorted(params.items()))])
+    text = re.sub(r"[^a-z0-9_.-]", "_", text.lower())
+    if len(text) > 120:
+        digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+        text = f"{text[:100]}.{digest}"
+    return text
 
 
 def planned_launches(kernels: list[str], lessons: bool) -> list[dict]:
