@@ -80,8 +80,8 @@ def test_a_set_of_another_device_is_not_added_to(recorded, tmp_path):
     index = json.loads((dest / "index.json").read_text())
     index["device"].update(name="NVIDIA H200", backend="gpu")
     (dest / "index.json").write_text(json.dumps(index))
-    rc = ship_h200.main(["--out", str(dest), "--kernels", "vector_add", "--no-lessons", "--backend", "sim"])
-    assert rc == 2
+    args = ["--out", str(dest), "--kernels", "vector_add", "--no-lessons", "--backend", "sim", "--again"]
+    assert ship_h200.main(args) == 2
     assert json.loads((dest / "index.json").read_text())["device"]["name"] == "NVIDIA H200"  # untouched
 
 
@@ -206,3 +206,63 @@ def test_launch_ids_are_plain_names():
     long = ship_h200.launch_id("flash_attention", {f"p{i}": 10**9 for i in range(20)})
     assert len(long) <= 120 and ms.LAUNCH_ID.fullmatch(long)
     assert ship_h200.launch_id("k", {"x": 0.5}) == "k.x-0.5" and ms.LAUNCH_ID.fullmatch("k.x-0.5")
+
+
+def test_the_same_command_again_keeps_what_the_set_holds_and_records_the_rest(recorded, tmp_path, capsys):
+    dest = copy_of(recorded, tmp_path)
+    before = {p.name: p.stat().st_mtime_ns for p in (dest / "vector_add.block-128.n-1000").iterdir()}
+    rc = ship_h200.main(
+        ["--out", str(dest), "--kernels", "vector_add,reduction", "--no-lessons", "--backend", "sim"]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "2 of them are in the set already" in out and "set: 2 launches" in out
+    after = {p.name: p.stat().st_mtime_ns for p in (dest / "vector_add.block-128.n-1000").iterdir()}
+    assert after == before  # not recorded again
+    the_set, why = ms.load_set(dest)
+    assert why is None and len(the_set.launches) == 2
+
+
+def test_two_captures_of_one_launch_merge_into_one_bundle(sim_runner, tmp_path):
+    """The GPU's two captures (timed timeline; lenses), merged as the set keeps them: here on the simulator."""
+    timed = sim_runner.capture("reduction", {"n": 1000, "block": 128})
+    lensed = sim_runner.capture("reduction", {"n": 1000, "block": 128}, accesses=True, branches=True)
+    assert timed.requests is None and timed.branches is None
+    ship_h200.merge_lenses(timed, lensed)
+    assert timed.requests is lensed.requests and timed.branches is lensed.branches
+    assert timed.launch["accesses"] == lensed.launch["accesses"] and "branches" in timed.launch["lens"]
+    tables, capped = ship_h200.compact_tables(timed)
+    files = ship_h200.write_bundle(timed, tmp_path / "b", capped, tables, {"device": "CUDA simulator on CPU"})
+    assert {"threads.parquet", "requests.parquet", "branches.parquet", "launch.json", "timing.json"} <= set(
+        files
+    )
+    from visualizer.analysis.bundle_read import load
+
+    back = load(tmp_path / "b")
+    assert len(back.requests) == len(lensed.requests) and len(back.threads) == len(timed.threads)
+
+
+@pytest.mark.gpu
+def test_recording_on_the_gpu_keeps_barrier_waits_accesses_and_device_time(tmp_path):
+    out = tmp_path / "h200"
+    args = [
+        "--out",
+        str(out),
+        "--kernels",
+        "reduction",
+        "--no-lessons",
+        "--backend",
+        "gpu",
+        "--expect-device",
+        "H200",
+    ]
+    assert ship_h200.main(args) == 0
+    the_set, why = ms.load_set(out)
+    assert why is None and the_set.measured and the_set.label().startswith("measured on an NVIDIA H200, ")
+    assert the_set.device["driver"] and the_set.device["compute_capability"] == "9.0"
+    (rec,) = the_set.launches
+    assert set(rec.lenses) == {"barriers", "accesses", "branches"}
+    cap = ms.Match(the_set, rec, True, rec.params).capture()
+    assert cap.timing["clean_ms"] > 0 and cap.timing["launch_overhead_us"] > 0
+    assert len(cap.barriers) and len(cap.requests) and len(cap.branches)
+    assert cap.launch["recorded"]["device"] == "NVIDIA H200"

@@ -42,7 +42,6 @@ TABLE_ROW_CAPS = {  # rows shipped per table (the first ones): the default launc
     "barriers": 60_000,
 }
 OTHER_TABLE_CAP = 60_000
-LENSES = {"gpu": ("accesses", "branches", "barriers"), "sim": ("accesses", "branches")}
 
 
 def parser() -> OneLineParser:
@@ -54,6 +53,12 @@ def parser() -> OneLineParser:
     p.add_argument("--out", required=True, help="the set's directory (new, empty, or a set to add to)")
     p.add_argument("--kernels", default=None, help="comma-separated kernel names (default: every built-in)")
     p.add_argument("--no-lessons", action="store_true", help="only the kernels' default launches")
+    p.add_argument(
+        "--again",
+        action="store_true",
+        help="record again the launches the set already holds (default: keep them, record only the rest, so "
+        "the same command run again finishes a set the time budget cut short)",
+    )
     p.add_argument("--backend", default="auto", choices=("auto", "gpu", "sim"))
     p.add_argument(
         "--expect-device",
@@ -252,25 +257,63 @@ def out_problem(out: Path) -> str | None:
     return None
 
 
-def capture_one(runner, entry: dict, repeats: int):
-    """The launch with every lens its backend offers; if the launch cannot take them (the simulator's access
-    limits, a lens that fails), again with fewer, said in the note. Returns (capture, lenses, note or None)."""
+def _try(runner, entry: dict, ladder: list[list[str]], notes: list[str], **kwargs):
+    """The launch with the first set of lenses of ``ladder`` it takes (fewer after each failure, said in
+    ``notes``): (capture, lenses)."""
     from visualizer.engine.run.runner import KernelError
     from visualizer.specs.catalog import LaunchError
 
-    offered = list(LENSES[runner.backend])
-    ladder = [offered, [n for n in offered if n != "accesses"], []]
-    notes = []
     for i, lenses in enumerate(ladder):
         try:
             cap = runner.capture(
-                entry["kernel"], entry["params"], repeats=repeats, seed=0, **{name: True for name in lenses}
+                entry["kernel"], entry["params"], seed=0, **kwargs, **dict.fromkeys(lenses, True)
             )
-            return cap, lenses, "; ".join(notes) or None
+            return cap, lenses
         except (LaunchError, KernelError) as exc:
             if i == len(ladder) - 1:
                 raise
             notes.append(f"with {'+'.join(lenses)}: {' '.join(str(exc).split())[:120]}")
+
+
+def merge_lenses(cap, other) -> None:
+    """``other``'s lens tables and launch.json entries into ``cap`` where ``cap`` has none (one launch, two
+    captures: the timeline and timing of one, the lenses of the other)."""
+    from visualizer.analysis.lens_tables import table_names
+
+    for name in table_names():
+        if cap.table(name) is None and other.table(name) is not None:
+            cap.set_table(name, other.table(name))
+    for key, value in other.launch.items():
+        if key not in cap.launch:
+            cap.launch[key] = value
+    cap.launch["lens"] = {**(other.launch.get("lens") or {}), **(cap.launch.get("lens") or {})}
+
+
+def capture_one(runner, entry: dict, repeats: int):
+    """One launch as the set keeps it: (capture, lenses, note or None).
+
+    On a GPU two captures, as the SIMT lens asks (branch probes in a loop would lengthen the work timed between
+    barriers; recording accesses slows the sampled warps): the timeline, device time and barrier waits from
+    one, the accesses and branches from the other (not timed). On the simulator one capture with both.
+    A launch that cannot take a lens (the simulator's access limits, a lens that fails) runs with fewer.
+    """
+    from visualizer.engine.run.runner import KernelError
+    from visualizer.specs.catalog import LaunchError
+
+    notes: list[str] = []
+    if runner.backend == "gpu":
+        cap, first = _try(runner, entry, [["barriers"], []], notes, repeats=repeats)
+        try:
+            lensed, more = _try(
+                runner, entry, [["accesses", "branches"], ["branches"]], notes, repeats=1, time_clean=False
+            )
+            merge_lenses(cap, lensed)
+        except (LaunchError, KernelError) as exc:  # the timed capture stands without its lenses, said so
+            more = []
+            notes.append(f"no lenses: {' '.join(str(exc).split())[:120]}")
+        return cap, [*more, *first], "; ".join(notes) or None
+    cap, lenses = _try(runner, entry, [["accesses", "branches"], ["branches"], []], notes, repeats=repeats)
+    return cap, lenses, "; ".join(notes) or None
 
 
 def record(args) -> int:
@@ -315,9 +358,17 @@ def record(args) -> int:
                 f"--expect-device {args.expect_device}: this run is on the {runner.backend} backend; "
                 "a simulator's captures are never labelled as a GPU's"
             )
-        for i, entry in enumerate(plan):
+        todo = [e for e in plan if args.again or e["id"] not in kept]
+        for entry in plan:  # a launch the set holds keeps its recording, and gains any new reason for it
+            if entry["id"] in kept and entry not in todo:
+                kept[entry["id"]]["roles"] = list(
+                    dict.fromkeys([*kept[entry["id"]]["roles"], *entry["roles"]])
+                )
+        if len(todo) < len(plan):
+            print(f"  {len(plan) - len(todo)} of them are in the set already (--again records them again)")
+        for i, entry in enumerate(todo):
             if time.monotonic() - started > args.budget_s:
-                skipped += [e["id"] for e in plan[i:]]
+                skipped += [e["id"] for e in todo[i:]]
                 break
             try:
                 cap, lenses, note = capture_one(runner, entry, args.repeats)
@@ -379,6 +430,8 @@ def record(args) -> int:
                 flush=True,
             )
     total = sum(sum(r["files"].values()) for r in kept.values())
+    if device is None and previous is not None:  # nothing new: the set as it was
+        device, vers, recorded_at = previous.device, previous.versions, previous.recorded_at
     if device is not None:
         the_set = ms.MeasuredSet(out, device, vers, recorded_at, "", ())
         print(f"set: {len(kept)} launches, {total / 2**20:.2f} MiB in {out}; label: {the_set.label()}")
@@ -387,7 +440,7 @@ def record(args) -> int:
         print(
             f"not recorded ({len(skipped)}; the time budget or the size limit): {', '.join(skipped[:8])}"
             + (" ..." if len(skipped) > 8 else "")
-            + "; run again with --kernels to add them"
+            + "; run the same command again to add them"
         )
     if failed:  # e.g. out_of_bounds_write faults on a GPU, as it is meant to: the others are the set
         print(f"{len(failed)} launch(es) failed and are not in the set: {', '.join(failed[:8])}")
