@@ -37,7 +37,7 @@ setup(
     packages=packages,
     package_dir={"visualizer.kernels": "kernels"},
     package_data={
-        "visualizer.kernels.examples": ["*.py"],
+        "visualizer.kernels.examples": ["*.py", "*.toml"],
         # the measured set (tools/ship_h200.py): index.json and one compact bundle per recorded launch
         "visualizer": ["data/h200/*.json", "data/h200/*/*.json", "data/h200/*/*.parquet"],
     },

@@ -158,12 +158,14 @@ def note(rec, st, ep, k, word):
 @cuda.jit(device=True)
 def _word(offset, itemsize, site):
     size = itemsize if itemsize < 256 else 0
-    return (offset + 1) | (size << SIZE_SHIFT) | (site << SITE_SHIFT)
+    # 64-bit from the start: on the simulator an int32 index makes an int32 offset, which numpy 2 will
+    # not OR with a 48-bit field (on a GPU the offset is already 64-bit: the cast is free)
+    return (int64(offset) + 1) | (size << SIZE_SHIFT) | (site << SITE_SHIFT)
 
 
 @cuda.jit(device=True)
 def _wrap(i, n):
-    return i + n if i < 0 else i
+    return int64(i + n) if i < 0 else int64(i)  # 64-bit: an int32 index times a stride may pass 2**31
 
 
 @cuda.jit(device=True)

@@ -8,6 +8,7 @@ import pytest
 
 from visualizer.analysis.capture import GPU_SOURCE, threads_table
 from visualizer.analysis.occupancy import ARCHS, occupancy
+from visualizer.analysis.occupancy_timeline import impact_sweeps
 from visualizer.figures.occupancy import (
     CURRENT_COLOUR,
     CURRENT_NAME,
@@ -42,7 +43,7 @@ def _step_value(xs, ys, x):
     [("sm_90", 128, 32, 0, 0), ("sm_80", 256, 64, 20 * KB, 2048), ("sm_75", 96, 40, 8 * KB, 0)],
 )
 def test_impact_current_point_and_steps_match_calculator(arch, threads, regs, dynamic, static):
-    fig = impact_figure(arch, threads, regs, dynamic, static)
+    fig = impact_figure(impact_sweeps(arch, threads, regs, dynamic, static))
     current = occupancy(
         arch, threads, regs, dynamic, static, max_dynamic_smem=ARCHS[arch].smem_per_block_optin - static
     )
@@ -77,18 +78,18 @@ def test_impact_current_point_and_steps_match_calculator(arch, threads, regs, dy
 
 
 def test_impact_marks_kernel_register_counts():
-    fig = impact_figure("sm_90", 256, 40, kernel_regs={"instrumented": 40, "clean": 22})
+    fig = impact_figure(impact_sweeps("sm_90", 256, 40), kernel_regs={"instrumented": 40, "clean": 22})
     lines = {t.name: t for t in _panel_traces(fig, "x2") if t.name and "build" in t.name}
     assert set(lines) == {"instrumented build: 40 regs/thread", "clean build: 22 regs/thread"}
     assert lines["clean build: 22 regs/thread"].x == (22, 22)
     assert not [t for t in fig.data if t.name and "build" in t.name and t.xaxis != "x2"]
-    plain = impact_figure("sm_90", 256, 40)
+    plain = impact_figure(impact_sweeps("sm_90", 256, 40))
     assert not [t for t in plain.data if t.name and "build" in t.name]
 
 
 def test_impact_unlaunchable_configuration_still_draws():
     # 1024 threads x 128 regs needs 131072 registers: no block fits; the point sits at zero.
-    fig = impact_figure("sm_90", 1024, 128)
+    fig = impact_figure(impact_sweeps("sm_90", 1024, 128))
     marker = _panel_traces(fig, "x2")[1]
     assert marker.y == (0,)
 

@@ -369,9 +369,9 @@ def test_histogram_race_joins_global_hazards_on_the_cells_at_the_visitors_line(u
         runs=8,
         schedule_seed=5,
         accesses=True,
-        time_clean=False,
-        sim_engine="fastsim",  # the recorder's hazards (the default engine's handover fails here: an open bug)
+        time_clean=False,  # the default engine hands the seeded runs to fastsim (a global read-modify-write)
     )
+    assert cap.launch["sim_engine"] == "fastsim" and "read-modify-write" in cap.launch["sim_engine_note"]
     cells = races.cells(cap.runs, "bins", cap.source)
     joined = races.hazards_at(cells, cap.hazards, cap.accesses)
     line = 1 + source("histogram", racy=True).splitlines().index("        bins[b] += 1")

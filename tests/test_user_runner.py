@@ -63,6 +63,19 @@ def test_textbook_kernels_unmodified_give_correct_outputs_and_traces(user_runner
         assert cap.launch["static_smem_bytes"] == 256 * 4
 
 
+def test_the_examples_table_is_checked_when_loaded(tmp_path):
+    from visualizer.web.examples import load_examples
+
+    assert set(EXAMPLES) == {"vector_add", "matmul_tiled", "reduction"}
+    table = (HERE / "examples.toml").read_text()
+    (tmp_path / "typo.toml").write_text(table.replace("threads_for = 1000", "threads_fro = 1000"))
+    with pytest.raises(ValueError, match=r"typo.toml \[vector_add\]: .*threads_fro"):
+        load_examples(tmp_path / "typo.toml")
+    (tmp_path / "gone.toml").write_text(table.replace('"reduction.py"', '"reduce.py"'))
+    with pytest.raises(ValueError, match=r"\[reduction\]: no source file reduce.py"):
+        load_examples(tmp_path / "gone.toml")
+
+
 def test_wrong_kernel_is_reported_wrong_and_reference_function_works(user_runner):
     src = (
         "from numba import cuda\n\n@cuda.jit\ndef k(a, out):\n    i = cuda.grid(1)\n"

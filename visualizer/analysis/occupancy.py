@@ -487,12 +487,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, required=True, help="threads per block (1..1024)")
     parser.add_argument("--regs", type=int, required=True, help="registers per thread (0..255)")
     parser.add_argument("--smem", type=int, default=0, help="dynamic shared memory per block, bytes")
-    parser.add_argument(
-        "--static-smem",
-        type=int,
-        default=0,
-        help="static shared memory per block, bytes",
-    )
+    parser.add_argument("--static-smem", type=int, default=0, help="static shared memory per block, bytes")
     parser.add_argument(
         "--max-dynamic-smem",
         type=int,

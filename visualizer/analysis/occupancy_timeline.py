@@ -6,10 +6,21 @@ and the occupancy calculator's opt-in helpers the Occupancy page uses.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from visualizer.analysis.occupancy import WARP_SIZE, Arch, Occupancy, get_arch, occupancy
+from visualizer.analysis.occupancy import (
+    WARP_SIZE,
+    Arch,
+    Occupancy,
+    get_arch,
+    occupancy,
+    sweep_registers,
+    sweep_shared_memory,
+    sweep_threads,
+)
 from visualizer.analysis.schedule import achieved_occupancy, step_sweep
 from visualizer.specs.launch import ceil_div
 
@@ -42,6 +53,40 @@ def occupancy_opted_in(
         smem_dynamic,
         smem_static,
         max_dynamic_smem=max_dynamic_smem_optin(arch, smem_static),
+    )
+
+
+@dataclass(frozen=True)
+class ImpactSweeps:
+    """Nsight Compute's occupancy "impact" sweeps around one configuration (a kernel opted in to the
+    most dynamic shared memory): each sweep varies one input, the others held at ``current``'s."""
+
+    arch: Arch
+    threads: int
+    regs: int
+    smem_dynamic: int
+    max_dynamic_smem: int
+    current: Occupancy
+    threads_sweep: list[tuple[int, Occupancy]]
+    regs_sweep: list[tuple[int, Occupancy]]
+    smem_sweep: list[tuple[int, Occupancy]]
+
+
+def impact_sweeps(arch: str | Arch, threads: int, regs: int, smem_dynamic: int = 0, smem_static: int = 0):
+    """The three sweeps (block size, registers per thread, dynamic shared memory) of :class:`ImpactSweeps`."""
+    spec = get_arch(arch)
+    optin = max_dynamic_smem_optin(spec, smem_static)
+    opted = {"max_dynamic_smem": optin}
+    return ImpactSweeps(
+        arch=spec,
+        threads=threads,
+        regs=regs,
+        smem_dynamic=smem_dynamic,
+        max_dynamic_smem=optin,
+        current=occupancy_opted_in(spec, threads, regs, smem_dynamic, smem_static),
+        threads_sweep=sweep_threads(spec, regs, smem_dynamic, smem_static, current=threads, **opted),
+        regs_sweep=sweep_registers(spec, threads, smem_dynamic, smem_static, **opted),
+        smem_sweep=sweep_shared_memory(spec, threads, regs, smem_static, current=smem_dynamic, **opted),
     )
 
 

@@ -18,12 +18,11 @@ from visualizer.analysis.occupancy import (
     Arch,
     Occupancy,
     get_arch,
-    sweep_registers,
-    sweep_shared_memory,
     sweep_threads,
 )
 from visualizer.analysis.occupancy_timeline import (  # noqa: F401  (the page and tests import them from here too)
     SIM_ACHIEVED_SOURCE,
+    ImpactSweeps,
     _sm_areas,
     achieved_warps_per_sm,
     active_warps_over_time,
@@ -59,45 +58,28 @@ def _hover(points: list[tuple[int, Occupancy]]) -> np.ndarray:
     return np.array([[r.blocks_per_sm, 100 * r.occupancy] for _, r in points])
 
 
-def impact_figure(
-    arch: str | Arch,
-    threads: int,
-    regs: int,
-    smem_dynamic: int = 0,
-    smem_static: int = 0,
-    kernel_regs: dict[str, int] | None = None,
-) -> go.Figure:
+def impact_figure(sweeps: ImpactSweeps, kernel_regs: dict[str, int] | None = None) -> go.Figure:
     """Three step charts as in Nsight Compute's occupancy section: warps per SM as one input varies.
 
     The current configuration is a red marker in each panel; ``kernel_regs`` ({"instrumented": 40,
     "clean": 22}) draws the compiled builds' register counts as vertical lines.
     """
-    spec = get_arch(arch)
-    optin = max_dynamic_smem_optin(spec, smem_static)
-    current = occupancy_opted_in(spec, threads, regs, smem_dynamic, smem_static)
+    spec, current, optin = sweeps.arch, sweeps.current, sweeps.max_dynamic_smem
     panels = [
         (
-            sweep_threads(spec, regs, smem_dynamic, smem_static, current=threads, max_dynamic_smem=optin),
-            threads,
+            sweeps.threads_sweep,
+            sweeps.threads,
             1,
             "threads per block",
             [0, spec.max_threads_per_block + WARP_SIZE],
         ),
+        (sweeps.regs_sweep, sweeps.regs, 1, "registers per thread", [0, spec.max_regs_per_thread + 1]),
         (
-            sweep_registers(spec, threads, smem_dynamic, smem_static, max_dynamic_smem=optin),
-            regs,
-            1,
-            "registers per thread",
-            [0, spec.max_regs_per_thread + 1],
-        ),
-        (
-            sweep_shared_memory(
-                spec, threads, regs, smem_static, current=smem_dynamic, max_dynamic_smem=optin
-            ),
-            smem_dynamic,
+            sweeps.smem_sweep,
+            sweeps.smem_dynamic,
             KB,
             "dynamic shared memory per block (KB)",
-            [0, max(optin, smem_dynamic) / KB * 1.02 + 1],
+            [0, max(optin, sweeps.smem_dynamic) / KB * 1.02 + 1],
         ),
     ]
     fig = make_subplots(rows=1, cols=3, subplot_titles=IMPACT_TITLES, horizontal_spacing=0.07)

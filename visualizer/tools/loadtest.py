@@ -25,6 +25,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from visualizer.engine.capture.request import SIM_ENGINES
 from visualizer.tools.localcluster import children  # a process's children, from /proc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -421,8 +422,14 @@ def main(argv: list[str]) -> int:
         default=0,
         help="start a Dask cluster on 127.0.0.1 with this many workers and serve --cluster it",
     )
+    p.add_argument(
+        "--sim-engine",
+        choices=SIM_ENGINES,
+        help="the simulator engine the servers run (serve --sim-engine; default: serve's)",
+    )
     args = p.parse_args(argv)
     serve_args = ["--sim-workers", str(args.sim_workers)] if args.sim_workers else []
+    serve_args += ["--sim-engine", args.sim_engine] if args.sim_engine else []
     if args.cluster_workers:
         from distributed import Client
 

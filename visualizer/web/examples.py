@@ -7,11 +7,13 @@ Sources in ``kernels/examples/``:
   in a loop, an early ``return``.
 * reduction.py: a shared-memory tree reduction with ``syncthreads`` in a ``while`` loop.
 
-Each comes with a launch spec and a numpy reference expression the page and tests start from.
+Each comes with a launch form and a numpy reference expression the page and tests start from, in
+``kernels/examples/examples.toml`` (one table per example).
 """
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
 
 from visualizer import KERNELS_DIR
@@ -35,32 +37,21 @@ class Example:
         return (HERE / self.file).read_text()
 
 
-EXAMPLES = {
-    "vector_add": Example(
-        title="Vector add",
-        file="vector_add.py",
-        kernel="vector_add",
-        block="128",
-        threads_for=1000,
-        args={"a": "rand:float32:1000", "b": "rand:float32:1000", "c": "zeros:float32:1000"},
-        reference="c = a + b",
-    ),
-    "matmul_tiled": Example(
-        title="Tiled matmul (shared memory, TILE a module constant)",
-        file="matmul_tiled.py",
-        kernel="matmul_tiled",
-        grid="3,3",
-        block="16,16",
-        args={"A": "rand:float32:48x48", "B": "rand:float32:48x48", "C": "zeros:float32:48x48"},
-        reference="C = A @ B",
-    ),
-    "reduction": Example(
-        title="Tree reduction (shared memory, syncthreads in a loop)",
-        file="reduction.py",
-        kernel="block_sum",
-        block="256",
-        threads_for=2000,
-        args={"x": "rand:float32:2000", "partial": "zeros:float32:8"},
-        reference="partial = np.add.reduceat(x, np.arange(0, x.size, THREADS_PER_BLOCK))",
-    ),
-}
+def load_examples(path=HERE / "examples.toml") -> dict[str, Example]:
+    """The examples of ``examples.toml``, checked: an unknown or missing field, or a source file that
+    is not there, fails here at import, not on a visitor's page."""
+    with open(path, "rb") as f:
+        table = tomllib.load(f)
+    examples = {}
+    for key, row in table.items():
+        try:
+            ex = Example(**row)
+        except TypeError as exc:
+            raise ValueError(f"{path.name} [{key}]: {exc}") from None
+        if not (HERE / ex.file).is_file():
+            raise ValueError(f"{path.name} [{key}]: no source file {ex.file}")
+        examples[key] = ex
+    return examples
+
+
+EXAMPLES = load_examples()

@@ -10,6 +10,7 @@ from visualizer.analysis.occupancy_timeline import (
     SIM_ACHIEVED_SOURCE,
     achieved_warps_per_sm,
     active_warps_over_time,
+    impact_sweeps,
     modelled_active_warps,
     occupancy_opted_in,
 )
@@ -265,7 +266,8 @@ st.caption(
     "Modelled with the CUDA occupancy formula (cuda_occupancy.h): pure Python, nothing is launched. "
     "Dynamic shared memory above 48 KB assumes the kernel opted in (cudaFuncSetAttribute)."
 )
-chart(impact_figure(arch, threads, regs, smem_dynamic, static, _kernel_regs(cap)), key="occ_impact")
+sweeps = impact_sweeps(arch, threads, regs, smem_dynamic, static)
+chart(impact_figure(sweeps, _kernel_regs(cap)), key="occ_impact")
 
 if cap is None:
     st.info("Run a kernel from the sidebar to compare with a real launch and see its achieved occupancy.")
