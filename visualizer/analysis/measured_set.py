@@ -202,9 +202,11 @@ def find(kernel: str, params: dict, root: str | Path | None = None) -> tuple[Mat
     if the_set is None:
         return None, why
     match = nearest(the_set, kernel, params)
-    if match is None:
-        return None, f"{kernel} was not recorded in the shipped set ({the_set.label()})"
-    return match, None
+    return (match, None) if match is not None else (None, not_recorded(kernel, the_set))
+
+
+def not_recorded(kernel: str, the_set: MeasuredSet) -> str:
+    return f"{kernel} was not recorded in the shipped set ({the_set.label()})"
 
 
 # --- reading, bounded ----------------------------------------------------------------------------

@@ -29,12 +29,37 @@ def _recorded_capture(root: str, launch_id: str, files: tuple, device: tuple) ->
     return ms.Match(the_set, rec, True, rec.params).capture()
 
 
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _read_set(root: str, stamp: tuple) -> tuple[ms.MeasuredSet | None, str | None]:
+    return ms.load_set(root)
+
+
+def shipped_set() -> tuple[ms.MeasuredSet | None, str | None]:
+    """The set (or why none), read once per version of its index.json (its size and time)."""
+    root = ms.set_dir()
+    try:
+        st_ = (root / ms.INDEX).stat()
+        stamp = (st_.st_size, st_.st_mtime_ns)
+    except OSError:
+        stamp = None
+    return _read_set(str(root), stamp)
+
+
+def find(kernel: str, params: dict) -> tuple[ms.Match | None, str | None]:
+    """ms.find over the cached set."""
+    found, why = shipped_set()
+    if found is None:
+        return None, why
+    match = ms.nearest(found, kernel, params)
+    return (match, None) if match is not None else (None, ms.not_recorded(kernel, found))
+
+
 def match_for(cap: Capture | None) -> tuple[ms.Match | None, str | None]:
     """The recorded launch to show beside ``cap`` (None, and why, where none is shown: a GPU's own run
     needs none, a visitor's kernel was not recorded, no set is shipped)."""
     if cap is None or cap.measured or cap.launch.get("user_kernel"):
         return None, None
-    return ms.find(str(cap.launch.get("kernel")), dict(cap.launch.get("params") or {}))
+    return find(str(cap.launch.get("kernel")), dict(cap.launch.get("params") or {}))
 
 
 def recorded_capture(match: ms.Match) -> tuple[Capture | None, str | None]:
@@ -187,7 +212,7 @@ def simt_beside(cap: Capture) -> None:
 def compare_beside(sides: list[tuple[str, dict]]) -> None:
     """Compare page on the simulator: A's and B's device time as recorded (the simulator has none), each
     the same launch or the nearest recorded, said so; B/A only where both were measured."""
-    found = [ms.find(kernel, params) for kernel, params in sides]
+    found = [find(kernel, params) for kernel, params in sides]
     if any(m is None for m, _ in found):
         why = next(w for m, w in found if m is None)
         st.caption(f"No recorded device time beside this pair: {why}")
