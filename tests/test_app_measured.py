@@ -131,6 +131,18 @@ def test_a_gpu_time_lesson_names_the_recorded_launch_and_gives_no_answer_from_a_
     assert not any(m.label.startswith("Q1, measured on") for m in at.metric)
 
 
+def test_the_shipped_set_if_recorded_is_shown_as_measured(monkeypatch):
+    """The set in the package (recorded on the H200), where it has been recorded: labelled measured."""
+    monkeypatch.delenv(ms.SET_ENV)
+    the_set, why = ms.load_set(ms.SHIPPED_DIR)
+    if the_set is None:
+        pytest.skip(why)
+    at = open_app("scheduling", kernel="vector_add", backend="sim", n="1000", block="128")
+    heads = [h.value for h in at.subheader]
+    assert f"The same launch, measured on {the_set.device_words()}: blocks on its SMs" in heads
+    assert any(the_set.label() in t for t in _titles(at))
+
+
 @pytest.mark.gpu
 def test_a_set_recorded_on_the_gpu_is_labelled_measured_with_its_device_time(tmp_path, monkeypatch):
     """On the GPU machine: record one launch there, then read it beside a simulated run."""
@@ -153,3 +165,12 @@ def test_a_set_recorded_on_the_gpu_is_labelled_measured_with_its_device_time(tmp
 
     at = _lesson_run("cpu_gpu", "GPU kernel")  # its launch (n=1000, block=256) is recorded: a lesson's
     assert any(m.label.startswith("Q1, measured on an NVIDIA") for m in at.metric)
+
+
+def test_without_a_set_the_pages_say_nothing_of_one(tmp_path, monkeypatch):
+    monkeypatch.setenv(ms.SET_ENV, str(tmp_path / "none"))
+    at = open_app("scheduling", kernel="vector_add", backend="sim", n="1000", block="128")
+    assert not any(
+        "recorded" in t or "measured set" in t for t in _texts(at) if "ship_h200" in t or "set" in t
+    )
+    assert not any("blocks on its SMs" in h.value for h in at.subheader)

@@ -35,14 +35,16 @@ def _read_set(root: str, stamp: tuple) -> tuple[ms.MeasuredSet | None, str | Non
 
 
 def shipped_set() -> tuple[ms.MeasuredSet | None, str | None]:
-    """The set (or why none), read once per version of its index.json (its size and time)."""
+    """The set (or why none; (None, None) where none is shipped), read once per version of its index.json
+    (its size and time)."""
     root = ms.set_dir()
     try:
         st_ = (root / ms.INDEX).stat()
-        stamp = (st_.st_size, st_.st_mtime_ns)
+    except FileNotFoundError:  # none recorded yet: nothing to say beside the page
+        return None, None
     except OSError:
-        stamp = None
-    return _read_set(str(root), stamp)
+        return _read_set(str(root), None)  # says why it cannot be read
+    return _read_set(str(root), (st_.st_size, st_.st_mtime_ns))
 
 
 def find(kernel: str, params: dict) -> tuple[ms.Match | None, str | None]:
@@ -215,7 +217,8 @@ def compare_beside(sides: list[tuple[str, dict]]) -> None:
     found = [find(kernel, params) for kernel, params in sides]
     if any(m is None for m, _ in found):
         why = next(w for m, w in found if m is None)
-        st.caption(f"No recorded device time beside this pair: {why}")
+        if why:  # none at all where no set is shipped
+            st.caption(f"No recorded device time beside this pair: {why}")
         return
     matches = [m for m, _ in found]
     the_set = matches[0].set
@@ -255,7 +258,8 @@ def lesson_beside(questions, caps: dict, values: dict, answers: list, fmt) -> No
     found = {role: match_for(cap) for role, cap in caps.items()}
     missing = [why for m, why in found.values() if m is None]
     if missing:
-        st.caption(f"No measured answer beside the modelled one: {missing[0]}")
+        if missing[0]:  # none at all where no set is shipped
+            st.caption(f"No measured answer beside the modelled one: {missing[0]}")
         return
     matches = {role: m for role, (m, _) in found.items()}
     the_set = next(iter(matches.values())).set
