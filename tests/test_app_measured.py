@@ -88,6 +88,9 @@ def test_memory_access_shows_the_recorded_requests_beside_yours(sim_set):
     titles = [t for t in _titles(at) if "the recorded launch vs your run (simulated)" in t]
     assert len(titles) == 1 and "simulated, not measured" in titles[0]
     assert "the same per request on every line" in titles[0]  # one launch, recorded twice: same pattern
+    metrics = {m.label: m.value for m in at.metric}
+    # 31 full warps of 32 consecutive floats (4 sectors each) and one of 8 (1 sector): 125 / 32
+    assert metrics["global load sectors / request (recorded)"] == "3.91"
 
 
 def test_simt_shows_the_recorded_branch_efficiency_and_says_why_no_barrier_waits(sim_set):

@@ -165,9 +165,35 @@ def accesses_beside(cap: Capture) -> None:
         what = "the recorded launch vs your run (simulated)"
     table.attrs["source"] = chart_source(match)
     chart(side_by_side_figure(table, sides=sides, what=what), key="mem_measured_chart")
+    counts = recorded_counters(recorded.launch.get("accesses") or {})
+    if counts:
+        cols = st.columns(len(counts))
+        for col, (name, value) in zip(cols, counts.items(), strict=True):
+            col.metric(f"{name} (recorded)", f"{value:,.2f}" if isinstance(value, float) else f"{value:,}")
+        sampled = (recorded.launch.get("accesses") or {}).get("sample")
+        st.caption(
+            "Counted over the warps that recorded ("
+            + ("the sampled blocks' warps" if sampled else "every warp")
+            + f"), {match.set.label()}."
+        )
     capped = (recorded.launch.get("capped") or {}).get("requests")
     if capped:
         st.caption(f"The set ships the first {capped[0]:,} of the {capped[1]:,} recorded requests.")
+
+
+def recorded_counters(summ: dict) -> dict:
+    """The recording's memory counters, as the page's own: sectors per global request, shared wavefronts per
+    request and bank conflicts (only those the launch has)."""
+    out: dict = {}
+    for short, word in (("ld", "load"), ("st", "store")):
+        req = summ.get(f"global_{short}_requests")
+        if isinstance(req, int) and req > 0 and isinstance(summ.get(f"global_{short}_sectors"), int):
+            out[f"global {word} sectors / request"] = summ[f"global_{short}_sectors"] / req
+    for short, word in (("ld", "load"), ("st", "store")):
+        req = summ.get(f"shared_{short}_requests")
+        if isinstance(req, int) and req > 0 and isinstance(summ.get(f"shared_{short}_wavefronts"), int):
+            out[f"shared {word} wavefronts / request"] = summ[f"shared_{short}_wavefronts"] / req
+    return out
 
 
 def simt_beside(cap: Capture) -> None:
