@@ -116,11 +116,13 @@ def schedule_beside(cap: Capture) -> None:
     sms = int(blocks["sm"].nunique()) if len(blocks) else 0
     span = int(blocks["t_end_ns"].max() - blocks["t_start_ns"].min()) if len(blocks) else 0
     where = (
-        "%smid and %globaltimer read inside the kernel" if match.set.measured else "the simulator's stand-ins"
+        "%smid and %globaltimer read inside the kernel's instrumented build, which also timed its barriers"
+        if match.set.measured
+        else "the simulator's stand-ins for SMs and times"
     )
     st.caption(
-        f"{len(blocks):,} blocks on {sms} SMs over {span:,} ns ({where}; the instrumented build, with the "
-        "lenses' probes). Your run above is the simulator's, on a modelled schedule."
+        f"{len(blocks):,} blocks on {sms} SMs over {span:,} ns ({where}). Your run above is the simulator's, "
+        "on a modelled schedule."
     )
 
 
