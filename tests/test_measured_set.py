@@ -99,6 +99,10 @@ def test_a_bad_flag_is_one_line_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "must be at least 1" in err[0]
 
 
+def test_the_package_folder_with_its_readme_takes_a_set():
+    assert ship_h200.out_problem(ms.SHIPPED_DIR) is None or (ms.SHIPPED_DIR / "index.json").exists()
+
+
 def test_a_foreign_directory_is_refused(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     assert ship_h200.main(["--out", str(tmp_path), "--kernels", "vector_add", "--backend", "sim"]) == 2

@@ -245,10 +245,11 @@ def write_index(out: Path, device: dict, vers: dict, recorded_at: str, launches:
 
 
 def out_problem(out: Path) -> str | None:
-    """None if ``out`` can take the set: new, empty, or a set already (added to)."""
+    """None if ``out`` can take the set: new, empty (but for a README.md: visualizer/data/h200's), or a set
+    already (added to)."""
     if out.exists() and not out.is_dir():
         return f"{out} exists and is not a directory"
-    if out.is_dir() and any(out.iterdir()) and not (out / ms.INDEX).is_file():
+    if out.is_dir() and any(p.name != "README.md" for p in out.iterdir()) and not (out / ms.INDEX).is_file():
         return f"{out} is neither empty nor a measured set (no {ms.INDEX}); give a new or empty directory"
     try:
         out.mkdir(parents=True, exist_ok=True)
