@@ -270,3 +270,20 @@ def test_recording_on_the_gpu_keeps_barrier_waits_accesses_and_device_time(tmp_p
     assert cap.timing["clean_ms"] > 0 and cap.timing["launch_overhead_us"] > 0
     assert len(cap.barriers) and len(cap.requests) and len(cap.branches)
     assert cap.launch["recorded"]["device"] == "NVIDIA H200"
+
+
+def test_a_lesson_sweep_plans_each_option_of_each_control():
+    plan = ship_h200.planned_launches(["vector_add"], True, ("cpu_gpu",))
+    cpu_gpu = {e["params"]["n"] for e in plan if any(r.startswith("lesson cpu_gpu") for r in e["roles"])}
+    assert cpu_gpu == {1000, 10_000, 100_000, 524_288}  # the lesson's n control, every option
+    assert len({e["id"] for e in plan}) == len(plan)  # each launch once, with all its reasons
+    plain = ship_h200.planned_launches(["vector_add"], True)
+    assert {e["params"]["n"] for e in plain if any(r.startswith("lesson cpu_gpu") for r in e["roles"])} == {
+        1000
+    }
+
+
+def test_an_unknown_lesson_to_sweep_is_one_line_exit_2(tmp_path, capsys):
+    assert ship_h200.main(["--out", str(tmp_path / "s"), "--backend", "sim", "--lesson-sweep", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no lesson 'nope'" in err[0]

@@ -54,6 +54,13 @@ def parser() -> OneLineParser:
     p.add_argument("--kernels", default=None, help="comma-separated kernel names (default: every built-in)")
     p.add_argument("--no-lessons", action="store_true", help="only the kernels' default launches")
     p.add_argument(
+        "--lesson-sweep",
+        default=None,
+        metavar="LESSON,...",
+        help="these lessons also at every option of each control (one at a time): a lesson about GPU time "
+        "then has a measured answer at each setting (e.g. cpu_gpu,memory_flow)",
+    )
+    p.add_argument(
         "--again",
         action="store_true",
         help="record again the launches the set already holds (default: keep them, record only the rest, so "
@@ -93,9 +100,10 @@ def launch_id(kernel: str, params: dict) -> str:
     return text
 
 
-def planned_launches(kernels: list[str], lessons: bool) -> list[dict]:
-    """Each kernel's default launch, then each lesson's launches at its controls' defaults; one entry per
-    distinct launch, with every reason it is recorded (its roles)."""
+def planned_launches(kernels: list[str], lessons: bool, sweep: tuple[str, ...] = ()) -> list[dict]:
+    """Each kernel's default launch, then each lesson's launches at its controls' defaults, and for the lessons
+    named in ``sweep`` at every option of each control (the others at their defaults); one entry per distinct
+    launch, with every reason it is recorded (its roles)."""
     from visualizer.specs.catalog import KERNELS
 
     out: dict[str, dict] = {}
@@ -113,11 +121,23 @@ def planned_launches(kernels: list[str], lessons: bool) -> list[dict]:
         from visualizer.web.lessons import LESSONS  # plain data: each lesson's runs at its controls' defaults
 
         for lesson in LESSONS:
-            values = {c.key: c.default for c in lesson.controls}
-            for role, run in lesson.runs(values).items():
-                if run.kernel in kernels:
-                    add(run.kernel, run.params, f"lesson {lesson.name} ({role})")
+            defaults = {c.key: c.default for c in lesson.controls}
+            settings = [defaults]
+            if lesson.name in sweep:
+                settings += [
+                    {**defaults, c.key: o} for c in lesson.controls for o in c.options if o != c.default
+                ]
+            for values in settings:
+                for role, run in lesson.runs(values).items():
+                    if run.kernel in kernels:
+                        add(run.kernel, run.params, f"lesson {lesson.name} ({role})")
     return list(out.values())
+
+
+def lesson_names() -> list[str]:
+    from visualizer.web.lessons import LESSONS
+
+    return [lesson.name for lesson in LESSONS]
 
 
 # --- where it ran ----------------------------------------------------------------------------------
@@ -341,7 +361,15 @@ def record(args) -> int:
             raise CliError(
                 f"{out} holds a measured set that cannot be read ({exc}); give a new directory"
             ) from None
-    plan = planned_launches(names, not args.no_lessons)
+    sweep = tuple(n.strip() for n in (args.lesson_sweep or "").split(",") if n.strip())
+    unknown_lessons = sorted(set(sweep) - set(lesson_names()))
+    if unknown_lessons:
+        raise CliError(
+            f"--lesson-sweep: no lesson {unknown_lessons[0]!r}; lessons: {', '.join(lesson_names())}"
+        )
+    if sweep and args.no_lessons:
+        raise CliError("--lesson-sweep records lessons' launches: drop --no-lessons")
+    plan = planned_launches(names, not args.no_lessons, sweep)
     limit = args.max_mb * 2**20
     started = time.monotonic()
     kept: dict[str, dict] = {}
