@@ -36,9 +36,11 @@ packages += ["visualizer.kernels.examples"]  # sources the Your kernel page read
 setup(
     packages=packages,
     package_dir={"visualizer.kernels": "kernels"},
+    # the examples the Your kernel page reads (and their .toml); the lessons' words (web/lessons*.toml); the
+    # measured set (tools/ship_h200.py): index.json and one compact bundle per recorded launch
     package_data={
         "visualizer.kernels.examples": ["*.py", "*.toml"],
-        # the measured set (tools/ship_h200.py): index.json and one compact bundle per recorded launch
+        "visualizer.web": ["*.toml"],
         "visualizer": ["data/h200/*.json", "data/h200/*/*.json", "data/h200/*/*.parquet"],
     },
     cmdclass={"build_py": BuildWithData},

@@ -296,6 +296,14 @@ def atv4(rec, st, slot, ep, a, base, i, j, m, n, site):
 
 
 @cuda.jit(device=True)
+def then(v, recorded):
+    """``v``, after ``recorded`` (an ``atN`` call) was evaluated: an atomic whose value loads memory is
+    recorded after those loads, in the order they run (``cuda.atomic.add(h, b, then(s[at1(.., s, b, 7)],
+    at1(.., h, b, 8)))``)."""
+    return v
+
+
+@cuda.jit(device=True)
 def at1(rec, st, slot, ep, a, i, site):
     """``a[i]``'s index, recorded (a 1-d element access; a row of a wider array is not one)."""
     return atv1(rec, st, slot, ep, a, 0, i, site)

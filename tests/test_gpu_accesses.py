@@ -346,6 +346,63 @@ def test_a_visitors_kernel_recorded_by_the_pass_equals_the_recorder():
     same_capture_tables(plain, passed)
 
 
+PRIVATE_HISTOGRAM_SRC = """
+from numba import cuda, int32
+
+
+@cuda.jit
+def hist(x, bins):
+    local = cuda.shared.array(8, int32)
+    t = cuda.threadIdx.x
+    if t < 8:
+        local[t] = 0
+    cuda.syncthreads()
+    cuda.atomic.add(local, x[cuda.grid(1)] % 8, 1)
+    cuda.syncthreads()
+    if t < 8:
+        cuda.atomic.add(bins, t, local[t])  # the value is a shared load: it runs before the atomic
+"""
+
+
+def test_an_atomic_whose_value_loads_memory_is_recorded_after_that_load():
+    from visualizer.engine.run.user_runner import UserRunner
+    from visualizer.specs.source import plan_source_launch
+
+    code, _ = rewrite(PRIVATE_HISTOGRAM_SRC, "hist")
+    assert "cuda.atomic.add(bins, t, _vz_then(local[_vz_at1(" in code  # the index stays the kernel's own
+    launch = plan_source_launch(PRIVATE_HISTOGRAM_SRC, "hist", grid="2", block="64", filename="hist.py", reference="bins = np.bincount(x % 8, minlength=8)",
+                                args=["x=arange:int32:128", "bins=zeros:int32:8"])  # fmt: skip
+    with UserRunner("sim") as runner:
+        plain = runner.capture_source(launch, accesses=True, time_clean=False, sim_engine="fastsim")
+        passed = runner.capture_source(
+            launch, accesses=True, time_clean=False, access_engine="pass", sim_engine="fastsim"
+        )
+        compiled = runner.capture_source(launch, accesses=True, time_clean=False)
+    assert plain.check["correct"] and compiled.launch["sim_engine"] == "compiled"
+    first = plain.accesses[(plain.accesses["block"] == 0) & (plain.accesses["thread"] == 0)]
+    last = first.sort_values("tseq").tail(2)
+    assert list(last["op"]) == ["load", "atomic"] and list(last["array"]) == ["local", "bins"]
+    same_capture_tables(plain, passed)
+    for table, cols in (("accesses", ACC), ("requests", REQ)):
+        pd.testing.assert_frame_equal(norm(getattr(compiled, table), cols), norm(getattr(plain, table), cols))
+
+
+@pytest.mark.gpu
+def test_an_atomic_whose_value_loads_memory_is_recorded_after_that_load_on_the_gpu():
+    from visualizer.engine.run.user_runner import UserRunner
+    from visualizer.specs.source import plan_source_launch
+
+    launch = plan_source_launch(PRIVATE_HISTOGRAM_SRC, "hist", grid="2", block="64", filename="hist.py",
+                                reference="bins = np.bincount(x % 8, minlength=8)", backend="gpu",
+                                args=["x=arange:int32:128", "bins=zeros:int32:8"])  # fmt: skip
+    with UserRunner("gpu") as runner:
+        gpu = runner.capture_source(launch, accesses=True, time_clean=False)
+    with UserRunner("sim") as runner:
+        plain = runner.capture_source(launch, accesses=True, time_clean=False, sim_engine="fastsim")
+    assert gpu.check["correct"]
+    same_capture_tables(plain, gpu)
+
+
 DEVICE_FN_SRC = """
 from numba import cuda, float32
 

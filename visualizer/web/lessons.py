@@ -1,18 +1,24 @@
 """The lessons: what each asks, which launches it runs, and how it answers from those runs.
 
-Plain data and pure functions (no Streamlit): ``visualizer/web/pages/lessons.py`` draws them. The
+Their words live in ``lessons.toml`` (``lesson_file.py`` joins them to the code here); plain data and
+pure functions (no Streamlit): ``visualizer/web/pages/lessons.py`` draws them. The
 order follows how CUDA is usually taught. Every answer comes from ``answers.py`` applied to the
 captures of the learner's own launch; the explanations quote the numbers those functions return.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from visualizer.analysis import lesson_answers as A
 from visualizer.analysis.occupancy import LIMIT_NAMES
 from visualizer.analysis.transfers import H200_HBM_GBS, H200_HOST, modelled_gpu_timing
 from visualizer.figures import lessons as lfigs
 from visualizer.figures.memory_flow import memory_flow_figure
+from visualizer.web.lesson_file import Ask, LessonFile
 from visualizer.web.lesson_types import Control, Lesson, Question, Run, of  # noqa: F401  (re-exported)
+
+WORDS = LessonFile(Path(__file__).with_name("lessons.toml"))  # titles, intros, questions, templates
 
 # --- 1. CPU vs GPU ----------------------------------------------------------------------------
 
@@ -57,27 +63,11 @@ def _cpu_gpu_verdict(a, v) -> str:
     )
 
 
-CPU_GPU = Lesson(
-    name="cpu_gpu",
-    title="CPU vs GPU: when does the kernel win?",
-    intro="A GPU kernel adds two vectors with thousands of threads at once, but a and b must first be copied "
-    "to the GPU and c back, every launch has a fixed cost, and numpy on one CPU core is already fast. Which "
-    "wins, and what decides it?",
-    controls=(Control("n", "elements n", (1000, 10_000, 100_000, 524_288), 1000),),
+CPU_GPU = WORDS.lesson(
+    "cpu_gpu",
     runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": 256})},
-    questions=(
-        Question(
-            "Which is faster for this n, from numpy arrays to a numpy array: numpy on the CPU, or the "
-            "vector-add kernel on an H200 (copies included)?",
-            lambda caps, v: _cpu_gpu_answer(caps, v),
-            _cpu_gpu_verdict,
-            kind="choice",
-            choices=("numpy (CPU)", "GPU kernel"),
-        ),
-    ),
+    answers=(Ask(_cpu_gpu_answer, explain=_cpu_gpu_verdict),),
     charts=_cpu_gpu_charts,  # drawn from the stored answer: the numpy time is measured once per run
-    takeaway="Try n = 1,000 and then n = 524,288, and compare the kernel step with the whole bar: the "
-    "launch dominates small arrays, the copies big ones.",
 )
 
 
@@ -91,45 +81,25 @@ def _grid_chart(caps, v, answers):
     return [("", grid_figure(cap.threads, cap.launch, "active", animate=False))]
 
 
-THREADS = Lesson(
-    name="threads",
-    title="Threads, blocks and warps",
-    intro="Threads come in **blocks**; the hardware runs a block's threads in **warps** of 32 lanes. A "
-    "block of 100 threads still occupies 4 warps (128 lanes): 28 lanes have no thread. Threads past the "
-    "end of the data (`i >= n`) exist but do nothing. Both are **idle lanes**.",
-    controls=(
-        Control("n", "elements n", (200, 500, 1000, 2000), 1000),
-        Control("block", "threads per block", (32, 48, 64, 100, 128, 256), 128),
-    ),
+def _idle_words(a, v) -> str:
+    f = a.facts
+    return (
+        f"{f['warps']} warps × 32 = {f['lanes']:,} lanes, of which {f['active']:,} did work: {f['no_thread']} "
+        f"lanes had no thread (partial warps) and {f['inactive_threads']} threads were past n. In the chart "
+        "the threads past n are grey"
+        + (
+            " and the lanes with no thread pale yellow, right of each block's last thread."
+            if f["no_thread"]
+            else "; every warp is full, so no lane is without a thread."
+        )
+    )
+
+
+THREADS = WORDS.lesson(
+    "threads",
     runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": v["block"]})},
-    questions=(
-        Question(
-            "How many warps does one block have?",
-            of("main", A.warps_per_block),
-            lambda a, v: (
-                f"{a.facts['threads_per_block']} threads ÷ 32 lanes, rounded up = {a.value} warps "
-                f"(counted from the warp column of the {a.facts['blocks']} recorded blocks)."
-            ),
-            unit="warps",
-        ),
-        Question(
-            "How many lanes in the whole launch sit idle (no thread, or a thread with i ≥ n)?",
-            of("main", A.idle_lanes),
-            lambda a, v: (
-                f"{a.facts['warps']} warps × 32 = {a.facts['lanes']:,} lanes, of which {a.facts['active']:,} "
-                f"did work: {a.facts['no_thread']} lanes had no thread (partial warps) and "
-                f"{a.facts['inactive_threads']} threads were past n. In the chart the threads past n are grey"
-                + (
-                    " and the lanes with no thread pale yellow, right of each block's last thread."
-                    if a.facts["no_thread"]
-                    else "; every warp is full, so no lane is without a thread."
-                )
-            ),
-            unit="lanes",
-        ),
-    ),
+    answers=(of("main", A.warps_per_block), Ask(of("main", A.idle_lanes), explain=_idle_words)),
     charts=_grid_chart,
-    takeaway="Pick a block size that is a multiple of 32 and the partial warps vanish.",
 )
 
 
@@ -165,36 +135,17 @@ def _tail_words(f: dict) -> str:
     )
 
 
-SCHEDULER = Lesson(
-    name="scheduler",
-    title="The block scheduler: waves and the tail",
-    intro="The GPU hands blocks to its SMs; each SM holds as many as its limits allow. A grid bigger than "
-    "SMs × blocks-per-SM runs in **waves**. A last wave that is only partly full is the **tail**: it "
-    "leaves resident **slots** empty, and when it has fewer blocks than the GPU has SMs, whole **SMs** "
-    "sit idle. (Registers per thread: 32, modelled on the simulator.)",
-    controls=(
-        # 286,720 = 1,120 blocks of 256: on an H200 one full wave of 1,056 and a tail of 64 blocks for
-        # 132 SMs (68 SMs idle); 400,000 = a tail of 507 blocks that still reaches every SM
-        Control("n", "elements n", (100_000, 270_336, 286_720, 400_000, 524_288), 286_720),
-        Control("block", "threads per block", (128, 256, 512, 1024), 256),
-        Control("gpu", "GPU model", tuple(A.GPU_ARCHS), "H200"),
-    ),
+SCHEDULER = WORDS.lesson(
+    "scheduler",
     runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": v["block"]})},
-    questions=(
-        Question(
-            "How many waves does this grid take on the chosen GPU?",
+    answers=(
+        Ask(
             lambda caps, v: A.waves(caps["main"], v["gpu"], 32),
-            lambda a, v: (
-                f"{a.facts['blocks']:,} blocks; a wave is {a.facts['sms']} SMs × {a.facts['blocks_per_sm']} "
-                f"resident blocks = {a.facts['per_wave']:,} blocks, so {a.value} wave(s); the last holds "
-                f"{a.facts['tail_blocks']:,} blocks ({a.facts['tail_fill']:.0%} full). "
-                + _tail_words(a.facts)
-            ),
-            unit="waves",
+            more={"tail": lambda a, v: _tail_words(a.facts)},
         ),
     ),
     charts=_waves_chart,
-    takeaway="A T4 has 40 SMs, an H200 132: the same grid takes more waves on the smaller GPU.",
+    options={"gpu": tuple(A.GPU_ARCHS)},
 )
 
 
@@ -209,49 +160,33 @@ LIMIT_WORDS = {
 }
 
 
+def _limits_words(a, v) -> str:
+    allowed = ", ".join(f"{LIMIT_WORDS[k]} {x}" for k, x in a.facts["limits"].items() if x is not None)
+    return (
+        f"Blocks per SM allowed by each limit: {allowed}. The smallest wins: {a.facts['blocks_per_sm']} "
+        f"blocks ({a.facts['reason']})."
+    )
+
+
 def _occ_charts(caps, v, answers):
     from visualizer.figures.occupancy import limits_figure
 
     return [("", limits_figure(A.occupancy_of(caps["main"], v["gpu"], v["regs"])))]
 
 
-OCCUPANCY = Lesson(
-    name="occupancy",
-    title="Occupancy: what limits it?",
-    intro="**Occupancy** is resident warps ÷ the SM's maximum. Each SM has a fixed number of warp slots, "
-    "block slots, registers and bytes of shared memory; the scarcest one for your launch sets how many "
-    "blocks fit. Registers per thread are modelled on the simulator (it compiles no code).",
-    controls=(
-        Control("block", "threads per block", (32, 64, 128, 256, 768, 1024), 256),
-        Control("regs", "registers per thread", (16, 32, 64, 128, 255), 32),
-        Control("gpu", "GPU model", tuple(A.GPU_ARCHS), "H200"),
-    ),
+OCCUPANCY = WORDS.lesson(
+    "occupancy",
     runs=lambda v: {"main": Run("vector_add", {"n": 4 * v["block"], "block": v["block"]})},
-    questions=(
-        Question(
-            "Which resource limits the blocks per SM?",
+    answers=(
+        Ask(
             lambda caps, v: A.occupancy_answer(caps["main"], v["gpu"], v["regs"])[1],
-            lambda a, v: (
-                "Blocks per SM allowed by each limit: "
-                + ", ".join(f"{LIMIT_WORDS[k]} {x}" for k, x in a.facts["limits"].items() if x is not None)
-                + f". The smallest wins: {a.facts['blocks_per_sm']} blocks ({a.facts['reason']})."
-            ),
-            kind="choice",
+            explain=_limits_words,
             choices=tuple(n for n in LIMIT_NAMES if n != "barriers"),
         ),
-        Question(
-            "What is the theoretical occupancy, in percent?",
-            lambda caps, v: A.occupancy_answer(caps["main"], v["gpu"], v["regs"])[0],
-            lambda a, v: (
-                f"{a.facts['warps_per_sm']} resident warps of {a.facts['max_warps']} = {a.value} %. "
-                "The red bar in the chart is the limit that bound."
-            ),
-            tolerance=0.1,
-            unit="%",
-        ),
+        lambda caps, v: A.occupancy_answer(caps["main"], v["gpu"], v["regs"])[0],
     ),
     charts=_occ_charts,
-    takeaway="Try 32-thread blocks (block slots bind) and 128 registers (registers bind).",
+    options={"gpu": tuple(A.GPU_ARCHS)},
 )
 
 
@@ -272,36 +207,21 @@ def _flow_charts(caps, v, answers):
     return [("", fig)]
 
 
-MEMORY_FLOW = Lesson(
-    name="memory_flow",
-    title="The memory flow: malloc → copy → kernel → copy → free",
-    intro="A kernel only sees device memory: the inputs cross the host link (PCIe) to the GPU, the kernel "
-    f"runs, the results cross back. On the H200 the link moved the app's arrays at {H200_HOST['h2d_gbs']:g} "
-    f"GB/s, {H200_HBM_GBS / H200_HOST['h2d_gbs']:.0f}× slower than the GPU's own memory, and every copy "
-    f"first waits {H200_HOST['d2h_latency_ns'] / 1e3:.0f}–{H200_HOST['h2d_latency_ns'] / 1e3:.0f} µs, so for "
-    "a job that touches each byte once, the copies cost far more than the kernel.",
-    controls=(Control("n", "elements n", (1000, 100_000, 524_288), 100_000),),
+MEMORY_FLOW = WORDS.lesson(
+    "memory_flow",
     runs=lambda v: {"main": Run("vector_add", {"n": v["n"], "block": 256})},
-    questions=(
-        Question(
-            "What share of the whole flow do the two copies take, in percent?",
-            of("main", A.copy_share, "H200"),
-            lambda a, v: (
-                f"Copies {a.facts['copies_us']:,.2f} µs against a kernel of {a.facts['kernel_us']:,.3f} µs "
-                f"for {a.facts['bytes_in']:,} bytes in and {a.facts['bytes_out']:,} out ({a.source}). "
-                "That is why real code keeps data on the GPU across many kernels."
-            ),
-            tolerance=0.1,
-            unit="%",
-        ),
-    ),
+    answers=(of("main", A.copy_share, "H200"),),
     charts=_flow_charts,
+    intro_facts={
+        "h2d_gbs": H200_HOST["h2d_gbs"],
+        "hbm_ratio": H200_HBM_GBS / H200_HOST["h2d_gbs"],
+        "d2h_latency_us": H200_HOST["d2h_latency_ns"] / 1e3,
+        "h2d_latency_us": H200_HOST["h2d_latency_ns"] / 1e3,
+    },
 )
 
 
 # --- 6. coalescing and bank conflicts ---------------------------------------------------------
-
-COALESCING_KERNELS = ("strided_copy", "transpose_naive", "transpose_tiled", "transpose_padded")
 
 
 def _coalescing_run(v):
@@ -326,41 +246,31 @@ def _coalescing_charts(caps, v, answers):
     return out
 
 
-COALESCING = Lesson(
-    name="coalescing",
-    title="Coalescing and bank conflicts",
-    intro="A warp's 32 loads are served together. Global memory moves **32-byte sectors**: 32 neighbouring "
-    "floats are 4 sectors, 32 scattered ones 32. Shared memory has **32 banks**: two different words in "
-    "one bank take turns (a bank conflict). The answers come from every address the run touched.",
-    controls=(
-        Control("kernel", "kernel", COALESCING_KERNELS, "strided_copy"),
-        Control("stride", "stride (strided copy)", (1, 2, 4, 8, 16, 32), 1),
-    ),
+def _worst_global_words(a, v) -> str:
+    return (
+        f"Line {a.facts.get('line')} ({a.facts.get('array')}): {a.value} sectors per request where "
+        f"{a.facts.get('ideal_per_request', 0):.0f} would hold the same bytes. The chart shows one "
+        "such request: each row a sector the warp had to move."
+    )
+
+
+def _bank_words(a, v) -> str:
+    f = a.facts
+    if not f.get("requests"):
+        return "This kernel does not use shared memory."
+    return (
+        f"Line {f['line']} ({f['array']}, {f['op']}): {a.value} distinct words in one bank, "
+        f"{f['conflicts']:,} extra wavefronts over {f['requests']:,} requests. Padding the tile by one column "
+        "shifts each row into the next bank."
+    )
+
+
+COALESCING = WORDS.lesson(
+    "coalescing",
     runs=_coalescing_run,
-    questions=(
-        Question(
-            "Sectors per warp request of the worst global load or store (4 = perfectly coalesced floats)?",
-            of("main", A.worst_sectors_per_request, None),
-            lambda a, v: (
-                f"Line {a.facts.get('line')} ({a.facts.get('array')}): {a.value} sectors per request where "
-                f"{a.facts.get('ideal_per_request', 0):.0f} would hold the same bytes. The chart shows one "
-                "such request: each row a sector the warp had to move."
-            ),
-            tolerance=0.05,
-            unit="sectors",
-        ),
-        Question(
-            "Worst shared-memory bank conflict: how many words in one bank (1 = none, 0 = no shared memory)?",
-            of("main", A.worst_bank_ways),
-            lambda a, v: (
-                "This kernel does not use shared memory."
-                if not a.facts.get("requests")
-                else f"Line {a.facts['line']} ({a.facts['array']}, {a.facts['op']}): {a.value} distinct "
-                f"words in one bank, {a.facts['conflicts']:,} extra wavefronts over {a.facts['requests']:,} "
-                "requests. Padding the tile by one column shifts each row into the next bank."
-            ),
-            unit="ways",
-        ),
+    answers=(
+        Ask(of("main", A.worst_sectors_per_request, None), explain=_worst_global_words),
+        Ask(of("main", A.worst_bank_ways), explain=_bank_words),
     ),
     charts=_coalescing_charts,
 )
@@ -387,37 +297,19 @@ def _barrier_charts(caps, v, answers):
     return [("", requests_heatmap(cap.requests, "shared"))]
 
 
-BARRIERS = Lesson(
-    name="barriers",
-    title="Shared memory and barriers: the race",
-    intro="A block sums its slice in shared memory as a tree: each level, thread t adds slot t + stride into "
-    "slot t. `cuda.syncthreads()` between levels makes every thread wait until the level is done. Take "
-    "it out and a thread may read a partner's slot before the partner wrote it: a **race**.",
-    controls=(
-        Control("kernel", "version", ("reduction", "reduction_race"), "reduction_race"),
-        Control("block", "threads per block", (32, 64, 128, 256), 64),
-    ),
+def _race_words(a, v) -> str:
+    matched = "still matched numpy on this run" if a.facts["correct"] else "did not match numpy"
+    return (
+        f"Recorded from which thread touched which shared word in which barrier epoch: {a.facts['blocks']} "
+        f"block(s) raced, with {kinds_text(a.facts['kinds'])}. The sums {matched}: a race is a bug even when "
+        "a run happens to get lucky."
+    )
+
+
+BARRIERS = WORDS.lesson(
+    "barriers",
     runs=lambda v: {"main": Run(v["kernel"], {"n": 4 * v["block"], "block": v["block"]}, accesses=True)},
-    questions=(
-        Question(
-            "Will the recorder find a race (two threads, one word, no barrier between them)?",
-            of("main", A.any_race),
-            lambda a, v: (
-                f"Recorded from which thread touched which shared word in which barrier epoch: "
-                f"{a.facts['blocks']} block(s) raced, with {kinds_text(a.facts['kinds'])}. The sums "
-                f"{'still matched numpy on this run' if a.facts['correct'] else 'did not match numpy'}: "
-                "a race is a bug even when a run happens to get lucky."
-            ),
-            kind="choice",
-            choices=("yes", "no"),
-        ),
-        Question(
-            "How many shared words were raced on, over all blocks?",
-            of("main", A.raced_words),
-            lambda a, v: f"{a.value} words in {a.facts['blocks']} block(s); the chart marks each one.",
-            unit="words",
-        ),
-    ),
+    answers=(Ask(of("main", A.any_race), explain=_race_words), of("main", A.raced_words)),
     charts=_barrier_charts,
 )
 
@@ -438,47 +330,15 @@ def _runs_charts(caps, v, answers):
     ]
 
 
-RACE_RUNS = Lesson(
-    name="race_runs",
-    title="The race, run again and again",
-    intro="`reduction_race` is the tree reduction with the barrier between levels left out. On a GPU its "
-    "answer depends on how the warps happen to interleave, so it can be right on one run and wrong on the "
-    "next. Here the same launch, from the same inputs, runs **8 times**, each in a seeded schedule of the "
-    "simulator (on its default compiled engine warps take turns between barriers in a seeded order, one "
-    "warp running statements ahead of another; on fastsim lanes in lockstep with seeded stalls). Predict, "
-    "then watch.",
-    controls=(
-        Control("block", "threads per block", (64, 128, 256), 128),
-        Control("seed", "schedule seed (another 8 schedules)", (1, 2, 3, 4, 5), 1),
-    ),
+RACE_RUNS = WORDS.lesson(
+    "race_runs",
     runs=lambda v: {
         "main": Run(
             "reduction_race", {"n": 8 * v["block"], "block": v["block"]}, runs=8, schedule_seed=v["seed"]
         )
     },
-    questions=(
-        Question(
-            "In the next 8 runs, will the racy reduction be right in all of them, in some, or in none?",
-            of("main", A.runs_spread),
-            lambda a, v: (
-                f"{a.facts['verdict']} The 8 runs gave {a.facts['distinct']} different set(s) of block sums; "
-                f"{a.facts['differing']} of the {a.facts['cells']} block sums changed from run to run. A race is a "
-                "bug even in the runs that come out right: nothing in the code makes them right."
-            ),
-            kind="choice",
-            choices=("all 8", "some", "none"),
-        ),
-        Question(
-            "How many of the 8 runs give every block's sum right?",
-            of("main", A.runs_right),
-            lambda a, v: (
-                f"{a.value} of 8, each run checked block by block against numpy; the strip shows each."
-            ),
-            unit="runs",
-        ),
-    ),
+    answers=(of("main", A.runs_spread), of("main", A.runs_right)),
     charts=_runs_charts,
-    takeaway="Run a racy kernel once and you see one answer; run it many times and you see the race.",
 )
 
 
@@ -491,33 +351,12 @@ def _stencil_charts(caps, v, answers):
     return [("", lfigs.block_loads_figure(cap.accesses, a.facts["block"], (v["size"], v["size"])))]
 
 
-STENCIL = Lesson(
-    name="stencil",
-    title="A stencil: one heat-equation step with a halo",
-    intro="Each point of a plate becomes its temperature plus r × (its four neighbours − 4 × itself). A "
-    "tile × tile block stages its cells in shared memory, plus a one-cell **halo** around the tile so the "
-    "edge points can see their neighbours; then it reads only shared memory. Checked against numpy "
-    "(float64) on every run.",
-    controls=(
-        Control("tile", "tile edge", (8, 16, 32), 16),
-        Control("size", "plate size (cells per side)", (32, 48, 64), 48),
-    ),
+STENCIL = WORDS.lesson(
+    "stencil",
     runs=lambda v: {
         "main": Run("heat_stencil", {"ny": v["size"], "nx": v["size"], "tile": v["tile"]}, accesses=True)
     },
-    questions=(
-        Question(
-            "How many global loads does the busiest block make (its tile plus the halo)?",
-            of("main", A.halo_loads_per_block),
-            lambda a, v: (
-                f"Block {a.facts['block']}: {a.facts['tile_cells']} tile cells + {a.facts['halo']} halo "
-                f"cells = {a.value} loads (tile² + 4 × tile for an interior block: corners are not needed). "
-                f"Without the shared tile each point would load 5 values. Uninitialised shared reads: "
-                f"{a.facts['uninit']}."
-            ),
-            unit="loads",
-        ),
-    ),
+    answers=(of("main", A.halo_loads_per_block),),
     charts=_stencil_charts,
 )
 
@@ -542,49 +381,29 @@ def _expected_busiest(n: int, nbins: int, hot: int) -> str:
     )
 
 
-HISTOGRAM = Lesson(
-    name="histogram",
-    title="Atomics: a histogram and its contention",
-    intro="Counting values into bins with `cuda.atomic.add` is correct however threads interleave, but "
-    "atomics on one address are served one after another. With few bins or skewed data many threads "
-    "queue on one bin. The fix: each block counts into **private bins in shared memory**, then adds each "
-    "bin to global memory once. 4,096 values, 256 threads per block.",
-    controls=(
-        Control("kernel", "version", ("histogram_global", "histogram_shared"), "histogram_global"),
-        Control("nbins", "bins", (1, 8, 64, 256), 64),
-        # 100 % by default: every value in bin 0, a count one can reason out (at 0 % the busiest bin is
-        # whichever a uniform draw happened to fill most)
-        Control("hot", "% of values in bin 0", (0, 50, 100), 100),
-    ),
+def _busiest_bin_words(a, v) -> str:
+    f = a.facts
+    return (
+        f"Bin {f['bin']} took {a.value:,} global atomics of {f['total']:,} ({f['n']:,} values, {f['blocks']} "
+        "blocks). Global atomics: one per value, so the busiest bin queues as many as it has values: "
+        + _expected_busiest(f["n"], v["nbins"], v["hot"])
+        + " Privatised: at most one per block."
+    )
+
+
+HISTOGRAM = WORDS.lesson(
+    "histogram",
     runs=lambda v: {
         "main": Run(
             v["kernel"], {"n": 4096, "nbins": v["nbins"], "hot": v["hot"], "block": 256}, accesses=True
         )
     },
-    questions=(
-        Question(
-            "How many atomic updates land on the busiest bin in global memory?",
-            of("main", A.busiest_bin_atomics),
-            lambda a, v: (
-                f"Bin {a.facts['bin']} took {a.value:,} global atomics of {a.facts['total']:,} "
-                f"({a.facts['n']:,} values, {a.facts['blocks']} blocks). Global atomics: one per value, so "
-                "the busiest bin queues as many as it has values: "
-                + _expected_busiest(a.facts["n"], v["nbins"], v["hot"])
-                + " Privatised: at most one per block."
-            ),
-            tolerance=0.25,  # a reasoned estimate of a random draw's busiest bin is right
-            unit="atomics",
-        ),
-    ),
+    answers=(Ask(of("main", A.busiest_bin_atomics), explain=_busiest_bin_words),),
     charts=_hist_charts,
 )
 
 
 # --- 10. FlashAttention's tiling --------------------------------------------------------------
-
-
-def _flash_answer_s(caps, v):
-    return A.score_matrix_kib(caps["naive"])
 
 
 def _flash_charts(caps, v, answers):
@@ -597,46 +416,15 @@ def _flash_charts(caps, v, answers):
     return [("", lfigs.bytes_figure(rows, caps["flash"].source))]
 
 
-FLASH = Lesson(
-    name="flash",
-    title="FlashAttention's tiling: never the N×N matrix",
-    intro="Attention scores every query against every key: an N×N matrix S per head. The naive kernel "
-    "writes all of S to global memory, so its memory grows with N². FlashAttention walks K and V in "
-    "tiles, keeps a running max and sum per row, and never stores S: each block holds a few tiles in "
-    "shared memory, whatever N is.",
-    controls=(
-        Control("seq_len", "sequence length N", (32, 64, 128, 256), 64),
-        Control("tile", "tile", (16, 32), 16),
-    ),
+FLASH = WORDS.lesson(
+    "flash",
     runs=lambda v: {
-        "naive": Run(
-            "naive_attention", {"seq_len": v["seq_len"], "tile": v["tile"], "heads": 1, "head_dim": 32}
-        ),
-        "flash": Run(
-            "flash_attention", {"seq_len": v["seq_len"], "tile": v["tile"], "heads": 1, "head_dim": 32}
-        ),
+        role: Run(
+            f"{role}_attention", {"seq_len": v["seq_len"], "tile": v["tile"], "heads": 1, "head_dim": 32}
+        )
+        for role in ("naive", "flash")
     },
-    questions=(
-        Question(
-            "How many KiB does the naive kernel's score matrix S take per head (float32)?",
-            _flash_answer_s,
-            lambda a, v: (
-                f"N = {a.facts['seq_len']}: N² × 4 bytes = {a.value} KiB. Double N, four times the bytes."
-            ),
-            tolerance=0.05,
-            unit="KiB",
-        ),
-        Question(
-            "How many KiB of shared memory does one FlashAttention block hold?",
-            of("flash", A.flash_smem_kib),
-            lambda a, v: (
-                f"{a.facts['bytes']:,} bytes for tile {a.facts['tile']}: it depends on the tile and head "
-                "size, not on N. The kernel writes no S at all (its only output is O)."
-            ),
-            tolerance=0.05,
-            unit="KiB",
-        ),
-    ),
+    answers=(of("naive", A.score_matrix_kib), of("flash", A.flash_smem_kib)),
     charts=_flash_charts,
 )
 
@@ -657,7 +445,7 @@ def _divergence_charts(caps, v, answers):
     return out
 
 
-def _cut(a: A.Answer) -> str:
+def _cut(a: A.Answer, v: dict) -> str:
     """A cut branch log in words (its efficiency is over the visits kept), '' when whole."""
     from visualizer.analysis import branches
 
@@ -665,7 +453,7 @@ def _cut(a: A.Answer) -> str:
     return f" Careful: {words}." if words else ""
 
 
-def _slowdown_words(a: A.Answer) -> str:
+def _slowdown_words(a: A.Answer, v: dict) -> str:
     f = a.facts
     if "lanes_us" in f:
         return (
@@ -680,56 +468,18 @@ def _slowdown_words(a: A.Answer) -> str:
     )
 
 
-DIVERGENCE = Lesson(
-    name="divergence",
-    title="SIMT: when the lanes of a warp disagree",
-    intro="A warp's 32 lanes run **one instruction at a time for all of them**. When a branch splits "
-    "them, the warp runs one side with the other lanes switched off, then the other side: **divergence**. "
-    "`branch_lanes` branches on `threadIdx.x % 2` (even and odd lanes disagree in every warp); "
-    "`branch_warps` on `threadIdx.x // 32 % 2` (whole warps agree). Both do the same work per thread.",
-    controls=(
-        Control("reps", "multiply-adds per side", (8, 32, 128), 32),
-        Control("n", "elements n", (2048, 65_536, 1_048_576), 2048),
-    ),
+DIVERGENCE = WORDS.lesson(
+    "divergence",
     runs=lambda v: {
         role: Run(f"branch_{role}", {"n": v["n"], "reps": v["reps"], "block": 256}, branches=True)
         for role in ("lanes", "warps")
     },
-    questions=(
-        Question(
-            "Branch efficiency of branch_lanes: the share of warp visits of a branch in which every lane "
-            "went the same way (in %)?",
-            of("lanes", A.branch_efficiency),
-            lambda a, v: (
-                f"{a.value:g}%: {a.facts['divergent_visits']:,} of {a.facts['visits']:,} visits diverged, one "
-                f"per warp (the parity test); every loop test after it is uniform among the lanes on that "
-                f"side ({a.source}). A high efficiency and still half the lanes idle: on average "
-                f"{a.facts['mean_active']:.1f} of 32 lanes were on at a visit.{_cut(a)}"
-            ),
-            tolerance=0.02,
-            unit="%",
-        ),
-        Question(
-            "And of branch_warps (in %)?",
-            of("warps", A.branch_efficiency),
-            lambda a, v: (
-                f"{a.value:g}%: {a.facts['divergent_visits']:,} divergent visits; the lanes of a warp always "
-                f"agree, {a.facts['mean_active']:.1f} of 32 lanes on at a visit ({a.source}).{_cut(a)}"
-            ),
-            tolerance=0.02,
-            unit="%",
-        ),
-        Question(
-            "How many times as long as branch_warps does branch_lanes take?",
-            lambda caps, v: A.divergence_slowdown(caps["lanes"], caps["warps"]),
-            lambda a, v: _slowdown_words(a),
-            tolerance=0.25,
-            unit="×",
-        ),
+    answers=(
+        Ask(of("lanes", A.branch_efficiency), more={"cut": _cut}),
+        Ask(of("warps", A.branch_efficiency), more={"cut": _cut}),
+        Ask(lambda caps, v: A.divergence_slowdown(caps["lanes"], caps["warps"]), explain=_slowdown_words),
     ),
     charts=_divergence_charts,
-    takeaway="Divergence is decided per warp: branch on something that is the same for 32 neighbouring "
-    "threads (a warp index, a tile) and no warp runs both sides.",
 )
 
 
@@ -765,40 +515,21 @@ def _airflow_explain(a, v) -> str:
     )
 
 
-AIRFLOW = Lesson(
-    name="airflow",
-    title="Airflow over a wing: the lattice-Boltzmann step, AoS vs SoA",
-    intro="Air past a wing (or a cylinder) as a **lattice Boltzmann** (D2Q9) simulation: each cell holds nine "
-    "numbers, the fluid moving in each lattice direction. One step, one thread per cell: *stream* (pull each "
-    "direction's value from the neighbour it comes from; bounce back off the obstacle) then *collide* "
-    "(relax toward equilibrium). Two kernels do the same arithmetic on the same numbers stored two ways: "
-    "`lbm_aos` keeps a cell's nine values together (`f[y, x, q]`), `lbm_soa` keeps one plane per direction "
-    "(`f[q, y, x]`). A warp is 32 neighbouring cells along x. Both are checked against a numpy step on every "
-    "run; below, the same kernel runs step after step and the flow is drawn.",
-    controls=(Control("obstacle", "obstacle", ("wing", "cylinder"), "wing"),),
+def _airflow_soa_explain(a, v) -> str:
+    return _airflow_explain(a, v) + (
+        " A pull from the neighbour one cell left or right is shifted by one float, so it may straddle one "
+        "more sector than an aligned load."
+    )
+
+
+AIRFLOW = WORDS.lesson(
+    "airflow",
     runs=_airflow_runs,
-    questions=(
-        Question(
-            "Array of structures: sectors per warp request of the worst global load (4 = coalesced)?",
-            of("aos", A.worst_sectors_per_request, "load"),
-            _airflow_explain,
-            tolerance=0.1,
-            unit="sectors",
-        ),
-        Question(
-            "Structure of arrays: sectors per warp request of the worst global load?",
-            of("soa", A.worst_sectors_per_request, "load"),
-            lambda a, v: (
-                _airflow_explain(a, v) + " A pull from the neighbour one cell left or right is "
-                "shifted by one float, so it may straddle one more sector than an aligned load."
-            ),
-            tolerance=0.1,
-            unit="sectors",
-        ),
+    answers=(
+        Ask(of("aos", A.worst_sectors_per_request, "load"), explain=_airflow_explain),
+        Ask(of("soa", A.worst_sectors_per_request, "load"), explain=_airflow_soa_explain),
     ),
     charts=_airflow_charts,
-    takeaway="Same numbers, same arithmetic: the layout alone decides how many sectors each warp moves. "
-    "On a GPU, whose LBM step is bound by memory bandwidth, that is the step's speed (Compare: lbm_layout).",
     extra={"animation": "web.flow"},
 )
 
@@ -811,6 +542,7 @@ LESSONS: tuple[Lesson, ...] = (
 from visualizer.web.lessons_pmpp import PMPP_LESSONS  # noqa: E402
 
 LESSONS += PMPP_LESSONS
+WORDS.check_all_built()
 BY_NAME = {lesson.name: lesson for lesson in LESSONS}
 
 

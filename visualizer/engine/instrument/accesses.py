@@ -63,6 +63,7 @@ ATV = "_vz_atv"  # the same through a view: _vz_atv1 ... _vz_atv3 (one more argu
 VIEW_OFF = "_vz_view_off"  # + the number of indices: a view's byte offset in its array
 VO = "_vz_vo_"  # + a view's name: the variable holding that offset
 TMP = "_vz_k"
+THEN = "_vz_then"  # then(v, recorded) -> v: an atomic recorded after the loads of its value
 MAX_DIMS = 4
 MAX_SITES = 1 << 15  # kernels/access_probes.MAX_SITES: the site's bits in the access word
 LOAD, STORE, ATOMIC = "load", "store", "atomic"
@@ -70,6 +71,11 @@ LOAD, STORE, ATOMIC = "load", "store", "atomic"
 PROBE_CALLS = frozenset({"trace_begin", "trace_end", "trace_tile", "trace_row_state"})
 ATOMIC_INDEXED = frozenset({"add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min",
                             "nanmax", "nanmin", "cas"})  # fmt: skip
+
+
+def _pure(node: ast.AST) -> bool:
+    """An expression that may be evaluated twice: names, constants and arithmetic (no call, no load)."""
+    return not any(isinstance(n, (ast.Call, ast.Subscript, ast.NamedExpr)) for n in ast.walk(node))
 
 
 def _name(n: str, ctx=None) -> ast.Name:
@@ -253,8 +259,21 @@ class _Rewriter(ast.NodeTransformer):
             if not 1 <= len(idx) <= MAX_DIMS:
                 return node
             call = self._call(array, idx, self._site(node, array, ATOMIC), node)
-            node.args[1] = call
+            if not self.count and self._records(node.args[-1]) and all(map(_pure, idx)):
+                # its value loads memory first (``cuda.atomic.add(h, b, s[b])``): the atomic is recorded
+                # after those loads, as it runs, not before them; its index is evaluated once more (pure)
+                node.args[-1] = located(
+                    ast.Call(func=_name(THEN), args=[node.args[-1], call], keywords=[]), node
+                )
+            else:
+                node.args[1] = call
         return node
+
+    @staticmethod
+    def _records(node: ast.AST) -> bool:
+        """Whether evaluating ``node`` records an access (a recording probe call inside it)."""
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id.startswith(AT)
+                   for n in ast.walk(node))  # fmt: skip
 
 
 def _epochs(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -783,7 +802,7 @@ class AccessPass:
         from visualizer.kernels import access_probes as probes
 
         return {SLOT_FN: probes.slot_of, START_FN: probes.start, END_FN: probes.end, ROOM_FN: probes.room,
-                CUDA: cuda, U32: uint32, U64: uint64,
+                CUDA: cuda, U32: uint32, U64: uint64, THEN: probes.then,
                 **{f"{AT}{n}": fn for n, fn in probes.AT.items()},
                 **{f"{ATC}{n}": fn for n, fn in probes.ATC.items()},
                 **{f"{ATV}{n}": fn for n, fn in probes.ATV.items()},
