@@ -4,7 +4,8 @@ The repository keeps its device code in the top-level ``kernels/`` folder; the w
 the project's namespace, as ``visualizer.kernels`` (the name every import uses, visualizer/__init__.py),
 so no generic top-level ``kernels`` package lands in site-packages. Two files the app reads from the
 checkout ship under ``visualizer/_data/``: Streamlit's settings (``serve`` passes them as flags) and the
-FlashAttention page's H200 timings.
+FlashAttention page's H200 timings. The measured set the app shows beside a simulated run ships from
+``visualizer/data/h200/`` as package data.
 """
 
 from pathlib import Path
@@ -35,7 +36,12 @@ packages += ["visualizer.kernels.examples"]  # sources the Your kernel page read
 setup(
     packages=packages,
     package_dir={"visualizer.kernels": "kernels"},
-    # the examples the Your kernel page reads (and their .toml); the lessons' words (web/lessons*.toml)
-    package_data={"visualizer.kernels.examples": ["*.py", "*.toml"], "visualizer.web": ["*.toml"]},
+    # the examples the Your kernel page reads (and their .toml); the lessons' words (web/lessons*.toml); the
+    # measured set (tools/ship_h200.py): index.json and one compact bundle per recorded launch
+    package_data={
+        "visualizer.kernels.examples": ["*.py", "*.toml"],
+        "visualizer.web": ["*.toml"],
+        "visualizer": ["data/h200/*.json", "data/h200/*/*.json", "data/h200/*/*.parquet"],
+    },
     cmdclass={"build_py": BuildWithData},
 )

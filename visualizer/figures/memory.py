@@ -245,9 +245,12 @@ SIM_VS_GPU = (("sim", "simulator"), ("gpu", "GPU (sampled warps)"))
 SMALL_VS_BIG = (("small", "small launch (GPU)"), ("big", "this launch (GPU)"))
 
 
-def side_by_side_figure(table: pd.DataFrame, height: int = 340, sides=SIM_VS_GPU) -> go.Figure:
+def side_by_side_figure(
+    table: pd.DataFrame, height: int = 340, sides=SIM_VS_GPU, what: str | None = None
+) -> go.Figure:
     """Sectors (global) or wavefronts (shared) per request, per source line: two recordings' bars side
-    by side (analysis/gpu_accesses.side_by_side: simulator and GPU; sizes_side_by_side: two sizes)."""
+    by side (analysis/gpu_accesses.side_by_side: simulator and GPU; sizes_side_by_side: two sizes).
+    ``what``: the title's words for the two (default: from ``sides``)."""
     x = [f"L{r.line} {r.op} {r.array}" for r in table.itertuples()]
     fig = go.Figure()
     for (side, name), color in zip(sides, ("#607d8b", "#76b900"), strict=True):
@@ -255,13 +258,13 @@ def side_by_side_figure(table: pd.DataFrame, height: int = 340, sides=SIM_VS_GPU
                              customdata=table["unit"],
                              hovertemplate="%{x}: %{y:.3g} %{customdata} per request<extra>" + name + "</extra>"))  # fmt: skip
     agree = bool(table["agree"].all()) if len(table) else True
-    if sides == SIM_VS_GPU:
-        what = "simulator vs GPU"
+    if sides[0][0] == "sim":  # one launch, two recorders: every count agrees
+        what = what or "simulator vs GPU"
         verdict = (
             "the two recordings agree on every line" if agree else "the recordings differ (see the table)"
         )
-    else:
-        what = "small vs this size, on the GPU"
+    else:  # two launches: the pattern per request
+        what = what or "small vs this size, on the GPU"
         verdict = "the same per request on every line" if agree else "some lines change with the size"
     fig.update_layout(
         title=titled(f"Per source line, {what}: {verdict}", source_of(table)),

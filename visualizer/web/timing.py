@@ -9,6 +9,7 @@ import streamlit as st
 
 from visualizer.engine.run.runner import KernelError
 from visualizer.specs import catalog
+from visualizer.web import measured
 from visualizer.web.session import runner_for
 
 
@@ -106,6 +107,32 @@ def sim_time_caption(t: dict) -> str:
     )
 
 
+def timing_beside(cap) -> None:
+    """Timing panel (sidebar): the recorded launch's device time and launch overhead under the simulator's
+    caption, which says no kernel time is measured here."""
+    match, _ = measured.match_for(cap)
+    if match is None:
+        return
+    st.markdown(f"**{match.heading()}**")
+    st.caption(f"{match.set.label()} · {match.line()}")
+    recorded, problem = measured.recorded_capture(match)
+    if recorded is None:
+        st.caption(problem)
+        return
+    t = recorded.timing
+    if not match.set.measured or t.get("clean_ms") is None or t.get("launch_overhead_us") is None:
+        st.caption("This recording has no device time (it was not made on a GPU).")
+        return
+    st.metric(
+        "device time (H200)" if "H200" in match.set.device_words() else "device time", fmt_ms(t["clean_ms"])
+    )
+    st.metric("launch overhead (host)", fmt_us(t["launch_overhead_us"]))
+    st.caption(
+        "Device time: CUDA events around launches queued behind a spin kernel (the clean build, median); "
+        "the host's launch overhead is Python and Numba queueing one launch."
+    )
+
+
 @st.fragment
 def timing_panel() -> None:
     cap = st.session_state.get("capture")
@@ -158,6 +185,7 @@ def timing_panel() -> None:
                 st.caption(note)
         else:
             st.caption(sim_time_caption(t))
+            timing_beside(cap)  # the same launch's device time, recorded on the H200 (shipped)
         baseline = numpy_baseline_ms(cap)
         if baseline is not None:
             st.caption(f"numpy on the CPU (baseline): {fmt_ms(baseline)}")

@@ -13,6 +13,7 @@ from visualizer.specs.pairs import PAIRS
 from visualizer.specs.source import MAX_SOURCE_BYTES
 from visualizer.web.charts import chart
 from visualizer.web.current_kernel import visitor_is_current
+from visualizer.web.measured import compare_beside
 from visualizer.web.session import (
     as_text,
     cached_capture,
@@ -219,6 +220,8 @@ with st.expander("Every metric, side by side", expanded=False):
         "registers; on the simulator see *Under the hood* for ptxas's count. The simulator has no GPU time: "
         f"the modelled time is {cmp.MODEL_NOTE}; the CPU time of the simulation is shown, never ranked."
     )
+if backend == "sim" and pair_key != YOURS:  # the simulator has no device time: the H200's, recorded
+    compare_beside(sides)
 lines = cmp.lines(a, b)
 if len(lines):
     with st.expander("Per source line (recorded accesses)", expanded=False):

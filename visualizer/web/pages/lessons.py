@@ -17,6 +17,7 @@ from visualizer.web.charts import chart
 from visualizer.web.lesson_path import chapter_label, chapter_of, ordered, path_rows
 from visualizer.web.lesson_progress import store_done, stored_done
 from visualizer.web.lessons import LESSONS, Lesson, get
+from visualizer.web.measured import lesson_beside
 from visualizer.web.memory import access_capture
 from visualizer.web.session import (
     LESSON_LINK_PREFIX,
@@ -394,6 +395,8 @@ for i in shown:
         st.caption(f"Computed from: {answer.source}")
 
 if not teacher or len(result["revealed"]) >= len(shown):
+    # a GPU time the simulator can only model: the same launch, measured on the H200 (shipped)
+    lesson_beside(lesson.questions, caps, values, result["answers"], fmt)
     for k, (title, fig) in enumerate(lesson.charts(caps, values, result["answers"])):
         if title:
             st.markdown(f"**{title}**")

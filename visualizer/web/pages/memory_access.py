@@ -15,6 +15,7 @@ from visualizer.specs import catalog
 from visualizer.web.charts import chart
 from visualizer.web.current_kernel import record_accesses, recorded_on, visitor_capture, visitor_is_current
 from visualizer.web.guard import visitor_has_key
+from visualizer.web.measured import accesses_beside
 from visualizer.web.memory import access_capture
 from visualizer.web.races import runs_panel
 from visualizer.web.session import (
@@ -444,6 +445,8 @@ with right:
 # page's first chart below a 720-px projector's fold
 show_counters(summ, kernel, params, visitor)
 how_made()
+if visitor is None and not cap.measured:  # your run, simulated; beside it the launch recorded on the H200
+    accesses_beside(cap)
 
 st.subheader("Every warp, every access")
 space = st.radio("memory", ["global", "shared"], horizontal=True, key="mem_heat_space",

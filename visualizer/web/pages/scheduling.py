@@ -9,6 +9,7 @@ from visualizer.specs.catalog import SIM_MAX_THREADS
 from visualizer.specs.launch import ceil_div
 from visualizer.web.asm import count_words, ptxas_count
 from visualizer.web.charts import chart
+from visualizer.web.measured import schedule_beside
 from visualizer.web.session import RunConfig, from_link, require_capture, show_link_notices, to_link
 from visualizer.web.sidebar import load_config
 
@@ -237,6 +238,9 @@ if not cap.measured and not achieved.has_tail:
                 args=(suggestion, st.session_state.config.backend),
                 use_container_width=True,
             )
+
+if not cap.measured:  # your run, simulated; beside it the launch as recorded on the H200 (shipped)
+    schedule_beside(cap)
 
 st.subheader("One SM's warps")
 show_link_notices(from_link("sm", 0, (0, num_sms - 1)))

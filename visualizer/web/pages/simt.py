@@ -13,6 +13,7 @@ from visualizer.engine.run.user_runner import user_code_allowed
 from visualizer.figures import branches as bfigs
 from visualizer.web.charts import chart
 from visualizer.web.guard import visitor_has_key
+from visualizer.web.measured import simt_beside
 from visualizer.web.session import (
     as_text,
     from_link,
@@ -246,3 +247,6 @@ with tab_w:
                 f"steps on an H200). Arrived last most often: warp {int(last.idxmax()) if len(last) else '-'}."
             )
         )
+
+if not lensed.measured and not launch.get("user_kernel"):  # your run, simulated; the H200's beside it
+    simt_beside(lensed)
