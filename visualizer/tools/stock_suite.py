@@ -9,7 +9,7 @@ that pass on fastsim but not on compiled (docs/benchmarks.md).
 
 Each test module runs in a fresh process of its own (the engine installed before numba's tests import),
 bounded by ``--timeout`` seconds: a hang is counted as "timed out", never stops the run. The tests need
-the ``filecheck`` package (requirements-dev.txt). Not part of the pytest suite (minutes per engine).
+the ``filecheck`` package (requirements-bench.txt). Not part of the pytest suite (minutes per engine).
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
     try:
         import filecheck  # noqa: F401  (numba-cuda's test support imports it)
     except ImportError:
-        print("error: numba-cuda's tests need the filecheck package (pip install -r requirements-dev.txt)",
+        print("error: numba-cuda's tests need the filecheck package (pip install -r requirements-bench.txt)",
               file=sys.stderr)  # fmt: skip
         return 2
     known = all_modules()
@@ -312,16 +312,14 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    import numba
-    import numpy
+    from importlib.metadata import PackageNotFoundError, version
 
-    versions = {"python": sys.version.split()[0], "numba": numba.__version__, "numpy": numpy.__version__}
-    try:
-        from importlib.metadata import version
-
-        versions["numba-cuda"] = version("numba-cuda")
-    except Exception:
-        pass
+    versions = {"python": sys.version.split()[0]}
+    for package in ("numba", "numba-cuda", "numpy"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = "not installed"
     rows: dict[str, list[dict]] = {e: [] for e in engines}
     data = {"versions": versions, "modules": modules, "timeout_s": a.timeout, "engines": {}, "rows": rows}
 
