@@ -90,6 +90,7 @@ def test_pass_on_fastsim_fail_on_compiled_lists_only_those():
     comp = [module({"a": "passed", "b": "failed", "c": "failed", "d": "expected_failure"})]
     worse = stock_suite.compare({"fastsim": fast, "compiled": comp})
     assert [w["test"] for w in worse] == ["pkg.m.C.b"]
+    assert stock_suite.compare({"fastsim": fast, "compiled": []}) == []  # not run there (yet): not compared
     timed_out = [{"module": "pkg.m", "timed_out": True, "tests": []}]
     worse = stock_suite.compare({"fastsim": fast, "compiled": timed_out})
     assert {w["test"]: w["outcome"] for w in worse} == {f"pkg.m.C.{k}": "timed out" for k in "abd"}

@@ -6,9 +6,11 @@ that pass on fastsim but not on compiled (docs/benchmarks.md).
 
     python -m visualizer.tools.stock_suite [--engine stock,fastsim,compiled] [--modules test_sync,...]
         [--jobs N] [--timeout S] --out results.json
+    python -m visualizer.tools.stock_suite --merge a.json b.json --out results.json   (split runs joined)
 
 Each test module runs in a fresh process of its own (the engine installed before numba's tests import),
-bounded by ``--timeout`` seconds: a hang is counted as "timed out", never stops the run. The tests need
+bounded by ``--timeout`` CPU seconds (and a wall-clock guard of ``WALL_FACTOR`` times that): a hang is
+counted as "timed out", never stops the run. The tests need
 the ``filecheck`` package (requirements-bench.txt). Not part of the pytest suite (minutes per engine).
 """
 
@@ -18,6 +20,7 @@ import argparse
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +33,7 @@ ENGINES = ("stock", "fastsim", "compiled")
 PACKAGES = ("numba.cuda.tests.cudapy", "numba.cuda.tests.cudasim")
 OUTCOMES = ("passed", "failed", "errored", "skipped", "expected_failure", "unexpected_success")
 MESSAGE_MAX = 300  # characters kept of a failure's last line
+WALL_FACTOR = 6.0  # a module's wall-clock guard, in multiples of its CPU limit (2 shared cores)
 
 
 def _test_dir(package: str) -> str:
@@ -178,7 +182,21 @@ def worker(engine: str, module: str) -> dict:
 # ------------------------------------------------------------------------------------------ parent
 
 
-def run_module(engine: str, module: str, timeout: float) -> dict:
+def _cpu_limit(seconds: float):
+    """The child's CPU-time limit (SIGXCPU past it): a busy machine stretches wall time, not this."""
+
+    def apply():
+        import resource
+
+        limit = max(1, int(seconds))
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 5))
+
+    return apply
+
+
+def run_module(engine: str, module: str, timeout: float, wall_factor: float = WALL_FACTOR) -> dict:
+    """One module in a fresh process: ``timeout`` CPU seconds, and ``wall_factor`` times that of wall
+    time as a guard against a process that waits without spending CPU."""
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0",
            "VISUALIZER_COMPILED_CACHE": "off"}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="stock-suite-") as tmp:
@@ -187,11 +205,14 @@ def run_module(engine: str, module: str, timeout: float) -> dict:
                "--out", out]  # fmt: skip
         started = time.monotonic()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout * wall_factor,
+                               cwd=tmp, preexec_fn=_cpu_limit(timeout))  # fmt: skip
         except subprocess.TimeoutExpired:
-            return {"module": module, "engine": engine, "timed_out": True, "wall_s": round(timeout, 1),
-                    "tests": []}  # fmt: skip
+            return {"module": module, "engine": engine, "timed_out": "wall",
+                    "wall_s": round(timeout * wall_factor, 1), "tests": []}  # fmt: skip
         wall = round(time.monotonic() - started, 1)
+        if not os.path.exists(out) and p.returncode == -signal.SIGXCPU:
+            return {"module": module, "engine": engine, "timed_out": "cpu", "wall_s": wall, "tests": []}
         if not os.path.exists(out):
             last = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
             return {"module": module, "engine": engine, "crashed": last[:MESSAGE_MAX], "wall_s": wall,
@@ -255,18 +276,50 @@ def compare(by_engine: dict, good: str = "fastsim", new: str = "compiled") -> li
         return res
 
     a, b = outcomes(by_engine[good]), outcomes(by_engine[new])
+    done = {m["module"] for m in by_engine[new]}  # a module not run (yet) on the new engine is not compared
     worse = []
     for name, t in sorted(a.items()):
-        if t["outcome"] != "passed":
+        module = next((m for m in done if name.startswith(m + ".")), None)
+        if t["outcome"] != "passed" or module is None:
             continue
-        other = b.get(name)
-        if other is None:  # its module timed out or crashed on the new engine
-            module = next((m for m in b if name.startswith(m + ".")), None)
-            other = b.get(module, {"outcome": "missing"})
+        other = b.get(name) or b.get(
+            module, {"outcome": "missing"}
+        )  # missing: its module timed out or crashed
         if other["outcome"] not in ("passed", "expected_failure"):
             worse.append({"test": name, "outcome": other["outcome"], "message": other.get("message", ""),
                           "fallbacks": other.get("fallbacks", {})})  # fmt: skip
     return worse
+
+
+def _read(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def merge(parts: list[dict]) -> dict:
+    """Split runs (modules on several runners) as one: each engine's module rows, the first run of each
+    module kept unless it timed out or crashed and a later one did not; the counts and the comparison
+    redone."""
+    rows: dict[str, dict[str, dict]] = {}
+    for part in parts:
+        for engine, modules in part["rows"].items():
+            for m in modules:
+                kept = rows.setdefault(engine, {}).get(m["module"])
+                if kept is None or (kept.get("timed_out") or kept.get("crashed")) and m["tests"]:
+                    rows[engine][m["module"]] = m  # a module run again with more time replaces its time-out
+    joined = {e: sorted(ms.values(), key=lambda r: r["module"]) for e, ms in rows.items()}
+    return {"versions": parts[0]["versions"], "timeout_s": parts[0]["timeout_s"],
+            "modules": sorted({m for ms in rows.values() for m in ms}), "rows": joined,
+            "engines": {e: summarize(r) for e, r in joined.items()},
+            "pass_fastsim_not_compiled": compare(joined)}  # fmt: skip
+
+
+def _print_summary(data: dict) -> None:
+    for e, s in data["engines"].items():
+        print(f"{e}: run {s['run']}, passed {s['passed']}, failed {s['failed']}, errored {s['errored']}, "
+              f"skipped {s['skipped']}, modules timed out {s.get('modules_timed_out', 0)}")  # fmt: skip
+    if data["pass_fastsim_not_compiled"]:
+        print(f"pass on fastsim, not on compiled: {len(data['pass_fastsim_not_compiled'])}")
 
 
 def _write(path: str, data: dict) -> None:
@@ -284,8 +337,11 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", default=",".join(ENGINES), help="comma-separated: stock, fastsim, compiled")
     ap.add_argument("--modules", default="", help="comma-separated test modules (default: all)")
     ap.add_argument("--jobs", type=int, default=1, help="modules run at once (default 1)")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per module (default 300)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="CPU seconds per module (default 300)")
     ap.add_argument("--out", required=True, help="results JSON (rewritten after every module)")
+    ap.add_argument(
+        "--merge", nargs="+", metavar="RESULTS", help="no run: results files of split runs joined"
+    )
     ap.add_argument("--worker", metavar="MODULE", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     engines = [e.strip() for e in a.engine.split(",") if e.strip()]
@@ -296,6 +352,15 @@ def main(argv=None) -> int:
         return 2
     if a.worker:
         _write(a.out, worker(engines[0], a.worker))
+        return 0
+    if a.merge:
+        try:
+            data = merge([_read(p) for p in a.merge])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"error: cannot merge: {e}"[:MESSAGE_MAX], file=sys.stderr)
+            return 2
+        _write(a.out, data)
+        _print_summary(data)
         return 0
     if a.jobs < 1 or a.timeout <= 0:
         print("error: --jobs and --timeout must be positive", file=sys.stderr)
@@ -344,12 +409,7 @@ def main(argv=None) -> int:
     data["engines"] = {e: summarize(rows[e]) for e in engines}
     data["pass_fastsim_not_compiled"] = compare(rows)
     _write(a.out, data)
-    for e in engines:
-        s = data["engines"][e]
-        print(f"{e}: run {s['run']}, passed {s['passed']}, failed {s['failed']}, errored {s['errored']}, "
-              f"skipped {s['skipped']}, modules timed out {s.get('modules_timed_out', 0)}")  # fmt: skip
-    if data["pass_fastsim_not_compiled"]:
-        print(f"pass on fastsim, not on compiled: {len(data['pass_fastsim_not_compiled'])}")
+    _print_summary(data)
     return 0
 
 
