@@ -449,6 +449,21 @@ def test_router_leaves_launches_to_fastsim_unless_asked():
             pass
 
 
+def test_a_kernel_called_without_its_launch_configuration_gets_numbas_error():
+    """numba-cuda's own test (test_errors.TestJitErrors.test_unconfigured_*) on the compiled engine: the
+    error fastsim and the stock simulator give, not a TypeError from the engine's grid arithmetic."""
+    router.install()
+    out = np.zeros(4, np.int32)
+    # fresh kernels: the simulator's kernel[grid, block] configures the kernel object itself, for good
+    for kernel in (cuda.jit(fill.fn), cuda.jit("void(int32[:])")(fill.fn)):
+        with (
+            router.engine("compiled"),
+            pytest.raises(ValueError, match="launch configuration was not specified"),
+        ):
+            kernel(out)
+    assert (out == 0).all()
+
+
 def test_a_rewritten_copy_is_not_compiled_from_the_file():
     """The instrumented build is exec'd from a rewritten tree with the kernel's file and lines: reading
     the file would compile the original. Given as a function it falls back; as tree + namespace it runs."""

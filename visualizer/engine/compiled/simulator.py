@@ -110,8 +110,8 @@ def install(default: str = "fastsim") -> None:
     fastsim.install()
 
     def call(self, args, previous):  # a launch from the host (fastsim.route_launches)
-        if current_engine() != "compiled":
-            return previous(self, *args)
+        if current_engine() != "compiled" or self.grid_dim is None or self.block_dim is None:
+            return previous(self, *args)  # unconfigured (kernel(...) without [grid, block]): numba's error
         why = None
         if self.dynshared_size:
             why = "dynamic shared memory is not compiled yet"
