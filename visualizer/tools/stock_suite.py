@@ -76,9 +76,10 @@ def _resolve(name: str, known: list[str]) -> str:
 class _Result(unittest.TestResult):
     """Each test's outcome and, with the compiled engine installed, the launches it made."""
 
-    def __init__(self, launches: list):
+    def __init__(self, launches: list, after_test=None):
         super().__init__()
         self.rows: list[dict] = []
+        self._after_test = after_test  # called with the rows after every test (a module cut short keeps them)
         self._launches = launches
         self._row: dict = {}
         self._start = 0
@@ -141,6 +142,8 @@ class _Result(unittest.TestResult):
             reasons = [e.get("fallback") or "?" for e in made if e.get("engine") != "compiled"]
             if reasons:
                 row["fallbacks"] = dict(collections.Counter(r[:MESSAGE_MAX] for r in reasons))
+        if self._after_test is not None:
+            self._after_test(self.rows)
 
 
 def _install(engine: str) -> list:
@@ -164,8 +167,9 @@ def _install(engine: str) -> list:
     return launches
 
 
-def worker(engine: str, module: str) -> dict:
-    """Run one test module on ``engine`` in this process (NUMBA_ENABLE_CUDASIM=1 set by the parent)."""
+def worker(engine: str, module: str, out: str | None = None) -> dict:
+    """Run one test module on ``engine`` in this process (NUMBA_ENABLE_CUDASIM=1 set by the parent);
+    ``out``: rewritten after every test, so a module stopped at its limit still counts what finished."""
     launches = _install(engine)
     started = time.process_time()
     try:
@@ -173,7 +177,11 @@ def worker(engine: str, module: str) -> dict:
     except Exception as e:  # an import error: counted for the module, as numba's runner does
         return {"module": module, "engine": engine, "import_error": f"{type(e).__name__}: {e}"[:MESSAGE_MAX],
                 "tests": []}  # fmt: skip
-    result = _Result(launches)
+
+    def partial(rows):
+        _write(out, {"module": module, "engine": engine, "partial": True, "tests": rows})
+
+    result = _Result(launches, partial if out else None)
     suite.run(result)
     return {"module": module, "engine": engine, "cpu_s": round(time.process_time() - started, 2),
             "tests": result.rows}  # fmt: skip
@@ -194,6 +202,15 @@ def _cpu_limit(seconds: float):
     return apply
 
 
+def _partial(path: str) -> list[dict]:
+    """The tests a stopped worker finished (its last rewrite of ``path``), none if it wrote nothing."""
+    try:
+        with open(path) as f:
+            return json.load(f)["tests"]
+    except (OSError, ValueError, KeyError):
+        return []
+
+
 def run_module(engine: str, module: str, timeout: float, wall_factor: float = WALL_FACTOR) -> dict:
     """One module in a fresh process: ``timeout`` CPU seconds, and ``wall_factor`` times that of wall
     time as a guard against a process that waits without spending CPU."""
@@ -208,11 +225,21 @@ def run_module(engine: str, module: str, timeout: float, wall_factor: float = WA
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout * wall_factor,
                                cwd=tmp, preexec_fn=_cpu_limit(timeout))  # fmt: skip
         except subprocess.TimeoutExpired:
-            return {"module": module, "engine": engine, "timed_out": "wall",
-                    "wall_s": round(timeout * wall_factor, 1), "tests": []}  # fmt: skip
+            return {"module": module, "engine": engine, "timed_out": "wall", "tests": _partial(out),
+                    "wall_s": round(timeout * wall_factor, 1)}  # fmt: skip
         wall = round(time.monotonic() - started, 1)
-        if not os.path.exists(out) and p.returncode == -signal.SIGXCPU:
-            return {"module": module, "engine": engine, "timed_out": "cpu", "wall_s": wall, "tests": []}
+        if p.returncode == -signal.SIGXCPU:
+            return {
+                "module": module,
+                "engine": engine,
+                "timed_out": "cpu",
+                "wall_s": wall,
+                "tests": _partial(out),
+            }
+        if p.returncode != 0 and os.path.exists(out):  # died in the middle: what finished, and why
+            last = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+            return {"module": module, "engine": engine, "crashed": last[:MESSAGE_MAX], "wall_s": wall,
+                    "tests": _partial(out)}  # fmt: skip
         if not os.path.exists(out):
             last = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
             return {"module": module, "engine": engine, "crashed": last[:MESSAGE_MAX], "wall_s": wall,
@@ -305,7 +332,9 @@ def merge(parts: list[dict]) -> dict:
         for engine, modules in part["rows"].items():
             for m in modules:
                 kept = rows.setdefault(engine, {}).get(m["module"])
-                if kept is None or (kept.get("timed_out") or kept.get("crashed")) and m["tests"]:
+                cut = kept is not None and (kept.get("timed_out") or kept.get("crashed"))
+                if kept is None or cut and (not (m.get("timed_out") or m.get("crashed"))
+                                            or len(m["tests"]) > len(kept["tests"])):  # fmt: skip
                     rows[engine][m["module"]] = m  # a module run again with more time replaces its time-out
     joined = {e: sorted(ms.values(), key=lambda r: r["module"]) for e, ms in rows.items()}
     return {"versions": parts[0]["versions"], "timeout_s": parts[0]["timeout_s"],
@@ -351,7 +380,7 @@ def main(argv=None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     if a.worker:
-        _write(a.out, worker(engines[0], a.worker))
+        _write(a.out, worker(engines[0], a.worker, a.out))
         return 0
     if a.merge:
         try:
