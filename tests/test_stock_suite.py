@@ -94,6 +94,14 @@ def test_pass_on_fastsim_fail_on_compiled_lists_only_those():
     timed_out = [{"module": "pkg.m", "timed_out": True, "tests": []}]
     worse = stock_suite.compare({"fastsim": fast, "compiled": timed_out})
     assert {w["test"]: w["outcome"] for w in worse} == {f"pkg.m.C.{k}": "timed out" for k in "abd"}
+    # split runs joined: a module run again to the end replaces its time-out, not the other way round
+    part = {"versions": {}, "timeout_s": 1, "rows": {"fastsim": fast, "compiled": timed_out}}
+    again = {"versions": {}, "timeout_s": 1, "rows": {"compiled": comp}}
+    for order in ([part, again], [again, part]):
+        joined = stock_suite.merge(order)
+        assert joined["rows"]["compiled"] == comp and [
+            w["test"] for w in joined["pass_fastsim_not_compiled"]
+        ] == ["pkg.m.C.b"]
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
