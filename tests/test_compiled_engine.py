@@ -464,6 +464,18 @@ def test_a_kernel_called_without_its_launch_configuration_gets_numbas_error():
     assert (out == 0).all()
 
 
+def test_a_launch_of_no_threads_does_nothing_as_on_fastsim():
+    """numba-cuda's test_forall.test_forall_no_work: ``kernel.forall(0)`` launches a grid of 0 blocks,
+    which fastsim runs as nothing; the compiled engine's launch refused it with a ValueError."""
+    router.install()
+    out = np.zeros(4, np.int32)
+    with router.engine("compiled"):
+        cuda.jit(fill.fn)[0, 32](out)
+        assert router.last_launch()["fallback"].startswith("a launch of no threads")
+        cuda.jit(fill.fn).forall(0)(out)
+    assert (out == 0).all()
+
+
 def test_a_rewritten_copy_is_not_compiled_from_the_file():
     """The instrumented build is exec'd from a rewritten tree with the kernel's file and lines: reading
     the file would compile the original. Given as a function it falls back; as tree + namespace it runs."""

@@ -113,7 +113,9 @@ def install(default: str = "fastsim") -> None:
         if current_engine() != "compiled" or self.grid_dim is None or self.block_dim is None:
             return previous(self, *args)  # unconfigured (kernel(...) without [grid, block]): numba's error
         why = None
-        if self.dynshared_size:
+        if not np.prod(self.grid_dim) or not np.prod(self.block_dim):
+            why = "a launch of no threads (a zero grid or block dimension)"
+        elif self.dynshared_size:
             why = "dynamic shared memory is not compiled yet"
         elif self._debug:
             why = "debug=True (fastsim checks every float operation)"
