@@ -476,6 +476,44 @@ def test_a_launch_of_no_threads_does_nothing_as_on_fastsim():
     assert (out == 0).all()
 
 
+@cuda.jit
+def round_to(out, x, ndigits):
+    out[0] = round(x, ndigits)
+
+
+def test_numbas_own_round_and_cuda_in_cases_match_fastsim():
+    """Two of numba-cuda's own tests the compiled engine failed: test_round_to_f4_halfway (numba's CPU
+    round(0.3425, 3) gives 0.342 where Python's and fastsim's give 0.343: now refused, fastsim runs it) and
+    test_retrieve_autoconverted_arrays.test_array_in (a kernel's write to a cuda.In array came back to
+    the host: now it writes a copy) and its prepare_args form (falls back)."""
+    from numba.cuda.args import wrap_arg
+
+    router.install()
+    results = {}
+    for name in ("fastsim", "compiled"):
+        out = np.zeros(1, np.float32)
+        with router.engine(name):
+            round_to[1, 1](out, 0.3425, 3)  # a Python float, as numba's test passes it
+        results[name] = out[0]
+    assert results["compiled"] == results["fastsim"]
+    assert "round(x, ndigits)" in router.last_launch()["fallback"]
+
+    host = np.zeros(1, np.int64)
+    with router.engine("compiled"):
+        cuda.jit(fill.fn)[1, 1](cuda.In(host))
+    assert router.last_launch()["engine"] == "compiled" and host[0] == 0
+
+    class DefaultIn:
+        def prepare_args(self, ty, val, **kwargs):
+            return ty, wrap_arg(val, default=cuda.In)
+
+    kernel = cuda.jit(fill.fn)
+    kernel.extensions.append(DefaultIn())
+    with router.engine("compiled"):
+        kernel[1, 1](host)
+    assert host[0] == 0 and "extensions" in router.last_launch()["fallback"]
+
+
 def test_a_rewritten_copy_is_not_compiled_from_the_file():
     """The instrumented build is exec'd from a rewritten tree with the kernel's file and lines: reading
     the file would compile the original. Given as a function it falls back; as tree + namespace it runs."""

@@ -93,7 +93,9 @@ def _host_array(arg):
         return inner
     value = getattr(arg, "value", None)  # cuda.In/Out/InOut
     if isinstance(value, np.ndarray):
-        return value
+        return (
+            value.copy() if type(arg).__name__ == "In" else value
+        )  # In: the kernel's writes stay on the device
     return None
 
 
@@ -117,6 +119,8 @@ def install(default: str = "fastsim") -> None:
             why = "a launch of no threads (a zero grid or block dimension)"
         elif self.dynshared_size:
             why = "dynamic shared memory is not compiled yet"
+        elif self.extensions:
+            why = "kernel extensions (prepare_args) are not compiled"
         elif self._debug:
             why = "debug=True (fastsim checks every float operation)"
         host = []

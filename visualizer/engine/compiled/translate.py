@@ -283,6 +283,14 @@ class CudaRewriter(ast.NodeTransformer):
 
     def visit_Call(self, node):
         path = cuda_attr_path(node.func, self.names, self.local)
+        if (
+            path is None
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "round"
+            and len(node.args) > 1
+        ):
+            # numba's CPU round(x, ndigits) rounds a float32 differently from CUDA's (and fastsim's)
+            _refuse(node, "round(x, ndigits) (numba's CPU target rounds it differently)")
         if path is None:
             node = self.generic_visit(node)
             # a device function: pass this thread's ids first
