@@ -166,8 +166,11 @@ def test_a_set_recorded_on_the_gpu_is_labelled_measured_with_its_device_time(tmp
     sidebar = {m.label: m.value for m in at.sidebar.metric}
     assert sidebar.get("device time (H200)", sidebar.get("device time", "–")).endswith("µs")
 
-    at = _lesson_run("cpu_gpu", "GPU kernel")  # its launch (n=1000, block=256) is recorded: a lesson's
-    assert any(m.label.startswith("Q1, measured on an NVIDIA") for m in at.metric)
+    # on the GPU machine the lesson's own run is on its GPU: its answer is measured there (seen on the H200,
+    # 2026-12-04: "The measured answer: measured on an NVIDIA H200, 2026-12-04, driver 580.159.04")
+    at = _lesson_run("cpu_gpu", "GPU kernel")
+    heads = [h.value for h in at.subheader]
+    assert any(h.startswith("The measured answer: measured on an NVIDIA") for h in heads), heads
 
 
 def test_without_a_set_the_pages_say_nothing_of_one(tmp_path, monkeypatch):

@@ -242,3 +242,11 @@ def test_one_wave_reads_as_one_wave_with_whole_slots():
     assert fig.layout.title.text.startswith("One wave: all 8 blocks at once")
     assert not fig.layout.sliders and not fig.layout.updatemenus  # nothing to play
     assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.tickformat == "d"
+
+
+def test_a_launch_on_a_gpus_last_sms_draws_only_the_rows_it_used():
+    # the H200 put 8 blocks of vector_add on SMs 124-131 (shipped set, 2026-12-04): 8 rows, not 132
+    b = schedule.assign_waves(_blocks([0] * 8, [500] * 8, list(range(124, 132))))
+    fig = figs.sm_timeline_figure(b, GPU)
+    assert list(fig.layout.yaxis.range) == [131.5, 123.5] and fig.layout.height == 320
+    assert "SMs 124–131: no block ran on the others" in fig.layout.title.text

@@ -135,6 +135,8 @@ def sm_timeline_figure(blocks: pd.DataFrame, source: str, color_by: str = "wave"
             f"{len(blocks):,} blocks are too many to draw)"
         )
         blocks = blocks[blocks["sm"].isin(keep)]
+    elif len(blocks) and int(blocks["sm"].min()) > 0:  # a GPU may put a small launch on its last SMs
+        title += f" (SMs {int(blocks['sm'].min())}–{int(blocks['sm'].max())}: no block ran on the others)"
     fig.update_layout(title=_title(title, source), barmode="overlay")
     if not len(blocks):
         fig.add_annotation(
@@ -160,13 +162,14 @@ def sm_timeline_figure(blocks: pd.DataFrame, source: str, color_by: str = "wave"
         "<br>end %{customdata[3]} ns<br>duration %{customdata[4]} ns<br>wave %{customdata[5]}<extra></extra>"
     )
     fig.add_traces(_timeline_traces(start, end, row, lane_h, group, names, customdata, hover))
-    n_rows = int(sm.max()) + 1
+    first = int(sm.min())  # rows from the first SM used (0 unless a GPU chose its last SMs)
+    n_rows = int(sm.max()) + 1 - first
     fig.update_layout(
         xaxis={"title": "time since kernel start (ns)", "type": "linear", "rangemode": "tozero"},
         yaxis={
             "title": "SM",
             "type": "linear",
-            "range": [n_rows - 0.5, -0.5],  # SM 0 at the top
+            "range": [first + n_rows - 0.5, first - 0.5],  # the lowest SM at the top
             "autorange": False,
             "dtick": 1 if n_rows <= 40 else None,
         },

@@ -99,18 +99,29 @@ def show_heading(match: ms.Match, what: str) -> None:
     )
 
 
-def schedule_beside(cap: Capture) -> None:
-    """Scheduling page: the recorded launch's blocks on the H200's SMs, beside the modelled schedule."""
+def recorded_for(cap: Capture, what: str, needs: bool = True) -> tuple[ms.Match, Capture] | None:
+    """The recorded launch beside ``cap``, under its heading (``what`` it shows), or None: the line saying
+    why where one is due (a built-in kernel's simulated run), or what kept the recording from being read.
+    ``needs``: what the page itself needs of ``cap`` to draw anything."""
     match, why = match_for(cap)
-    if match is None:
+    if match is None or not needs:
         if why and not cap.measured and not cap.launch.get("user_kernel"):
             st.caption(why)
-        return
-    show_heading(match, "blocks on its SMs")
+        return None
+    show_heading(match, what)
     recorded, problem = recorded_capture(match)
     if recorded is None:
         st.caption(problem)
+        return None
+    return match, recorded
+
+
+def schedule_beside(cap: Capture) -> None:
+    """Scheduling page: the recorded launch's blocks on the H200's SMs, beside the modelled schedule."""
+    got = recorded_for(cap, "blocks on its SMs")
+    if got is None:
         return
+    match, recorded = got
     blocks = schedule.assign_waves(schedule.block_intervals(recorded.threads))
     chart(sched_figs.sm_timeline_figure(blocks, chart_source(match)), key="sched_measured_timeline")
     sms = int(blocks["sm"].nunique()) if len(blocks) else 0
@@ -142,16 +153,10 @@ def accesses_beside(cap: Capture) -> None:
     from visualizer.analysis import gpu_accesses
     from visualizer.figures.memory import side_by_side_figure
 
-    match, why = match_for(cap)
-    if match is None or cap.requests is None:
-        if why and not cap.measured and not cap.launch.get("user_kernel"):
-            st.caption(why)
+    got = recorded_for(cap, "its memory requests", needs=cap.requests is not None)
+    if got is None:
         return
-    show_heading(match, "its memory requests")
-    recorded, problem = recorded_capture(match)
-    if recorded is None:
-        st.caption(problem)
-        return
+    match, recorded = got
     if recorded.requests is None or not len(recorded.requests):
         st.caption("This recording has no memory accesses (its launch was recorded without the access lens).")
         return
@@ -203,16 +208,10 @@ def simt_beside(cap: Capture) -> None:
     simulator cannot measure, beside your run's lanes."""
     from visualizer.analysis import branches
 
-    match, why = match_for(cap)
-    if match is None:
-        if why and not cap.measured and not cap.launch.get("user_kernel"):
-            st.caption(why)
+    got = recorded_for(cap, "branch efficiency and barrier waits")
+    if got is None:
         return
-    show_heading(match, "branch efficiency and barrier waits")
-    recorded, problem = recorded_capture(match)
-    if recorded is None:
-        st.caption(problem)
-        return
+    match, recorded = got
     c1, c2, c3 = st.columns(3)
     rows = recorded.branches
     eff = branches.efficiency(rows) if rows is not None and len(rows) else None
