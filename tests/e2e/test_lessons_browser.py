@@ -2,6 +2,7 @@
 one question with the answer hidden until Reveal; nothing clipped."""
 
 import pytest
+from playwright.sync_api import expect
 
 from visualizer.web.lessons import LESSONS
 
@@ -16,8 +17,15 @@ LABELS_CLIPPED = """() => [...document.querySelectorAll('[data-testid=stMain] [d
 
 
 def lock_in(page):
-    """Lock in the first open question (its answer already typed or chosen)."""
-    main(page).get_by_role("button", name="Lock in my answer").first.click()
+    """Lock in the first open question (its answer already typed or chosen), and wait until it is locked: on
+    a loaded machine the rerun that enables the button (the typed answer reaching the server) and the one that
+    locks it may each take longer than a click's own wait."""
+    m = main(page)
+    locked = m.get_by_text("Your answer, locked in").count()
+    button = m.get_by_role("button", name="Lock in my answer").first
+    expect(button).to_be_enabled(timeout=120_000)
+    button.click()
+    expect(m.get_by_text("Your answer, locked in")).to_have_count(locked + 1, timeout=120_000)
     wait_for_app(page)
 
 
