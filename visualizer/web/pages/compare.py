@@ -220,7 +220,7 @@ with st.expander("Every metric, side by side", expanded=False):
         "registers; on the simulator see *Under the hood* for ptxas's count. The simulator has no GPU time: "
         f"the modelled time is {cmp.MODEL_NOTE}; the CPU time of the simulation is shown, never ranked."
     )
-if backend == "sim" and pair_key != YOURS:  # the simulator has no device time: the H200's, recorded
+if pair_key != YOURS and backend == "sim":  # (your versions name no backend) the H200's device time, recorded
     compare_beside(sides)
 lines = cmp.lines(a, b)
 if len(lines):
