@@ -205,6 +205,20 @@ def test_the_shipped_set_if_any_is_a_gpu_recording():
     assert sum(r.bytes for r in the_set.launches) <= ms.SET_MAX_BYTES
 
 
+def test_the_shipped_set_holds_every_planned_launch_but_the_faulting_one():
+    """Every built-in kernel's default launch and every lesson's launches (the CPU-vs-GPU and memory-flow lessons
+    at each setting) are in the shipped set, so a GPU-less machine has the H200's run beside each of them; only
+    out_of_bounds_write, which faults by design, is not."""
+    from visualizer.specs.catalog import KERNELS
+
+    the_set, why = ms.load_set(ms.SHIPPED_DIR)
+    assert the_set is not None, why
+    plan = ship_h200.planned_launches(list(KERNELS), True, ("cpu_gpu", "memory_flow"))
+    held = {r.id for r in the_set.launches}
+    missing = sorted(e["id"] for e in plan if e["id"] not in held)
+    assert [m.split(".")[0] for m in missing] == ["out_of_bounds_write"], missing
+
+
 def test_launch_ids_are_plain_names():
     assert ship_h200.launch_id("vector_add", {"n": 1000, "block": 128}) == "vector_add.block-128.n-1000"
     long = ship_h200.launch_id("flash_attention", {f"p{i}": 10**9 for i in range(20)})
