@@ -4,7 +4,7 @@ by the access pass, on either backend, in this process.
 ``run("sim")`` installs fastsim and launches each case twice from the same inputs: the plain kernel
 under the simulator's recorder (engine/sim/access_record.py) and the access pass's build (the GPU
 recording, run on the simulator). ``run("gpu")`` launches the pass's build on the GPU. ``clean_launch``
-launches the plain kernel once (the launch ncu profiles). Used by tools/crosscheck.py and
+launches the plain kernel once (the launch ncu profiles). Used by devtools/crosscheck.py and
 tests/test_gpu_accesses.py.
 """
 

@@ -1,4 +1,4 @@
-"""What recording accesses on the GPU costs: ``python -m visualizer.tools.access_cost [--json FILE]``.
+"""What recording accesses on the GPU costs: ``python -m devtools.access_cost [--json FILE]``.
 
 For each built-in launch, device time (engine/timing/gpu_timing.py: queued behind a spin, median over
 repeats) of four builds of the same kernel on the same device arrays:
@@ -144,7 +144,7 @@ def measure(cases=CASES, repeats: int = 10, variants: bool = False, more_records
 def main(argv: list[str]) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m visualizer.tools.access_cost")
+    p = argparse.ArgumentParser(prog="python -m devtools.access_cost")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--variants", action="store_true", help="also: first-wave blocks; registers held down")

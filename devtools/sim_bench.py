@@ -1,8 +1,8 @@
 """Simulator engines compared: the compiled engine (visualizer/engine/compiled) against fastsim, CPU time
 per launch, each engine in a fresh process of its own, the pairs in one run (docs/benchmarks.md).
 
-    python -m visualizer.tools.sim_bench [--workloads a,b] [--repeats N] [--json OUT]
-    python -m visualizer.tools.sim_bench --one WORKLOAD --engine compiled|fastsim   (one child run)
+    python -m devtools.sim_bench [--workloads a,b] [--repeats N] [--json OUT]
+    python -m devtools.sim_bench --one WORKLOAD --engine compiled|fastsim   (one child run)
 
 Ratios, not absolute claims: the machine and its load are printed with them. No workload is asserted
 to take any time.
@@ -18,15 +18,16 @@ import subprocess
 import sys
 import tempfile
 
+from devtools import child_env
 from visualizer.engine.compiled.bench import WORKLOADS, run
 
 FASTSIM_SKIP = {"matmul_tiled_1024"}  # 1,048,576 threads on fastsim: minutes; the compiled engine alone
 
 
 def _child(workload: str, engine: str, repeats: int, ids: bool = False, cache: str = "off") -> dict:
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0",
-           "VISUALIZER_COMPILED_CACHE": cache}  # fmt: skip
-    cmd = [sys.executable, "-m", "visualizer.tools.sim_bench", "--one", workload, "--engine", engine,
+    env = child_env({**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0",
+                     "VISUALIZER_COMPILED_CACHE": cache})  # fmt: skip
+    cmd = [sys.executable, "-m", "devtools.sim_bench", "--one", workload, "--engine", engine,
            "--repeats", str(repeats)] + (["--ids"] if ids else [])  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]

@@ -4,9 +4,9 @@ installed package) run on each simulator engine: ``stock`` (numba-cuda's simulat
 behind it). Counts per engine, which launches the compiled engine ran and why it fell back, and the tests
 that pass on fastsim but not on compiled (docs/benchmarks.md).
 
-    python -m visualizer.tools.stock_suite [--engine stock,fastsim,compiled] [--modules test_sync,...]
+    python -m devtools.stock_suite [--engine stock,fastsim,compiled] [--modules test_sync,...]
         [--jobs N] [--timeout S] --out results.json
-    python -m visualizer.tools.stock_suite --merge a.json b.json --out results.json   (split runs joined)
+    python -m devtools.stock_suite --merge a.json b.json --out results.json   (split runs joined)
 
 Each test module runs in a fresh process of its own (the engine installed before numba's tests import),
 bounded by ``--timeout`` CPU seconds (and a wall-clock guard of ``WALL_FACTOR`` times that): a hang is
@@ -28,6 +28,8 @@ import threading
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
+
+from devtools import child_env  # the child runs in a temporary directory: the checkout on its path
 
 ENGINES = ("stock", "fastsim", "compiled")
 PACKAGES = ("numba.cuda.tests.cudapy", "numba.cuda.tests.cudasim")
@@ -217,11 +219,11 @@ def _partial(path: str) -> list[dict]:
 def run_module(engine: str, module: str, timeout: float, wall_factor: float = WALL_FACTOR) -> dict:
     """One module in a fresh process: ``timeout`` CPU seconds, and ``wall_factor`` times that of wall
     time as a guard against a process that waits without spending CPU."""
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0",
-           "VISUALIZER_COMPILED_CACHE": "off"}  # fmt: skip
+    env = child_env({**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0",
+                     "VISUALIZER_COMPILED_CACHE": "off"})  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="stock-suite-") as tmp:
         out = os.path.join(tmp, "module.json")
-        cmd = [sys.executable, "-m", "visualizer.tools.stock_suite", "--worker", module, "--engine", engine,
+        cmd = [sys.executable, "-m", "devtools.stock_suite", "--worker", module, "--engine", engine,
                "--out", out]  # fmt: skip
         started = time.monotonic()
         try:
@@ -363,9 +365,7 @@ def _write(path: str, data: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m visualizer.tools.stock_suite", description=__doc__.split("\n")[0]
-    )
+    ap = argparse.ArgumentParser(prog="python -m devtools.stock_suite", description=__doc__.split("\n")[0])
     ap.add_argument("--engine", default=",".join(ENGINES), help="comma-separated: stock, fastsim, compiled")
     ap.add_argument("--modules", default="", help="comma-separated test modules (default: all)")
     ap.add_argument("--jobs", type=int, default=1, help="modules run at once (default 1)")

@@ -1,6 +1,6 @@
 """Cross-check the access engine against Nsight Compute and compute-sanitizer on a real GPU.
 
-Three steps (``python -m visualizer crosscheck ...``):
+Three steps (``python -m devtools.crosscheck ...`` from a checkout):
 
 * ``gpu --out DIR`` (on the GPU machine): launches the CLEAN build (no probe traffic) of each case
   once, under ``ncu`` for the L1TEX sector/request/bank-conflict counters, then runs
@@ -45,7 +45,7 @@ CASES: list[tuple[str, dict]] = [
     ("strided_copy", {"n": 1024, "stride": 32, "block": 128}),
 ]
 RACECHECK = ["reduction_race", "reduction", "matmul_tiled", "transpose_tiled", "transpose_padded"]
-# kernels written for the check (kernels/access_cases.py; tools/crosscheck_fresh.py runs them): profiled
+# kernels written for the check (kernels/access_cases.py; devtools/crosscheck_fresh.py runs them): profiled
 # after CASES, and recorded by the access pass on the GPU (every block) and on the simulator
 FRESH = ["f64_rows", "f64_stride2", "f64_uneven", "c128_rows", "c128_add", "f32_column", "tree_sum", "tree_sum_race",
          "histogram", "view_rows", "matmul_tiled"]  # fmt: skip
@@ -65,7 +65,7 @@ METRICS = [
 ]
 NCU = "/usr/local/cuda/bin/ncu"
 SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def case_label(kernel: str, params: dict) -> str:
@@ -90,7 +90,7 @@ def launch(indices: list[int]) -> int:
     cuda = backend.cuda
     for i in indices:
         if i >= len(CASES):
-            from visualizer.tools import crosscheck_fresh
+            from devtools import crosscheck_fresh
 
             name = FRESH[i - len(CASES)]
             ok = crosscheck_fresh.clean_launch(name)
@@ -116,7 +116,7 @@ def launch(indices: list[int]) -> int:
 
 
 def _self(*args: str) -> list[str]:
-    return [sys.executable, "-m", "visualizer", "crosscheck", *args]
+    return [sys.executable, "-m", "devtools.crosscheck", *args]
 
 
 def gpu_problem() -> str | None:
@@ -210,7 +210,7 @@ def read_ncu(path: str | Path) -> dict[int, dict[str, float]]:
 def record(out_dir: str, engine: str = "gpu") -> int:
     """The FRESH kernels recorded by the access pass (every block) -> OUT/recorded_<engine>.json; on
     the simulator also the simulator recorder's tables of the same launches (simulator.json)."""
-    from visualizer.tools import crosscheck_fresh
+    from devtools import crosscheck_fresh
 
     results = crosscheck_fresh.run(engine, blocks="all", names=FRESH)
     out = Path(out_dir)
@@ -410,7 +410,7 @@ def cost(repeats: int = 3) -> list[dict]:
 def main(argv: list[str]) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m visualizer crosscheck")
+    p = argparse.ArgumentParser(prog="python -m devtools.crosscheck")
     sub = p.add_subparsers(dest="step", required=True)
     g = sub.add_parser("gpu", help="on a GPU machine: ncu + compute-sanitizer racecheck")
     g.add_argument("--out", required=True)
@@ -461,3 +461,7 @@ def main(argv: list[str]) -> int:
         write_text(args.json, json.dumps({"rows": rows, "racecheck": races}, indent=1))
     print(markdown(rows, races))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

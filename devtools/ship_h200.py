@@ -1,7 +1,7 @@
 """Record the measured set the app ships: every built-in kernel's default launch and each lesson's launches,
 captured with the lenses the device offers, written compact and versioned (analysis/measured_set.py reads it).
 
-    python -m visualizer.tools.ship_h200 --out DIR [--kernels a,b] [--no-lessons] [--expect-device H200]
+    python -m devtools.ship_h200 --out DIR [--kernels a,b] [--no-lessons] [--expect-device H200]
 
 Each launch is one capture: the timeline (every thread's SM and %globaltimer stamps), device time of the
 clean build and the host's launch overhead, and the lenses: memory accesses of the sampled warps (sectors,
@@ -46,7 +46,7 @@ OTHER_TABLE_CAP = 60_000
 
 def parser() -> OneLineParser:
     p = OneLineParser(
-        prog="python -m visualizer.tools.ship_h200",
+        prog="python -m devtools.ship_h200",
         description="Record the measured set shipped with the app: each built-in kernel's default launch and "
         "each lesson's launches, with the lenses the device offers, written compact with an index.json.",
     )
@@ -254,7 +254,7 @@ def write_index(out: Path, device: dict, vers: dict, recorded_at: str, launches:
     index = {
         "format": ms.FORMAT,
         "version": ms.VERSION,
-        "tool": f"visualizer.tools.ship_h200 {vers['visualizer']}",
+        "tool": f"devtools.ship_h200 {vers['visualizer']}",
         "recorded_at": recorded_at,
         "device": device,
         "versions": vers,
