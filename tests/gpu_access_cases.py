@@ -1,4 +1,4 @@
-"""``python tests/gpu_access_cases.py ENGINE OUT``: tools/crosscheck_fresh.run(ENGINE), pickled to OUT
+"""``python tests/gpu_access_cases.py ENGINE OUT``: devtools/crosscheck_fresh.run(ENGINE), pickled to OUT
 (each engine in a process of its own: the simulator is chosen before numba is imported)."""
 
 import pickle
@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(engine: str, out_path: str) -> int:
-    from visualizer.tools import crosscheck_fresh
+    from devtools import crosscheck_fresh
 
     if engine == "sim-small":  # buffers too small on purpose: what overflows is counted and said
         results = crosscheck_fresh.run("sim", names=["tree_sum", "matmul_tiled"], records=32 * 8 * 20)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import open_app
 from visualizer.analysis import measured_set as ms
-from visualizer.tools import ship_h200
+from devtools import ship_h200
 
 
 @pytest.fixture(scope="module")

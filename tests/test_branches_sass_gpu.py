@@ -59,7 +59,7 @@ def ncu_counts(tmp_path_factory):
            sys.executable, str(HERE / "branch_gpu_check.py"), "clean", *names]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env, cwd=HERE.parent)
     assert done.returncode == 0, done.stderr[-2000:]
-    from visualizer.tools.crosscheck import read_ncu
+    from devtools.crosscheck import read_ncu
 
     got = read_ncu(log)
     assert len(got) == len(names), done.stdout[-2000:]

@@ -3,12 +3,15 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from visualizer.engine.run.runner import gpu_present
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args, timeout=120):
@@ -118,10 +121,32 @@ def test_too_much_shared_memory_is_refused():
         check_launch(launch, DeviceLimits(), "gpu")
 
 
+def crosscheck(*args, timeout=120):
+    """``python -m devtools.crosscheck``: a maintainers' tool, run from a checkout (not installed)."""
+    return subprocess.run(
+        [sys.executable, "-m", "devtools.crosscheck", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def test_a_moved_maintainer_tool_says_where_it_went_in_one_line():
+    res = run("crosscheck", "gpu", "--out", "x")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "error: crosscheck is a maintainers' tool, not installed: from a checkout of the repository, "
+        "run python -m devtools.crosscheck"
+    ]
+    usage = run("--help").stdout
+    assert "crosscheck" not in usage and "bench" in usage  # the help lists what the package installs
+
+
 @pytest.mark.skipif(gpu_present(), reason="this machine has a GPU: crosscheck gpu would run")
 def test_crosscheck_gpu_without_a_gpu_is_one_line_and_exit_2(tmp_path):
     out = tmp_path / "cc"
-    res = run("crosscheck", "gpu", "--out", str(out))
+    res = crosscheck("gpu", "--out", str(out))
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "error: crosscheck gpu needs an NVIDIA GPU, and this machine has none (run it on a GPU machine)"
@@ -130,17 +155,15 @@ def test_crosscheck_gpu_without_a_gpu_is_one_line_and_exit_2(tmp_path):
 
 
 def test_crosscheck_compare_without_a_gpu_run_is_one_line_and_exit_2(tmp_path):
-    res = run("crosscheck", "compare", str(tmp_path))
+    res = crosscheck("compare", str(tmp_path))
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "has no ncu.csv" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_readme_states_the_simulator_cost_limit_the_app_enforces():
-    from pathlib import Path
-
     from visualizer.specs.catalog import sim_cost_limit
 
-    docs = Path(__file__).resolve().parents[1] / "docs"
+    docs = ROOT / "docs"
     for page in ("install.md", "simulator.md"):  # the README's reference moved into the docs site
         text = " ".join((docs / page).read_text().split())
         assert sim_cost_limit() in text, page  # one truth: the words come from SIM_MAX_THREAD_STEPS

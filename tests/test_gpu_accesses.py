@@ -835,7 +835,7 @@ def test_a_gpu_recording_saves_and_loads_as_a_bundle(sim_runner_local, tmp_path)
 
 
 def test_crosscheck_names_every_fresh_kernel_and_marks_a_difference_of_any_of_three():
-    from visualizer.tools import crosscheck, crosscheck_fresh
+    from devtools import crosscheck, crosscheck_fresh
 
     assert crosscheck.FRESH == [c[0] for c in crosscheck_fresh.cases()]
     rows = [
@@ -851,8 +851,8 @@ def test_crosscheck_names_every_fresh_kernel_and_marks_a_difference_of_any_of_th
 
 def test_crosscheck_record_on_the_simulator_writes_both_recordings(tmp_path):
     res = subprocess.run(
-        [sys.executable, "-m", "visualizer", "crosscheck", "record", "--out", str(tmp_path), "--engine", "sim"],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "devtools.crosscheck", "record", "--out", str(tmp_path), "--engine", "sim"],
+        capture_output=True, text=True, timeout=600, cwd=HERE.parent,  # devtools/ runs from a checkout
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     import json

@@ -20,6 +20,9 @@ ALLOWED = {
     "figures": {"specs", "analysis"},
     "web": {"specs", "analysis", "engine", "figures"},
     "tools": {"specs", "analysis", "engine", "figures", "kernels", "web"},  # serve starts the web
+    # the maintainers' tools (devtools/, in the checkout, not installed): they may import any layer; no
+    # layer imports them (violations() says so for every file of the package, whatever its layer)
+    "devtools": {"specs", "analysis", "engine", "figures", "kernels", "web", "tools"},
 }
 # third-party packages owned by a few layers
 OWNERS = {
@@ -35,7 +38,7 @@ OWNERS = {
 EXCEPTIONS = {
     ("visualizer/tools/bench.py", "numba"),
     ("visualizer/tools/attention_bench.py", "numba"),
-    ("visualizer/tools/access_cost.py", "numba"),  # a benchmark too: four builds timed on one set of arrays
+    ("devtools/access_cost.py", "numba"),  # a benchmark too: four builds timed on one set of arrays
     ("visualizer/tools/bench.py", "streamlit.testing"),
     ("visualizer/tools/loadtest.py", "streamlit.proto"),
 }
@@ -47,6 +50,8 @@ def excepted(rel: str, module: str) -> bool:
 
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
+    if parts[0] == "devtools":
+        return "devtools"
     if parts[0] != "visualizer":
         return None
     if len(parts) == 1:
@@ -103,8 +108,12 @@ def _walk_runtime(tree: ast.AST):
         todo.extend(ast.iter_child_nodes(node))
 
 
+PACKAGE = ("visualizer", "kernels")  # what the wheel installs (setup.py), kernels/ as visualizer.kernels
+DEVTOOLS = "devtools"  # the maintainers' tools: in the checkout only
+
+
 def project_files() -> list[Path]:
-    return sorted(p for d in ("visualizer", "kernels") for p in (ROOT / d).rglob("*.py"))
+    return sorted(p for d in (*PACKAGE, DEVTOOLS) for p in (ROOT / d).rglob("*.py"))
 
 
 MODULES = {module_name(p) for p in project_files()}
@@ -120,6 +129,10 @@ def violations(files: list[Path]) -> list[str]:
             if top == "kernels":
                 bad.append(
                     f"{rel}:{line}: imports the top-level kernels ({mod}); the package is visualizer.kernels"
+                )
+            if top == DEVTOOLS and rel.parts[0] in PACKAGE:
+                bad.append(
+                    f"{rel}:{line}: the installed package imports {mod}, a tool the wheel does not ship"
                 )
             if top in OWNERS and src_layer not in OWNERS[top] and not excepted(str(rel), mod):
                 bad.append(f"{rel}:{line}: {top} imported in layer {src_layer}")
@@ -210,6 +223,9 @@ def test_no_import_circles():
         ("visualizer/figures/planted.py", "import streamlit as st", "streamlit imported in layer figures"),
         ("visualizer/specs/planted.py", "from numba import cuda", "numba imported in layer specs"),
         ("visualizer/engine/planted.py", "from visualizer.web import session", "engine imports web"),
+        ("visualizer/tools/planted.py", "from devtools import crosscheck", "does not ship"),
+        ("visualizer/planted.py", "import devtools.ship_h200", "does not ship"),  # the top layer, too
+        ("kernels/planted.py", "from devtools.crosscheck import CASES", "does not ship"),
     ],
 )
 def test_a_planted_wrong_way_import_fails(tmp_path, monkeypatch, where, line, why):
@@ -271,3 +287,19 @@ def _violations_of(planted: Path, line: str) -> list[str]:
         return violations([planted])
     finally:
         Path.read_text = real
+
+
+def test_the_installed_package_never_imports_devtools():
+    """devtools/ is not in the wheel: an import of it from visualizer/ or kernels/ (also one made for
+    annotations only) would work in a checkout and fail once installed."""
+    package = [p for p in project_files() if p.relative_to(ROOT).parts[0] in PACKAGE]
+    found = [
+        f"{p.relative_to(ROOT)}:{line}"
+        for p in package
+        for mod, line in imports_of(p, type_only=True)
+        if mod.split(".")[0] == DEVTOOLS
+    ]
+    assert found == []
+    tools = [p for p in project_files() if p.relative_to(ROOT).parts[0] == DEVTOOLS]
+    assert len(tools) > 1 and len(package) > len(tools)  # both halves were read
+    assert any(mod.startswith("visualizer.") for p in tools for mod, _ in imports_of(p))  # the allowed way

@@ -1,4 +1,4 @@
-"""The measured set: recorded by tools/ship_h200.py (here on the simulator, labelled so), read back by
+"""The measured set: recorded by devtools/ship_h200.py (here on the simulator, labelled so), read back by
 analysis/measured_set.py: the same launch or the nearest, said as such; damaged sets are absent with a line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from visualizer.analysis import measured_set as ms
-from visualizer.tools import ship_h200
+from devtools import ship_h200
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def test_the_index_names_the_device_versions_and_every_file_with_its_size(record
     assert index["format"] == ms.FORMAT and index["version"] == ms.VERSION
     assert index["device"]["name"] == "CUDA simulator on CPU" and index["device"]["backend"] == "sim"
     assert index["versions"]["numba_cuda"] and index["versions"]["visualizer"]
-    assert index["recorded_at"].endswith("Z") and index["tool"].startswith("visualizer.tools.ship_h200")
+    assert index["recorded_at"].endswith("Z") and index["tool"].startswith("devtools.ship_h200")
     ids = sorted(r["id"] for r in index["launches"])
     assert ids == ["reduction.block-128.n-1000", "vector_add.block-128.n-1000"]
     total = 0
@@ -65,7 +65,7 @@ def test_a_simulator_set_is_never_labelled_measured(recorded):
 def test_expect_device_refuses_the_simulator_and_writes_nothing(tmp_path):
     out = tmp_path / "h200"
     res = subprocess.run(
-        [sys.executable, "-m", "visualizer.tools.ship_h200", "--out", str(out), "--kernels", "vector_add",
+        [sys.executable, "-m", "devtools.ship_h200", "--out", str(out), "--kernels", "vector_add",
          "--no-lessons", "--backend", "sim", "--expect-device", "H200"],
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""visualizer.tools.stock_suite: numba-cuda's own simulator tests run per engine and counted. One tiny
+"""devtools.stock_suite: numba-cuda's own simulator tests run per engine and counted. One tiny
 numba test module on fastsim (in a child process, as the tool runs them all); the counting itself on
 made-up unittest cases. Counts, never speed."""
 
@@ -11,7 +11,7 @@ import unittest
 
 import pytest
 
-from visualizer.tools import stock_suite
+from devtools import stock_suite
 
 LAUNCHES: list = []  # what the made-up cases "launch" (the compiled engine's records in the real tool)
 

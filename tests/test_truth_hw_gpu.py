@@ -34,7 +34,7 @@ def _report(entry: dict) -> None:
 
 
 def _record(out: str) -> int:
-    from visualizer.tools import crosscheck_fresh
+    from devtools import crosscheck_fresh
 
     res = crosscheck_fresh.run("gpu", blocks="all", names=["c128_add"])
     Path(out).write_text(json.dumps(crosscheck_fresh.summaries(res)["c128_add"]))
@@ -45,7 +45,7 @@ def _record(out: str) -> int:
 def test_16_byte_global_requests_and_sectors_equal_ncu(tmp_path):
     if not os.path.exists(NCU):
         pytest.skip("no Nsight Compute here")
-    from visualizer.tools import crosscheck
+    from devtools import crosscheck
 
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
@@ -53,7 +53,7 @@ def test_16_byte_global_requests_and_sectors_equal_ncu(tmp_path):
     index = len(crosscheck.CASES) + crosscheck.FRESH.index("c128_add")
     log = tmp_path / "ncu.csv"
     cmd = [NCU, "--clock-control", "none", "--csv", "--metrics", ",".join(m for m, _ in metrics),
-           "--log-file", str(log), sys.executable, "-m", "visualizer", "crosscheck", "launch", str(index)]  # fmt: skip
+           "--log-file", str(log), sys.executable, "-m", "devtools.crosscheck", "launch", str(index)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert '"matches_numpy": true' in done.stdout, done.stdout[-2000:]

@@ -23,7 +23,6 @@ commands:
   asm         PTX/SASS of a kernel beside its source lines (ptxas registers, spills, shared memory)
   occupancy   theoretical occupancy of a launch on sm_75..sm_90
   bench       benchmarks (GPU and simulator)
-  crosscheck  memory-access engine vs Nsight Compute / compute-sanitizer (gpu, compare)
   serve       start the web app with safe settings (localhost unless --address ... --allow-remote)
 """
 
@@ -181,9 +180,12 @@ COMMANDS = {
     "bench": _module_command("visualizer.tools.bench"),
     "compare": _module_command("visualizer.tools.compare"),
     "asm": _module_command("visualizer.tools.asm"),
-    "crosscheck": _module_command("visualizer.tools.crosscheck"),
     "serve": _module_command("visualizer.tools.serve"),
 }
+
+
+# commands that were here and are now maintainers' tools, run from a checkout (devtools/, not installed)
+MOVED = {"crosscheck": "devtools.crosscheck"}
 
 
 def main(argv: list[str]) -> int:
@@ -191,6 +193,13 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return 0 if argv else 2
     command = COMMANDS.get(argv[0])
+    if command is None and argv[0] in MOVED:
+        print(
+            f"error: {argv[0]} is a maintainers' tool, not installed: from a checkout of the repository, "
+            f"run python -m {MOVED[argv[0]]}",
+            file=sys.stderr,
+        )
+        return 2
     if command is None:
         print(f"error: unknown command {argv[0]!r}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
