@@ -37,7 +37,7 @@ setup(
     packages=packages,
     package_dir={"visualizer.kernels": "kernels"},
     # the examples the Your kernel page reads (and their .toml); the lessons' words (web/lessons*.toml); the
-    # measured set (tools/ship_h200.py): index.json and one compact bundle per recorded launch
+    # measured set (devtools/ship_h200.py, a maintainers' tool the wheel leaves out): index.json and one compact bundle per recorded launch
     package_data={
         "visualizer.kernels.examples": ["*.py", "*.toml"],
         "visualizer.web": ["*.toml"],

@@ -4,7 +4,7 @@ Each one makes one kind of request the tables must count as the hardware does: 8
 shared accesses (served by half- and quarter-warps), 16-byte global ones (two 8-byte requests each), a conflict that only the per-phase count gets
 right, a divergent reduction, atomics, a guard return, a conditional expression, a view read in a
 device function. ``CASES`` gives
-each kernel its launch and inputs (numpy only); tools/crosscheck.py profiles them with ncu, and
+each kernel its launch and inputs (numpy only); devtools/crosscheck.py profiles them with ncu, and
 tests/test_gpu_accesses.py records them on both backends.
 """
 

@@ -2,7 +2,7 @@
 one, beside the visitor's simulated run.
 
 A set is a directory: ``index.json`` (what was recorded, where, on which device, driver and versions, when,
-each bundle's files and sizes) and one compact capture bundle per launch (``tools/ship_h200.py`` writes
+each bundle's files and sizes) and one compact capture bundle per launch (``devtools/ship_h200.py`` writes
 them; ``bundle_read`` reads each back, bounded). Everything in it is data: a damaged or foreign index, or
 a bundle that does not match its index, is *absent*, with one line saying why, never a traceback.
 
@@ -189,7 +189,7 @@ def load_set(root: str | Path | None = None) -> tuple[MeasuredSet | None, str | 
         if not (root / INDEX).exists():
             return (
                 None,
-                f"no measured set at {root.name or root} (record one with python -m visualizer.tools.ship_h200)",
+                f"no measured set at {root.name or root} (record one with python -m devtools.ship_h200 from a checkout)",
             )
         return read_index(root), None
     except SetError as exc:

@@ -1,4 +1,4 @@
-"""The simulator benchmark's workloads (tools/sim_bench.py runs them, one engine per process): each is a
+"""The simulator benchmark's workloads (devtools/sim_bench.py runs them, one engine per process): each is a
 built-in kernel's clean build at a fixed size, its inputs, and a numpy check. CPU time per launch
 (``time.process_time``), the compiled engine's compile time apart."""
 

@@ -29,7 +29,7 @@ from visualizer.analysis import gpu_accesses
 from visualizer.engine.instrument import accesses as ia
 from visualizer.engine.lenses import Lens, Option, register
 
-# the instrumenter's parameter names -> the buffer names of a hand-made launch (tools/access_cost.py)
+# the instrumenter's parameter names -> the buffer names of a hand-made launch (devtools/access_cost.py)
 BUFFER_OF = {
     "_vz_trace": "trace",
     "_vz_active": "active",
@@ -329,7 +329,7 @@ def compiled_probes() -> None:
 
 # --- by hand: the access pass's build of one kernel launched on its own -----------------------------
 # Record sampled warps' accesses of one launch with the access pass, on either backend (the cross-check,
-# tools/crosscheck_fresh.py, and the tests): on the simulator it runs the very same build
+# devtools/crosscheck_fresh.py, and the tests): on the simulator it runs the very same build
 # (engine/sim/fastsim.py gives activemask and shfl_sync warp semantics), which is how tests check the GPU
 # recording against the simulator recorder. ``record_source`` takes a module's source and a kernel name.
 
