@@ -48,3 +48,35 @@ def test_the_version_has_one_place():
     assert "version" not in pyproject["project"] and pyproject["project"]["dynamic"] == ["version"]
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "visualizer.__version__"}
     assert visualizer.__version__.count(".") == 2
+
+
+def _setup_kwargs(monkeypatch) -> dict:
+    """What setup.py hands to setuptools.setup (its package list, found the way a build finds it), without
+    building: setup() itself is replaced."""
+    import runpy
+
+    import setuptools
+
+    got = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: got.update(kw))
+    monkeypatch.chdir(ROOT)  # find_packages looks in the working directory, as a build does
+    runpy.run_path(str(ROOT / "setup.py"), run_name="__main__")
+    return got
+
+
+def test_the_wheel_leaves_the_maintainers_tools_out(monkeypatch):
+    """devtools/ (ncu cross-checks, access-cost probes, the measured set's recorder...) runs from a checkout;
+    neither the folder nor a module of the same name inside visualizer/ is in the wheel's packages."""
+    kw = _setup_kwargs(monkeypatch)
+    packages, where = kw["packages"], kw["package_dir"]
+    assert "visualizer" in packages and "visualizer.tools" in packages and "visualizer.kernels" in packages
+    assert all(p == "visualizer" or p.startswith("visualizer.") for p in packages), packages
+    tools = {p.stem for p in (ROOT / "devtools").glob("*.py")} - {"__init__"}
+    assert {"crosscheck", "access_cost", "ship_h200", "stock_suite"} <= tools
+    shipped = set()
+    for package in packages:
+        top = next((k for k in sorted(where, key=len, reverse=True) if package.startswith(k)), None)
+        folder = ROOT / (where[top] + package[len(top) :] if top else package).replace(".", "/")
+        shipped |= {p.stem for p in folder.glob("*.py")}
+    assert "cli" in shipped and "probes" in shipped  # visualizer/tools/ and kernels/ were read
+    assert shipped & tools == set()
