@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from devtools import ship_h200
 from tests.conftest import open_app
 from visualizer.analysis import measured_set as ms
-from devtools import ship_h200
 
 
 @pytest.fixture(scope="module")

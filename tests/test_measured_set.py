@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from visualizer.analysis import measured_set as ms
 from devtools import ship_h200
+from visualizer.analysis import measured_set as ms
 
 ROOT = Path(__file__).resolve().parents[1]
 
