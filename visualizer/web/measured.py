@@ -238,6 +238,20 @@ def simt_beside(cap: Capture) -> None:
         )
 
 
+def device_times(sides: list[tuple[str, dict]]) -> tuple:
+    """Compare on the simulator: each side's shipped recording (measured_set.device_time: the same launch or
+    the nearest, its device and date), or the one line why there is none."""
+    out = []
+    for kernel, params in sides:
+        match, why = find(kernel, params)
+        if match is None:
+            out.append(why or "no measured set is shipped with this install")
+            continue
+        recorded, problem = recorded_capture(match)
+        out.append(problem if recorded is None else ms.device_time(match, recorded))
+    return tuple(out)
+
+
 def compare_beside(sides: list[tuple[str, dict]]) -> None:
     """Compare page on the simulator: A's and B's device time as recorded (the simulator has none), each
     the same launch or the nearest recorded, said so; B/A only where both were measured."""
