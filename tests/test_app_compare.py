@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
@@ -32,7 +33,7 @@ def test_compare_page_from_a_link():
     changed = next(m.value for m in at.main.markdown if m.value.startswith("- ")).replace("\\", "")
     first = changed.splitlines()[0].replace("\u200b", "")
     assert first.startswith("- transpose_tiled: 4.50x faster (modelled time (memory traffic)"), first
-    assert "CPU" not in changed and "slower" not in changed
+    assert "CPU" not in changed and "slower" not in changed  # (no shipped set in the suite's page tests)
     assert not any("not recorded yet" in c.value for c in at.main.caption)  # the stale branch note
     table = next(d.value for d in at.main.dataframe if "what" in d.value.columns)
     branch = table[table["what"] == "branch efficiency"].iloc[0]
@@ -125,3 +126,34 @@ def test_compare_lbm_layouts_counts_the_sectors_of_each():
     text = _text(at)
     assert "lbm_soa" in text and "sectors per global load request" in text, text
     assert at.get("plotly_chart")
+
+
+def test_compare_on_the_simulator_puts_the_shipped_h200_time_beside_the_modelled_one(monkeypatch):
+    """A fresh clone with no GPU: the shipped recording's device time right after the modelled time, in the
+    chart with its device and date, and the kernels' SASS counted; never the simulation's CPU time."""
+    import json
+
+    from visualizer.analysis import measured_set as ms
+    from visualizer.engine.capture import ptx
+
+    monkeypatch.delenv(ms.SET_ENV)
+    the_set, why = ms.load_set(ms.SHIPPED_DIR)
+    if the_set is None or not the_set.measured:
+        pytest.skip(why or "the shipped set was recorded on the simulator")
+    at = _app(page="compare", cmp_pair="transpose", cmp_backend="sim").run()
+    assert not at.exception, [e.value for e in at.exception]
+    changed = next(m.value for m in at.main.markdown if m.value.startswith("- "))
+    lines = changed.replace("\\", "").replace("\u200b", "").splitlines()
+    assert lines[0].startswith("- transpose_tiled: 4.50x faster (modelled time (memory traffic)"), lines
+    assert "on the shipped recording (device time" in lines[1] and the_set.label() in lines[1], lines
+    assert "the same launches" in lines[1] and not any("CPU" in x for x in lines)
+    titles = [
+        a["text"].replace("<br>", " ")
+        for c in at.get("plotly_chart")
+        for a in json.loads(c.proto.spec)["layout"].get("annotations", [])
+    ]
+    assert f"device time (µs, measured on H200, {the_set.date})" in titles, titles
+    table = next(d.value for d in at.main.dataframe if "what" in d.value.columns)
+    sass = table[table["what"].str.startswith("SASS instructions")].iloc[0]
+    if ptx.tool("ptxas") and ptx.tool("nvdisasm"):
+        assert sass.iloc[2] > 10 and sass.iloc[3] > 10, sass

@@ -91,6 +91,15 @@ def test_memory_access_shows_the_recorded_requests_beside_yours(sim_set):
     metrics = {m.label: m.value for m in at.metric}
     # 31 full warps of 32 consecutive floats (4 sectors each) and one of 8 (1 sector): 125 / 32
     assert metrics["global load sectors / request (recorded)"] == "3.91"
+    # the every-warp heat map: yours by default; the recording's warps on the same axes, labelled as its
+    heat = [t for t in _titles(at) if t.startswith("Sectors per request, per warp")]
+    assert len(heat) == 1 and "recorded addresses, simulator" in heat[0]
+    assert any("recorded every one of its 32 warps" in t and "warps (block" in t for t in _texts(at))
+    at.radio(key="mem_heat_whose").set_value("recorded").run()
+    assert not at.exception, [e.value for e in at.exception]
+    heat = [t for t in _titles(at) if t.startswith("Sectors per request, per warp")]
+    heat = [t.replace("</sup><br><sup>", " ") for t in heat]  # the label line wraps
+    assert len(heat) == 1 and "simulated, not measured; only the warps that recorded" in heat[0], heat
 
 
 def test_simt_shows_the_recorded_branch_efficiency_and_says_why_no_barrier_waits(sim_set):

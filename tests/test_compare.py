@@ -125,7 +125,10 @@ def test_cli_compare_bundles(transpose_pair, tmp_path, capsys):
     got = json.loads(capsys.readouterr().out)
     st = next(m for m in got["metrics"] if m["metric"] == "global_st_sectors_per_request")
     assert (st["a"], st["b"]) == (32.0, 4.0)
-    assert got["differences"] == cmp.differences(cmp.compare(load(tmp_path / "a"), load(tmp_path / "b")))
+    from visualizer.tools.compare import beside
+
+    back = (load(tmp_path / "a"), load(tmp_path / "b"))
+    assert got["differences"] == cmp.differences(cmp.compare(*back, *beside(back)))
 
 
 @pytest.mark.parametrize(
@@ -171,3 +174,112 @@ def test_compare_two_gpu_captures(gpu_runner):
     assert row(table, "registers_per_thread")["a"] > 0
     assert 0 < row(table, "occupancy")["b"] <= 100 and row(table, "occupancy_limiter")["b_text"]
     assert any("measured on the GPU" in d for d in cmp.differences(table))
+
+
+H200 = {
+    "source": "measured on an NVIDIA H200, 2026-12-04, driver 580.159.04",
+    "short": "NVIDIA H200, 2026-12-04",
+}
+
+
+def test_the_recording_is_beside_the_modelled_time_and_says_when_they_disagree(transpose_pair):
+    """Simulator captures rank by what they count; the shipped recording's device time comes right after the
+    modelled time, its device, date and launch named; the model ranking them the other way is said."""
+    a, b = transpose_pair
+    recorded = ({**H200, "ms": 0.00482, "exact": True, "line": "the same launch"},
+                {**H200, "ms": 0.00490, "exact": True, "line": "the same launch"})  # fmt: skip
+    compiled = ({"instructions": 61, "arch": "sm_90", "resources": {"registers": 20}},
+                {"instructions": 93, "arch": "sm_90", "resources": {"registers": 24, "smem_bytes": 4096}})  # fmt: skip
+    table = cmp.compare(a, b, compiled, recorded)
+    rec = row(table, cmp.RECORDED_TIME)
+    assert (rec["a"], rec["b"]) == pytest.approx((4.82, 4.90)) and rec["a_source"] == H200["source"]
+    sass = row(table, cmp.SASS_INSTRUCTIONS)
+    assert (sass["a"], sass["b"]) == (61, 93) and sass["a_source"].startswith("compiled (ptxas")
+    assert row(table, "registers_per_thread")[["a", "b"]].tolist() == [20, 24]
+    assert row(table, "occupancy")["a_source"].startswith("modelled (occupancy calculator")
+    assert table.attrs["recorded"] == "NVIDIA H200, 2026-12-04" and not table.attrs["recorded_nearest"]
+    diffs = cmp.differences(table)
+    assert diffs[0].startswith("transpose_tiled: 4.50x faster (modelled time (memory traffic)")
+    assert diffs[1].startswith(
+        "transpose_tiled: 1.02x slower on the shipped recording (device time 4.82 → 4.90 µs, measured on an "
+        "NVIDIA H200, 2026-12-04, driver 580.159.04; the same launches); the memory-traffic model ranks them "
+        "the other way"
+    ), diffs[1]
+    assert (
+        "transpose_tiled: 61 → 93 SASS instructions in the kernel (static count, NOP padding left out)"
+        in diffs
+    )
+    assert not any("CPU" in d for d in diffs)
+    # the nearest recorded launch is said, never taken for yours
+    near = ({**recorded[0], "exact": False, "line": "nearest recorded: rows=32 (yours rows=64); not your launch"},
+            recorded[1])  # fmt: skip
+    table = cmp.compare(a, b, compiled, near)
+    assert row(table, cmp.RECORDED_TIME)["a_source"].endswith(
+        "; nearest recorded: rows=32 (yours rows=64); not your launch"
+    )
+    assert "the nearest recorded launches, not yours: the ratio is theirs" in cmp.differences(table)[1]
+    assert table.attrs["recorded_nearest"]
+    # none recorded, a set made on the simulator, hostile numbers: no row value, the reason instead
+    for bad in ("histogram_global was not recorded in the shipped set", {**H200, "ms": None, "why": "simulated"},
+                {**H200, "ms": float("nan")}, {**H200, "ms": -1.0}, {**H200, "ms": True}):  # fmt: skip
+        r = row(cmp.compare(a, b, recorded=(bad, bad)), cmp.RECORDED_TIME)
+        assert math.isnan(r["a"]) and r["a_note"] and not r["a_source"], bad
+    hostile = row(
+        cmp.compare(a, b, compiled=({"instructions": "9"}, {"instructions": 1 << 40})), cmp.SASS_INSTRUCTIONS
+    )
+    assert math.isnan(hostile["a"]) and math.isnan(hostile["b"]) and hostile["a_note"] == cmp.SASS_NOTE
+
+
+def test_the_chart_draws_the_recording_with_its_device_and_the_counts_that_differ(transpose_pair):
+    from visualizer.figures.compare import compare_figure
+
+    a, b = transpose_pair
+    rec = {**H200, "ms": 0.0048, "exact": False, "line": "nearest recorded"}
+    table = cmp.compare(a, b, ({"instructions": 61}, {"instructions": 93}), (rec, rec))
+    titles = [x.text.replace("<br>", " ") for x in compare_figure(table).layout.annotations]
+    assert "device time (µs, measured on H200, 2026-12-04, nearest)" in titles, titles
+    assert any(t.startswith("SASS instructions (static) (compiled)") for t in titles)
+    assert any("per global store request" in t for t in titles)  # 32 vs 4: drawn
+    assert not any(
+        "per global load request" in t or "hazards" in t for t in titles
+    )  # 4 vs 4, 0 vs 0: the table's
+    assert any(t.startswith("modelled time") for t in titles)  # times are drawn even where equal
+
+
+def test_cli_compare_counts_sass_and_puts_the_shipped_recording_beside(
+    transpose_pair, tmp_path, capsys, monkeypatch
+):
+    """``compare A B`` on two simulator bundles: the kernels' SASS counted (ptxas, nvdisasm) and the device time of
+    the same launches from the measured set shipped with the app, its device and date said."""
+    from visualizer.analysis import measured_set as ms
+    from visualizer.engine.capture import ptx
+
+    monkeypatch.delenv(ms.SET_ENV)
+    the_set, why = ms.load_set(ms.SHIPPED_DIR)
+    a, b = transpose_pair
+    save(a, tmp_path / "a")
+    save(b, tmp_path / "b")
+    assert main(["compare", "--json", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    got = json.loads(capsys.readouterr().out)
+    rows = {m["metric"]: m for m in got["metrics"]}
+    if ptx.tool("ptxas") and ptx.tool("nvdisasm"):
+        assert (
+            rows["sass_instructions"]["a"] > 10
+            and rows["sass_instructions"]["b"] > rows["sass_instructions"]["a"]
+        )
+        assert rows["registers_per_thread"]["a_source"] == "compiled (ptxas -v, sm_90)"
+    else:
+        assert rows["sass_instructions"]["a_note"] == ptx.NO_SASS_TOOLS
+    if (
+        the_set is None
+        or not the_set.measured
+        or not ms.nearest(the_set, "transpose_naive", a.launch["params"])
+    ):
+        pytest.skip(why or "the shipped set holds no measured transpose")
+    rec = rows[cmp.RECORDED_TIME]
+    assert rec["a"] > 0 and rec["b"] > 0 and rec["a_source"].startswith(the_set.label())
+    assert any("on the shipped recording" in d and the_set.label() in d for d in got["differences"])
+    assert not any("CPU" in d for d in got["differences"])
+    assert main(["compare", "--no-sass", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    assert "device time of the shipped recording" in text and cmp.SASS_NOTE in text

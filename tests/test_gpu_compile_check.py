@@ -101,6 +101,17 @@ def test_a_kernel_that_compiles_runs_with_ptxas_registers_and_compiles_once(monk
     assert isinstance(regs, int) and 1 <= regs <= 255
     assert counted["resources"]["smem_bytes"] == 32 * 33 * 4  # the padded tile, as ptxas allocates it
     assert second.launch["gpu_compile"] == counted
+    if ptx.tool("nvdisasm"):  # its SASS counted in the sandbox too (Compare's your-two-versions reads it)
+        assert isinstance(counted["sass_instructions"], int) and counted["sass_instructions"] > 10
+
+
+@pytest.mark.parametrize("count, kept", [(120, 120), (0, None), (-3, None), (True, None), ("99", None),
+                                         (1 << 30, None), (12.5, None)])  # fmt: skip
+def test_a_sandboxs_sass_count_is_kept_only_as_an_int_in_range(monkeypatch, count, kept):
+    monkeypatch.setattr(user_runner, "_gpu_checks", type(user_runner._gpu_checks)())
+    checked = {"checked": True, "arch": "sm_90", "ptxas_log": "Used 20 registers", "sass_instructions": count}
+    known = user_runner.remember_gpu_check(_launch(PADDED_GOOD), checked)
+    assert known.get("sass_instructions") == kept
 
 
 def test_a_missing_toolchain_refuses_nothing(monkeypatch):

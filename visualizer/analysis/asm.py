@@ -82,6 +82,23 @@ def sass_table(sass: str) -> pd.DataFrame:
     return labelled(df, SASS_SOURCE, column=False)
 
 
+SASS_COUNT_WHAT = "SASS instructions in the kernel (static count, NOP padding left out)"
+SASS_COUNT_MAX = 1 << 24  # a count read back from a bundle or a sandbox past this is no count
+
+
+def sass_count(sass: str) -> int:
+    """Instructions in the compiled kernel as nvdisasm lists them, the NOPs that pad its end left out:
+    a static count (code size), not the instructions a launch executes."""
+    table = sass_table(sass or "")
+    return int((table["opcode"] != "NOP").sum())
+
+
+def sass_count_of(value) -> int | None:
+    """A SASS count read from untrusted data (a bundle, a sandbox's reply): an int in range, else None."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < SASS_COUNT_MAX
+    return value if ok else None
+
+
 def ptxas_resources(log: str) -> dict:
     """Registers, barriers, shared/constant memory, stack and spills per kernel from ``ptxas -v``."""
     out = {}

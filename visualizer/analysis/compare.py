@@ -8,7 +8,10 @@ memory accesses; ``differences(...)`` states what changed, one sentence each ("t
 Where a number comes from is kept per cell: a GPU capture's device time is *measured*; the simulator
 has no GPU time (its row is empty there, with the reason), and the CPU time the simulation took has a
 row of its own that says so and is never ranked. Accesses are ``recorded addresses, simulator``;
-``modelled_us`` is a named model of device time from the recorded sectors (``MODEL_NOTE``); occupancy is
+``modelled_us`` is a named model of device time from the recorded sectors (``MODEL_NOTE``), and beside it
+``recorded_device_us`` the device time of the same launch (or the nearest, said so) in the measured set
+shipped with the app (analysis/measured_set.py), labelled with its device and date; ``sass_instructions``
+counts the compiled kernel's SASS (a static count: ptxas and nvdisasm, run by the caller); occupancy is
 ``modelled (occupancy calculator)`` from the registers the GPU build reported; branch efficiency comes
 from the SIMT lens when the capture recorded branches. A metric a capture did not record is NaN with
 the reason in ``note``, never a guess. ``differences`` says first whether B's output is wrong and how
@@ -22,6 +25,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from visualizer.analysis.asm import SASS_COUNT_WHAT, SASS_SOURCE, sass_count_of
 from visualizer.analysis.provenance import MEASURED_GPU, labelled, modelled
 from visualizer.specs.gpus import H200_HBM_GBS, SECTOR_BYTES
 
@@ -39,6 +43,14 @@ MODEL_NOTE = (
 )
 MODEL_SOURCE = modelled(MODEL_NOTE)
 CHECK_SOURCE = "the outputs checked against the reference"
+SASS_INSTRUCTIONS = "sass_instructions"
+SASS_NOTE = (
+    "not counted: needs the kernel compiled by ptxas and read back by nvdisasm "
+    "(pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm)"
+)
+RECORDED_TIME = "recorded_device_us"
+RECORDED_NOTE = "not looked up: no shipped recording asked for"
+RECORDED_GPU_NOTE = "a GPU capture: its own device time is measured (device_ms)"
 
 # metric -> (unit, what it means, lower is better?)
 METRICS: dict[str, tuple[str, str, bool | None]] = {
@@ -47,6 +59,7 @@ METRICS: dict[str, tuple[str, str, bool | None]] = {
     "device_ms": ("ms", "kernel time, clean build", True),
     "instrumented_ms": ("ms", "kernel time, instrumented build", True),
     "modelled_us": ("µs", "modelled time (memory traffic)", True),
+    "recorded_device_us": ("µs", "device time of the shipped recording (clean build)", True),  # RECORDED_TIME
     "sim_cpu_ms": ("ms", "CPU time of the simulation (not kernel time)", None),
     "sim_engine": ("", "simulator engine that ran it (compiled or fastsim)", None),
     "launch_overhead_us": ("µs", "host launch overhead", True),
@@ -67,6 +80,7 @@ METRICS: dict[str, tuple[str, str, bool | None]] = {
     "shared_st_wavefronts_per_request": ("wavefronts", "per shared store request", True),
     "shared_bank_conflicts": ("", "extra shared wavefronts (bank conflicts)", True),
     BRANCH_EFFICIENCY: ("%", "branch efficiency", False),
+    SASS_INSTRUCTIONS: ("", SASS_COUNT_WHAT, None),
 }
 COLUMNS = ["metric", "unit", "what", "value", "text", "source", "note"]
 
@@ -131,12 +145,15 @@ def _shared_wavefronts(cap, op: str) -> float | None:
     return float(np.maximum(sel["bank_ways"].to_numpy(), 1).mean())
 
 
-def _occupancy(cap) -> tuple[float | None, str, str]:
-    """(occupancy 0..100, limiter, note) from the GPU build's registers; None on the simulator."""
+def _occupancy(cap, compiled=None) -> tuple[float | None, str, str]:
+    """(occupancy 0..100, limiter, note) from the GPU build's registers: a GPU capture's own, ptxas's count
+    where the kernel was compiled (``compiled``, or a visitor's kernel's ``gpu_compile``), else None."""
     res = cap.launch.get("clean") or {}
     regs = res.get("registers_per_thread")
     note = ""
     known = cap.launch.get("gpu_compile")  # a visitor's kernel, compiled before the simulator ran it
+    if isinstance(compiled, dict) and isinstance(compiled.get("resources"), dict):
+        known = {"resources": compiled["resources"], "arch": compiled.get("arch")}
     counted = known.get("resources") if regs is None and isinstance(known, dict) else None
     if (
         isinstance(counted, dict)
@@ -165,8 +182,64 @@ def _occupancy(cap) -> tuple[float | None, str, str]:
     return 100.0 * occ.occupancy, ", ".join(occ.limiters), note
 
 
-def metrics(cap) -> pd.DataFrame:
-    """One capture's numbers: a row per METRICS entry (value NaN and a note where not recorded)."""
+def _sass(cap, compiled) -> tuple[int | None, str, str]:
+    """(SASS instructions, source, note): ``compiled`` as counted by the caller (a dict with
+    ``instructions`` and ``arch``, or a one-line reason), else a visitor's kernel's count made in its
+    sandbox before the simulator ran it (``launch['gpu_compile']``)."""
+    if isinstance(compiled, str):
+        return None, "", compiled
+    known = cap.launch.get("gpu_compile")
+    where = ""
+    if isinstance(compiled, dict):
+        count, arch = sass_count_of(compiled.get("instructions")), compiled.get("arch")
+    elif isinstance(known, dict):
+        count, arch, where = (
+            sass_count_of(known.get("sass_instructions")),
+            known.get("arch"),
+            ", in its sandbox",
+        )
+    else:
+        count, arch = None, None
+    if count is None:
+        return None, "", SASS_NOTE
+    return count, f"{SASS_SOURCE}, {str(arch or 'sm_90')[:8]}{where}", ""
+
+
+def _recorded(cap, recorded) -> tuple[float | None, str, str]:
+    """(device time in µs, source, note) of the shipped recording of this launch (or the nearest):
+    ``recorded`` as ``measured_set.device_time`` gives it, or a one-line reason there is none."""
+    if cap.measured:
+        return None, "", RECORDED_GPU_NOTE
+    if cap.launch.get("user_kernel"):
+        return None, "", "your own kernel: the shipped set records built-in kernels only"
+    if isinstance(recorded, str):
+        return None, "", recorded
+    if not isinstance(recorded, dict):
+        return None, "", RECORDED_NOTE
+    ms = recorded.get("ms")
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not math.isfinite(ms) or ms <= 0:
+        return None, "", str(recorded.get("why") or "no device time in the recording")
+    source = str(recorded.get("source"))
+    return float(ms) * 1e3, source if recorded.get("exact") else f"{source}; {recorded.get('line')}", ""
+
+
+def _registers_row(launch: dict, compiled) -> dict:
+    """Registers per thread: a GPU capture's clean build's, else ptxas -v's count where it compiled the kernel."""
+    regs = (launch.get("clean") or {}).get("registers_per_thread")
+    if regs is not None:
+        return _row("registers_per_thread", regs, MEASURED_GPU)
+    res = compiled.get("resources") if isinstance(compiled, dict) else None
+    counted = res.get("registers") if isinstance(res, dict) else None
+    if isinstance(counted, int) and 1 <= counted <= 255:
+        return _row("registers_per_thread", counted, f"compiled (ptxas -v, {str(compiled.get('arch'))[:8]})")
+    return _row("registers_per_thread", None, MEASURED_GPU)
+
+
+def metrics(cap, compiled=None, recorded=None) -> pd.DataFrame:
+    """One capture's numbers: a row per METRICS entry (value NaN and a note where not recorded).
+
+    ``compiled``: its SASS instruction count (``{"instructions", "arch"}``) or why none; ``recorded``: the
+    shipped recording's device time of this launch (``measured_set.device_time``) or why none."""
     t, launch = cap.timing, cap.launch
     summ = launch.get("accesses")
     no_acc = "not recorded: capture with accesses (simulator)"
@@ -192,6 +265,7 @@ def metrics(cap) -> pd.DataFrame:
             if modelled_us is not None
             else ("not modelled: only sampled warps recorded" if summ else no_acc),
         ),
+        _row(RECORDED_TIME, *_recorded(cap, recorded)),
         _row(
             "sim_cpu_ms",
             None if gpu else (t.get("clean_ms") or t.get("instrumented_ms")),
@@ -215,12 +289,16 @@ def metrics(cap) -> pd.DataFrame:
         _row("threads", launch.get("threads"), "launch"),
         _row("blocks", launch.get("blocks"), "launch"),
         _row("sms_used", int(cap.threads["sm"].nunique()), launch["source"]),
-        _row("registers_per_thread", (launch.get("clean") or {}).get("registers_per_thread"), MEASURED_GPU),
+        _registers_row(launch, compiled),
         _row("static_smem_bytes", launch.get("static_smem_bytes"), "launch"),
     ]
-    occ, limiter, note = _occupancy(cap)
-    rows.append(_row("occupancy", occ, OCCUPANCY_SOURCE, note))
-    rows.append(_row("occupancy_limiter", limiter or None, OCCUPANCY_SOURCE, note))
+    occ, limiter, note = _occupancy(cap, compiled)
+    if occ is not None and note:  # counted by ptxas: said in the source, not as a reason it is missing
+        source, note = f"{OCCUPANCY_SOURCE}; {note}", ""
+    else:
+        source = OCCUPANCY_SOURCE
+    rows.append(_row("occupancy", occ, source, note))
+    rows.append(_row("occupancy_limiter", limiter or None, source, note))
     for key in ("global_ld", "global_st"):
         per = _per_request(summ, key, f"{key}_sectors") if summ else None
         rows.append(_row(f"{key}_sectors_per_request", per, ACCESS_SOURCE, "" if per is not None else
@@ -236,6 +314,7 @@ def metrics(cap) -> pd.DataFrame:
     branch = branch_efficiency(cap)
     where = (launch.get("branches") or {}).get("source") or launch["source"]
     rows.append(_row(BRANCH_EFFICIENCY, branch, where, "" if branch is not None else BRANCH_NOTE))
+    rows.append(_row(SASS_INSTRUCTIONS, *_sass(cap, compiled)))
     return labelled(pd.DataFrame(rows, columns=COLUMNS), launch["source"], column=False)
 
 
@@ -263,10 +342,12 @@ def labels(a, b) -> tuple[str, str]:
     return "A", "B"
 
 
-def compare(a, b) -> pd.DataFrame:
+def compare(a, b, compiled=(None, None), recorded=(None, None)) -> pd.DataFrame:
     """Metrics of two captures side by side: metric, unit, what, a, b, ratio (b / a), and each
-    side's source and note. ``ratio`` is NaN where either side was not recorded."""
-    ma, mb = metrics(a), metrics(b)
+    side's source and note. ``ratio`` is NaN where either side was not recorded. ``compiled`` and
+    ``recorded``: each side's SASS count and shipped recording, as ``metrics`` takes them;
+    ``attrs['recorded']`` names the recording's device and date where either side has one."""
+    ma, mb = metrics(a, compiled[0], recorded[0]), metrics(b, compiled[1], recorded[1])
     out = ma[["metric", "unit", "what"]].copy()
     out["a"], out["b"] = ma["value"].to_numpy(), mb["value"].to_numpy()
     out["a_text"], out["b_text"] = ma["text"].to_numpy(), mb["text"].to_numpy()
@@ -278,6 +359,10 @@ def compare(a, b) -> pd.DataFrame:
     source = a.source if a.source == b.source else f"A: {a.source}; B: {b.source}"
     out.attrs["names"] = (name_of(a), name_of(b))
     out.attrs["labels"] = labels(a, b)
+    shown = [r for r in recorded if isinstance(r, dict) and r.get("short")]
+    if shown:
+        out.attrs["recorded"] = str(shown[0]["short"])
+        out.attrs["recorded_nearest"] = not all(r.get("exact") for r in shown)
     return labelled(out, source, column=False)
 
 
@@ -331,10 +416,40 @@ def _verdicts(table: pd.DataFrame, name_b: str) -> list[str]:
     return out
 
 
+def _recorded_line(table: pd.DataFrame, r, name_b: str) -> str:
+    """The shipped recording's device time of A and B (its device, date, and whether these are your
+    launches), and where the memory-traffic model above ranks them the other way, that it does."""
+    speed = r.a / r.b
+    word = "faster" if speed > 1 else "slower"
+    label = str(r.b_source or r.a_source).split("; ")[0]
+    nearest = "nearest recorded" in f"{r.a_source} {r.b_source}"
+    which = (
+        "the nearest recorded launches, not yours: the ratio is theirs" if nearest else "the same launches"
+    )
+    line = (
+        f"{name_b}: {max(speed, 1 / speed):.2f}x {word} on the shipped recording (device time {_fmt(r.a)} → "
+        f"{_fmt(r.b)} µs, {label}; {which})"
+    )
+    model = table.set_index("metric").loc["modelled_us"] if "modelled_us" in set(table["metric"]) else None
+    if (
+        model is not None
+        and model["a"] > 0
+        and model["b"] > 0
+        and model["a"] != model["b"]
+        and (model["a"] > model["b"]) != (speed > 1)
+    ):
+        line += (
+            "; the memory-traffic model ranks them the other way: it counts DRAM sectors only, no latency, "
+            "caches, instructions or launch"
+        )
+    return line
+
+
 def differences(table: pd.DataFrame) -> list[str]:
     """One sentence per metric that differs between A and B, naming B: first whether B's output is wrong
     and whether it races, then time (device time where both were measured on a GPU, else the modelled
-    time, its model named), then the counts in METRICS order.
+    time, its model named, and beside it the device time of the shipped recording where it has both
+    launches or the nearest), then the counts in METRICS order.
 
     The simulation's CPU time is never among them: it says how long Python took, not the kernel.
     Metrics equal on both sides, or not recorded on one, are left out.
@@ -356,6 +471,9 @@ def differences(table: pd.DataFrame) -> list[str]:
         if math.isnan(r.a) or math.isnan(r.b) or r.a == r.b:
             continue
         unit = f" {r.unit}" if r.unit and r.unit != "%" else r.unit
+        if r.metric == RECORDED_TIME and r.a > 0 and r.b > 0:
+            timed.append(_recorded_line(table, r, name_b))
+            continue
         if r.metric in ("device_ms", "instrumented_ms", "modelled_us") and r.a > 0 and r.b > 0:
             if r.metric == "modelled_us" and not math.isnan(table.set_index("metric").loc["device_ms", "b"]):
                 continue  # measured device time is there: the model is in the table, not a headline

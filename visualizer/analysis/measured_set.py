@@ -205,6 +205,41 @@ def find(kernel: str, params: dict, root: str | Path | None = None) -> tuple[Mat
     return (match, None) if match is not None else (None, not_recorded(kernel, the_set))
 
 
+def device_time(match: Match, recorded) -> dict:
+    """What Compare reads of a recorded launch (analysis/compare.py ``recorded``): the clean build's device
+    time in ms (None where the set was recorded on the simulator, or the recording holds none), the set's
+    label, whether it is the launch asked for and the line that says which, the device and date."""
+    ms = recorded.timing.get("clean_ms") if recorded is not None and match.set.measured else None
+    ok = isinstance(ms, (int, float)) and not isinstance(ms, bool) and math.isfinite(ms) and ms > 0
+    why = None if match.set.measured else "the set was recorded on the simulator: no device time"
+    return {
+        "ms": float(ms) if ok else None,
+        "source": match.set.label(),
+        "exact": match.exact,
+        "line": match.line(),
+        "short": f"{match.set.device.get('name') or 'the recording device'}, {match.set.date}",
+        "why": why or (None if ok else "no device time in the recording"),
+    }
+
+
+def device_time_for(kernel: str, params: dict, root: str | Path | None = None) -> dict | str | None:
+    """``device_time`` of the recorded launch nearest (kernel, params), read from the set; a one-line reason
+    where there is none, or None where no set is shipped at all."""
+    root = Path(root) if root is not None else set_dir()
+    if not (root / INDEX).exists():
+        return None
+    the_set, why = load_set(root)
+    if the_set is None:
+        return why
+    match = nearest(the_set, kernel, params)
+    if match is None:
+        return not_recorded(kernel, the_set)
+    try:
+        return device_time(match, match.capture())
+    except SetError as exc:
+        return f"the recorded launch could not be read: {exc}"
+
+
 def not_recorded(kernel: str, the_set: MeasuredSet) -> str:
     return f"{kernel} was not recorded in the shipped set ({the_set.label()})"
 

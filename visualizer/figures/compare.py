@@ -13,36 +13,52 @@ from visualizer.figures.common import source_of, titled
 
 # the metrics drawn, in order (analysis/compare.METRICS names them); others stay in the table
 DRAWN = (
-    "device_ms", "modelled_us", "hazards", "launch_overhead_us", "global_ld_sectors_per_request",
-    "global_st_sectors_per_request", "shared_ld_wavefronts_per_request", "shared_st_wavefronts_per_request",
-    "branch_efficiency", "occupancy",
+    "device_ms", "modelled_us", "recorded_device_us", "hazards", "launch_overhead_us",
+    "global_ld_sectors_per_request", "global_st_sectors_per_request", "shared_ld_wavefronts_per_request",
+    "shared_st_wavefronts_per_request", "branch_efficiency", "sass_instructions", "occupancy",
 )  # fmt: skip
+TIMES = ("device_ms", "modelled_us", "recorded_device_us")  # drawn even where A and B are equal
+SHORT_WHAT = {  # a panel's title where the table's words would not fit a ninth of the chart
+    "recorded_device_us": "device time",
+    "sass_instructions": "SASS instructions (static)",
+}
 COLORS = ("#8c8c8c", "#0b5fff")  # A grey ("before"), B blue ("after")
 
 
 def _short_source(source: str) -> str:
     s = str(source)
-    for word in ("measured", "simulated", "recorded", "modelled"):
+    for word in ("measured", "simulated", "recorded", "modelled", "compiled"):
         if s.startswith(word):
             return word
     return s.split(" ")[0] if s else "not recorded"
 
 
+def _panel_title(r, attrs: dict) -> str:
+    """'sectors per global store request (sectors, recorded)'; the recording's device time as 'device time
+    (µs, measured on H200, 2026-12-04)', '…, nearest' where it is the nearest recorded launch, not yours."""
+    source = _short_source(r.a_source or r.b_source)
+    if r.Index == "recorded_device_us" and attrs.get("recorded"):
+        where = str(attrs["recorded"]).removeprefix("NVIDIA ")  # four lines of a ninth of the chart at most
+        source = f"{source} on {where}{', nearest' if attrs.get('recorded_nearest') else ''}"
+    return f"{SHORT_WHAT.get(r.Index, r.what)} ({r.unit + ', ' if r.unit else ''}{source})"
+
+
 def compare_figure(table: pd.DataFrame, height: int = 360) -> go.Figure:
-    """Paired bars per metric from ``analysis.compare.compare``; a metric neither side recorded is
-    left out, one that only one side recorded shows that side alone (the other is named "not recorded")."""
+    """Paired bars per metric from ``analysis.compare.compare``; a metric neither side recorded, or a count
+    equal on both sides, is left out (the table keeps it; times are always drawn); one that only one side recorded shows
+    that side alone (the other is named "not recorded"). The shipped recording's device time names its
+    device and date (``attrs['recorded']``), and says where it is the nearest recorded launch, not yours."""
     rows = (
         table[table["metric"].isin(DRAWN)]
         .set_index("metric")
         .reindex([m for m in DRAWN if m in set(table["metric"])])
     )
-    rows = rows[~(rows["a"].isna() & rows["b"].isna())]
+    timed = rows.index.isin(TIMES)
+    rows = rows[~(rows["a"].isna() & rows["b"].isna()) & (timed | (rows["a"] != rows["b"]))]
     la, lb = table.attrs.get("labels", ("A", "B"))
     n = max(len(rows), 1)
     width = max(12, 130 // n)  # characters a panel's title holds before it runs into its neighbour's
-    titles = ["<br>".join(textwrap.wrap(
-        f"{r.what} ({r.unit + ', ' if r.unit else ''}{_short_source(r.a_source or r.b_source)})", width))
-        for r in rows.itertuples()]  # fmt: skip
+    titles = ["<br>".join(textwrap.wrap(_panel_title(r, table.attrs), width)) for r in rows.itertuples()]
     fig = make_subplots(
         rows=1, cols=n, subplot_titles=titles or ["nothing recorded on both"], horizontal_spacing=0.04
     )
@@ -65,7 +81,10 @@ def compare_figure(table: pd.DataFrame, height: int = 360) -> go.Figure:
         fig.update_xaxes(showticklabels=False, row=1, col=i)
     fig.update_annotations(font_size=11)
     fig.update_layout(
-        title=titled(f"{la} (A) vs {lb} (B): each panel one metric, both on its one scale", source_of(table)),
+        title=titled(
+            f"{la} (A) vs {lb} (B): times, and the counts that differ (own scale each)",
+            source_of(table),
+        ),
         height=height, bargap=0.25, margin={"t": 150, "b": 30, "l": 40, "r": 10},
         legend={"orientation": "h", "y": -0.05, "x": 0},
     )  # fmt: skip

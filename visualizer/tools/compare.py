@@ -3,6 +3,10 @@
 ``compare --pair NAME --backend sim|gpu|auto`` captures a built-in pair (specs/pairs.py) first, with
 accesses recorded on the simulator, and can keep both bundles (``--out DIR``: DIR/a and DIR/b).
 Bad input exits 2 with one line; a kernel that fails exits 1.
+
+Beside what the captures hold, each built-in kernel's SASS is counted (its clean build compiled for an H200 by
+ptxas, read back by nvdisasm; ``--no-sass`` skips it), and a simulator's capture gets the device time of the
+same launch, or the nearest, from the measured set shipped with the app, labelled with its device and date.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ def parser() -> OneLineParser:
     p.add_argument("--repeats", type=int, default=20, help="for --pair: timed launches per build on the GPU")
     p.add_argument("--out", help="for --pair: keep the two bundles as OUT/a and OUT/b")
     p.add_argument("--json", action="store_true", help="print the table as JSON records")
+    p.add_argument(
+        "--no-sass", action="store_true", help="do not compile the kernels to count their SASS instructions"
+    )
     return p
 
 
@@ -43,6 +50,32 @@ def _capture_pair(name: str, backend: str, repeats: int):
             opts = {"accesses": True, "branches": True} if runner.backend == "sim" else {}
             caps.append(runner.capture(side.kernel, side.params_for(runner.backend), repeats=repeats, **opts))
     return caps
+
+
+def beside(caps, sass: bool = True) -> tuple[tuple, tuple]:
+    """(compiled, recorded) for analysis/compare.compare: each built-in kernel's SASS count (a visitor's is
+    read from its capture), and for a simulator's capture the shipped recording's device time."""
+    from visualizer.analysis import measured_set as ms
+
+    builtin = [not c.launch.get("user_kernel") for c in caps]
+    compiled: tuple = (None,) * len(caps)
+    if sass and any(builtin):
+        from visualizer.engine.capture import ptx
+
+        sides = [
+            (c.launch["kernel"], dict(c.launch.get("params") or {}))
+            for c, b in zip(caps, builtin, strict=True)
+            if b
+        ]
+        counts = iter(ptx.sass_pair(sides))
+        compiled = tuple(next(counts) if b else None for b in builtin)
+    recorded = tuple(
+        ms.device_time_for(str(c.launch["kernel"]), dict(c.launch.get("params") or {}))
+        if b and not c.measured
+        else None
+        for c, b in zip(caps, builtin, strict=True)
+    )
+    return compiled, recorded
 
 
 def main(argv: list[str]) -> int:
@@ -83,7 +116,8 @@ def main(argv: list[str]) -> int:
                 raise CliError(f"expected two bundles (BUNDLE_A BUNDLE_B), got {len(args.bundles)}")
             a, b = (load(d, only=COMPARE_READS) for d in args.bundles)
         try:
-            table = cmp.compare(a, b)
+            compiled, recorded = beside((a, b), sass=not args.no_sass)
+            table = cmp.compare(a, b, compiled, recorded)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             # a bundle that passed the reader's checks yet does not hold together: still one line
             raise CliError(

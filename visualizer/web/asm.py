@@ -14,6 +14,13 @@ def compiled(kernel: str, params: tuple, arch: str) -> dict:
     return ptx.builtin_asm(kernel, dict(params), arch=arch)
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def sass_pair(sides: tuple, arch: str = "sm_90") -> tuple:
+    """Compare's SASS counts: each built-in (kernel, sorted params) side's clean build compiled for ``arch``
+    (engine/ptx.sass_pair, side by side), a dict or the one line why none."""
+    return ptx.sass_pair(sides, arch)
+
+
 def visitor_compiled(cap, arch: str) -> tuple[dict | None, str | None]:
     """(A visitor's kernel compiled in a sandbox of its own, None) or (None, one-line reason).
 

@@ -147,19 +147,20 @@ def _device_name(match: ms.Match) -> str:
     return str(match.set.device.get("name") or "the recording device")
 
 
-def accesses_beside(cap: Capture) -> None:
+def accesses_beside(cap: Capture) -> tuple[ms.Match, Capture] | None:
     """Memory access page: per source line, sectors or wavefronts per request, the recorded launch's
-    beside your simulated run's (the same launch: counted over the blocks the GPU recorded)."""
+    beside your simulated run's (the same launch: counted over the blocks the GPU recorded). Returns the
+    recording where it has requests (the page's every-warp heat map offers its warps), else None."""
     from visualizer.analysis import gpu_accesses
     from visualizer.figures.memory import side_by_side_figure
 
     got = recorded_for(cap, "its memory requests", needs=cap.requests is not None)
     if got is None:
-        return
+        return None
     match, recorded = got
     if recorded.requests is None or not len(recorded.requests):
         st.caption("This recording has no memory accesses (its launch was recorded without the access lens).")
-        return
+        return None
     name = _device_name(match)
     blocks = ((recorded.launch.get("accesses") or {}).get("sample") or {}).get("blocks")
     if match.exact and blocks is not None:  # one launch: your run's requests of the blocks the GPU recorded
@@ -186,6 +187,26 @@ def accesses_beside(cap: Capture) -> None:
     capped = (recorded.launch.get("capped") or {}).get("requests")
     if capped:
         st.caption(f"The set ships the first {capped[0]:,} of the {capped[1]:,} recorded requests.")
+    return match, recorded
+
+
+def recorded_warps(match: ms.Match, recorded: Capture, yours) -> tuple:
+    """The every-warp heat map's choice: (the recording's requests labelled with its device, date and launch,
+    the line saying which warps it holds against your run's every warp)."""
+    req = recorded.requests.copy()
+    req.attrs["source"] = f"{chart_source(match)}; only the warps that recorded"
+    warps = req[["block", "warp"]].drop_duplicates()
+    blocks = sorted(int(b) for b in warps["block"].unique())
+    yours_n = len(yours[["block", "warp"]].drop_duplicates()) if yours is not None else 0
+    shown = ", ".join(str(b) for b in blocks[:8]) + (
+        f" and {len(blocks) - 8} more" if len(blocks) > 8 else ""
+    )
+    line = (
+        f"{_device_name(match)} recorded {len(warps):,} warps (block{'s' if len(blocks) > 1 else ''} {shown}): "
+        f"a GPU's warps record their own accesses only where sampled; your simulated run recorded every one of "
+        f"its {yours_n:,} warps" + ("." if match.exact else f" ({match.line()}).")
+    )
+    return req, line
 
 
 def recorded_counters(summ: dict) -> dict:
@@ -236,6 +257,20 @@ def simt_beside(cap: Capture) -> None:
                 else "not recorded."
             )
         )
+
+
+def device_times(sides: list[tuple[str, dict]]) -> tuple:
+    """Compare on the simulator: each side's shipped recording (measured_set.device_time: the same launch or
+    the nearest, its device and date), or the one line why there is none."""
+    out = []
+    for kernel, params in sides:
+        match, why = find(kernel, params)
+        if match is None:
+            out.append(why or "no measured set is shipped with this install")
+            continue
+        recorded, problem = recorded_capture(match)
+        out.append(problem if recorded is None else ms.device_time(match, recorded))
+    return tuple(out)
 
 
 def compare_beside(sides: list[tuple[str, dict]]) -> None:

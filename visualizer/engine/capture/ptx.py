@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from visualizer.analysis.asm import ptxas_resources, sass_count
 from visualizer.specs.catalog import LaunchError
 
 COMPILE_TIMEOUT_S = float(os.environ.get("VISUALIZER_PTX_TIMEOUT_S", "120"))
@@ -197,12 +198,13 @@ def gpu_check(request: dict, arch: str = GPU_CHECK_ARCH) -> dict:
 
     Runs where the kernel's code may run (the visitor's sandbox, or the operator's own process for
     ``capture --source``). Raises GpuRefused (one line naming the kernel's line) for what a GPU
-    refuses; returns ``{"checked": True, "arch", "ptxas_log", "missing", "versions"}``, or
+    refuses; returns ``{"checked": True, "arch", "ptxas_log", "sass_instructions", "missing", "versions"}``
+    (the SASS count None where nvdisasm is not here), or
     ``{"checked": False, "why": ...}`` where the toolchain is not here (no libNVVM) or timed out,
     which refuses nothing."""
     try:
         reply = compile_ptx({**request, "op": "ptx_source", "arch": arch, "sass": False})
-        parts = assemble(reply["ptx"], arch, disassemble=False)
+        parts = assemble(reply["ptx"], arch)
     except GpuRefused:
         raise
     except AsmError as exc:
@@ -211,9 +213,40 @@ def gpu_check(request: dict, arch: str = GPU_CHECK_ARCH) -> dict:
         "checked": True,
         "arch": arch,
         "ptxas_log": parts["ptxas_log"],
+        "sass_instructions": sass_count(parts["sass"]) if parts["sass"] else None,
         "missing": parts["missing"],
         "versions": {**reply["versions"], **parts["versions"]},
     }
+
+
+NO_SASS_TOOLS = "not counted: ptxas and nvdisasm are not installed here (pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm)"
+
+
+def sass_instructions(kernel: str, params: dict, arch: str = "sm_90") -> dict | str:
+    """A built-in kernel's clean build's SASS instruction count for ``arch`` (``{"instructions", "arch",
+    "resources" (ptxas -v's), "versions"}``), or one line why there is none (a tool missing here, a compile
+    that failed)."""
+    try:
+        got = builtin_asm(kernel, params, arch=arch)
+    except LaunchError as exc:  # AsmError too
+        return f"not counted: {' '.join(str(exc).split())[:200]}"
+    if not got.get("sass"):
+        return NO_SASS_TOOLS
+    return {
+        "instructions": sass_count(got["sass"]),
+        "arch": arch,
+        "resources": ptxas_resources(got.get("ptxas_log") or ""),
+        "versions": got.get("versions") or {},
+    }
+
+
+def sass_pair(sides, arch: str = "sm_90") -> tuple:
+    """``sass_instructions`` of each (kernel, params) of ``sides``, compiled side by side (each compile is
+    its own child process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(len(sides), 1)) as pool:
+        return tuple(pool.map(lambda side: sass_instructions(side[0], dict(side[1]), arch), sides))
 
 
 def visitor_ptx(request: dict, arch: str = "sm_90") -> dict:

@@ -255,7 +255,7 @@ def remember_gpu_check(launch: SourceLaunch, checked) -> dict:
     """The sandbox's ``gpu_check`` answer (engine/capture/ptx.gpu_check), held to its form: what the
     pages read as ``launch["gpu_compile"]``. ptxas's counts are parsed here, from its log cut to
     64 KiB; a kernel that compiled is remembered, so later runs of the same source skip the compile."""
-    from visualizer.analysis.asm import ptxas_resources
+    from visualizer.analysis.asm import ptxas_resources, sass_count_of
 
     if not isinstance(checked, dict) or checked.get("checked") is not True:
         why = checked.get("why") if isinstance(checked, dict) else None
@@ -268,6 +268,9 @@ def remember_gpu_check(launch: SourceLaunch, checked) -> dict:
     if resources is not None and resources.get("registers") is None:
         resources = None  # a log with no kernel in it counts nothing
     known = {"checked": True, "arch": arch, "build": "clean", "resources": resources}
+    count = sass_count_of(checked.get("sass_instructions"))
+    if count is not None:  # nvdisasm's listing, counted in the sandbox: held to an int in range
+        known["sass_instructions"] = count
     if resources is None:
         known["why"] = "ptxas is not installed here (pip install nvidia-cuda-nvcc), so no register count"
     with _gpu_checks_lock:

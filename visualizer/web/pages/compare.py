@@ -11,9 +11,10 @@ from visualizer.specs import catalog
 from visualizer.specs.catalog import LaunchError
 from visualizer.specs.pairs import PAIRS
 from visualizer.specs.source import MAX_SOURCE_BYTES
+from visualizer.web.asm import sass_pair
 from visualizer.web.charts import chart
 from visualizer.web.current_kernel import visitor_is_current
-from visualizer.web.measured import compare_beside
+from visualizer.web.measured import compare_beside, device_times
 from visualizer.web.session import (
     as_text,
     cached_capture,
@@ -190,7 +191,15 @@ with st.spinner("Capturing both kernels…"):
             st.error(f"{kernel} did not run: {as_text(str(exc))}")
             st.stop()
 a, b = caps
-table = cmp.compare(a, b)
+# beside what the simulator counts: each kernel's SASS (ptxas, nvdisasm) and, on the simulator, the device time
+# the shipped recording measured (your versions: counted in their sandbox, never recorded)
+compiled, recorded = (None, None), (None, None)
+if pair_key != YOURS:
+    with st.spinner("Compiling both kernels for an H200 (ptxas) to count their SASS…"):
+        compiled = sass_pair(tuple((k, tuple(sorted(p.items()))) for k, p in sides))
+    if backend == "sim":
+        recorded = device_times(sides)
+table = cmp.compare(a, b, compiled, recorded)
 if pair_key == YOURS:
     table.attrs["labels"] = ("A", "B")
 chart(compare_figure(table, height=330), key="compare_chart")
@@ -218,7 +227,9 @@ with st.expander("Every metric, side by side", expanded=False):
     st.caption(
         "Branch efficiency comes from the SIMT lens (its page records it). Occupancy needs the GPU build's "
         "registers; on the simulator see *Under the hood* for ptxas's count. The simulator has no GPU time: "
-        f"the modelled time is {cmp.MODEL_NOTE}; the CPU time of the simulation is shown, never ranked."
+        f"the modelled time is {cmp.MODEL_NOTE}; the CPU time of the simulation is shown, never ranked. SASS "
+        "instructions are counted in the kernel ptxas compiles for an H200 (sm_90): its size, not what a "
+        "launch executes."
     )
 if pair_key != YOURS and backend == "sim":  # (your versions name no backend) the H200's device time, recorded
     compare_beside(sides)

@@ -15,7 +15,7 @@ from visualizer.specs import catalog
 from visualizer.web.charts import chart
 from visualizer.web.current_kernel import record_accesses, recorded_on, visitor_capture, visitor_is_current
 from visualizer.web.guard import visitor_has_key
-from visualizer.web.measured import accesses_beside
+from visualizer.web.measured import accesses_beside, recorded_warps
 from visualizer.web.memory import access_capture
 from visualizer.web.races import runs_panel
 from visualizer.web.session import (
@@ -445,16 +445,30 @@ with right:
 # page's first chart below a 720-px projector's fold
 show_counters(summ, kernel, params, visitor)
 how_made()
+beside = None
 if visitor is None and not cap.measured:  # your run, simulated; beside it the launch recorded on the H200
-    accesses_beside(cap)
+    beside = accesses_beside(cap)
 
 st.subheader("Every warp, every access")
-space = st.radio("memory", ["global", "shared"], horizontal=True, key="mem_heat_space",
-                 index=0 if (req["space"].astype(str) == "global").any() else 1)  # fmt: skip
+heat, whose_line = req, None
+c_space, c_whose = st.columns([1, 2])
+space = c_space.radio("memory", ["global", "shared"], horizontal=True, key="mem_heat_space",
+                      index=0 if (req["space"].astype(str) == "global").any() else 1)  # fmt: skip
+if beside is not None:  # the recording's sampled warps on the same axes, said so; yours by default
+    rec_req, whose_line = recorded_warps(*beside, req)
+    where = beside[0].set.device.get("name") or "the GPU"
+    whose = {"yours": "your run: every warp (simulated)", "recorded": f"recorded on {where}: sampled warps"}
+    if (
+        c_whose.radio("warps", list(whose), horizontal=True, key="mem_heat_whose", format_func=whose.get)
+        == "recorded"
+    ):
+        heat = rec_req
 try:
-    chart(requests_heatmap(req, space), key="mem_heatmap_chart")
+    chart(requests_heatmap(heat, space), key="mem_heatmap_chart")
 except ValueError as exc:
     st.info(str(exc))
+if whose_line:
+    st.caption(whose_line)
 with st.expander("Per source line (what Nsight Compute would count)"):
     st.dataframe(lines, hide_index=True)
 if summ.get("sample") and visitor is None and cap.measured:  # a GPU's sampled warps beside the simulator's
