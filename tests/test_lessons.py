@@ -188,6 +188,28 @@ def test_every_lesson_answers_and_draws_from_its_default_run(sim_runner):
 
 
 @pytest.mark.gpu
+def test_every_lesson_answers_and_draws_from_a_gpu_run(gpu_runner, sim_runner):
+    """On a GPU, every lesson of the path answers and draws from its default launches as the page makes them:
+    launches (and the SIMT lens) on the GPU; recorded accesses and runs in seeded schedules on the simulator."""
+    for lesson in LESSONS:
+        v = lesson.defaults()
+        caps, on_gpu = {}, []
+        for role, r in lesson.runs(v).items():
+            where = sim_runner if (r.accesses or r.runs > 1) else gpu_runner
+            caps[role] = run(where, r.kernel, r.params, accesses=r.accesses, **r.options())
+            if where is gpu_runner:
+                on_gpu.append(role)
+        assert all(caps[role].launch["backend"] == "gpu" for role in on_gpu), lesson.name
+        got = [q.answer(caps, v) for q in lesson.questions]
+        for q, a in zip(lesson.questions, got, strict=True):
+            if q.kind == "choice":
+                assert a.value in q.choices, (lesson.name, a.value)
+            assert a.source and q.explain(a, v)
+        figs = lesson.charts(caps, v, got)
+        assert figs and all(f.layout.title.text for _, f in figs), lesson.name
+
+
+@pytest.mark.gpu
 def test_gpu_captures_answer_with_measured_times_and_compiled_registers(gpu_runner):
     cap = gpu_runner.capture("vector_add", {"n": 1 << 20, "block": 256})
     g_us, source = A.gpu_time_us(cap)
