@@ -292,10 +292,21 @@ def warp_result_types(op: WarpOp) -> list[str]:
     return lines
 
 
+PACK = P + "pack"  # the tuple of a unit's arrays and values (packed_args), made once per block
+
+
 def unit_args(plan: Plan) -> list[str]:
+    """A unit's parameters: the thread, the block's ids, then one tuple of everything else. Passed one by
+    one, a region took ~60 parameters, and Python compiles a call of more than 30 arguments as
+    ``f(*args)``: numba's lowering of that tuple at every call, and of every parameter's reference
+    count in every region, was most of a large kernel's compile time (flash_attention seq 1024)."""
+    return [P + "t", *HEAD, P + "alive", P + "err", PACK]
+
+
+def packed_args(plan: Plan) -> list[str]:
+    """What ``PACK`` holds: the kernel's parameters, the shared arrays, the per-thread arrays."""
     return (
-        [P + "t", *HEAD, P + "alive", P + "err"]
-        + [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
+        [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
         + list(plan.shared)
         + [P + "e_" + v for v in plan.expanded]
         + [P + "la_" + v for v in plan.local_arrays]
@@ -485,7 +496,10 @@ def unit_source(plan: Plan, unit, fname: str) -> str:
         f"    {P}tz = {P}t // ({P}bdx * {P}bdy)",
         f"    {P}ctx = {CTX}",
     ]
-    out += _indent(_unit_body(plan, unit), 4)
+    body = _unit_body(plan, unit)
+    used = {n.id for n in ast.walk(ast.parse("\n".join(body))) if isinstance(n, ast.Name)}
+    out += [f"    {a} = {PACK}[{i}]" for i, a in enumerate(packed_args(plan)) if a in used]  # what it reads
+    out += _indent(body, 4)
     return "\n".join(out) + "\n"
 
 
@@ -543,6 +557,8 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
             f"{P}pend = {P}np.empty({P}nw, {P}np.int64)",
         ]
     writer = BlockWriter(plan, dtypes, seeded)
+    packed = packed_args(plan)
+    b.append(f"{PACK} = ({', '.join(packed)}{',' if packed else ''})")
     out += _indent(b + writer.emit(plan.items) + [f"return {P}err[0]"], 4)
     return "\n".join(out) + "\n"
 
