@@ -779,3 +779,58 @@ def test_only_the_trace_probes_are_inlined_and_their_region_keeps_no_reference_c
         (llvm,) = ck.ns[region].inspect_llvm().values()
         calls = set(re.findall(r"call [^@]*@([\w.$]+)", llvm))
         assert not calls & {"NRT_incref", "NRT_decref"}, (region, sorted(calls))
+
+
+@cuda.jit
+def _carried(a, out):
+    t = cuda.threadIdx.x
+    sh = cuda.shared.array(8, np.float64)
+    x = 0.0
+    for i in range(3):
+        x += a[t, i]
+    j = t
+    for j in range(t % 3):  # noqa: B007 - read after the barrier: kept
+        pass
+    sh[t] = x
+    cuda.syncthreads()
+    for i in range(2):  # i and x assigned again before any read: nothing of them crosses the barrier
+        out[t] += i
+    x = sh[(t + 1) % 8]
+    out[t] += x + t + j
+
+
+def test_only_values_crossing_a_barrier_are_kept_per_thread():
+    """A variable is expanded (an array of one value per thread) only where some unit may read it before
+    assigning it; loop counters and temporaries reassigned in every region stay plain locals."""
+    from visualizer.engine.compiled.engine import _argtypes, compile_kernel
+
+    a = np.arange(8 * 3, dtype=np.float64).reshape(8, 3)
+    out = np.zeros(8)
+    ck = compile_kernel(_carried, _argtypes([a, out]))
+    assert {"t", "j"} <= set(ck.plan.expanded), ck.plan.expanded
+    assert not {"i", "x"} & set(ck.plan.expanded), ck.plan.expanded
+    fast, comp, report = both(_carried, 1, 8, [a, out])
+    assert comp is not None, report
+    assert same(fast[1], comp[1])
+
+
+def test_units_take_few_parameters_so_calls_are_plain():
+    """Every region and condition takes the thread, the block's ids and one tuple: Python compiles a call
+    of more than 30 arguments as f(*args), whose tuple numba built and unpacked at every call (flash
+    attention's regions took 69 parameters; its compile and launch were slower for it)."""
+    import ast
+
+    from visualizer.engine.compiled.engine import P, _argtypes, compile_kernel
+
+    fn, grid, block, args, *_ = spec_launch("flash_attention", {"seq_len": 32})
+    ck = compile_kernel(fn, _argtypes(args))
+    units = [d for d in ast.parse(ck.source).body
+             if isinstance(d, ast.FunctionDef) and d.name.startswith((P + "region_", P + "cond_"))]  # fmt: skip
+    assert len(units) > 5
+    for d in units:
+        assert len(d.args.args) <= 30, (d.name, len(d.args.args))
+    calls = [c for c in ast.walk(ast.parse(ck.source)) if isinstance(c, ast.Call)
+             and isinstance(c.func, ast.Name) and c.func.id.startswith((P + "region_", P + "cond_"))]  # fmt: skip
+    assert calls and all(
+        len(c.args) <= 30 and not any(isinstance(x, ast.Starred) for x in c.args) for c in calls
+    )

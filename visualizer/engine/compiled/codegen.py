@@ -206,9 +206,11 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
             if in_loop:
                 looped.add(v)
     votes = {it.pred for it in _syncs(items) if it.pred}
+    # a variable kept per thread carries a value from one unit to another (or to the same unit's next
+    # run in a block-level loop): one that no unit can read before assigning it carries none
+    exposed = set().union(*(upward_exposed(_unit_stmts(u)) for u, _ in walk_items(items)))
     expanded = (
-        {v for v, k in touched.items() if k > 1}
-        | looped
+        ({v for v, k in touched.items() if k > 1} | looped) & exposed
         | splitter.barrier_targets
         | votes
         | written_params
@@ -224,6 +226,76 @@ def plan_kernel(fn: ast.FunctionDef, names: Names, compile_device, soft: bool) -
     plan.n_syncs = sum(1 for _ in _syncs(items))
     plan.candidates = candidates
     return plan
+
+
+def upward_exposed(stmts: list) -> set[str]:
+    """The names these statements may read before they have certainly assigned them (the value they
+    read then comes from before the statements). Conservative: a construct not followed here (``with``,
+    ``try``, a nested function, ...) counts every name in it as read first; a loop's body may not run
+    (nothing it assigns counts after it), and a branch counts only what both sides assign."""
+    exposed: set[str] = set()
+
+    def reads(node, defined: set) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and (not isinstance(n.ctx, ast.Load) or n.id not in defined):
+                exposed.add(n.id)  # a name stored inside an expression (:=) counts as read: conservative
+
+    def target(t, defined: set) -> None:
+        if isinstance(t, ast.Name):
+            defined.add(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                target(e, defined)
+        elif isinstance(t, ast.Starred):
+            target(t.value, defined)
+        else:  # a[i] = ..., a.x = ...: reads a and i
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name) and n.id not in defined:
+                    exposed.add(n.id)
+
+    def block(body: list, defined: set) -> set:
+        defined = set(defined)
+        for st in body:
+            if isinstance(st, ast.Assign):
+                reads(st.value, defined)
+                for t in st.targets:
+                    target(t, defined)
+            elif isinstance(st, ast.AugAssign):
+                reads(st.value, defined)
+                if isinstance(st.target, ast.Name) and st.target.id not in defined:
+                    exposed.add(st.target.id)
+                target(st.target, defined)
+            elif isinstance(st, ast.AnnAssign) and st.value is not None:
+                reads(st.value, defined)
+                target(st.target, defined)
+            elif isinstance(st, (ast.Expr, ast.Return, ast.Raise, ast.Assert)):
+                reads(st, defined)
+            elif isinstance(st, ast.If):
+                reads(st.test, defined)
+                defined = block(st.body, defined) & block(st.orelse, defined)
+            elif isinstance(st, ast.For):
+                reads(st.iter, defined)
+                inner = set(defined)
+                target(st.target, inner)
+                block(st.body, inner)
+                block(st.orelse, defined)
+            elif isinstance(st, ast.While):
+                reads(st.test, defined)
+                block(st.body, defined)
+                block(st.orelse, defined)
+            elif isinstance(st, ast.Delete):
+                for t in st.targets:
+                    reads(t, set())
+                    if isinstance(t, ast.Name):
+                        defined.discard(t.id)
+            elif isinstance(st, (ast.Pass, ast.Break, ast.Continue)):
+                pass
+            else:
+                reads(st, set())
+        return defined
+
+    block(stmts, set())
+    return exposed
 
 
 def _syncs(items):
@@ -292,10 +364,21 @@ def warp_result_types(op: WarpOp) -> list[str]:
     return lines
 
 
+PACK = P + "pack"  # the tuple of a unit's arrays and values (packed_args), made once per block
+
+
 def unit_args(plan: Plan) -> list[str]:
+    """A unit's parameters: the thread, the block's ids, then one tuple of everything else. Passed one by
+    one, a region took ~60 parameters, and Python compiles a call of more than 30 arguments as
+    ``f(*args)``: numba's lowering of that tuple at every call, and of every parameter's reference
+    count in every region, was most of a large kernel's compile time (flash_attention seq 1024)."""
+    return [P + "t", *HEAD, P + "alive", P + "err", PACK]
+
+
+def packed_args(plan: Plan) -> list[str]:
+    """What ``PACK`` holds: the kernel's parameters, the shared arrays, the per-thread arrays."""
     return (
-        [P + "t", *HEAD, P + "alive", P + "err"]
-        + [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
+        [(P + "e_" + p) if p in plan.written_params else p for p in plan.params if p not in plan.expanded]
         + list(plan.shared)
         + [P + "e_" + v for v in plan.expanded]
         + [P + "la_" + v for v in plan.local_arrays]
@@ -485,7 +568,10 @@ def unit_source(plan: Plan, unit, fname: str) -> str:
         f"    {P}tz = {P}t // ({P}bdx * {P}bdy)",
         f"    {P}ctx = {CTX}",
     ]
-    out += _indent(_unit_body(plan, unit), 4)
+    body = _unit_body(plan, unit)
+    used = {n.id for n in ast.walk(ast.parse("\n".join(body))) if isinstance(n, ast.Name)}
+    out += [f"    {a} = {PACK}[{i}]" for i, a in enumerate(packed_args(plan)) if a in used]  # what it reads
+    out += _indent(body, 4)
     return "\n".join(out) + "\n"
 
 
@@ -543,6 +629,8 @@ def block_source(plan: Plan, dtypes: dict, seeded: bool) -> str:
             f"{P}pend = {P}np.empty({P}nw, {P}np.int64)",
         ]
     writer = BlockWriter(plan, dtypes, seeded)
+    packed = packed_args(plan)
+    b.append(f"{PACK} = ({', '.join(packed)}{',' if packed else ''})")
     out += _indent(b + writer.emit(plan.items) + [f"return {P}err[0]"], 4)
     return "\n".join(out) + "\n"
 
