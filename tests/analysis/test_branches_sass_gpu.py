@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 sys.path.insert(0, str(HERE))
 
 pytestmark = pytest.mark.gpu
@@ -111,7 +111,7 @@ def test_the_divergence_pair_at_the_lessons_largest_size_is_not_cut(gpu_runner):
 ])  # fmt: skip
 def test_the_lens_on_the_attention_kernels(gpu_runner, sim_runner, kernel, params):
     """The GPU's visits are the simulator's model of the same launch, visit for visit."""
-    from test_branches import visits
+    from tests.engine.test_branches import visits
 
     cap = gpu_runner.capture(kernel, params, branches=True)
     model = sim_runner.capture(kernel, params, branches=True, time_clean=False)

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/
 import race_cases  # noqa: E402
-from test_memory_tables import ARRAYS, buffers  # noqa: E402
 
+from tests.analysis.test_memory_tables import ARRAYS, buffers  # noqa: E402
 from visualizer.analysis import memory  # noqa: E402
 from visualizer.engine.run.user_runner import UserRunner  # noqa: E402
 from visualizer.engine.sim.access_record import ATOMIC, LOAD, STORE  # noqa: E402
@@ -284,8 +284,7 @@ def test_same_table_on_recorded_kernels(sim_runner):
 EVERY_THREAD_ONE_WORD = """
 import sys
 import numpy as np
-sys.path.insert(0, "tests")
-from test_memory_tables import buffers
+from tests.analysis.test_memory_tables import buffers
 from visualizer.analysis import memory
 from visualizer.engine.sim.access_record import LOAD, STORE
 
@@ -309,7 +308,7 @@ def test_a_word_every_thread_reads_and_writes_is_counted_not_paired():
     import subprocess
 
     done = subprocess.run([sys.executable, "-c", EVERY_THREAD_ONE_WORD], capture_output=True, text=True,
-                          timeout=600, cwd=Path(__file__).parents[1])  # fmt: skip
+                          timeout=600, cwd=Path(__file__).parents[2])  # fmt: skip
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
 
 

@@ -12,10 +12,11 @@ import pytest
 
 from visualizer.analysis import gpu_accesses, lane_streams, memory
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 sys.path.insert(0, str(HERE))
 from case_scripts import run_case_script  # noqa: E402
-from test_gpu_accesses import ACC, FULL, decode_hand, norm, stream  # noqa: E402
+
+from tests.engine.test_gpu_accesses import ACC, FULL, decode_hand, norm, stream  # noqa: E402
 
 EVEN = sum(1 << lane for lane in range(0, 32, 2))
 ODD = FULL & ~EVEN

@@ -14,7 +14,7 @@ import pytest
 from visualizer.analysis import measured_set as ms
 from visualizer.tools import ship_h200
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

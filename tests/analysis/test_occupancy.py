@@ -27,7 +27,7 @@ from visualizer.analysis.occupancy import (
     sweep_threads,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KB = 1024
 
 

@@ -20,7 +20,7 @@ from visualizer.engine.instrument.branches import (
     branch_buffers,
 )
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 sys.path.insert(0, str(HERE))
 import branch_cases  # noqa: E402  (sources and models; the kernels run in subprocesses)
 from case_scripts import run_case_script  # noqa: E402

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 sys.path.insert(0, str(HERE))
 import branch_cases  # noqa: E402
-from test_branches import visits  # noqa: E402
 
+from tests.engine.test_branches import visits  # noqa: E402
 from visualizer.engine.capture import ptx  # noqa: E402
 from visualizer.engine.run.user_runner import UserRunner  # noqa: E402
 from visualizer.specs.source import plan_source_launch  # noqa: E402

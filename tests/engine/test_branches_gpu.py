@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 sys.path.insert(0, str(HERE))
 import branch_cases  # noqa: E402
-from test_branches import visits  # noqa: E402
+
+from tests.engine.test_branches import visits  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

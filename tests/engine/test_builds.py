@@ -13,7 +13,7 @@ from visualizer.engine.instrument.instrumenter import ACTIVE, TRACE, instrument_
 from visualizer.kernels.matmul import matmul_tiled_kernel
 from visualizer.specs import catalog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PUT_IN_BY_THE_INSTRUMENTER = {"trace_begin", "trace_end"}
 
 

@@ -20,7 +20,7 @@ from visualizer.engine.run import runner
 from visualizer.tools.loadtest import Server, Visitor, classroom, query
 from visualizer.tools.localcluster import LocalCluster, descendants, sockets_off_loopback
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # --- one machine, all of it (no Dask needed) ------------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/
 
 from compiled_diff import both, fastsim_launch, same, spec_launch  # noqa: E402
 
@@ -96,7 +96,7 @@ def _compare(results: dict):
 
 
 def test_fastsim_suite_cases():
-    cases = _load(Path(__file__).parent / "fastsim_cases.py", "fastsim_cases_for_compiled")
+    cases = _load(Path(__file__).parents[1] / "fastsim_cases.py", "fastsim_cases_for_compiled")
     skip = {"current_thread_api", "threading_current_thread", "spin_lock_hang"}
 
     def run(mod, name):
@@ -133,9 +133,9 @@ WARP_CASES_FALL_BACK = {
 
 def test_warp_cases_compile_with_fastsims_and_the_h200s_results():
     """Every warp case gives fastsim's arrays; the warp intrinsics' cases run compiled and give what the
-    hardware defines (warp_cases.MODELS, which tests/test_warp_sim.py checks on the H200); divergent
+    hardware defines (warp_cases.MODELS, which tests/engine/test_warp_sim.py checks on the H200); divergent
     warps and grid sync fall back with their one-line reason."""
-    cases = _load(Path(__file__).parent / "warp_cases.py", "warp_cases_for_compiled")
+    cases = _load(Path(__file__).parents[1] / "warp_cases.py", "warp_cases_for_compiled")
 
     def run(mod, name):
         try:
@@ -162,7 +162,7 @@ def test_warp_refusals_fall_back_to_fastsims_error():
     """Where a GPU leaves a warp-level operation's result undefined (a mask without the caller's lane,
     a vote naming exited lanes, a shuffle from a lane not taking part) the compiled engine refuses in one
     line, the arrays untouched, and fastsim raises its error."""
-    cases = _load(Path(__file__).parent / "warp_cases.py", "warp_cases_for_compiled")
+    cases = _load(Path(__file__).parents[1] / "warp_cases.py", "warp_cases_for_compiled")
     router.install()
     want = {
         "own_lane_missing": "cuda.ballot_sync: a lane's mask leaves out the lane itself",
@@ -269,7 +269,7 @@ def test_race_cases_race_free_versions_match_numpy(name):
 
 @pytest.mark.parametrize("example", ["vector_add", "reduction", "matmul_tiled"])
 def test_visitor_examples_compile(example):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     mod = _load(root / "kernels" / "examples" / f"{example}.py", f"example_{example}")
     kernels = [v for v in vars(mod).values() if hasattr(v, "py_func") or hasattr(v, "fn")]
     kernels = [k for k in kernels if not getattr(k, "_device", False)]
@@ -623,7 +623,7 @@ def _cache_child(cache: Path, **env) -> dict:
     import os
     import subprocess
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     full = {k: v for k, v in os.environ.items() if k != "VISUALIZER_SANDBOX_MODE"}
     full.update(PYTHONPATH=str(root), NUMBA_ENABLE_CUDASIM="1", VISUALIZER_COMPILED_CACHE=str(cache), **env)
     p = subprocess.run([sys.executable, "-c", _CACHE_CHILD], capture_output=True, text=True, env=full,

@@ -16,11 +16,11 @@ import pytest
 from visualizer.analysis import races
 from visualizer.analysis.memory import SOURCE
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/
 
-from test_gpu_accesses import ACC, HAZ, REQ, norm  # noqa: E402
+from tests.engine.test_gpu_accesses import ACC, HAZ, REQ, norm  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # built-in kernels at small launches (compile time, not run time, is what these cost)
 CASES = [
     ("vector_add", {"n": 1000, "block": 128}),

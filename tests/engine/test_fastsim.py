@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 CASES_PY = HERE / "fastsim_cases.py"
 sys.path.insert(0, str(HERE))
 import fastsim_cases  # noqa: E402  (names only: the kernels run in subprocesses)
@@ -128,7 +128,7 @@ def test_shared_memory_is_fresh_and_poisoned_per_block(engines):
 
 def test_exited_threads_do_not_vote(engines):
     # stock counts an exited thread's vote as false ("and" 0); fastsim counts live threads only, as
-    # the hardware does (tests/test_warp_sim.py checks a kernel of this kind on the GPU)
+    # the hardware does (tests/engine/test_warp_sim.py checks a kernel of this kind on the GPU)
     fast = engines["fast"]["votes_with_exited_threads"]
     np.testing.assert_array_equal(fast["count"], [32, 16, 16])
     np.testing.assert_array_equal(fast["and"], [1, 1, 1])

@@ -17,7 +17,7 @@ from visualizer.analysis.provenance import MEASURED_GPU_SAMPLED, SIMULATED_SAMPL
 from visualizer.engine.instrument import accesses as ia
 from visualizer.engine.sim import access_record
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 CASES_PY = HERE / "gpu_access_cases.py"
 sys.path.insert(0, str(HERE))
 from case_scripts import run_case_script  # noqa: E402
@@ -232,7 +232,7 @@ def test_16_byte_global_accesses_count_the_two_requests_ptxas_makes_of_each(sim)
     LDG.E.64 / STG.E.64), so each warp-wide source access is two requests, and each half spans
     32 lanes x 16 bytes = 512 bytes = 16 sectors. Both the simulator's recorder and the GPU recording
     (the access pass, run on the simulator) count so; Nsight Compute's numbers on the H200 are the same
-    (tests/test_truth_hw_gpu.py)."""
+    (tests/engine/test_truth_hw_gpu.py)."""
     warps = 2 * 128 // 32
     halves = 16 // 8
     per_request = 32 * 16 // memory.SECTOR_BYTES

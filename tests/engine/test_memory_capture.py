@@ -150,7 +150,7 @@ def test_cli_capture_accesses(tmp_path):
     ]
     bad = subprocess.run(
         [*args, "--sample-blocks", "0", "--out", str(tmp_path)], capture_output=True, text=True, env=env
-    )  # (--accesses itself now works on a GPU too: sampled warps record, tests/test_gpu_accesses.py)
+    )  # (--accesses itself now works on a GPU too: sampled warps record, tests/engine/test_gpu_accesses.py)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "add --accesses" in bad.stderr
     ok = subprocess.run(
         [*args, "--backend", "sim", "--accesses", "--out", str(tmp_path)],

@@ -11,7 +11,7 @@ from visualizer.analysis import asm
 from visualizer.engine.capture import ptx
 from visualizer.specs.source import plan_source_launch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _line_of(text: str, needle: str) -> int:

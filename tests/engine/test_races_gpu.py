@@ -12,7 +12,7 @@ from visualizer.specs.source import plan_source_launch
 
 pytestmark = pytest.mark.gpu
 
-# GPU-sized launches of the races nobody here wrote (tests/test_races.py has their sources)
+# GPU-sized launches of the races nobody here wrote (tests/engine/test_races.py has their sources)
 GPU_CASES = {
     "reverse": ("reverse", "64", "128", {"a": "arange:float32:8192", "out": "zeros:float32:8192"},
                 "out = a.reshape(64, 128)[:, ::-1].reshape(-1)"),

@@ -22,7 +22,7 @@ from visualizer.specs.source import plan_source_launch
 
 pytestmark = pytest.mark.usefixtures("visitor_runs_on_fastsim")  # tests/conftest.py: why
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BWRAP = sandbox.isolation_mode("sim") == "bwrap"
 needs_bwrap = pytest.mark.skipif(not BWRAP, reason=f"isolation here: {sandbox.isolation('sim')}")
 KERNEL = "\n\n@cuda.jit\ndef k(a, out):\n    i = cuda.grid(1)\n    if i < a.size:\n        out[i] = a[i] * 2{bug}\n"
@@ -482,7 +482,7 @@ def test_a_forged_message_is_one_line_in_the_server(what):
 
 
 def test_a_forged_message_is_one_line_in_the_cli(tmp_path):
-    from tests.test_user_runner import run_cli
+    from tests.engine.test_user_runner import run_cli
 
     path = tmp_path / "forged.py"
     path.write_text(source(_forge(FORGED_FRAMES["an unhashable kind"])))

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.test_sandbox import one_line_error, plan, source
+from tests.engine.test_sandbox import one_line_error, plan, source
 from visualizer.engine.run import sandbox
 from visualizer.engine.run import syscall_filter as sf
 from visualizer.engine.run.user_runner import UserRunner

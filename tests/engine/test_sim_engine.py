@@ -17,11 +17,11 @@ from numba import cuda
 
 from visualizer.specs.catalog import KERNELS, LaunchError
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/
 
 import race_cases  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # small launches where the default is long on fastsim (each kernel at its default otherwise)
 SMALL = {"branch_lanes": {"reps": 4}, "branch_warps": {"reps": 4}}
 # compiled-engine fallbacks for built-in kernels, and why (docs/compiled-engine.md)

@@ -2,12 +2,12 @@
 
 * 16-byte global accesses: ``c128_add`` (kernels/access_cases.py, 2 blocks of 128 threads, complex128
   a + b) under ncu, its global load/store requests and sectors against the access pass's recording on
-  the GPU (every block) and against the numbers derived in tests/test_gpu_accesses.py (the simulator's
+  the GPU (every block) and against the numbers derived in tests/engine/test_gpu_accesses.py (the simulator's
   recorder and the pass give them there): 32 load requests, 512 sectors; 16 store requests, 256 sectors.
 * Branch efficiency as ncu counts it, on the lane-dependent loop and the unrolled loops: in
-  tests/test_branches_sass_gpu.py (``lane_loop``, ``branch_lanes``, ``branch_warps``).
+  tests/analysis/test_branches_sass_gpu.py (``lane_loop``, ``branch_lanes``, ``branch_warps``).
 
-``python tests/test_truth_hw_gpu.py record OUT.json`` (internal): the pass's recording of c128_add on
+``python tests/engine/test_truth_hw_gpu.py record OUT.json`` (internal): the pass's recording of c128_add on
 the GPU, its memory summary as JSON (a process of its own: the engine is chosen before numba loads).
 ``TRUTH_HW_REPORT=FILE`` writes what the test saw to FILE (JSON lines).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 ROOT = HERE.parent
 NCU = "/usr/local/cuda/bin/ncu"
 GLOBAL_METRICS = 4  # crosscheck.METRICS' first four: global load/store requests and sectors

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 CASES_PY = HERE / "warp_cases.py"
 sys.path.insert(0, str(HERE))
 import warp_cases  # noqa: E402  (models and names; the kernels run in subprocesses)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.test_memory_tables import LOAD, STORE, G, S, buffers, warp_request
+from tests.analysis.test_memory_tables import LOAD, STORE, G, S, buffers, warp_request
 from visualizer.analysis import memory as tables
 from visualizer.figures import memory as figs
 

@@ -153,7 +153,7 @@ def test_break_it_toggle_on_a_gpu_capture():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(
-        str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py"), default_timeout=300
+        str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py"), default_timeout=300
     )
     for k, v in {**PARAMS, "kernel": "flash_attention", "backend": "gpu", "seq_len": 256}.items():
         at.query_params[k] = str(v)

@@ -23,7 +23,7 @@ from visualizer.specs import attention as specs
 from visualizer.specs.catalog import LaunchError, plan_launch
 from visualizer.tools.attention_bench import rel_err_f64
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REL_TOL = 1e-5  # max |out - ref| / max |ref| against float64
 
 
@@ -287,7 +287,7 @@ def test_full_size_on_the_gpu_matches_float64():
 def test_flash_page_shows_the_fast_kernel_against_sdpa(monkeypatch):
     """The page's timing table has a row for the fast kernel and one for SDPA's default, holding the
     recorded times (the sample document of tests/data, real H200 rows)."""
-    from test_app_flash_attention import SAMPLE, SAMPLE_FILE, SMALL, TIMINGS_ENV, open_page
+    from tests.web.test_app_flash_attention import SAMPLE, SAMPLE_FILE, SMALL, TIMINGS_ENV, open_page
 
     monkeypatch.setenv(TIMINGS_ENV, str(SAMPLE_FILE))
     at = open_page("flash_attention", **{**SMALL, "causal": 0})

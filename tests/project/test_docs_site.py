@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 # URLs written in the theme's JavaScript that it fetches only under a condition this site never meets;

@@ -5,7 +5,7 @@ instrumenter one function, the request typed, and no module or folder grows past
 import pytest
 
 from tests import engine_shape as shape
-from tests.test_layers import cycles, project_files
+from tests.project.test_layers import cycles, project_files
 
 
 def test_no_import_circle_even_counting_the_imports_made_for_annotations():

@@ -9,7 +9,7 @@ from pathlib import Path
 import visualizer
 from visualizer.tools import serve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_device_code_is_visualizer_kernels_in_the_checkout():

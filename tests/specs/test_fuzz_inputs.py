@@ -34,7 +34,7 @@ from visualizer.specs.launch import LaunchError
 from visualizer.tools import bundle
 from visualizer.tools.bundle import BundleError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
 FUZZ = settings(
     max_examples=EXAMPLES,
@@ -284,7 +284,7 @@ def edited_json(draw, original: dict):
 def compare_reads(directory: Path, good) -> None:
     """What ``compare`` does with a bundle's JSON: the bounded reader (bundle.load's first step, its
     allocations measured), then the comparison and its text over the real bundle's tables (the Parquet
-    side is the corpus's, tests/test_bundle_untrusted.py)."""
+    side is the corpus's, tests/tools/test_bundle_untrusted.py)."""
     with Peak() as peak:
         try:
             launch, timing, check = bundle.read_meta(directory)

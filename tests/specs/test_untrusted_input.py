@@ -17,7 +17,7 @@ from visualizer.specs import source as uspec
 from visualizer.specs.catalog import LaunchError
 from visualizer.web.examples import EXAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENTRY = str(ROOT / "visualizer" / "app.py")
 UNARY = "-" * 100_000 + "1"  # MemoryError in CPython's parser
 TERMS = "c = " + " + ".join(["a"] * 50_000)  # RecursionError while the parser builds the tree

@@ -14,7 +14,7 @@ import pytest
 from visualizer.figures.attention import timing_modes, timing_rows
 from visualizer.tools import attention_bench as ab
 
-SAMPLE = Path(__file__).resolve().parent / "data" / "attention_timings_sample.json"
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "attention_timings_sample.json"
 DEVICE = {"gpu": "Stand-in GPU", "sm": "sm_90", "sm_count": 3}
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from visualizer.tools import atomic
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KERNEL = """from numba import cuda
 
 

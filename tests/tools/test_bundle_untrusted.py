@@ -26,7 +26,7 @@ from visualizer.tools import bundle
 from visualizer.tools.bundle import BundleError, load
 from visualizer.tools.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 THREAD_COLUMNS = ("sm", "block", "warp", "t_start_ns", "t_end_ns")
 
 

@@ -140,7 +140,7 @@ def test_readme_states_the_simulator_cost_limit_the_app_enforces():
 
     from visualizer.specs.catalog import sim_cost_limit
 
-    docs = Path(__file__).resolve().parents[1] / "docs"
+    docs = Path(__file__).resolve().parents[2] / "docs"
     for page in ("install.md", "simulator.md"):  # the README's reference moved into the docs site
         text = " ".join((docs / page).read_text().split())
         assert sim_cost_limit() in text, page  # one truth: the words come from SIM_MAX_THREAD_STEPS

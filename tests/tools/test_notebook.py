@@ -11,7 +11,7 @@ import pytest
 nbclient = pytest.importorskip("nbclient", reason="pip install nbclient nbformat ipykernel")
 nbformat = pytest.importorskip("nbformat")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_notebook_runs(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from visualizer.figures.attention import (
     timing_source,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = "web/pages/flash_attention.py"
 SMALL = {"seq_len": 40, "tile": 16, "head_dim": 16, "heads": 1, "batch": 1, "causal": 1}
 # real H200 rows in attention_bench's JSON format (tests/data: converted, not the page's recording)

@@ -9,7 +9,7 @@ from tests.conftest import open_app
 
 pytestmark = pytest.mark.gpu
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 PAGES = ["grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "flash_attention"]
 
 

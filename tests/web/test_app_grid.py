@@ -12,7 +12,7 @@ from tests.conftest import open_app
 from visualizer.figures.grid import IDLE, NOT_STARTED, SIM_ORDER_LABEL
 from visualizer.figures.memory_flow import SIM_CLOCK_LABEL
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 
 
 def _page(page: str, **query) -> AppTest:

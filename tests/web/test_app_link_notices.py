@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import new_app, open_app
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import open_app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = "web/pages/memory_access.py"
 SOURCE = "recorded addresses, simulator"
 
@@ -133,7 +133,7 @@ def test_deltas_compare_only_the_same_kernel_and_read_as_plain_numbers():
 
 @pytest.fixture
 def operator_key(monkeypatch):
-    from tests.test_app_current_kernel import TOKEN
+    from tests.web.test_app_current_kernel import TOKEN
 
     monkeypatch.setenv("VISUALIZER_TOKEN", TOKEN)
     monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)
@@ -142,7 +142,7 @@ def operator_key(monkeypatch):
 def test_record_my_kernel_records_where_it_ran(operator_key):
     """A visitor's kernel that ran on a GPU is recorded on the GPU again (its sampled warps, measured),
     never silently on the simulator; one that ran on the simulator, on the simulator."""
-    from tests.test_app_current_kernel import _ran_yours, plain
+    from tests.web.test_app_current_kernel import _ran_yours, plain
 
     at = _ran_yours()
     at.switch_page(PAGE).run()
@@ -163,7 +163,7 @@ def test_record_my_kernel_records_where_it_ran(operator_key):
 
 @pytest.mark.gpu
 def test_record_my_kernel_on_the_gpu_draws_its_sampled_warps(operator_key):
-    from tests.test_app_current_kernel import _ran_yours
+    from tests.web.test_app_current_kernel import _ran_yours
 
     at = _ran_yours("matmul_tiled", backend="gpu")
     assert at.session_state["capture"].launch["backend"] == "gpu"

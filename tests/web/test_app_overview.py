@@ -4,7 +4,7 @@ from pathlib import Path
 
 from tests.conftest import new_app
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 
 
 def _app(**query):

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import open_app
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 PAGE = "web/pages/scheduling.py"
 
 

@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import open_app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = "web/pages/shared_memory.py"
 
 

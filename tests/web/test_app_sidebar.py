@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 
 
 def open_app(**query) -> AppTest:

@@ -111,7 +111,7 @@ def test_gpu_page_draws_measured_lanes_and_the_barrier_timeline():
 def test_a_visitors_kernel_gets_the_lens_from_the_page(monkeypatch):
     """Your kernel runs the example reduction; the SIMT page offers to run it again with the lens (in
     a sandbox of its own) and then draws its warps' visits."""
-    from tests.test_app_your_kernel import TOKEN, _button, _your_kernel_page
+    from tests.web.test_app_your_kernel import TOKEN, _button, _your_kernel_page
 
     monkeypatch.setenv("VISUALIZER_TOKEN", TOKEN)
     monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)
@@ -149,9 +149,9 @@ def test_a_lane_dependent_loop_shows_ncus_count_and_says_why_the_backends_part(m
     import sys
     from pathlib import Path
 
-    from tests.test_app_your_kernel import TOKEN, _button, _your_kernel_page
+    from tests.web.test_app_your_kernel import TOKEN, _button, _your_kernel_page
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from branch_cases import LANE_LOOP
 
     from visualizer.engine.capture import ptx
@@ -183,7 +183,7 @@ def test_a_lane_dependent_loop_shows_ncus_count_and_says_why_the_backends_part(m
 def test_a_session_whose_key_was_withdrawn_starts_no_sandbox_on_the_page(monkeypatch):
     """The operator changed the key after this session ran its kernel: the SIMT page offers no run
     (user_code_allowed answers (allowed, why); a tuple is always true, so the old check let it run)."""
-    from tests.test_app_your_kernel import TOKEN, _button, _your_kernel_page
+    from tests.web.test_app_your_kernel import TOKEN, _button, _your_kernel_page
 
     monkeypatch.setenv("VISUALIZER_TOKEN", TOKEN)
     monkeypatch.delenv("VISUALIZER_ALLOW_USER_CODE", raising=False)

@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("visitor_runs_on_fastsim")  # tests/conftest.py: why
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 TOKEN = "test-key-" + "k" * 32  # the operator's key in these tests (serve makes a random one)
 PAGES = ["overview", "grid", "scheduling", "shared_memory", "memory_flow", "occupancy", "flash_attention"]
 

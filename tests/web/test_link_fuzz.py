@@ -4,7 +4,7 @@ question, the operator's key, and the Host/Origin headers. Whatever the text, th
 value or one printable line, never an exception, and nothing is decoded past its bound.
 
 Cases per run: FUZZ_EXAMPLES (derandomized, so CI sees the same cases every run). A long run:
-``VISUALIZER_FUZZ_EXAMPLES=100000 python3 -m pytest -q tests/test_link_fuzz.py`` (docs/benchmarks.md).
+``VISUALIZER_FUZZ_EXAMPLES=100000 python3 -m pytest -q tests/web/test_link_fuzz.py`` (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import open_app
 from visualizer.web.session import CaptureCache, as_text, capture_nbytes, queue_text
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 INJECTIONS = [
     "![x](http://example.invalid/a.png)",
     "[link](http://x)",

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import open_app
 from visualizer.web.timing import fmt_us, gpu_timing_notes
 
-ENTRY = str(Path(__file__).resolve().parents[1] / "visualizer" / "app.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "visualizer" / "app.py")
 
 GPU_TIMING = {  # the fields the GPU worker writes (made-up values; the GPU tests check real ones)
     "clock": "CUDA events queued behind a spin kernel: GPU device time (nvbench's method), median",
