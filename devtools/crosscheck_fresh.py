@@ -5,7 +5,7 @@ by the access pass, on either backend, in this process.
 under the simulator's recorder (engine/sim/access_record.py) and the access pass's build (the GPU
 recording, run on the simulator). ``run("gpu")`` launches the pass's build on the GPU. ``clean_launch``
 launches the plain kernel once (the launch ncu profiles). Used by devtools/crosscheck.py and
-tests/test_gpu_accesses.py.
+tests/engine/test_gpu_accesses.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ shared accesses (served by half- and quarter-warps), 16-byte global ones (two 8-
 right, a divergent reduction, atomics, a guard return, a conditional expression, a view read in a
 device function. ``CASES`` gives
 each kernel its launch and inputs (numpy only); devtools/crosscheck.py profiles them with ncu, and
-tests/test_gpu_accesses.py records them on both backends.
+tests/engine/test_gpu_accesses.py records them on both backends.
 """
 
 import numpy as np

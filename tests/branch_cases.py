@@ -3,7 +3,7 @@ what each warp's visits must be (plain Python over the kernel's own arithmetic, 
 
 ``python tests/branch_cases.py sim|gpu OUT.pkl`` runs every case on the simulator (fastsim) or a GPU and
 pickles ``{case: {"rows": DataFrame, "expected": list, "out": array, "want": array}}``;
-tests/test_branches.py compares them. One engine per process (fastsim is installed by monkeypatching).
+tests/engine/test_branches.py compares them. One engine per process (fastsim is installed by monkeypatching).
 """
 
 import ast

@@ -6,7 +6,7 @@ branch counters, what recording costs, and the barrier waits of the tiled matmul
     ncu ... python tests/branch_gpu_check.py clean collatz classify   # those cases' clean kernels alone
 
 ``lens_rows(name)`` and ``sass_lines(name)`` give a case's visits on the GPU and its clean build's
-jumps per line (tests/test_branches_sass_gpu.py sets them against ncu).
+jumps per line (tests/analysis/test_branches_sass_gpu.py sets them against ncu).
 
 The cases are launched in the same order with the same inputs in both modes, so ncu's n-th kernel is
 the n-th case.

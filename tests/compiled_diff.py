@@ -1,6 +1,6 @@
 """Differential runs for the compiled engine (visualizer/engine/compiled): one kernel launched on fastsim
 and on the compiled engine with the same inputs, the arrays compared after. Imported by
-tests/test_compiled_engine.py (a simulator process: NUMBA_ENABLE_CUDASIM=1, fastsim installed)."""
+tests/engine/test_compiled_engine.py (a simulator process: NUMBA_ENABLE_CUDASIM=1, fastsim installed)."""
 
 from __future__ import annotations
 

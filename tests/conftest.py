@@ -11,7 +11,7 @@ os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 os.environ.setdefault("VISUALIZER_SIM_TIMEOUT_S", "600")
 os.environ.setdefault("VISUALIZER_USER_TIMEOUT_S", "600")
 # The pages' beside-panels read the measured set shipped in visualizer/data/h200 (docs/measured-set.md): the
-# suite's page tests see none unless a test points VISUALIZER_MEASURED_SET at one (tests/test_app_measured.py),
+# suite's page tests see none unless a test points VISUALIZER_MEASURED_SET at one (tests/web/test_app_measured.py),
 # so recording the H200's set changes no other test's page.
 os.environ.setdefault("VISUALIZER_MEASURED_SET", os.path.join(os.path.dirname(__file__), "no-measured-set"))
 

@@ -1,5 +1,5 @@
 """The engine's shape, measured (issue #37's "done when"): ``python3 tests/engine_shape.py`` prints
-every number; tests/test_engine_shape.py keeps the ones reached. Read with ``ast`` only."""
+every number; tests/project/test_engine_shape.py keeps the ones reached. Read with ``ast`` only."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def main() -> None:
     import sys
 
     sys.path.insert(0, str(ROOT))
-    from tests.test_layers import cycles, project_files
+    from tests.project.test_layers import cycles, project_files
 
     print("import circles (type-only imports counted):", cycles(project_files(), type_only=True))
     print("lens word -> engine modules:")

@@ -2,7 +2,7 @@
 
 ``python tests/fastsim_cases.py stock|fast OUT.pkl [CASE ...]`` runs the cases (all by default)
 and pickles ``{case: result}``; a result is a dict of numpy arrays / numbers, or
-``{"raised": class name, "message": str}``. tests/test_fastsim.py compares the two engines.
+``{"raised": class name, "message": str}``. tests/engine/test_fastsim.py compares the two engines.
 Each engine runs in its own fresh process because fastsim is installed by monkeypatching.
 """
 

@@ -2,7 +2,7 @@
 examples, small simulator launches with every lens on, and the tables that say what the kernel did
 (ids, accesses, requests, hazards, branches, the runs' schedules). ``tests/data/lens_baseline/`` holds
 them as the engine wrote them BEFORE the redesign (``python3 tests/lens_baseline.py`` wrote them, at
-aad10a5); tests/test_lens_baseline.py captures again and compares. Regenerate only for a change
+aad10a5); tests/engine/test_lens_baseline.py captures again and compares. Regenerate only for a change
 meant to alter these tables, and say so in the commit."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def capture_case(name: str, runner=None, user_runner=None):
     if name in CASES:
         kernel, params, options = CASES[name]
         # fastsim: the engine the baseline was written on (the compiled engine's tables are held to
-        # fastsim's in tests/test_compiled_lenses.py, its pc being the pass's site, not a bytecode offset)
+        # fastsim's in tests/engine/test_compiled_lenses.py, its pc being the pass's site, not a bytecode offset)
         return runner.capture(
             kernel, params, seed=1, repeats=1, time_clean=False, sim_engine="fastsim", **options
         )

@@ -1,7 +1,7 @@
 """Warp intrinsics, votes after exits, grid sync: kernels, and numpy models of what each must return.
 
 ``python tests/warp_cases.py sim|gpu OUT.pkl`` runs every case on the simulator (with visualizer.engine.sim.fastsim
-installed) or on a GPU and pickles ``{case: {name: array}}``; tests/test_warp_sim.py compares them with
+installed) or on a GPU and pickles ``{case: {name: array}}``; tests/engine/test_warp_sim.py compares them with
 ``MODELS`` (numpy, written from the PTX ISA's definitions, not from either engine). The refusal cases
 (``REFUSALS``, simulator only) return the one-line error each launch raised.
 

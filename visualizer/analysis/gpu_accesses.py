@@ -38,7 +38,7 @@ COLUMNS = (
     "i0",
     "i1",
     "i2",
-)  # fmt: skip  (engine/access_record.COLUMNS: tests/test_gpu_accesses.py checks they agree)
+)  # fmt: skip  (engine/access_record.COLUMNS: tests/engine/test_gpu_accesses.py checks they agree)
 OPS = ("load", "store", "atomic")
 SAMPLE_BLOCKS = 3  # default: the first, the middle and the last block
 MAX_SAMPLE_BLOCKS = 64  # blocks a request may name (each warp of each gets a row of the buffers)
@@ -244,7 +244,7 @@ SIDE_BY_SIDE_SOURCE = "recorded addresses, simulator vs " + MEASURED_GPU_SAMPLED
 def side_by_side(sim_req: pd.DataFrame, gpu_req: pd.DataFrame, blocks) -> pd.DataFrame:
     """Per source line, array, space and op: requests and sectors (global) or wavefronts (shared) per
     request, from the simulator's requests of the sampled ``blocks`` and from the GPU's, and whether
-    they agree. One launch, two recorders: they should (tests/test_gpu_accesses.py)."""
+    they agree. One launch, two recorders: they should (tests/engine/test_gpu_accesses.py)."""
     return _two(sim_req, gpu_req, blocks, blocks, ("sim", "gpu"), SIDE_BY_SIDE_SOURCE)
 
 

@@ -2,7 +2,7 @@
 
 Each pair is (title, A, B, what to look at), A and B a kernel name and its parameters (the simulator's,
 and bigger sizes on a GPU, where a 64x64 transpose is all launch overhead); every name is in the
-catalog and every parameter in its ranges (tests/test_compare.py checks them).
+catalog and every parameter in its ranges (tests/tools/test_compare.py checks them).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@
 serve`` on 127.0.0.1 and lets each visitor open a link, wait, leave mid-run, switch pages or
 kernels mid-run, or resubmit the form, exactly as a browser would (BackMsg/ForwardMsg protobufs on
 /_stcore/stream). Each visitor reads the capture the sidebar says it is showing and compares it
-with what it asked for. tests/test_load.py runs it; docs/benchmarks.md records its figures.
+with what it asked for. tests/tools/test_load.py runs it; docs/benchmarks.md records its figures.
 ``--sim-workers N`` sizes each server's pool; ``--cluster-workers N --replicas M`` starts a Dask
-cluster on 127.0.0.1 (tools/localcluster.py) and M servers sharing it (tests/test_cluster.py).
+cluster on 127.0.0.1 (tools/localcluster.py) and M servers sharing it (tests/engine/test_cluster.py).
 """
 
 from __future__ import annotations

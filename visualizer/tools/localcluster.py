@@ -1,7 +1,7 @@
 """A real Dask cluster on this machine, bound to 127.0.0.1 only: one scheduler, N workers.
 
 ``python -m visualizer.tools.localcluster --workers 2`` prints the scheduler's address and runs until
-interrupted (``serve --cluster ADDRESS`` then sends captures to it). tests/test_cluster.py and the
+interrupted (``serve --cluster ADDRESS`` then sends captures to it). tests/engine/test_cluster.py and the
 load test (``--cluster``) start one the same way. Every process is started with loopback addresses
 and no dashboard, so nothing listens beyond this machine and nothing contacts another one;
 ``sockets_off_loopback`` checks that from /proc for any process and its children.
