@@ -105,17 +105,22 @@ def test_capture_cli_refuses_barriers_on_the_simulator(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-def test_every_builtin_kernel_still_computes_its_answer_with_the_lens(sim_runner):
+def _builtin_kernels():
+    from visualizer.specs.catalog import KERNELS
+
+    return [name for name, spec in KERNELS.items() if not spec.fault_demo]
+
+
+@pytest.mark.parametrize("name", _builtin_kernels())  # one test each: the workers share them out
+def test_every_builtin_kernel_still_computes_its_answer_with_the_lens(sim_runner, name):
     """The branch pass rewrites tests and range loops: every built-in kernel's output under it is still
     numpy's (the deliberately wrong demos still wrong), and each got visits recorded."""
     from visualizer.specs.catalog import KERNELS
 
-    for name, spec in KERNELS.items():
-        if spec.fault_demo:
-            continue
-        cap = sim_runner.capture(name, {}, branches=True, time_clean=False)
-        assert cap.check["correct"] is (not spec.deliberately_wrong), name
-        assert cap.launch["branches"]["visits"] > 0 and len(cap.branches), name
+    spec = KERNELS[name]
+    cap = sim_runner.capture(name, {}, branches=True, time_clean=False)
+    assert cap.check["correct"] is (not spec.deliberately_wrong), name
+    assert cap.launch["branches"]["visits"] > 0 and len(cap.branches), name
 
 
 HALVES = """\

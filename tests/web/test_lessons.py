@@ -171,20 +171,21 @@ def test_grade():
     assert A.grade("no", "yes") == (False, "the run says yes")
 
 
-def test_every_lesson_answers_and_draws_from_its_default_run(sim_runner):
-    for lesson in LESSONS:
-        v = lesson.defaults()
-        caps = {
-            role: run(sim_runner, r.kernel, r.params, accesses=r.accesses, **r.options())
-            for role, r in lesson.runs(v).items()
-        }
-        got = [q.answer(caps, v) for q in lesson.questions]
-        for q, a in zip(lesson.questions, got, strict=True):
-            if q.kind == "choice":
-                assert a.value in q.choices, (lesson.name, a.value)
-            assert a.source and q.explain(a, v)
-        figs = lesson.charts(caps, v, got)
-        assert figs and all(f.layout.title.text for _, f in figs), lesson.name
+# one test per lesson: the workers share them out
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
+def test_every_lesson_answers_and_draws_from_its_default_run(sim_runner, lesson):
+    v = lesson.defaults()
+    caps = {
+        role: run(sim_runner, r.kernel, r.params, accesses=r.accesses, **r.options())
+        for role, r in lesson.runs(v).items()
+    }
+    got = [q.answer(caps, v) for q in lesson.questions]
+    for q, a in zip(lesson.questions, got, strict=True):
+        if q.kind == "choice":
+            assert a.value in q.choices, (lesson.name, a.value)
+        assert a.source and q.explain(a, v)
+    figs = lesson.charts(caps, v, got)
+    assert figs and all(f.layout.title.text for _, f in figs), lesson.name
 
 
 @pytest.mark.gpu
