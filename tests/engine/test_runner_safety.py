@@ -264,3 +264,19 @@ def test_stuck_exit_code_is_the_simulators():
     from visualizer.engine.sim import fastsim
 
     assert runner.STUCK_EXIT_CODE == fastsim.STUCK_EXIT_CODE
+
+
+def test_the_simulators_limit_is_cpu_time_and_its_wall_limit_only_a_hang_guard():
+    """A fine launch on a busy server is not stopped for the load around it: a simulator run is limited by its
+    CPU seconds, and the default wall-clock limit sits well above them (room for a run at the CPU limit on a
+    machine loaded three times over)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from visualizer.engine.run import runner as r; print(r.SIM_RUN_TIMEOUT_S, r.SIM_RUN_CPU_S)"
+    env = {k: v for k, v in os.environ.items() if k != "VISUALIZER_SIM_TIMEOUT_S"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    wall, cpu = map(float, done.stdout.split())
+    assert wall >= 3 * cpu

@@ -96,7 +96,7 @@ COMPILED_STEP_FACTOR = 400
 # is ~10 steps and a barrier ~4 on fastsim's greenlets (measured 2026-11-30 on this project's 2-core
 # VM, lightly loaded: vector_add 2^18 2.4 s, reduction 65,536 2.5 s, matmul_tiled n=128 2.0 s,
 # flash_attention defaults 0.75 s per capture). At the limit a capture (two launches: instrumented,
-# then clean) takes ~15 s idle and ~35 s busy, inside the runner's 60 s simulator limit.
+# then clean) takes ~15 s idle and ~35 s busy, inside the runner's 90 CPU-s simulator limit.
 SIM_THREAD_STEP_US = 1.0
 SIM_MAX_THREAD_STEPS = 8_000_000
 SIM_CAPTURE_LAUNCHES = 2  # a simulator capture launches the kernel twice: instrumented, then clean
