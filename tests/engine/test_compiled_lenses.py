@@ -15,6 +15,7 @@ import pytest
 
 from visualizer.analysis import races
 from visualizer.analysis.memory import SOURCE
+from visualizer.analysis.provenance import SIMULATED_SAMPLED
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/
 
@@ -32,6 +33,9 @@ CASES = [
     # its global atomic's value is a shared load: recorded after that load, as on fastsim
     ("histogram_shared", {}),
     ("branch_lanes", {"reps": 4}),
+    # a device function the access pass rewrites (co_rank's recording copy), and binary searches whose
+    # lanes take the loop's two branches in different turns (no one warp order of the lanes' requests)
+    ("merge_corank", {"m": 64, "n": 64, "per_thread": 8}),
 ]
 
 
@@ -161,14 +165,36 @@ def test_recorder_masks_group_each_lanes_jth_access_at_a_site():
     assert ((out[0, :2, 32:34] >> 2) & 1).all()  # lane 2 is named in lanes 0 and 1's requests
 
 
-def test_a_kernel_the_engine_hands_to_fastsim_still_records_every_access(sim_runner):
-    """merge_corank: the access pass rewrites its device function (co_rank), which the compiled engine does
-    not take; fastsim runs the pass's build, whose lanes' binary searches take the loop's branches in
-    different turns (no one warp order): the tables are still the recorder's, not an empty warp."""
-    params = {"m": 64, "n": 64, "per_thread": 8}
-    fast, comp = _pair(sim_runner, "merge_corank", params, accesses=True)
-    assert comp.launch["sim_engine"] == "fastsim" and "rewritten copy" in comp.launch["sim_engine_note"]
-    assert comp.launch["accesses"]["accesses"] == fast.launch["accesses"]["accesses"] > 0
-    for table, cols in (("accesses", ACC), ("requests", REQ), ("hazards", HAZ)):
+@pytest.mark.parametrize(
+    "name,params,requests_as",
+    [
+        # lanes whose binary searches take the loop's branches in different turns: the compiled engine forms
+        # requests by the recorder's rule (recorder_masks), fastsim's pass run lane by lane splits them finer
+        ("merge_corank", {"m": 64, "n": 64, "per_thread": 8}, "recorder"),
+        # load_tile's and store_tile's recording copies, and the views kh = k[b, h] kept across barriers
+        ("flash_attention", {"seq_len": 40}, "pass"),
+    ],
+)
+def test_the_access_pass_with_device_function_copies_runs_compiled_and_equals_fastsims(
+    sim_runner, name, params, requests_as
+):
+    """access_engine="pass" (sampled warps, as the Memory access page asks past the recorder's limit): the
+    pass's rewritten device-function copies compile (they were handed to fastsim, whose limit refused
+    flash_attention at seq_len 1024), and what they record equals fastsim's run of the same build."""
+    fast, comp = _pair(sim_runner, name, params, accesses=True, access_engine="pass")
+    assert fast.launch["sim_engine"] == "fastsim"
+    assert comp.launch["sim_engine"] == "compiled", comp.launch["sim_engine_note"]
+    assert comp.launch["sim_engine_note"] is None
+    fa, ca = fast.launch["accesses"], comp.launch["accesses"]
+    assert ca["source"] == fa["source"] == SIMULATED_SAMPLED and ca["sample"]["on"] == "simulator"
+    assert ca["sample"] == fa["sample"] and ca["accesses"] == fa["accesses"] > 0
+    for table, cols in (("accesses", ACC), ("hazards", HAZ)):
         a, b = norm(getattr(fast, table), cols), norm(getattr(comp, table), cols)
-        assert a.equals(b), f"merge_corank: {table} differ ({len(a)} rows on fastsim, {len(b)} handed over)"
+        assert a.equals(b), f"{name}: {table} differ ({len(a)} rows on fastsim, {len(b)} compiled)"
+    if requests_as == "recorder":
+        rec = sim_runner.capture(name, params, time_clean=False, sim_engine="fastsim", accesses=True)
+        want = norm(rec.requests, REQ, ca["sample"]["blocks"])
+    else:
+        want = norm(fast.requests, REQ)
+    assert len(want) and want.equals(norm(comp.requests, REQ)), f"{name}: requests differ"
+    assert fast.check["correct"] and comp.check["correct"]

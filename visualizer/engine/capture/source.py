@@ -28,6 +28,7 @@ import types
 
 import numpy as np
 
+from visualizer.engine.instrument.ast_tools import remember_rewritten
 from visualizer.engine.instrument.instrumenter import ACTIVE, TRACE, instrument, probe_globals, traced_name
 from visualizer.engine.sim.fastsim import Listener
 from visualizer.specs.launch import ceil_div
@@ -105,6 +106,7 @@ def load_module(source: str, filename: str, kernel: str, passes: tuple = ()):
     sys.modules[name] = module  # numba and inspect look modules up by name
     try:
         exec(code, module.__dict__)
+        remember_rewritten(module.__dict__, instrumented.vz_defs)
     except Exception as exc:
         hit = _user_frame(exc.__traceback__, filename)
         raise UserCodeError(

@@ -74,6 +74,30 @@ class Plan:
     array_ndims: dict = field(default_factory=dict)  # every array name the regions index -> ndim
 
 
+def unrecorded_views(plan: Plan, ndims: dict, probes: dict) -> None:
+    """The access pass's view at the top of the kernel, ``kh = k[_vz_at2(<bufs>, k, b, h, site)]`` with
+    ``k`` of more than 2 dimensions: the probe records no view (kernels/access_probes.py atvN: only an
+    element of ``k``) and returns its indices, so it becomes ``kh = k[b, h]`` here, which
+    ``rematerialize`` takes (its probe's buffers and epoch are not assigned once). ``probes``: the
+    compiled names of those probes -> their number of indices."""
+    for it in plan.items:
+        if not isinstance(it, list):
+            continue
+        for stmt in (s for r in it for s in r.stmts):
+            v = stmt.value if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+            call = v.slice if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) else None
+            n = (
+                probes.get(call.func.id)
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                else None
+            )
+            if n is None or call.keywords or len(call.args) < n + 2:
+                continue
+            a, idx = call.args[-n - 2], call.args[-n - 1 : -1]
+            if isinstance(a, ast.Name) and a.id == v.value.id and ndims.get(a.id, 0) > n:
+                v.slice = ast.copy_location(ast.Tuple(elts=idx, ctx=ast.Load()) if n > 1 else idx[0], call)
+
+
 def rematerialize(plan: Plan, is_array) -> None:
     """An array view kept across a barrier (``kh = k[b, h]``) is not copied per thread: each region that
     reads it evaluates its one assignment again, from per-thread copies of the numbers it reads. Only

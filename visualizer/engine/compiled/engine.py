@@ -44,6 +44,7 @@ from visualizer.engine.compiled.codegen import (
     rematerialize,
     source_digest,
     unit_source,
+    unrecorded_views,
 )
 from visualizer.engine.compiled.translate import (
     IDS,
@@ -481,6 +482,19 @@ def kernel_tree(kernel=None, *, tree: ast.FunctionDef | None = None, namespace: 
     return fd, namespace_of(py_fn)
 
 
+def _view_probes(plan: Plan) -> dict:
+    """The access pass's recording index functions this kernel calls (kernels/access_probes.py ``atN``),
+    by their compiled names -> their number of indices (codegen.unrecorded_views)."""
+    called = [k for k in plan.ns if re.fullmatch(re.escape(P) + r"dev_at[1-4]_\w+", k)]
+    if not called:
+        return {}
+    from visualizer.kernels.access_probes import AT
+
+    return {
+        d.name: n for n, fn in AT.items() if (d := compile_device(kernel_python_function(fn))).name in called
+    }
+
+
 def _check_source_matches(fd: ast.FunctionDef, py_fn) -> None:
     """The source read from the file must be this function's: a function exec'd from a rewritten tree
     (an instrumented build keeps the kernel's file and lines) would otherwise be compiled as the file's
@@ -530,14 +544,16 @@ def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, t
             except Exception as e:  # noqa: BLE001 - numba's typing errors are many classes
                 raise NotCompiled(_numba_reason(e)) from None
             arrays = {k.split(".")[0] for k, t in typemap.items() if isinstance(t, nbt.Array)}
-            rematerialize(plan, lambda v: v in arrays)
             for k, t in typemap.items():
                 if isinstance(t, nbt.Array):
                     plan.array_ndims[k.split(".")[0]] = t.ndim
+            unrecorded_views(plan, plan.array_ndims, _view_probes(plan))
+            rematerialize(plan, lambda v: v in arrays)
             dtypes = {v: _dtype_of(v, typemap) for v in plan.expanded}
         else:  # typed by an earlier process: its results, not numba's typing again
-            rematerialize(plan, lambda v: v in meta["arrays"])
             plan.array_ndims.update(meta["array_ndims"])
+            unrecorded_views(plan, plan.array_ndims, _view_probes(plan))
+            rematerialize(plan, lambda v: v in meta["arrays"])
             dtypes = meta["dtypes"]
             if set(dtypes) != set(plan.expanded):
                 raise NotCompiled("the compiled-kernel cache entry does not fit this kernel")

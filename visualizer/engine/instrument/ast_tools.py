@@ -16,11 +16,31 @@ def assigned_names(fn: ast.FunctionDef) -> set[str]:
     return names
 
 
+# a pass-added def's function (the access pass's recording copy of a device function) keeps its def here:
+# its code's file holds the original, so its source is this tree, not the file's (function_source_tree)
+REWRITTEN_DEF = "_vz_source_def"
+
+
+def remember_rewritten(namespace: dict, defs) -> None:
+    """After a module tree with pass-added ``defs`` is exec'd into ``namespace``: each def's function
+    reads its source from its def (function_source_tree), so the compiled engine can take it."""
+    for d in defs:
+        fn = namespace.get(d.name)
+        py = getattr(fn, "py_func", None) or fn
+        if callable(py) and hasattr(py, "__code__"):
+            setattr(py, REWRITTEN_DEF, d)
+
+
 def function_source_tree(py_fn) -> ast.Module:
-    """A function's own source, parsed, with its file's line numbers (the def is ``body[0]``)."""
+    """A function's own source, parsed, with its file's line numbers (the def is ``body[0]``); a
+    pass-added def's function (remember_rewritten): that def."""
+    import copy
     import inspect
     import textwrap
 
+    rewritten = getattr(py_fn, REWRITTEN_DEF, None)
+    if rewritten is not None:
+        return ast.Module(body=[copy.deepcopy(rewritten)], type_ignores=[])
     lines, first = inspect.getsourcelines(py_fn)
     tree = ast.parse(textwrap.dedent("".join(lines)))
     ast.increment_lineno(tree, first - 1)

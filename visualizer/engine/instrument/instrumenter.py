@@ -38,7 +38,12 @@ import ast
 import copy
 from typing import Any, Protocol
 
-from visualizer.engine.instrument.ast_tools import BeforeReturns, function_source_tree, located
+from visualizer.engine.instrument.ast_tools import (
+    BeforeReturns,
+    function_source_tree,
+    located,
+    remember_rewritten,
+)
 
 TRACE, ACTIVE, T0, WORK = "_vz_trace", "_vz_active", "_vz_t0", "_vz_work"
 BEGIN, END = "_vz_trace_begin", "_vz_trace_end"
@@ -156,10 +161,13 @@ def instrument(
     for p in passes:
         infos[p.name] = {}
         p.apply(traced, infos[p.name])
+    added = []
     for p in passes:  # a pass's module-level helpers (the access pass's recording device functions)
         for d in getattr(p, "module_defs", []):
             tree.body.insert(index + 1, d)
             index += 1
+            added.append(d)
+    tree.vz_defs = added  # exec'd, their functions read their source from these (remember_rewritten)
     if not trace:
         tree.body.insert(index + 1, traced)
         tree = ast.fix_missing_locations(tree)
@@ -242,6 +250,7 @@ def instrument_function(py_fn, *, did_work: str | None = None, passes: tuple = (
                 namespace.setdefault(k, v)
     namespace.update(probe_globals(passes))
     exec(compile(tree, py_fn.__code__.co_filename, "exec"), namespace)
+    remember_rewritten(namespace, tree.vz_defs)
     traced = namespace[traced_name(fn.name)]
     traced.__qualname__ = py_fn.__qualname__ + TRACED_SUFFIX
     return traced, tree
