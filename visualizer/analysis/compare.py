@@ -145,6 +145,16 @@ def _shared_wavefronts(cap, op: str) -> float | None:
     return float(np.maximum(sel["bank_ways"].to_numpy(), 1).mean())
 
 
+def _ptxas_registers(known) -> tuple[int, str, dict] | None:
+    """(registers per thread, arch, ptxas -v's resources) of a compile (``{"resources", "arch"}``: the
+    caller's, or a visitor's kernel's ``gpu_compile``), where its register count is one a GPU could have."""
+    res = known.get("resources") if isinstance(known, dict) else None
+    regs = res.get("registers") if isinstance(res, dict) else None
+    if isinstance(regs, int) and 1 <= regs <= 255:
+        return regs, str(known.get("arch"))[:8], res
+    return None
+
+
 def _occupancy(cap, compiled=None) -> tuple[float | None, str, str]:
     """(occupancy 0..100, limiter, note) from the GPU build's registers: a GPU capture's own, ptxas's count
     where the kernel was compiled (``compiled``, or a visitor's kernel's ``gpu_compile``), else None."""
@@ -154,15 +164,11 @@ def _occupancy(cap, compiled=None) -> tuple[float | None, str, str]:
     known = cap.launch.get("gpu_compile")  # a visitor's kernel, compiled before the simulator ran it
     if isinstance(compiled, dict) and isinstance(compiled.get("resources"), dict):
         known = {"resources": compiled["resources"], "arch": compiled.get("arch")}
-    counted = known.get("resources") if regs is None and isinstance(known, dict) else None
-    if (
-        isinstance(counted, dict)
-        and isinstance(counted.get("registers"), int)
-        and 1 <= counted["registers"] <= 255
-    ):
-        regs, arch = counted["registers"], str(known.get("arch"))[:8]
+    counted = _ptxas_registers(known) if regs is None else None
+    if counted is not None:
+        regs, arch, resources = counted
         note = f"registers counted by ptxas -v ({arch}, clean build)"
-        smem = counted.get("smem_bytes")
+        smem = resources.get("smem_bytes")
         res = {"static_smem_bytes": smem if isinstance(smem, int) and 0 <= smem < 1 << 20 else 0}
     if regs is None:
         return None, "", "not recorded: the simulator compiles nothing (see Under the hood for ptxas's count)"
@@ -228,10 +234,9 @@ def _registers_row(launch: dict, compiled) -> dict:
     regs = (launch.get("clean") or {}).get("registers_per_thread")
     if regs is not None:
         return _row("registers_per_thread", regs, MEASURED_GPU)
-    res = compiled.get("resources") if isinstance(compiled, dict) else None
-    counted = res.get("registers") if isinstance(res, dict) else None
-    if isinstance(counted, int) and 1 <= counted <= 255:
-        return _row("registers_per_thread", counted, f"compiled (ptxas -v, {str(compiled.get('arch'))[:8]})")
+    counted = _ptxas_registers(compiled)
+    if counted is not None:
+        return _row("registers_per_thread", counted[0], f"compiled (ptxas -v, {counted[1]})")
     return _row("registers_per_thread", None, MEASURED_GPU)
 
 

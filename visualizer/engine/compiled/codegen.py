@@ -273,9 +273,7 @@ def upward_exposed(stmts: list) -> set[str]:
         elif isinstance(t, ast.Starred):
             target(t.value, defined)
         else:  # a[i] = ..., a.x = ...: reads a and i
-            for n in ast.walk(t):
-                if isinstance(n, ast.Name) and n.id not in defined:
-                    exposed.add(n.id)
+            reads(t, defined)
 
     def block(body: list, defined: set) -> set:
         defined = set(defined)
