@@ -171,6 +171,18 @@ def test_grade():
     assert A.grade("no", "yes") == (False, "the run says yes")
 
 
+def assert_answers_and_draws(lesson, caps: dict, v: dict) -> None:
+    """Every question of the lesson answers from these captures (a choice among its choices, with its source
+    and explanation), and its charts are drawn, each titled."""
+    got = [q.answer(caps, v) for q in lesson.questions]
+    for q, a in zip(lesson.questions, got, strict=True):
+        if q.kind == "choice":
+            assert a.value in q.choices, (lesson.name, a.value)
+        assert a.source and q.explain(a, v)
+    figs = lesson.charts(caps, v, got)
+    assert figs and all(f.layout.title.text for _, f in figs), lesson.name
+
+
 # one test per lesson: the workers share them out
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
 def test_every_lesson_answers_and_draws_from_its_default_run(sim_runner, lesson):
@@ -179,13 +191,7 @@ def test_every_lesson_answers_and_draws_from_its_default_run(sim_runner, lesson)
         role: run(sim_runner, r.kernel, r.params, accesses=r.accesses, **r.options())
         for role, r in lesson.runs(v).items()
     }
-    got = [q.answer(caps, v) for q in lesson.questions]
-    for q, a in zip(lesson.questions, got, strict=True):
-        if q.kind == "choice":
-            assert a.value in q.choices, (lesson.name, a.value)
-        assert a.source and q.explain(a, v)
-    figs = lesson.charts(caps, v, got)
-    assert figs and all(f.layout.title.text for _, f in figs), lesson.name
+    assert_answers_and_draws(lesson, caps, v)
 
 
 @pytest.mark.gpu
@@ -201,13 +207,7 @@ def test_every_lesson_answers_and_draws_from_a_gpu_run(gpu_runner, sim_runner):
             if where is gpu_runner:
                 on_gpu.append(role)
         assert all(caps[role].launch["backend"] == "gpu" for role in on_gpu), lesson.name
-        got = [q.answer(caps, v) for q in lesson.questions]
-        for q, a in zip(lesson.questions, got, strict=True):
-            if q.kind == "choice":
-                assert a.value in q.choices, (lesson.name, a.value)
-            assert a.source and q.explain(a, v)
-        figs = lesson.charts(caps, v, got)
-        assert figs and all(f.layout.title.text for _, f in figs), lesson.name
+        assert_answers_and_draws(lesson, caps, v)
 
 
 @pytest.mark.gpu
