@@ -650,6 +650,69 @@ def test_compiled_kernels_are_kept_on_disk_across_processes(tmp_path):
     assert _cache_child(shared)["from"] == "compiled" and not list(shared.iterdir())
 
 
+_PROBED_MODULE = """
+from numba import cuda
+from visualizer.kernels import probes
+
+@cuda.jit
+def placed(out, when):
+    i = cuda.grid(1)
+    out[i] = probes.smid()
+    when[i] = probes.globaltimer()
+"""
+
+_PROBED_CHILD = """
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from probed_kernel import placed
+from visualizer.engine.compiled import launch
+out, when = np.zeros(512, np.int64), np.zeros(512, np.int64)
+r = launch(placed, 4, 128, [out, when])
+print(json.dumps({"from": r.compiled_from, "sms": out[::128].tolist(), "timed": bool((when > 0).all())}))
+"""
+
+
+def test_a_kernel_calling_the_modelled_probes_is_kept_on_disk_too(tmp_path):
+    """An instrumented build calls the modelled smid/globaltimer (another module's njit functions,
+    keyed by the package file defining them): a second process loads it rather than compiling it again."""
+    import json
+    import os
+    import subprocess
+
+    (tmp_path / "probed_kernel.py").write_text(_PROBED_MODULE)
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "VISUALIZER_SANDBOX_MODE"}
+    env.update(PYTHONPATH=str(root), NUMBA_ENABLE_CUDASIM="1", VISUALIZER_COMPILED_CACHE=str(tmp_path / "c"))
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", _PROBED_CHILD, str(tmp_path)], capture_output=True, text=True,
+                           env=env, timeout=600, cwd=root)  # fmt: skip
+        assert p.returncode == 0, p.stderr[-2000:]
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    assert [r["from"] for r in runs] == ["compiled", "disk"], runs
+    assert runs[0]["sms"] == runs[1]["sms"] == [0, 1, 2, 3] and runs[1]["timed"]
+
+
+def test_substitutes_are_keyed_by_the_package_file_that_defines_them():
+    """A lens's probe substitute is keyed by its file's bytes and name; a function from outside the
+    package (a visitor's) is known only by identity, so no kernel calling it goes to disk."""
+    from numba import njit
+
+    from visualizer.engine.compiled import runtime
+    from visualizer.engine.compiled.engine import _callee_stamps, _substitute_stamp
+    from visualizer.engine.lenses.accesses import compiled_probes
+    from visualizer.engine.compiled.translate import SUBSTITUTES
+
+    compiled_probes()
+    stamps = {name: _substitute_stamp(fn) for name, fn in SUBSTITUTES.values()}
+    assert len(stamps) >= 2 and all(s and s.startswith("accesses.py ") for s in stamps.values()), stamps
+    assert _substitute_stamp(runtime.model_smid).startswith("runtime.py ")
+    outside = njit(lambda ids: 0)
+    assert _substitute_stamp(outside) is None
+    assert _callee_stamps({"__cc_dev_sub_x": outside}) is None
+
+
 def test_disk_cache_keys_name_what_globals_are():
     """Module, dtype and constant-array globals are keyed by what they are (the same in every process);
     an array's key changes with its contents."""

@@ -206,17 +206,57 @@ def _engine_stamp() -> str:
     return h.hexdigest()[:16]
 
 
-def _disk_stem(key: tuple, devices: list) -> str | None:
+@functools.cache
+def _file_stamp(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def _substitute_stamp(fn) -> str | None:
+    """What a substitute device function is (a lens's probe, the modelled smid/globaltimer: another
+    module's njit function), the same in every process: the package file that defines it, by its bytes,
+    and its name there. None for anything else (a function from outside the package)."""
+    py = getattr(fn, "py_func", None)
+    code = getattr(py, "__code__", None)
+    if code is None:
+        return None
+    path = Path(code.co_filename).resolve()
+    if not path.is_file() or Path(__file__).resolve().parents[2] not in path.parents:
+        return None
+    try:
+        return f"{path.name} {_file_stamp(str(path))} {py.__qualname__}"
+    except OSError:
+        return None
+
+
+def _callee_stamps(ns: dict) -> tuple | None:
+    """What the device functions in a generated namespace are, the same in every process: a device
+    compiled here by its generated name (which carries its source's digest) and what it calls, a
+    substitute by ``_substitute_stamp`` (numba's cache checks only the caller's file). None where one is
+    known only by identity."""
+    stamps: set = set()
+    for name, fn in ns.items():
+        if not name.startswith(P + "dev_"):
+            continue
+        dev = _devices.get(name)
+        if dev is not None:
+            if dev.stamps is None:
+                return None
+            stamps.update(dev.stamps)
+        elif (stamp := _substitute_stamp(fn)) is None:
+            return None
+        else:
+            stamps.add((name, stamp))
+    return tuple(sorted(stamps))
+
+
+def _disk_stem(key: tuple, ns: dict) -> str | None:
     """The file name of a kernel's cache entry, or None where a global is known only by identity."""
     flat, seeded, argtypes, objects = key
-    if any(v.startswith("id ") for _, v in objects):
-        return None
-    # a device function compiled here is keyed by its source; a substitute (a lens's probe, the modelled
-    # smid/globaltimer) is another module's njit function: a kernel calling one is not kept on disk
-    if not all(d in _devices and _devices[d].stable for d in devices):
+    stamps = _callee_stamps(ns)
+    if stamps is None or any(v.startswith("id ") for _, v in objects):
         return None
     digest = hashlib.sha256(
-        repr((_engine_stamp(), flat, seeded, [str(t) for t in argtypes], objects)).encode()
+        repr((_engine_stamp(), flat, seeded, [str(t) for t in argtypes], objects, stamps)).encode()
     )
     return "k" + digest.hexdigest()[:32]
 
@@ -261,7 +301,9 @@ class DeviceFn:
     name: str
     dispatcher: Any
     source: str
-    stable: bool = True  # every global it reads is known by what it is (the disk cache may key on it)
+    # what the substitutes it calls are (``_callee_stamps``); None: a global it reads is known only by
+    # identity, so a kernel calling it is not kept on disk
+    stamps: tuple | None = ()
 
 
 def _trace_probe_codes() -> frozenset:
@@ -347,10 +389,10 @@ def compile_device(py_fn) -> DeviceFn:
             exec(compile(src + "\n", f"<compiled device {fd.name}>", "exec"), gns)  # noqa: S102 - generated here
             from numba import njit
 
-            stable = all(not v.startswith("id ") for _, v in _object_key(ns)) and all(
-                _devices[d].stable for d in ns if d.startswith(P + "dev_") and d in _devices
-            )
-            dev = DeviceFn(name, njit(**(PROBE_DEVICE if inlined(py_fn) else DEVICE))(gns[name]), src, stable)
+            stamps = _callee_stamps(ns)
+            if any(v.startswith("id ") for _, v in _object_key(ns)):
+                stamps = None
+            dev = DeviceFn(name, njit(**(PROBE_DEVICE if inlined(py_fn) else DEVICE))(gns[name]), src, stamps)
             _devices[name] = dev
             return dev
     finally:
@@ -533,7 +575,7 @@ def compile_kernel(kernel=None, argtypes: tuple = (), *, seeded: bool = False, t
 
         t0 = time.process_time()
         base = cache_dir()
-        stem = _disk_stem(key, [k for k in plan.ns if k.startswith(P + "dev_")]) if base else None
+        stem = _disk_stem(key, plan.ns) if base else None
         meta = _read_meta(base / f"{stem}.json") if stem else None
         if meta is None:  # type the one-thread form (this compiles its device functions)
             try:
