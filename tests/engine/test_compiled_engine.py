@@ -701,8 +701,8 @@ def test_substitutes_are_keyed_by_the_package_file_that_defines_them():
 
     from visualizer.engine.compiled import runtime
     from visualizer.engine.compiled.engine import _callee_stamps, _substitute_stamp
-    from visualizer.engine.lenses.accesses import compiled_probes
     from visualizer.engine.compiled.translate import SUBSTITUTES
+    from visualizer.engine.lenses.accesses import compiled_probes
 
     compiled_probes()
     stamps = {name: _substitute_stamp(fn) for name, fn in SUBSTITUTES.values()}
