@@ -210,3 +210,21 @@ def test_typed_only_keeps_dtype_and_shape_and_drops_the_values():
         and typed["args"]["n"] == request["args"]["n"]
     )
     assert isinstance(request["args"]["x"]["array"], np.ndarray)  # the caller's request is left alone
+
+
+def test_a_builtin_launch_is_compiled_once_per_process(tiled, monkeypatch):
+    """The CLI's compare of many bundles of one launch compiles it once; another launch compiles again,
+    and what a caller changes in its copy is not what the next caller gets."""
+    calls = []
+    real = ptx.compile_ptx
+    monkeypatch.setattr(
+        ptx, "compile_ptx", lambda request, *a, **k: calls.append(request) or real(request, *a, **k)
+    )
+    again = ptx.builtin_asm("transpose_tiled", {"rows": 64, "cols": 64, "tile": 32})
+    assert calls == [] and again["ptx"] == tiled["ptx"] and again["sass"] == tiled["sass"]
+    again["ptx"] = "changed"
+    again["missing"].append("changed")
+    third = ptx.builtin_asm("transpose_tiled", {"rows": 64, "cols": 64, "tile": 32})
+    assert third["ptx"] == tiled["ptx"] and "changed" not in third["missing"]
+    other = ptx.builtin_asm("transpose_tiled", {"rows": 64, "cols": 64, "tile": 16})
+    assert len(calls) == 1 and other["ptx"] != tiled["ptx"]

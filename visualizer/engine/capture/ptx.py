@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from visualizer.analysis.asm import ptxas_resources, sass_count
@@ -170,15 +171,33 @@ def assemble(ptx: str, arch: str, disassemble: bool = True) -> dict:
     return out
 
 
+_BUILTIN_ASM: dict = {}  # (kernel, params, arch, sass, the tools) -> a compile that succeeded
+_BUILTIN_ASM_MAX = 64
+_BUILTIN_ASM_LOCK = threading.Lock()  # Compare compiles its two sides on two threads (sass_pair)
+
+
 def builtin_asm(kernel: str, params: dict | None = None, arch: str = "sm_90", sass: bool = True) -> dict:
     """PTX (and SASS) of a built-in kernel's clean build for ``arch``: the compile reply plus
-    ``assemble``'s parts. Raises LaunchError for a bad kernel or parameters, AsmError on failure."""
+    ``assemble``'s parts. Raises LaunchError for a bad kernel or parameters, AsmError on failure.
+    A compile that succeeded is kept in this process (a built-in kernel's source does not change
+    while it runs): the CLI's ``compare`` of many bundles of one launch compiles it once."""
     from visualizer.specs import catalog
 
     spec = catalog.get(kernel)
     values = spec.resolve({k: str(v) for k, v in (params or {}).items()})
-    reply = compile_ptx({"op": "ptx_builtin", "kernel": kernel, "params": values, "arch": arch})
-    return _with_sass(reply, arch, sass)
+    key = (kernel, repr(sorted(values.items())), arch, sass, tool("ptxas"), tool("nvdisasm"))
+    with _BUILTIN_ASM_LOCK:
+        got = _BUILTIN_ASM.get(key)
+    if got is None:
+        reply = compile_ptx({"op": "ptx_builtin", "kernel": kernel, "params": values, "arch": arch})
+        got = _with_sass(reply, arch, sass)
+        with _BUILTIN_ASM_LOCK:
+            if len(_BUILTIN_ASM) >= _BUILTIN_ASM_MAX:
+                _BUILTIN_ASM.pop(next(iter(_BUILTIN_ASM)))
+            _BUILTIN_ASM[key] = got
+    return {
+        k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in got.items()
+    }
 
 
 def source_asm(request: dict, arch: str = "sm_90", sass: bool = True) -> dict:
