@@ -206,6 +206,9 @@ def _engine_stamp() -> str:
     return h.hexdigest()[:16]
 
 
+_PACKAGE = Path(__file__).resolve().parent.parent.parent  # visualizer/: the package, not the checkout
+
+
 @functools.cache
 def _file_stamp(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
@@ -220,7 +223,7 @@ def _substitute_stamp(fn) -> str | None:
     if code is None:
         return None
     path = Path(code.co_filename).resolve()
-    if not path.is_file() or Path(__file__).resolve().parents[2] not in path.parents:
+    if not path.is_file() or _PACKAGE not in path.parents:
         return None
     try:
         return f"{path.name} {_file_stamp(str(path))} {py.__qualname__}"
