@@ -40,6 +40,7 @@ def test_simt_page_lane_strip_above_the_fold(open_app, tmp_path):
 def test_divergence_lesson_runs_and_its_lane_strips_fit(page, app_url):
     from tests.e2e.conftest import wait_for_app
     from tests.e2e.test_browser import CLIPPED, charts, main, open_page
+    from tests.e2e.test_lessons_browser import lock_in
 
     page = open_page(page, app_url, "?backend=sim&page=lessons&lesson=divergence")
     m = main(page)
@@ -48,8 +49,7 @@ def test_divergence_lesson_runs_and_its_lane_strips_fit(page, app_url):
         box.fill(value)
         box.press("Enter")
         wait_for_app(page)
-        m.get_by_role("button", name="Lock in my answer").first.click()
-        wait_for_app(page)
+        lock_in(page)  # waits for the typed answer to enable the button (it stayed disabled 30 s on CI)
     m.get_by_role("button", name="Run it").click()
     wait_for_app(page)
     assert page.get_by_test_id("stException").count() == 0
