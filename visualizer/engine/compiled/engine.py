@@ -206,6 +206,11 @@ def _engine_stamp() -> str:
     return h.hexdigest()[:16]
 
 
+def _by_identity(objects: tuple) -> bool:
+    """Whether a global in ``_object_key``'s key is known only by identity (so not across processes)."""
+    return any(v.startswith("id ") for _, v in objects)
+
+
 _PACKAGE = Path(__file__).resolve().parent.parent.parent  # visualizer/: the package, not the checkout
 
 
@@ -255,8 +260,8 @@ def _callee_stamps(ns: dict) -> tuple | None:
 def _disk_stem(key: tuple, ns: dict) -> str | None:
     """The file name of a kernel's cache entry, or None where a global is known only by identity."""
     flat, seeded, argtypes, objects = key
-    stamps = _callee_stamps(ns)
-    if stamps is None or any(v.startswith("id ") for _, v in objects):
+    stamps = None if _by_identity(objects) else _callee_stamps(ns)
+    if stamps is None:
         return None
     digest = hashlib.sha256(
         repr((_engine_stamp(), flat, seeded, [str(t) for t in argtypes], objects, stamps)).encode()
@@ -379,7 +384,8 @@ def compile_device(py_fn) -> DeviceFn:
                              kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=args.defaults)  # fmt: skip
         body_src = "\n".join(ast.unparse(ast.fix_missing_locations(s)) for s in body)
         unpack = f"{', '.join(P + i for i in IDS)} = {P}ctx"
-        digest = source_digest(fd.name, ast.unparse(args), body_src, repr(_object_key(ns)))
+        objects = _object_key(ns)
+        digest = source_digest(fd.name, ast.unparse(args), body_src, repr(objects))
         name = f"{P}dev_{fd.name}_{digest}"
         with _lock:
             hit = _devices.get(name)
@@ -392,9 +398,7 @@ def compile_device(py_fn) -> DeviceFn:
             exec(compile(src + "\n", f"<compiled device {fd.name}>", "exec"), gns)  # noqa: S102 - generated here
             from numba import njit
 
-            stamps = _callee_stamps(ns)
-            if any(v.startswith("id ") for _, v in _object_key(ns)):
-                stamps = None
+            stamps = None if _by_identity(objects) else _callee_stamps(ns)
             dev = DeviceFn(name, njit(**(PROBE_DEVICE if inlined(py_fn) else DEVICE))(gns[name]), src, stamps)
             _devices[name] = dev
             return dev
