@@ -245,13 +245,21 @@ def test_bad_link_shows_error_and_app_keeps_serving(page, app_url):
 @pytest.mark.parametrize("view", list(ANIMATED))
 def test_play_controls_cover_no_axis_label(page, app_url, view):
     page = open_page(page, app_url, ANIMATED[view])
+    animated = (
+        "(el) => !!(el.layout && ((el.layout.sliders || []).length || (el.layout.updatemenus || []).length))"
+    )
+    plots = charts(page)
+    # under load the animated chart can be drawn after the page's first chart: wait for it before taking the list
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('[data-testid=stMain] .js-plotly-plot')].some({animated})",
+        timeout=60_000,
+    )
     checked = 0
-    for plot in charts(page).all():
+    for plot in plots.all():
         plot.scroll_into_view_if_needed()
         # under load a chart's element is there before plotly.js has drawn it (no layout yet): wait for the drawing
         plot.page.wait_for_function("(el) => !!el._fullLayout", arg=plot.element_handle(), timeout=60_000)
         found = plot.evaluate(OVERLAPS)
-        animated = "(el) => !!(el.layout && ((el.layout.sliders || []).length || (el.layout.updatemenus || []).length))"
         for _ in range(
             50
         ):  # a chart scrolled into view draws its controls a moment later (slower under load)
