@@ -22,8 +22,36 @@ from visualizer.engine.run.runner import Runner, gpu_present  # noqa: E402
 SHARED_SCOPES = {"module", "class", "package"}
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full", action="store_true", help="also run the tests marked slow (tests/tiers.py); CI runs --full"
+    )
+
+
+def runs_slow_tests(config) -> bool:
+    """--full, a -m of the caller's own, or a test named by its node id (`pytest file::test`) runs them."""
+    return bool(config.getoption("--full") or config.option.markexpr or any("::" in a for a in config.args))
+
+
+def measured_slow() -> set[str]:
+    """tests/slow_tests.txt: test functions measured slow on a 2-core machine (devtools/slow_tests.py)."""
+    path = os.path.join(os.path.dirname(__file__), "slow_tests.txt")
+    with open(path, encoding="utf-8") as f:
+        return {line.split()[0] for line in f if line.strip() and not line.startswith("#")}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
+    slow_functions = measured_slow()
+    for item in items:
+        if item.nodeid.split("[")[0] in slow_functions:
+            item.add_marker(pytest.mark.slow)
+    if not runs_slow_tests(config):
+        slow = [item for item in items if "slow" in item.keywords]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if "slow" not in item.keywords]
+            config._vz_slow_left_out = len(slow)
     # Tests that share a module-scoped fixture (a capture, a server, a cluster) run on one xdist worker,
     # so it is built once rather than once per worker; the rest are handed out one by one, which keeps
     # the workers evenly loaded (pyproject.toml: --dist loadgroup).
@@ -93,3 +121,14 @@ def visitor_runs_on_fastsim(monkeypatch):
     from visualizer.engine.run import user_runner
 
     monkeypatch.setattr(user_runner, "default_sim_engine", lambda: "fastsim")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if runs_slow_tests(config) or hasattr(config, "workerinput"):
+        return
+    left_out = getattr(config, "_vz_slow_left_out", None)  # None under xdist: the workers collect
+    count = f"{left_out} tests" if left_out is not None else "the tests"
+    terminalreporter.write_line(
+        f"quick tier: {count} marked slow were left out; `python -m pytest -n auto --full` runs the whole "
+        "suite, as CI does (tests/tiers.py)"
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiers import every_builtin
 
 HERE = Path(__file__).resolve().parents[1]  # tests/
 sys.path.insert(0, str(HERE))
@@ -111,7 +112,9 @@ def _builtin_kernels():
     return [name for name, spec in KERNELS.items() if not spec.fault_demo]
 
 
-@pytest.mark.parametrize("name", _builtin_kernels())  # one test each: the workers share them out
+@pytest.mark.parametrize(
+    "name", every_builtin(_builtin_kernels())
+)  # one test each: the workers share them out
 def test_every_builtin_kernel_still_computes_its_answer_with_the_lens(sim_runner, name):
     """The branch pass rewrites tests and range loops: every built-in kernel's output under it is still
     numpy's (the deliberately wrong demos still wrong), and each got visits recorded."""

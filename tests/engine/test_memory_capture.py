@@ -93,8 +93,16 @@ def test_reduction_race_hazards_in_every_block_every_run(sim_runner):
         ("vector_add", {"n": 100, "block": 32}),
         ("strided_copy", {"n": 64, "stride": 3, "block": 32}),
         # 4-D arrays (q, k, v, o); the fast kernel's simulated tensor-core exchange goes through shared memory
-        ("flash_attention", {"seq_len": 40, "tile": 16, "head_dim": 16, "heads": 1, "batch": 1, "causal": 1}),
-        ("flash_attention_fast", {"seq_len": 20, "head_dim": 32, "heads": 1, "batch": 1, "causal": 1}),
+        pytest.param(
+            "flash_attention",
+            {"seq_len": 40, "tile": 16, "head_dim": 16, "heads": 1, "batch": 1, "causal": 1},
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "flash_attention_fast",
+            {"seq_len": 20, "head_dim": 32, "heads": 1, "batch": 1, "causal": 1},
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_correct_kernels_have_no_hazards(sim_runner, kernel, params):

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import race_cases  # noqa: E402  (the visitors' sources)
 from race_cases import source  # noqa: E402
+from tiers import every_builtin
 
 from visualizer.analysis import races
 from visualizer.engine.instrument.delays import DelayPass
@@ -391,7 +392,7 @@ RACE_FREE = [
 LIGHTER = {"flash_attention_fast": {"heads": 1}}
 
 
-@pytest.mark.parametrize("kernel", RACE_FREE)
+@pytest.mark.parametrize("kernel", every_builtin(RACE_FREE))
 def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, kernel):
     cap = runner.capture(kernel, LIGHTER.get(kernel, {}), runs=3, schedule_seed=1, time_clean=False)
     assert cap.launch["runs"]["distinct"] == 1, kernel
@@ -403,7 +404,7 @@ def test_every_race_free_builtin_gives_one_output_in_seeded_schedules(runner, ke
     )
 
 
-@pytest.mark.parametrize("kernel", RACE_FREE)
+@pytest.mark.parametrize("kernel", every_builtin(RACE_FREE))
 def test_every_race_free_builtin_stays_right_with_the_delays_pass(runner, kernel):
     cap = runner.capture(
         kernel, LIGHTER.get(kernel, {}), runs=2, schedule_seed=1, delays=True, time_clean=False

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from numba import cuda
+from tiers import every_builtin
 
 from visualizer.specs.catalog import KERNELS, LaunchError
 
@@ -36,7 +37,7 @@ def _pair(runner, name, **options):
     return fast, comp
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("name", every_builtin(sorted(KERNELS)))
 def test_ids_and_outputs_equal_fastsims(sim_runner, name):
     if KERNELS[name].fault_demo:  # both engines end in the out-of-bounds error (compiled hands it over)
         for engine in ("fastsim", "compiled"):

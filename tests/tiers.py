@@ -1,0 +1,40 @@
+"""The suite's two tiers.
+
+The README's test command runs the quick tier: every module, lens, page and tool keeps its tests, and
+the matrices that run one check over every built-in kernel run it over a few that between them cover
+what the rest do (a plain elementwise kernel, a 2-D tiled kernel with shared memory and barriers, a
+shared-memory tree, warp shuffles, atomics, divergent branches, the out-of-bounds demo). Tests marked ``slow`` (the rest of each
+matrix, and end-to-end runs that repeat what a quicker test checks) run with ``--full``; CI runs
+``--full`` (.ci/run), so nothing goes unchecked before a change lands.
+"""
+
+import pytest
+
+QUICK_BUILTINS = frozenset(
+    {
+        "vector_add",
+        "matmul_tiled",
+        "reduction",
+        "reduce_shuffle",
+        "histogram_shared",
+        "branch_lanes",
+        "out_of_bounds_write",  # the fault demo: the engines' error path
+    }
+)
+
+
+def every_builtin(names, quick=QUICK_BUILTINS):
+    """``names`` as parametrize values: those in ``quick`` in the quick tier, the rest marked slow."""
+    return [n if n in quick else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
+# Test functions that stay in the quick tier however long they take (devtools/slow_tests.py leaves
+# them out of tests/slow_tests.txt): the one check of an area that would otherwise have none there.
+KEEP = frozenset(
+    {
+        # a real browser: every page renders at 1280x720 and fetches nothing from outside
+        "tests/e2e/test_browser.py::test_every_page_renders_fits_1280_and_fetches_nothing_from_outside",
+        # the sandbox: the visitor's code sees no file of the server
+        "tests/engine/test_sandbox.py::test_the_sandbox_sees_no_file_of_the_server",
+    }
+)
