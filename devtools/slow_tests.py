@@ -1,11 +1,16 @@
-"""The quick tier's cut: ``python -m devtools.slow_tests DURATIONS_LOG > tests/slow_tests.txt``.
+"""The quick tier's cut: ``python -m devtools.slow_tests LOG [LOG ...] > tests/slow_tests.txt``.
 
-DURATIONS_LOG is the output of ``python -m pytest -n auto --full --durations=0`` on a 2-core machine
-with an empty compiled-kernel cache (``XDG_CACHE_HOME`` pointing at a new folder): a fresh clone's
-first run, the run a newcomer makes. A test function whose tests took more than ``--over`` seconds
-each on average (setup, call and teardown together: wall time, so a test that waits out a limit
-counts) is written out; tests/conftest.py marks it slow, and the README's test command leaves it to
-``--full`` and CI. Names in ``tests/tiers.py``'s KEEP stay quick whatever they took.
+Each LOG is the output of ``python -m pytest -n auto --durations=0`` (with ``--full``, or without: the
+quick tier) on a 2-core machine with an empty compiled-kernel cache (``XDG_CACHE_HOME`` pointing at a
+new folder): a fresh clone's first run, the run a newcomer makes. A test's time is setup, call and
+teardown together (wall time, so a test that waits out a limit counts), its longest over the logs. A
+test function whose tests took more than ``--over`` seconds each on average is written out;
+tests/conftest.py marks it slow, and the README's test command leaves it to ``--full`` and CI. Names in
+``tests/tiers.py``'s KEEP stay quick whatever they took.
+
+Why more than one log: a kernel's first build costs seconds and falls on the first test that needs it,
+so leaving one test out moves that cost onto the next one; a log of the quick tier's own fresh run finds
+those (the list in tests/slow_tests.txt is the union of a full run's and the quick tier's).
 """
 
 from __future__ import annotations
@@ -48,18 +53,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m devtools.slow_tests", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("log", help="pytest --durations=0 output")
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="pytest --durations=0 output")
     parser.add_argument("--over", type=float, default=4.5, help="seconds a test takes on average (4.5)")
     args = parser.parse_args(argv)
-    try:
-        with open(args.log, encoding="utf-8", errors="replace") as f:
-            seconds = read_durations(f)
-    except OSError as exc:
-        print(f"slow_tests: cannot read {args.log}: {exc.strerror}", file=sys.stderr)
-        return 2
-    if not seconds:
-        print(f"slow_tests: {args.log} has no --durations=0 lines", file=sys.stderr)
-        return 2
+    seconds: dict[str, float] = {}
+    for log in args.logs:
+        try:
+            with open(log, encoding="utf-8", errors="replace") as f:
+                these = read_durations(f)
+        except OSError as exc:
+            print(f"slow_tests: cannot read {log}: {exc.strerror}", file=sys.stderr)
+            return 2
+        if not these:
+            print(f"slow_tests: {log} has no --durations=0 lines", file=sys.stderr)
+            return 2
+        for nodeid, s in these.items():
+            seconds[nodeid] = max(s, seconds.get(nodeid, 0.0))
     sys.path.insert(0, "tests")
     from tiers import KEEP  # tests/ is not a package
 

@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config, items):
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if "slow" not in item.keywords]
-            config._vz_slow_left_out = len(slow)
+        config._vz_slow_left_out = len(slow)
     # Tests that share a module-scoped fixture (a capture, a server, a cluster) run on one xdist worker,
     # so it is built once rather than once per worker; the rest are handed out one by one, which keeps
     # the workers evenly loaded (pyproject.toml: --dist loadgroup).
@@ -127,6 +127,8 @@ def pytest_terminal_summary(terminalreporter, config):
     if runs_slow_tests(config) or hasattr(config, "workerinput"):
         return
     left_out = getattr(config, "_vz_slow_left_out", None)  # None under xdist: the workers collect
+    if left_out == 0:
+        return
     count = f"{left_out} tests" if left_out is not None else "the tests"
     terminalreporter.write_line(
         f"quick tier: {count} marked slow were left out; `python -m pytest -n auto --full` runs the whole "
