@@ -36,5 +36,9 @@ KEEP = frozenset(
         "tests/e2e/test_browser.py::test_every_page_renders_fits_1280_and_fetches_nothing_from_outside",
         # the sandbox: the visitor's code sees no file of the server
         "tests/engine/test_sandbox.py::test_the_sandbox_sees_no_file_of_the_server",
+        # the FlashAttention page (FlashAttention's builds are the simulator's costliest)
+        "tests/web/test_app_flash_attention.py::test_flash_page_renders_loop_row_state_smem_and_timing",
+        # the tiers themselves
+        "tests/project/test_tiers.py::test_the_quick_tier_leaves_slow_tests_out_and_full_runs_them",
     }
 )
