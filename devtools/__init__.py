@@ -6,6 +6,7 @@
     python -m devtools.ship_h200 --out DIR ...      record the measured set the app ships (on the GPU)
     python -m devtools.stock_suite ...              numba-cuda's own simulator tests, per engine
     python -m devtools.sim_bench ...                the compiled engine against fastsim, CPU time
+    python -m devtools.slow_tests LOG ... > tests/slow_tests.txt   the quick tier's cut (docs/install.md)
 
 Each imports the package as ``visualizer.*``; run them from the repository root (or with it on
 ``PYTHONPATH``) so that ``devtools`` is importable.
