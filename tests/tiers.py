@@ -1,11 +1,14 @@
 """The suite's two tiers.
 
-The README's test command runs the quick tier: every module, lens, page and tool keeps its tests, and
-the matrices that run one check over every built-in kernel run it over a few that between them cover
-what the rest do (a plain elementwise kernel, a 2-D tiled kernel with shared memory and barriers, a
-shared-memory tree, warp shuffles, atomics, divergent branches, the out-of-bounds demo). Tests marked ``slow`` (the rest of each
-matrix, and end-to-end runs that repeat what a quicker test checks) run with ``--full``; CI runs
-``--full`` (.ci/run), so nothing goes unchecked before a change lands.
+The README's test command runs the quick tier; ``--full`` runs the whole suite, and CI runs ``--full``
+(.ci/run), so nothing goes unchecked before a change lands. The quick tier leaves out the tests marked
+``slow`` (tests/conftest.py marks them):
+
+* the test functions listed in tests/slow_tests.txt, measured over 4.5 s each on a 2-core machine's
+  fresh run (devtools/slow_tests.py writes the list), except those in KEEP below;
+* each check repeated over every built-in kernel, past QUICK_BUILTINS: a few kernels that between them
+  cover what the rest do (a plain elementwise kernel, a 2-D tiled kernel with shared memory and
+  barriers, a shared-memory tree, warp shuffles, atomics, divergent branches, the out-of-bounds demo).
 """
 
 import pytest
