@@ -20,11 +20,12 @@ import re
 import sys
 from collections import defaultdict
 
+from devtools import ROOT
+
+sys.path.insert(0, str(ROOT / "tests"))  # tests/ is not a package
+from tiers import KEEP, function_of  # noqa: E402
+
 LINE = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(tests/\S+::\S+)")
-
-
-def function_of(nodeid: str) -> str:
-    return re.sub(r"\[.*$", "", nodeid)
 
 
 def read_durations(lines) -> dict[str, float]:
@@ -69,9 +70,6 @@ def main(argv=None) -> int:
             return 2
         for nodeid, s in these.items():
             seconds[nodeid] = max(s, seconds.get(nodeid, 0.0))
-    sys.path.insert(0, "tests")
-    from tiers import KEEP  # tests/ is not a package
-
     print(f"# tests over {args.over:g} s each on average (python -m devtools.slow_tests; tests/tiers.py)")
     for fn, mean, count in slow_functions(seconds, args.over, KEEP):
         print(f"{fn}  # {mean:.1f} s x {count}")

@@ -16,6 +16,7 @@ os.environ.setdefault("VISUALIZER_USER_TIMEOUT_S", "600")
 os.environ.setdefault("VISUALIZER_MEASURED_SET", os.path.join(os.path.dirname(__file__), "no-measured-set"))
 
 import pytest  # noqa: E402
+import tiers  # noqa: E402  (tests/tiers.py: the quick tier and --full)
 
 from visualizer.engine.run.runner import Runner, gpu_present  # noqa: E402
 
@@ -33,18 +34,11 @@ def runs_slow_tests(config) -> bool:
     return bool(config.getoption("--full") or config.option.markexpr or any("::" in a for a in config.args))
 
 
-def measured_slow() -> set[str]:
-    """tests/slow_tests.txt: test functions measured slow on a 2-core machine (devtools/slow_tests.py)."""
-    path = os.path.join(os.path.dirname(__file__), "slow_tests.txt")
-    with open(path, encoding="utf-8") as f:
-        return {line.split()[0] for line in f if line.strip() and not line.startswith("#")}
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
-    slow_functions = measured_slow()
+    slow_functions = tiers.listed_slow()  # measured slow on a 2-core machine (devtools/slow_tests.py)
     for item in items:
-        if item.nodeid.split("[")[0] in slow_functions:
+        if tiers.function_of(item.nodeid) in slow_functions:
             item.add_marker(pytest.mark.slow)
     if not runs_slow_tests(config):
         slow = [item for item in items if "slow" in item.keywords]

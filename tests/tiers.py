@@ -11,7 +11,12 @@ The README's test command runs the quick tier; ``--full`` runs the whole suite, 
   barriers, a shared-memory tree, warp shuffles, atomics, divergent branches, the out-of-bounds demo).
 """
 
+import re
+from pathlib import Path
+
 import pytest
+
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 
 QUICK_BUILTINS = frozenset(
     {
@@ -29,6 +34,17 @@ QUICK_BUILTINS = frozenset(
 def every_builtin(names, quick=QUICK_BUILTINS):
     """``names`` as parametrize values: those in ``quick`` in the quick tier, the rest marked slow."""
     return [n if n in quick else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
+def function_of(nodeid: str) -> str:
+    """``tests/f.py::test_x[a-b]`` -> ``tests/f.py::test_x``: the list names test functions."""
+    return re.sub(r"\[.*$", "", nodeid)
+
+
+def listed_slow() -> set[str]:
+    """The test functions tests/slow_tests.txt names (each line: a name, then a comment)."""
+    lines = SLOW_LIST.read_text(encoding="utf-8").splitlines()
+    return {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
 
 
 # Test functions that stay in the quick tier however long they take (devtools/slow_tests.py leaves

@@ -112,9 +112,8 @@ def _builtin_kernels():
     return [name for name, spec in KERNELS.items() if not spec.fault_demo]
 
 
-@pytest.mark.parametrize(
-    "name", every_builtin(_builtin_kernels())
-)  # one test each: the workers share them out
+# one test each: the workers share them out
+@pytest.mark.parametrize("name", every_builtin(_builtin_kernels()))
 def test_every_builtin_kernel_still_computes_its_answer_with_the_lens(sim_runner, name):
     """The branch pass rewrites tests and range loops: every built-in kernel's output under it is still
     numpy's (the deliberately wrong demos still wrong), and each got visits recorded."""

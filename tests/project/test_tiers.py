@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiers import KEEP, QUICK_BUILTINS
+from tiers import KEEP, QUICK_BUILTINS, function_of, listed_slow
 
 from devtools import slow_tests
 
@@ -23,16 +23,12 @@ def _test_functions(path: Path) -> set[str]:
 
 
 def test_every_listed_slow_test_and_kept_test_exists():
-    listed = [
-        line.split()[0]
-        for line in (ROOT / "tests" / "slow_tests.txt").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    listed = listed_slow()
     assert len(listed) > 10
     for name in [*listed, *KEEP]:
         path, function = name.split("::", 1)
         assert function in _test_functions(ROOT / path), name  # a renamed test would drop out silently
-    assert not KEEP & set(listed)
+    assert not KEEP & listed
 
 
 def test_the_quick_builtins_are_built_in_kernels():
@@ -79,12 +75,7 @@ def test_the_quick_tier_leaves_slow_tests_out_and_full_runs_them():
 
     quick, out = collected()
     full, _ = collected("--full")
-    left_out = {t for t in full if t.split("[")[0] in slow_tests_listed()}
+    left_out = {t for t in full if function_of(t) in listed_slow()}
     assert left_out and not left_out & quick and quick | left_out == full
     assert f"{len(left_out)} deselected" in out
     assert "quick tier" in out and "--full" in out  # says what it left out, and how to run it
-
-
-def slow_tests_listed() -> set[str]:
-    text = (ROOT / "tests" / "slow_tests.txt").read_text()
-    return {line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")}
