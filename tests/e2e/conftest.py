@@ -119,6 +119,23 @@ def wait_for_app(page, timeout=120_000):
     page.wait_for_timeout(300)
 
 
+def type_and_enter(box, value: str, arrived, tries: int = 6, each_ms: int = 20_000):
+    """Type `value` into `box` and press Enter, and again if `arrived(timeout_ms)` (an expect on what the
+    value changes on the page) has not passed `each_ms` later: on a loaded machine a typed value once never
+    reached the server (a Lock button stayed disabled 120 s). A value that never arrives still fails."""
+    for _ in range(tries - 1):
+        box.fill(value)
+        box.press("Enter")
+        try:
+            arrived(each_ms)
+            return
+        except AssertionError:
+            continue
+    box.fill(value)
+    box.press("Enter")
+    arrived(each_ms)
+
+
 @pytest.fixture
 def open_app(page, app_url):
     def _open(path: str = "", query: str = ""):

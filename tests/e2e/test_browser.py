@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from visualizer.engine.run.runner import gpu_present
 
-from .conftest import wait_for_app
+from .conftest import type_and_enter, wait_for_app
 
 pytestmark = pytest.mark.e2e
 
@@ -224,10 +224,10 @@ def test_a_failed_run_is_explained_where_the_chart_would_be(page, app_url, query
 def test_a_failed_run_after_a_good_one_replaces_its_charts(page, app_url):
     page = open_page(page, app_url, f"{QUERY}&page=grid")
     assert charts(page).count() == 1
-    page.get_by_test_id("stSidebar").get_by_role("spinbutton").first.fill("70000000")
-    page.keyboard.press("Enter")
+    named = main(page).get_by_text("still the previous run")  # un-run parameters are named
+    box = page.get_by_test_id("stSidebar").get_by_role("spinbutton").first
+    type_and_enter(box, "70000000", lambda ms: expect(named).to_have_count(1, timeout=ms))
     wait_for_app(page)
-    assert main(page).get_by_text("still the previous run").count() == 1  # un-run parameters are named
     main(page).get_by_role("button", name="Run", exact=True).click()  # Run where the reader looks
     wait_for_app(page)
     assert "did not run" in main(page).get_by_test_id("stAlert").first.inner_text()

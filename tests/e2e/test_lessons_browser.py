@@ -6,7 +6,7 @@ from playwright.sync_api import expect
 
 from visualizer.web.lessons import LESSONS
 
-from .conftest import wait_for_app
+from .conftest import type_and_enter, wait_for_app
 from .test_browser import CLIPPED, charts, main, open_page
 
 pytestmark = pytest.mark.e2e
@@ -16,13 +16,20 @@ LABELS_CLIPPED = """() => [...document.querySelectorAll('[data-testid=stMain] [d
   .filter((el) => el.scrollWidth > el.clientWidth + 1).map((el) => el.textContent.slice(0, 60))"""
 
 
-def lock_in(page):
-    """Lock in the first open question (its answer already typed or chosen), and wait until it is locked: on
-    a loaded machine the rerun that enables the button (the typed answer reaching the server) and the one that
-    locks it may each take longer than a click's own wait."""
+def lock_in(page, typed: str | None = None):
+    """Lock in the first open question, and wait until it is locked. With `typed`, type that answer into the
+    question's own number box first (found by its widget key, so a box being redrawn by the last rerun is never
+    the one typed into), again if the Lock button is not enabled 20 s later. Without it the answer is already
+    chosen. The rerun that locks may take longer than a click's own wait too."""
     m = main(page)
     locked = m.get_by_text("Your answer, locked in").count()
-    button = m.get_by_role("button", name="Lock in my answer").first
+    key = m.locator("[class*='st-key-lesson_guess_']").first.evaluate(
+        "(el) => [...el.classList].find((c) => c.startsWith('st-key-lesson_guess_'))"
+    )
+    button = m.locator(f"[class~='st-key-lock_{key[len('st-key-') :]}'] button")
+    if typed is not None:
+        enabled = lambda ms: expect(button).to_be_enabled(timeout=ms)  # noqa: E731
+        type_and_enter(m.locator(f"[class~='{key}'] input"), typed, enabled)
     expect(button).to_be_enabled(timeout=120_000)
     button.click()
     expect(m.get_by_text("Your answer, locked in")).to_have_count(locked + 1, timeout=120_000)
@@ -34,11 +41,7 @@ def test_a_student_predicts_runs_and_gets_feedback_from_the_run(page, app_url):
     m = main(page)
     assert m.get_by_role("button", name="Run it").is_disabled()  # answer first
     for value in ("4", "7"):
-        box = m.locator("input[type=number]").first
-        box.fill(value)
-        box.press("Enter")
-        wait_for_app(page)
-        lock_in(page)
+        lock_in(page, typed=value)
     assert m.get_by_text("Your answer, locked in: 4 warps").count() == 1
     m.get_by_role("button", name="Run it").click()
     wait_for_app(page)
@@ -72,11 +75,7 @@ def test_a_teacher_link_opens_the_question_with_the_answer_hidden_until_reveal(p
         "(el) => parseFloat(getComputedStyle(el).fontSize)"
     )
     assert size >= 20  # projector type (16 px without teacher mode)
-    box = m.locator("input[type=number]").first
-    box.fill("4")
-    box.press("Enter")
-    wait_for_app(page)
-    lock_in(page)
+    lock_in(page, typed="4")
     m.get_by_role("button", name="Run it").click()
     wait_for_app(page)
     assert m.get_by_text("answer (from the run)").count() == 0  # hidden

@@ -45,11 +45,7 @@ def test_divergence_lesson_runs_and_its_lane_strips_fit(page, app_url):
     page = open_page(page, app_url, "?backend=sim&page=lessons&lesson=divergence")
     m = main(page)
     for value in ("50", "100", "2"):  # three predictions: two efficiencies and a slowdown
-        box = m.locator("input[type=number]").first
-        box.fill(value)
-        box.press("Enter")
-        wait_for_app(page)
-        lock_in(page)  # waits for the typed answer to enable the button (it stayed disabled 30 s on CI)
+        lock_in(page, typed=value)  # types it again if it has not reached the server (stuck 120 s on CI)
     m.get_by_role("button", name="Run it").click()
     wait_for_app(page)
     assert page.get_by_test_id("stException").count() == 0
