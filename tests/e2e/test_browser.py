@@ -99,6 +99,18 @@ def charts(page):
     return plots
 
 
+def settled_count(page, locator, seconds: int = 60) -> int:
+    """How many of `locator` there are once the count has held for a second (charts are drawn one by one,
+    some after the script has finished)."""
+    seen = -1
+    for _ in range(seconds):
+        if locator.count() == seen:
+            break
+        seen = locator.count()
+        page.wait_for_timeout(1000)
+    return seen
+
+
 @pytest.fixture
 def requests_seen(page):
     """Every request the browser makes, and every answer of 400 or more."""
@@ -349,11 +361,7 @@ def test_first_chart_starts_above_the_fold(page, app_url, query):
     projector that its plot, not only its title, shows without scrolling (a launch caption, and the
     memory page's two rows of counters, used to sit above it)."""
     page = open_page(page, app_url, query)
-    plots, seen = charts(page), -1
-    for _ in range(60):  # every chart drawn: on a busy machine a lower chart can be drawn before the first
-        if plots.count() == seen:
-            break
-        seen = plots.count()
-        page.wait_for_timeout(1000)
+    plots = charts(page)
+    settled_count(page, plots)  # every chart drawn: on a busy machine a lower chart can come before the first
     chart = plots.first.bounding_box()
     assert chart["y"] < 520, chart

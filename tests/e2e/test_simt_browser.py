@@ -1,6 +1,7 @@
 """The SIMT lens page in a real browser at 1280x720: the lane strips above the fold, titles whole."""
 
 import pytest
+from playwright.sync_api import expect
 
 from .conftest import wait_for_app
 
@@ -50,5 +51,5 @@ def test_divergence_lesson_runs_and_its_lane_strips_fit(page, app_url):
     wait_for_app(page)
     assert page.get_by_test_id("stException").count() == 0
     assert m.get_by_text("Right: you said 100 %").count() == 1  # branch_warps: no warp diverges
-    assert charts(page).count() == 2
+    expect(charts(page)).to_have_count(2, timeout=60_000)  # the second may be drawn a moment later
     assert page.evaluate(CLIPPED) == [] and page.evaluate(TITLE_CUT) == []
