@@ -96,9 +96,45 @@ def browser():
         b.close()
 
 
+# Streamlit's page says "notRunning" from a widget's click until the server starts the rerun it asked
+# for, so on a loaded machine a wait could end before the rerun began. This watches the app's own
+# websocket: each rerun the page asks for (BackMsg.rerun_script, field 11: first byte 0x5A) and each run
+# the server starts (ForwardMsg.new_session, field 4) or ends (script_finished, field 6).
+TRACK_RUNS = """(() => {
+  const st = (window.__st = { seq: 0, asked: 0, started: 0, running: false });
+  const bytes = (d) => (d instanceof ArrayBuffer ? new Uint8Array(d)
+      : ArrayBuffer.isView(d) ? new Uint8Array(d.buffer, d.byteOffset, d.byteLength) : null);
+  const varint = (b, i) => { let v = 0, m = 1;
+      for (;;) { const x = b[i++]; v += (x & 127) * m; m *= 128; if (x < 128) return [v, i]; } };
+  const Socket = window.WebSocket;
+  window.WebSocket = function (...args) {
+    const ws = new Socket(...args);
+    const send = ws.send.bind(ws);
+    ws.send = (data) => { const b = bytes(data); if (b && b[0] === 0x5a) st.asked = ++st.seq; return send(data); };
+    ws.addEventListener("message", (e) => {
+      const b = bytes(e.data);
+      for (let i = 0; b && i < b.length;) {
+        let tag, n; [tag, i] = varint(b, i);
+        const field = Math.floor(tag / 8), wire = tag % 8;
+        if (field === 4) { st.started = st.seq; st.running = true; return; }
+        if (field === 6) { st.running = false; return; }
+        if (wire === 2) { [n, i] = varint(b, i); i += n; } else if (wire === 0) { [n, i] = varint(b, i); }
+        else return;
+      }
+    });
+    return ws;
+  };
+  window.WebSocket.prototype = Socket.prototype;
+  Object.assign(window.WebSocket, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 });
+})();"""
+# every rerun the page asked for has started, and the last run has ended (true where nothing is watched)
+SETTLED = "() => !window.__st || (window.__st.started >= window.__st.asked && !window.__st.running)"
+
+
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 720})  # a projector
+    context.add_init_script(TRACK_RUNS)
     pg = context.new_page()
     yield pg
     context.close()
@@ -116,7 +152,11 @@ def wait_for_app(page, timeout=120_000):
     page.locator("[data-testid='stApp'][data-test-script-state='notRunning']").wait_for(
         state="attached", timeout=timeout
     )
-    page.wait_for_timeout(300)
+    # ...and every rerun the page asked for has run (a callback's st.rerun() ends one run and starts the
+    # next: settled twice, 300 ms apart)
+    for _ in range(2):
+        page.wait_for_function(SETTLED, timeout=timeout)
+        page.wait_for_timeout(300)
 
 
 def type_and_enter(box, value: str, arrived, tries: int = 6, each_ms: int = 20_000):
