@@ -4,6 +4,7 @@ page models with ptxas's count and says it came from ptxas."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 from tests.conftest import open_app
@@ -52,8 +53,15 @@ def test_compare_models_a_visitors_simulated_kernel_with_ptxas_count():
     }  # fmt: skip
     occ, limiter, note = compare._occupancy(SimpleNamespace(launch=launch))
     assert occ == 75.0 and limiter == "registers" and "ptxas -v (sm_90, clean build)" in note
+    # Compare's registers row shows the count its occupancy row used (it once read only Compare's own compile)
+    row = compare._registers_row(launch, None)
+    assert row["value"] == 40 and row["source"] == "compiled (ptxas -v, sm_90, in its sandbox)"
+    own = {"resources": {"registers": 24, "smem_bytes": 0}, "arch": "sm_90"}  # Compare's own compile wins
+    assert compare._registers_row(launch, own)["value"] == 24
+    assert compare._occupancy(SimpleNamespace(launch=launch), own)[0] == 100.0
     occ, _, note = compare._occupancy(SimpleNamespace(launch={**launch, "gpu_compile": {"checked": False}}))
     assert occ is None and "compiles nothing" in note
+    assert math.isnan(compare._registers_row({**launch, "gpu_compile": {"checked": False}}, None)["value"])
 
 
 def test_a_loaded_bundles_count_is_held_to_its_form():

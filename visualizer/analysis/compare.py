@@ -155,18 +155,27 @@ def _ptxas_registers(known) -> tuple[int, str, dict] | None:
     return None
 
 
+def _counted(launch: dict, compiled) -> tuple[int, str, dict, str] | None:
+    """ptxas's count of the kernel, as ``_ptxas_registers`` gives it plus where it was compiled (``""`` or
+    ``", in its sandbox"``): the caller's compile (``compiled``) where it has one, else a visitor's kernel's,
+    compiled in its sandbox before the simulator ran it (``launch['gpu_compile']``). Both the registers row
+    and occupancy read it, so the two rows never disagree."""
+    if isinstance(compiled, dict) and isinstance(compiled.get("resources"), dict):
+        got = _ptxas_registers({"resources": compiled["resources"], "arch": compiled.get("arch")})
+        return None if got is None else (*got, "")
+    got = _ptxas_registers(launch.get("gpu_compile"))
+    return None if got is None else (*got, ", in its sandbox")
+
+
 def _occupancy(cap, compiled=None) -> tuple[float | None, str, str]:
     """(occupancy 0..100, limiter, note) from the GPU build's registers: a GPU capture's own, ptxas's count
     where the kernel was compiled (``compiled``, or a visitor's kernel's ``gpu_compile``), else None."""
     res = cap.launch.get("clean") or {}
     regs = res.get("registers_per_thread")
     note = ""
-    known = cap.launch.get("gpu_compile")  # a visitor's kernel, compiled before the simulator ran it
-    if isinstance(compiled, dict) and isinstance(compiled.get("resources"), dict):
-        known = {"resources": compiled["resources"], "arch": compiled.get("arch")}
-    counted = _ptxas_registers(known) if regs is None else None
+    counted = _counted(cap.launch, compiled) if regs is None else None
     if counted is not None:
-        regs, arch, resources = counted
+        regs, arch, resources, _ = counted
         note = f"registers counted by ptxas -v ({arch}, clean build)"
         smem = resources.get("smem_bytes")
         res = {"static_smem_bytes": smem if isinstance(smem, int) and 0 <= smem < 1 << 20 else 0}
@@ -230,13 +239,15 @@ def _recorded(cap, recorded) -> tuple[float | None, str, str]:
 
 
 def _registers_row(launch: dict, compiled) -> dict:
-    """Registers per thread: a GPU capture's clean build's, else ptxas -v's count where it compiled the kernel."""
+    """Registers per thread: a GPU capture's clean build's, else ptxas -v's count where the kernel was compiled
+    (here, or a visitor's kernel in its sandbox: the count occupancy uses)."""
     regs = (launch.get("clean") or {}).get("registers_per_thread")
     if regs is not None:
         return _row("registers_per_thread", regs, MEASURED_GPU)
-    counted = _ptxas_registers(compiled)
+    counted = _counted(launch, compiled)
     if counted is not None:
-        return _row("registers_per_thread", counted[0], f"compiled (ptxas -v, {counted[1]})")
+        regs, arch, _, where = counted
+        return _row("registers_per_thread", regs, f"compiled (ptxas -v, {arch}{where})")
     return _row("registers_per_thread", None, MEASURED_GPU)
 
 
