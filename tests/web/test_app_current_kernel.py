@@ -425,6 +425,10 @@ def test_compare_offers_your_kernel_and_an_edited_copy_of_it():
     assert lines[first].startswith("- B has ") and " hazards" in lines[first], lines
     assert "CPU" not in said
     assert at.get("plotly_chart")
+    # ptxas counted the visitor's kernel in its sandbox: the registers row shows the count occupancy used
+    table = at.dataframe[0].value
+    regs = table[table["what"].str.startswith("registers per thread")].iloc[0]
+    assert regs.filter(like="A:").iloc[0] > 0 and regs["a_source"].endswith("in its sandbox)"), regs
     # a built-in pair, chosen by hand, says it is not the visitor's kernel
     at.selectbox(key="cmp_pair").set_value("transpose").run()
     assert any("built-in kernels, not yours" in plain(c.value) for c in at.caption)
