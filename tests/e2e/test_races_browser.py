@@ -31,9 +31,8 @@ def test_reduction_race_run_8_times_in_the_browser(open_app):
     wait_for_app(page)
     assert page.get_by_test_id("stException").count() == 0
     plots = main(page).locator(".js-plotly-plot")
-    expect(plots).to_have_count(
-        before + 2, timeout=60_000
-    )  # both drawn (a chart may follow its script's end)
+    # both drawn: a chart may be drawn after its script's end
+    expect(plots).to_have_count(before + 2, timeout=60_000)
     assert "cells differ across runs" in plots.nth(before + 1).inner_text()
     assert page.evaluate(CLIPPED) == []
     host = page.url.split("//")[1].split("/")[0]
